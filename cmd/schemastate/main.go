@@ -1,0 +1,130 @@
+// Command schemastate reconciles, inspects and feeds the subagent-context
+// store on SQLite (an embedded file, the default) or PostgreSQL.
+//
+// Exit codes are part of the contract scripts rely on; each command documents
+// its own. Everywhere: 2 means a usage error or an unreachable database.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"sort"
+	"strings"
+	"syscall"
+)
+
+// command is one subcommand. Each lives in its own cmd_*.go file and
+// registers itself in init.
+type command struct {
+	name    string
+	summary string
+	run     func(ctx context.Context, env *env, args []string) int
+}
+
+var commands = map[string]*command{}
+
+func register(c *command) { commands[c.name] = c }
+
+// env is what a command may touch: its streams and a logger that writes to
+// stderr (never stdout, which carries results and JSON).
+type env struct {
+	stdin          io.Reader
+	stdout, stderr io.Writer
+	logger         *slog.Logger
+}
+
+// Exit codes shared by every command.
+const (
+	exitOK    = 0
+	exitUsage = 2
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	os.Exit(run(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
+}
+
+func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	e := &env{stdin: stdin, stdout: stdout, stderr: stderr,
+		logger: slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: logLevel()}))}
+	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+		usage(stdout)
+		if len(args) == 0 {
+			return exitUsage
+		}
+		return exitOK
+	}
+	c, ok := commands[args[0]]
+	if !ok {
+		fmt.Fprintf(stderr, "schemastate: unknown command %q\n\n", args[0])
+		usage(stderr)
+		return exitUsage
+	}
+	return c.run(ctx, e, args[1:])
+}
+
+func logLevel() slog.Level {
+	switch strings.ToLower(os.Getenv("SCHEMASTATE_LOG")) {
+	case "debug":
+		return slog.LevelDebug
+	case "info":
+		return slog.LevelInfo
+	case "error":
+		return slog.LevelError
+	}
+	return slog.LevelWarn
+}
+
+func usage(w io.Writer) {
+	fmt.Fprintln(w, "usage: schemastate <command> [flags]")
+	fmt.Fprintln(w)
+	names := make([]string, 0, len(commands))
+	for n := range commands {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		fmt.Fprintf(w, "  %-12s %s\n", n, commands[n].summary)
+	}
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "--db takes sqlite:PATH, a plain path, or a postgres:// URL (default sqlite:kandev.db).")
+	fmt.Fprintln(w, "Run 'schemastate <command> -h' for a command's flags.")
+}
+
+// flags builds a FlagSet whose errors go to stderr and never exit the process.
+func flags(e *env, name, usageLine string) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(e.stderr)
+	fs.Usage = func() {
+		fmt.Fprintf(e.stderr, "usage: schemastate %s %s\n", name, usageLine)
+		fs.PrintDefaults()
+	}
+	return fs
+}
+
+// parse parses args and reports the exit code to return when parsing failed
+// (or -h was asked for).
+func parse(fs *flag.FlagSet, args []string) (int, bool) {
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return exitOK, false
+		}
+		return exitUsage, false
+	}
+	return 0, true
+}
+
+// writeJSON prints v as one indented JSON object.
+func writeJSON(w io.Writer, v any) {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	_ = enc.Encode(v)
+}

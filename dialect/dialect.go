@@ -1,0 +1,148 @@
+// Package dialect names the two SQL dialects schemastate supports and holds the
+// few facts every other package needs about them: how to recognise a
+// *sql.DB's dialect, how to open one from a DSN, and how to write a bind
+// parameter.
+package dialect
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"net/url"
+	"strconv"
+	"strings"
+
+	_ "github.com/jackc/pgx/v5/stdlib" // registers "pgx"
+	_ "modernc.org/sqlite"             // registers "sqlite"
+)
+
+// Dialect is "sqlite" or "postgres".
+type Dialect string
+
+const (
+	SQLite   Dialect = "sqlite"
+	Postgres Dialect = "postgres"
+)
+
+// ErrUnknown is returned when a *sql.DB's driver is neither SQLite nor PostgreSQL.
+var ErrUnknown = errors.New("dialect: unsupported database driver")
+
+// Detect names the dialect of db from its driver type.
+func Detect(db *sql.DB) (Dialect, error) {
+	switch t := fmt.Sprintf("%T", db.Driver()); {
+	case strings.Contains(t, "sqlite"):
+		return SQLite, nil
+	case strings.Contains(t, "stdlib"), strings.Contains(t, "pq."), strings.Contains(t, "pgx"):
+		return Postgres, nil
+	default:
+		return "", fmt.Errorf("%w: %s", ErrUnknown, t)
+	}
+}
+
+// Param returns the n-th (1-based) bind parameter placeholder.
+func (d Dialect) Param(n int) string {
+	if d == Postgres {
+		return "$" + strconv.Itoa(n)
+	}
+	return "?"
+}
+
+// Rebind rewrites a query written with '?' placeholders into the dialect's
+// form. It does not look inside string literals, so queries passed to it must
+// not contain a literal '?'.
+func (d Dialect) Rebind(q string) string {
+	if d != Postgres {
+		return q
+	}
+	var b strings.Builder
+	n := 0
+	for _, r := range q {
+		if r == '?' {
+			n++
+			b.WriteString("$" + strconv.Itoa(n))
+			continue
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
+}
+
+// QuoteIdent quotes an identifier for either dialect (both accept "…").
+func QuoteIdent(s string) string {
+	return `"` + strings.ReplaceAll(s, `"`, `""`) + `"`
+}
+
+// Target is a parsed --db argument.
+type Target struct {
+	Dialect Dialect
+	// DriverName and DSN are what sql.Open takes.
+	DriverName string
+	DSN        string
+	// Display is the DSN with any password removed, safe to print.
+	Display string
+}
+
+// DefaultDSN is the CLI's default database: an embedded SQLite file in the
+// working directory.
+const DefaultDSN = "sqlite:kandev.db"
+
+// Parse reads a DSN: "sqlite:PATH", a plain path (SQLite), or a
+// postgres:// / postgresql:// URL.
+func Parse(dsn string) (Target, error) {
+	switch {
+	case dsn == "":
+		return Target{}, errors.New("empty --db")
+	case strings.HasPrefix(dsn, "postgres://"), strings.HasPrefix(dsn, "postgresql://"):
+		u, err := url.Parse(dsn)
+		if err != nil {
+			return Target{}, fmt.Errorf("--db: not a PostgreSQL URL: %v", redactErr(err, dsn))
+		}
+		return Target{Dialect: Postgres, DriverName: "pgx", DSN: dsn, Display: u.Redacted()}, nil
+	default:
+		path := strings.TrimPrefix(dsn, "sqlite:")
+		path = strings.TrimPrefix(path, "file:")
+		if path == "" {
+			return Target{}, errors.New("--db: sqlite: needs a file path")
+		}
+		return Target{Dialect: SQLite, DriverName: "sqlite", DSN: SQLiteDSN(path), Display: "sqlite:" + path}, nil
+	}
+}
+
+// SQLiteDSN is the modernc DSN schemastate uses for a SQLite file: foreign keys
+// on (as the host runs), a busy timeout so replicas wait for each other's
+// write lock instead of failing, and WAL so readers are not blocked.
+func SQLiteDSN(path string) string {
+	return "file:" + path + "?_pragma=foreign_keys(1)&_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)&_txlock=immediate"
+}
+
+// Open opens and pings the target.
+func (t Target) Open(ctx context.Context) (*sql.DB, error) {
+	db, err := sql.Open(t.DriverName, t.DSN)
+	if err != nil {
+		return nil, fmt.Errorf("open %s: %w", t.Display, err)
+	}
+	if err := db.PingContext(ctx); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("cannot reach %s: %v", t.Display, redactErr(err, t.DSN))
+	}
+	return db, nil
+}
+
+func redactErr(err error, dsn string) string {
+	msg := err.Error()
+	if u, perr := url.Parse(dsn); perr == nil && u.User != nil {
+		if p, ok := u.User.Password(); ok && p != "" {
+			msg = strings.ReplaceAll(msg, p, "xxxxx")
+		}
+	}
+	return msg
+}
+
+// Querier is what every statement-running function here takes: a *sql.DB,
+// *sql.Conn or *sql.Tx, so callers decide the transaction.
+type Querier interface {
+	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+}

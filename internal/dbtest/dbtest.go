@@ -1,0 +1,179 @@
+// Package dbtest opens a fresh, isolated database per test on each dialect:
+// a temporary SQLite file, or a new PostgreSQL schema on the server named by
+// SCHEMASTATE_TEST_POSTGRES_DSN (default postgres://postgres@127.0.0.1:5432/test).
+//
+// When PostgreSQL is unreachable the PostgreSQL half of a test is skipped
+// locally, and FAILS when CI=true or SCHEMASTATE_REQUIRE_POSTGRES=1: a CI run
+// that silently skips the PostgreSQL half proves nothing about it.
+package dbtest
+
+import (
+	"context"
+	"crypto/rand"
+	"database/sql"
+	"encoding/hex"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/schemastate/schemastate"
+	"github.com/schemastate/schemastate/dialect"
+)
+
+// EnvDSN names the environment variable holding the PostgreSQL test server DSN.
+const EnvDSN = "SCHEMASTATE_TEST_POSTGRES_DSN"
+
+// DefaultPostgresDSN is used when EnvDSN is unset.
+const DefaultPostgresDSN = "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
+
+// DB is one isolated test database.
+type DB struct {
+	*sql.DB
+	Dialect dialect.Dialect
+	// DSN opens another connection pool (or a child process) onto the same
+	// isolated database: a modernc file DSN, or a PostgreSQL URL whose
+	// search_path is the test's own schema.
+	DSN string
+	// CLIDSN is the form the schemastate CLI's --db flag takes.
+	CLIDSN string
+	// Schema is the PostgreSQL schema (or "main" on SQLite).
+	Schema string
+}
+
+// Each runs fn once per dialect as subtests "sqlite" and "postgres", each on a
+// fresh database.
+func Each(t *testing.T, fn func(t *testing.T, db *DB)) {
+	t.Helper()
+	for _, d := range []dialect.Dialect{dialect.SQLite, dialect.Postgres} {
+		t.Run(string(d), func(t *testing.T) { fn(t, Open(t, d)) })
+	}
+}
+
+// Open returns a fresh, empty database of dialect d, cleaned up with the test.
+func Open(t testing.TB, d dialect.Dialect) *DB {
+	t.Helper()
+	if d == dialect.SQLite {
+		path := filepath.Join(t.TempDir(), "test.db")
+		dsn := dialect.SQLiteDSN(path)
+		db, err := sql.Open("sqlite", dsn)
+		require.NoError(t, err)
+		t.Cleanup(func() { db.Close() })
+		return &DB{DB: db, Dialect: d, DSN: dsn, CLIDSN: "sqlite:" + path, Schema: "main"}
+	}
+	return openPostgres(t)
+}
+
+// PostgresRequired reports whether a missing PostgreSQL server fails tests.
+func PostgresRequired() bool {
+	return os.Getenv("CI") == "true" || os.Getenv("SCHEMASTATE_REQUIRE_POSTGRES") == "1"
+}
+
+// PostgresDSN is the server DSN tests use.
+func PostgresDSN() string {
+	if v := os.Getenv(EnvDSN); v != "" {
+		return v
+	}
+	return DefaultPostgresDSN
+}
+
+func openPostgres(t testing.TB) *DB {
+	t.Helper()
+	base := PostgresDSN()
+	admin, err := sql.Open("pgx", base)
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := admin.PingContext(ctx); err != nil {
+		admin.Close()
+		if PostgresRequired() {
+			t.Fatalf("PostgreSQL is required (CI=true or SCHEMASTATE_REQUIRE_POSTGRES=1) but unreachable at %s: %v", redact(base), err)
+		}
+		t.Skipf("PostgreSQL unreachable at %s (set %s): %v", redact(base), EnvDSN, err)
+	}
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	schemaName := "t_" + hex.EncodeToString(b[:])
+	_, err = admin.Exec("CREATE SCHEMA " + schemaName)
+	require.NoError(t, err)
+	dsn := withSearchPath(t, base, schemaName)
+	db, err := sql.Open("pgx", dsn)
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		db.Close()
+		_, _ = admin.Exec("DROP SCHEMA " + schemaName + " CASCADE")
+		admin.Close()
+	})
+	return &DB{DB: db, Dialect: dialect.Postgres, DSN: dsn, CLIDSN: dsn, Schema: schemaName}
+}
+
+func withSearchPath(t testing.TB, dsn, schemaName string) string {
+	u, err := url.Parse(dsn)
+	require.NoError(t, err)
+	q := u.Query()
+	q.Set("search_path", schemaName)
+	u.RawQuery = q.Encode()
+	return u.String()
+}
+
+func redact(dsn string) string {
+	if u, err := url.Parse(dsn); err == nil {
+		return u.Redacted()
+	}
+	return dsn
+}
+
+// Exec runs a multi-statement SQL script.
+func (db *DB) Exec(t testing.TB, script string) {
+	t.Helper()
+	for _, stmt := range Split(script) {
+		_, err := db.DB.Exec(stmt)
+		require.NoError(t, err, "statement: %s", stmt)
+	}
+}
+
+// Split splits a fixture script into statements on ';' at line ends. Fixture
+// scripts keep one statement per ';'-terminated line group and no ';' inside
+// literals.
+func Split(script string) []string {
+	var out []string
+	for _, part := range strings.Split(script, ";") {
+		var lines []string
+		for _, l := range strings.Split(part, "\n") {
+			if s := strings.TrimSpace(l); s == "" || strings.HasPrefix(s, "--") {
+				continue
+			}
+			lines = append(lines, l)
+		}
+		if len(lines) > 0 {
+			out = append(out, strings.Join(lines, "\n"))
+		}
+	}
+	return out
+}
+
+// Host creates the host fixture tables (task_sessions, task_session_turns,
+// task_session_messages, kandev_meta).
+func (db *DB) Host(t testing.TB) *DB {
+	t.Helper()
+	s, err := schemastate.HostFixture(string(db.Dialect))
+	require.NoError(t, err)
+	db.Exec(t, s)
+	return db
+}
+
+// Legacy creates the pre-amendment task_session_subagents table (state 3).
+func (db *DB) Legacy(t testing.TB) *DB {
+	t.Helper()
+	s, err := schemastate.LegacyFixture(string(db.Dialect))
+	require.NoError(t, err)
+	db.Exec(t, s)
+	return db
+}
+
+// Q rebinds a '?' query for the database's dialect.
+func (db *DB) Q(q string) string { return db.Dialect.Rebind(q) }

@@ -1,0 +1,117 @@
+package reconcile
+
+import (
+	"fmt"
+	"os"
+	"strings"
+
+	"ariga.io/atlas/sql/postgres"
+	"ariga.io/atlas/sql/schema"
+	"ariga.io/atlas/sql/sqlite"
+	"github.com/zclconf/go-cty/cty"
+
+	"github.com/schemastate/schemastate"
+	"github.com/schemastate/schemastate/dialect"
+)
+
+// hostMarker starts the comment of a table declared only as a foreign-key
+// target. Such tables belong to the host and are never inspected or changed.
+const hostMarker = "host:"
+
+// Declaration is schema.hcl evaluated for one dialect.
+type Declaration struct {
+	// Owned are the tables the reconciler manages, in file order.
+	Owned []*schema.Table
+	// Host are tables declared only as foreign-key targets.
+	Host []*schema.Table
+	// File names where the declaration came from, for error messages.
+	File string
+}
+
+// Owned returns the named owned table, or nil.
+func (d *Declaration) Table(name string) *schema.Table {
+	for _, t := range d.Owned {
+		if t.Name == name {
+			return t
+		}
+	}
+	return nil
+}
+
+// LoadDeclaration reads and evaluates an HCL file for d; an empty path means
+// the schema.hcl built into this module.
+func LoadDeclaration(path string, d dialect.Dialect, schemaName string) (*Declaration, error) {
+	src, file := schemastate.SchemaHCL, "schema.hcl (built in)"
+	if path != "" {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return nil, fmt.Errorf("read declared shape: %w", err)
+		}
+		src, file = b, path
+	}
+	return EvalDeclaration(src, file, d, schemaName)
+}
+
+// EvalDeclaration evaluates HCL source for dialect d and binds every table to
+// the live schema name (main on SQLite, the current schema on PostgreSQL).
+func EvalDeclaration(src []byte, file string, d dialect.Dialect, schemaName string) (*Declaration, error) {
+	var s schema.Schema
+	vars := map[string]cty.Value{"dialect": cty.StringVal(string(d))}
+	var err error
+	switch d {
+	case dialect.SQLite:
+		err = sqlite.EvalHCLBytes(src, &s, vars)
+	case dialect.Postgres:
+		err = postgres.EvalHCLBytes(src, &s, vars)
+	default:
+		err = fmt.Errorf("unsupported dialect %q", d)
+	}
+	if err != nil {
+		// hcl diagnostics already carry "file:line,col"; name the file when they
+		// refer to the in-memory source.
+		return nil, fmt.Errorf("%s: %w", file, err)
+	}
+	s.Name = schemaName
+	decl := &Declaration{File: file}
+	for _, t := range s.Tables {
+		t.Schema = &s
+		if isHost(t) {
+			decl.Host = append(decl.Host, t)
+			continue
+		}
+		if d == dialect.Postgres {
+			for _, idx := range t.Indexes {
+				// A unique index in the declaration is a UNIQUE constraint on
+				// PostgreSQL (schema.hcl header; atlas-and-dialect-facts.md).
+				if idx.Unique {
+					idx.AddAttrs(postgres.UniqueConstraint(idx.Name))
+				}
+			}
+		}
+		decl.Owned = append(decl.Owned, t)
+	}
+	if len(decl.Owned) == 0 {
+		return nil, fmt.Errorf("%s: declares no owned table", file)
+	}
+	s.Tables = decl.Owned
+	return decl, nil
+}
+
+func isHost(t *schema.Table) bool {
+	for _, a := range t.Attrs {
+		if c, ok := a.(*schema.Comment); ok && strings.HasPrefix(strings.TrimSpace(c.Text), hostMarker) {
+			return true
+		}
+	}
+	return false
+}
+
+// HostTables lists every host table the module depends on: the foreign-key
+// targets declared in schema.hcl plus the tables the keys and the backfill read.
+func (d *Declaration) HostTables() []string {
+	names := []string{"kandev_meta", "task_session_messages"}
+	for _, t := range d.Host {
+		names = append(names, t.Name)
+	}
+	return names
+}

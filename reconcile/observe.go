@@ -1,0 +1,71 @@
+package reconcile
+
+import (
+	"slices"
+
+	"ariga.io/atlas/sql/schema"
+)
+
+// The table, key and columns AC-33 speaks about.
+const (
+	subagentsTable   = "task_session_subagents"
+	executionColumn  = "agent_execution_id"
+	sessionColumn    = "task_session_id"
+	toolCallColumn   = "tool_call_id"
+)
+
+// EndState is AC-33's end state as observed on the live schema. Clauses 1–3
+// are key-bearing (AC-33b); clause 4 is reported but never gates the key.
+type EndState struct {
+	ExecutionColumnNotNull  bool `json:"execution_column_not_null"`
+	ThreeColumnUnique       bool `json:"three_column_unique"`
+	TwoColumnUniqueAbsent   bool `json:"two_column_unique_absent"`
+	IndexesMatchDeclaration bool `json:"indexes_match_declaration"`
+}
+
+// KeyBearing reports AC-33 clauses 1–3: the facts that make
+// agent_execution_id a real execution identity.
+func (e EndState) KeyBearing() bool {
+	return e.ExecutionColumnNotNull && e.ThreeColumnUnique && e.TwoColumnUniqueAbsent
+}
+
+// observe reads the end state off an inspected live table (nil when the table
+// does not exist). Uniqueness is recognised in every form it can take: an
+// inline constraint (SQLite autoindex), a named unique index, or a PostgreSQL
+// UNIQUE constraint — all inspect as unique indexes.
+func observe(live, want *schema.Table) EndState {
+	if live == nil {
+		return EndState{}
+	}
+	var e EndState
+	if c, ok := live.Column(executionColumn); ok && !c.Type.Null {
+		e.ExecutionColumnNotNull = true
+	}
+	three := []string{sessionColumn, executionColumn, toolCallColumn}
+	e.TwoColumnUniqueAbsent = true
+	for _, idx := range live.Indexes {
+		if !idx.Unique {
+			continue
+		}
+		cols := columnNames(idx)
+		if slices.Equal(cols, three) {
+			e.ThreeColumnUnique = true
+		}
+		if len(cols) == 2 && slices.Contains(cols, sessionColumn) && slices.Contains(cols, toolCallColumn) {
+			e.TwoColumnUniqueAbsent = false
+		}
+	}
+	e.IndexesMatchDeclaration = want != nil && slices.Equal(IndexSet(live), IndexSet(want))
+	return e
+}
+
+func columnNames(idx *schema.Index) []string {
+	out := make([]string, 0, len(idx.Parts))
+	for _, p := range idx.Parts {
+		if p.C == nil {
+			return nil
+		}
+		out = append(out, p.C.Name)
+	}
+	return out
+}

@@ -1,0 +1,104 @@
+package reconcile
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"hash/fnv"
+	"time"
+
+	"github.com/schemastate/schemastate/dialect"
+)
+
+// PostgreSQL: the lock is a session advisory lock taken on the same pinned
+// connection that runs every step, so the lock can never starve the
+// reconcile's own transactions. Each step is its own transaction with a
+// lock_timeout: ALTER TABLE … ADD CONSTRAINT holds ACCESS EXCLUSIVE, and a
+// waiting ALTER queues every later reader behind it, so the wait is bounded
+// and a timeout fails the step (rolled back, retried next boot).
+//
+// Session advisory locks do not survive a transaction-mode connection pooler
+// (the session is not the client's); point the reconcile at the server or at
+// a session-mode pool.
+
+type pgSession struct {
+	conn *sql.Conn
+	key  int64
+	tx   *sql.Tx
+	o    *options
+}
+
+func openPostgres(ctx context.Context, db *sql.DB, o *options) (*pgSession, error) {
+	conn, err := db.Conn(ctx)
+	if err != nil {
+		return nil, err
+	}
+	s := &pgSession{conn: conn, o: o}
+	var ident string
+	if err := conn.QueryRowContext(ctx, `SELECT current_database() || '.' || current_schema()`).Scan(&ident); err != nil {
+		conn.Close()
+		return nil, err
+	}
+	h := fnv.New64a()
+	h.Write([]byte("schemastate/reconcile:" + ident))
+	s.key = int64(h.Sum64())
+	deadline := time.Now().Add(o.lockWait)
+	for {
+		var got bool
+		if err := conn.QueryRowContext(ctx, `SELECT pg_try_advisory_lock($1)`, s.key).Scan(&got); err != nil {
+			conn.Close()
+			return nil, err
+		}
+		if got {
+			return s, nil
+		}
+		if time.Now().After(deadline) {
+			conn.Close()
+			return nil, fmt.Errorf("another reconcile holds the lock on %s; gave up after %s", ident, o.lockWait)
+		}
+		select {
+		case <-ctx.Done():
+			conn.Close()
+			return nil, ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+func (s *pgSession) querier() dialect.Querier { return s.conn }
+
+func (s *pgSession) begin(ctx context.Context, step string) (dialect.Querier, error) {
+	tx, err := s.conn.BeginTx(ctx, nil)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := tx.ExecContext(ctx, fmt.Sprintf("SET LOCAL lock_timeout = '%dms'", s.o.ddlLockTimeout.Milliseconds())); err != nil {
+		tx.Rollback()
+		return nil, err
+	}
+	s.tx = tx
+	return tx, nil
+}
+
+func (s *pgSession) end(ctx context.Context, ok bool) error {
+	tx := s.tx
+	s.tx = nil
+	if !ok {
+		return tx.Rollback()
+	}
+	return tx.Commit()
+}
+
+func (s *pgSession) close(ctx context.Context) error {
+	_, err := s.conn.ExecContext(context.Background(), `SELECT pg_advisory_unlock($1)`, s.key)
+	s.conn.Close()
+	return err
+}
+
+func (s *pgSession) abort() {
+	if s.tx != nil {
+		s.tx.Rollback()
+	}
+	_, _ = s.conn.ExecContext(context.Background(), `SELECT pg_advisory_unlock($1)`, s.key)
+	s.conn.Close()
+}

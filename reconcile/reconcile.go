@@ -1,0 +1,494 @@
+// Package reconcile keeps the tables schema.hcl declares in their declared
+// shape. The host calls Reconcile on every boot; `schemastate reconcile` runs
+// the same sequence.
+//
+// The sequence, in the spec's order:
+//
+//	lock → host tables → shape (inspect, diff, plan, apply) →
+//	execution_since (observe the end state, write the key) → backfill
+//
+// Reconcile never aborts the host's boot: a failed step is logged at WARN with
+// its name, rolled back whole, reported, and tried again on the next call.
+package reconcile
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+
+	"ariga.io/atlas/sql/migrate"
+	"ariga.io/atlas/sql/postgres"
+	"ariga.io/atlas/sql/sqlite"
+
+	"github.com/schemastate/schemastate/dialect"
+	"github.com/schemastate/schemastate/keys"
+)
+
+// Step names, as logged and reported.
+const (
+	StepLock           = "lock"
+	StepHostTables     = "host_tables"
+	StepShape          = "shape"
+	StepExecutionSince = "execution_since"
+	StepBackfill       = "backfill"
+)
+
+// Failpoints a test (or an operator reproducing a fault) can hook with
+// WithFailpoint. Returning an error there fails the step exactly as a
+// database error would.
+const (
+	// FailpointShapeApplied runs after the shape statements, before the step commits.
+	FailpointShapeApplied = "shape.applied"
+	// FailpointExecutionSinceWrite runs just before the execution_since key write.
+	FailpointExecutionSinceWrite = "execution_since.write"
+)
+
+// Status is a step's outcome.
+type Status string
+
+const (
+	Applied   Status = "applied"
+	Unchanged Status = "unchanged"
+	Skipped   Status = "skipped"
+	Failed    Status = "failed"
+)
+
+// Step is one step's outcome.
+type Step struct {
+	Name       string `json:"name"`
+	Status     Status `json:"status"`
+	Statements int    `json:"statements"`
+	Detail     string `json:"detail,omitempty"`
+	// Rows is the number of rows a step wrote, where that means something.
+	Rows     *int64        `json:"rows,omitempty"`
+	Duration time.Duration `json:"-"`
+	Err      error         `json:"-"`
+}
+
+// Report is what one Reconcile did.
+type Report struct {
+	Dialect  dialect.Dialect `json:"dialect"`
+	Steps    []Step          `json:"steps"`
+	EndState EndState        `json:"end_state"`
+	Keys     keys.Set        `json:"keys"`
+}
+
+// ErrStepFailed is wrapped by Reconcile's error when any step failed.
+var ErrStepFailed = errors.New("reconcile: step failed")
+
+// Step returns the named step, or nil.
+func (r *Report) Step(name string) *Step {
+	for i := range r.Steps {
+		if r.Steps[i].Name == name {
+			return &r.Steps[i]
+		}
+	}
+	return nil
+}
+
+// Err is nil when no step failed, else an error wrapping ErrStepFailed that
+// names every failed step.
+func (r *Report) Err() error {
+	var msgs []string
+	for _, s := range r.Steps {
+		if s.Status == Failed {
+			msgs = append(msgs, fmt.Sprintf("%s: %s", s.Name, s.Detail))
+		}
+	}
+	if len(msgs) == 0 {
+		return nil
+	}
+	return fmt.Errorf("%w: %s", ErrStepFailed, strings.Join(msgs, "; "))
+}
+
+// Option configures Reconcile, Plan and Observe.
+type Option func(*options)
+
+type options struct {
+	dialect        dialect.Dialect
+	schemaFile     string
+	logger         *slog.Logger
+	lockWait       time.Duration
+	ddlLockTimeout time.Duration
+	failpoint      func(string) error
+	progress       func(Progress)
+}
+
+// Progress is reported while a long step runs.
+type Progress struct {
+	Step    string
+	Message string
+	Elapsed time.Duration
+}
+
+// WithDialect overrides driver-based dialect detection.
+func WithDialect(d dialect.Dialect) Option { return func(o *options) { o.dialect = d } }
+
+// WithSchemaFile reads the declared shape from path instead of the built-in schema.hcl.
+func WithSchemaFile(path string) Option { return func(o *options) { o.schemaFile = path } }
+
+// WithLogger sets the structured logger (default slog.Default()).
+func WithLogger(l *slog.Logger) Option { return func(o *options) { o.logger = l } }
+
+// WithLockWait bounds how long a reconcile waits for another replica's lock (default 60s).
+func WithLockWait(d time.Duration) Option { return func(o *options) { o.lockWait = d } }
+
+// WithDDLLockTimeout bounds how long a PostgreSQL DDL statement waits for its
+// table lock (default 5s).
+func WithDDLLockTimeout(d time.Duration) Option { return func(o *options) { o.ddlLockTimeout = d } }
+
+// WithFailpoint installs fn, called at each named failpoint.
+func WithFailpoint(fn func(point string) error) Option { return func(o *options) { o.failpoint = fn } }
+
+// WithProgress installs fn, called as long steps progress.
+func WithProgress(fn func(Progress)) Option { return func(o *options) { o.progress = fn } }
+
+func newOptions(db *sql.DB, opts []Option) (*options, error) {
+	o := &options{logger: slog.Default(), lockWait: 60 * time.Second, ddlLockTimeout: 5 * time.Second}
+	for _, opt := range opts {
+		opt(o)
+	}
+	if o.dialect == "" {
+		d, err := dialect.Detect(db)
+		if err != nil {
+			return nil, err
+		}
+		o.dialect = d
+	}
+	return o, nil
+}
+
+func (o *options) fail(point string) error {
+	if o.failpoint == nil {
+		return nil
+	}
+	return o.failpoint(point)
+}
+
+// session is one reconcile's hold on the database: the cross-replica lock and
+// a per-step transaction scope. sqlite.go and postgres.go implement it.
+type session interface {
+	querier() dialect.Querier
+	begin(ctx context.Context, step string) (dialect.Querier, error)
+	end(ctx context.Context, ok bool) error
+	close(ctx context.Context) error
+	abort()
+}
+
+func openSession(ctx context.Context, db *sql.DB, o *options) (session, error) {
+	if o.dialect == dialect.Postgres {
+		return openPostgres(ctx, db, o)
+	}
+	return openSQLite(ctx, db, o)
+}
+
+func atlasDriver(d dialect.Dialect, q dialect.Querier) (migrate.Driver, error) {
+	if d == dialect.Postgres {
+		return postgres.Open(q)
+	}
+	return sqlite.Open(q)
+}
+
+func schemaName(ctx context.Context, d dialect.Dialect, q dialect.Querier) (string, error) {
+	if d == dialect.SQLite {
+		return "main", nil
+	}
+	var s string
+	err := q.QueryRowContext(ctx, "SELECT current_schema()").Scan(&s)
+	return s, err
+}
+
+// run carries one Reconcile's state through its steps.
+type run struct {
+	o      *options
+	sess   session
+	decl   *Declaration
+	schema string
+	rep    *Report
+}
+
+// Reconcile brings the declared tables to their declared shape, writes
+// subagent_context_execution_since from the observed end state, and runs the
+// guarded backfill. It never panics on database errors and never leaves a
+// partial change: the returned Report describes every step, and the error
+// (wrapping ErrStepFailed) is for logging — the host's boot goes on.
+func Reconcile(ctx context.Context, db *sql.DB, opts ...Option) (*Report, error) {
+	o, err := newOptions(db, opts)
+	if err != nil {
+		return &Report{}, err
+	}
+	r := &run{o: o, rep: &Report{Dialect: o.dialect}}
+	r.steps(ctx, db)
+	return r.rep, r.rep.Err()
+}
+
+func (r *run) steps(ctx context.Context, db *sql.DB) {
+	start := time.Now()
+	sess, err := openSession(ctx, db, r.o)
+	if err != nil {
+		r.record(Step{Name: StepLock, Status: Failed, Detail: err.Error(), Err: err, Duration: time.Since(start)})
+		r.skipRest(StepHostTables, "lock not acquired")
+		return
+	}
+	r.sess = sess
+	r.record(Step{Name: StepLock, Status: Applied, Detail: fmt.Sprintf("acquired in %s", time.Since(start).Round(time.Millisecond)), Duration: time.Since(start)})
+
+	if !r.prepare(ctx) {
+		sess.abort()
+		return
+	}
+	r.step(ctx, StepShape, r.shape)
+	r.step(ctx, StepExecutionSince, r.executionSince)
+	r.step(ctx, StepBackfill, r.backfill)
+
+	if err := sess.close(ctx); err != nil {
+		// SQLite commits every step at once; if that fails nothing was kept.
+		for i := range r.rep.Steps {
+			if s := &r.rep.Steps[i]; s.Status == Applied && s.Name != StepLock {
+				s.Status, s.Detail, s.Err = Failed, "commit failed: "+err.Error(), err
+				r.warn(s.Name, err)
+			}
+		}
+	}
+	if ks, err := keys.Read(ctx, db, r.o.dialect); err == nil {
+		r.rep.Keys = ks
+	}
+}
+
+// prepare loads the declaration and checks the host tables exist.
+func (r *run) prepare(ctx context.Context) bool {
+	q := r.sess.querier()
+	name, err := schemaName(ctx, r.o.dialect, q)
+	if err == nil {
+		r.schema = name
+		r.decl, err = LoadDeclaration(r.o.schemaFile, r.o.dialect, name)
+	}
+	if err != nil {
+		r.record(Step{Name: StepHostTables, Status: Failed, Detail: err.Error(), Err: err})
+		r.skipRest(StepShape, "declaration not loaded")
+		return false
+	}
+	missing, err := missingTables(ctx, r.o.dialect, q, r.decl.HostTables())
+	if err == nil && len(missing) > 0 {
+		err = fmt.Errorf("host tables missing: %s (schemastate never creates host tables; testdata/host has a fixture)", strings.Join(missing, ", "))
+	}
+	if err != nil {
+		r.record(Step{Name: StepHostTables, Status: Failed, Detail: err.Error(), Err: err})
+		r.skipRest(StepShape, "host tables missing")
+		return false
+	}
+	r.record(Step{Name: StepHostTables, Status: Unchanged, Detail: "present: " + strings.Join(r.decl.HostTables(), ", ")})
+	return true
+}
+
+// step runs fn inside its own rollback scope and records the outcome.
+func (r *run) step(ctx context.Context, name string, fn func(context.Context, dialect.Querier) Step) {
+	start := time.Now()
+	q, err := r.sess.begin(ctx, name)
+	if err != nil {
+		r.record(Step{Name: name, Status: Failed, Detail: err.Error(), Err: err})
+		return
+	}
+	s := fn(ctx, q)
+	s.Name = name
+	s.Duration = time.Since(start)
+	if err := r.sess.end(ctx, s.Status != Failed); err != nil && s.Status != Failed {
+		s.Status, s.Detail, s.Err = Failed, "commit: "+err.Error(), err
+	}
+	r.record(s)
+}
+
+func (r *run) record(s Step) {
+	if s.Status == Failed {
+		r.warn(s.Name, s.Err)
+	} else {
+		r.o.logger.Info("reconcile step", "step", s.Name, "status", string(s.Status), "statements", s.Statements, "detail", s.Detail, "duration", s.Duration)
+	}
+	r.rep.Steps = append(r.rep.Steps, s)
+}
+
+func (r *run) warn(step string, err error) {
+	r.o.logger.Warn("reconcile step failed; the database is unchanged by it and the step is retried next boot",
+		"step", step, "dialect", string(r.o.dialect), "error", err)
+}
+
+func (r *run) skipRest(from, why string) {
+	all := []string{StepLock, StepHostTables, StepShape, StepExecutionSince, StepBackfill}
+	on := false
+	for _, n := range all {
+		if n == from {
+			on = true
+		}
+		if on && r.rep.Step(n) == nil {
+			r.rep.Steps = append(r.rep.Steps, Step{Name: n, Status: Skipped, Detail: why})
+		}
+	}
+}
+
+func failed(err error) Step { return Step{Status: Failed, Detail: err.Error(), Err: err} }
+
+// shape inspects, diffs, plans and applies. On a database already in its
+// declared shape it runs no statement at all.
+func (r *run) shape(ctx context.Context, q dialect.Querier) Step {
+	drv, err := atlasDriver(r.o.dialect, q)
+	if err != nil {
+		return failed(err)
+	}
+	plan, err := planShape(ctx, drv, r.o.dialect, q, r.decl, r.schema)
+	if err != nil {
+		return failed(err)
+	}
+	if refused := plan.Refused(); len(refused) > 0 {
+		return failed(fmt.Errorf("refused destructive change: %s", strings.Join(refused, "; ")))
+	}
+	n := 0
+	var did []string
+	for _, tp := range plan.tables {
+		if len(tp.Stmts) == 0 {
+			continue
+		}
+		r.progress(StepShape, "applying "+tp.Table)
+		if tp.Rebuild != nil {
+			k, err := tp.Rebuild.apply(ctx, q)
+			n += k
+			if err != nil {
+				return failed(fmt.Errorf("rebuild %s: %w", tp.Table, err))
+			}
+			did = append(did, "rebuilt "+tp.Table)
+			continue
+		}
+		for _, stmt := range tp.Stmts {
+			if _, err := q.ExecContext(ctx, stmt); err != nil {
+				return failed(fmt.Errorf("%s: %s: %w", tp.Table, firstLine(stmt), err))
+			}
+			n++
+		}
+		if tp.Live == nil {
+			did = append(did, "created "+tp.Table)
+		} else {
+			did = append(did, "altered "+tp.Table)
+		}
+	}
+	if err := r.o.fail(FailpointShapeApplied); err != nil {
+		return failed(err)
+	}
+	if n == 0 {
+		return Step{Status: Unchanged, Detail: "declared shape holds"}
+	}
+	return Step{Status: Applied, Statements: n, Detail: strings.Join(did, ", ")}
+}
+
+// executionSince observes AC-33 clauses 1–3 on the live schema and, when they
+// hold, writes subagent_context_execution_since if it is absent (AC-33b). It
+// is never gated on whether a rebuild fired: a fresh table, a table created
+// from nothing, and an amended table whose earlier key write failed all get
+// the key.
+func (r *run) executionSince(ctx context.Context, q dialect.Querier) Step {
+	es, err := r.observe(ctx, q)
+	if err != nil {
+		return failed(err)
+	}
+	r.rep.EndState = es
+	if !es.KeyBearing() {
+		return Step{Status: Skipped, Detail: "AC-33 end state not observed: " + describeMissing(es)}
+	}
+	if err := r.o.fail(FailpointExecutionSinceWrite); err != nil {
+		return failed(err)
+	}
+	wrote, err := keys.WriteOnce(ctx, q, r.o.dialect, keys.ExecutionSince, keys.Now())
+	if err != nil {
+		return failed(err)
+	}
+	if !wrote {
+		return Step{Status: Unchanged, Detail: "key already present"}
+	}
+	return Step{Status: Applied, Statements: 1, Detail: "end state observed; key written"}
+}
+
+func (r *run) observe(ctx context.Context, q dialect.Querier) (EndState, error) {
+	drv, err := atlasDriver(r.o.dialect, q)
+	if err != nil {
+		return EndState{}, err
+	}
+	live, err := inspect(ctx, drv, r.decl, r.schema)
+	if err != nil {
+		return EndState{}, err
+	}
+	lt, _ := live.Table(subagentsTable)
+	return observe(lt, r.decl.Table(subagentsTable)), nil
+}
+
+func describeMissing(es EndState) string {
+	var m []string
+	if !es.ExecutionColumnNotNull {
+		m = append(m, "agent_execution_id NOT NULL column absent")
+	}
+	if !es.ThreeColumnUnique {
+		m = append(m, "UNIQUE(task_session_id, agent_execution_id, tool_call_id) absent")
+	}
+	if !es.TwoColumnUniqueAbsent {
+		m = append(m, "two-column UNIQUE(task_session_id, tool_call_id) still present")
+	}
+	return strings.Join(m, "; ")
+}
+
+// backfill is the last step; it runs only in a pass that observed the AC-33
+// end state (AC-33c).
+func (r *run) backfill(ctx context.Context, q dialect.Querier) Step {
+	if !r.rep.EndState.KeyBearing() {
+		return Step{Status: Skipped, Detail: "AC-33c: end state not observed in this pass; retried next boot"}
+	}
+	return Step{Status: Skipped, Detail: "backfill not built yet"}
+}
+
+func (r *run) progress(step, msg string) {
+	if r.o.progress != nil {
+		r.o.progress(Progress{Step: step, Message: msg})
+	}
+}
+
+func missingTables(ctx context.Context, d dialect.Dialect, q dialect.Querier, names []string) ([]string, error) {
+	var missing []string
+	for _, n := range names {
+		var query string
+		if d == dialect.Postgres {
+			query = `SELECT COUNT(*) FROM information_schema.tables WHERE table_schema = current_schema() AND table_name = $1`
+		} else {
+			query = `SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND name = ?`
+		}
+		var c int
+		if err := q.QueryRowContext(ctx, query, n).Scan(&c); err != nil {
+			return nil, err
+		}
+		if c == 0 {
+			missing = append(missing, n)
+		}
+	}
+	return missing, nil
+}
+
+// Plan is the dry run of the shape step: what Reconcile would execute now.
+// It takes no lock and changes nothing.
+func Plan(ctx context.Context, db *sql.DB, opts ...Option) (*ShapePlan, error) {
+	o, err := newOptions(db, opts)
+	if err != nil {
+		return nil, err
+	}
+	name, err := schemaName(ctx, o.dialect, db)
+	if err != nil {
+		return nil, err
+	}
+	decl, err := LoadDeclaration(o.schemaFile, o.dialect, name)
+	if err != nil {
+		return nil, err
+	}
+	drv, err := atlasDriver(o.dialect, db)
+	if err != nil {
+		return nil, err
+	}
+	return planShape(ctx, drv, o.dialect, db, decl, name)
+}

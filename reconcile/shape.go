@@ -1,0 +1,223 @@
+package reconcile
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+
+	"ariga.io/atlas/sql/migrate"
+	"ariga.io/atlas/sql/schema"
+
+	"github.com/schemastate/schemastate/dialect"
+)
+
+// tablePlan is what the shape step would do to one owned table.
+type tablePlan struct {
+	Table   string
+	Live    *schema.Table // nil when the table does not exist yet
+	Want    *schema.Table
+	Changes []schema.Change
+	// Refused names each change that would destroy data; a table with any
+	// refused change is left exactly as it is.
+	Refused []string
+	// Stmts is the plan to execute, in order. For a SQLite rebuild it is the
+	// copy-path sequence, which apply runs with its own row-count check.
+	Stmts   []string
+	Rebuild *rebuild
+}
+
+// ShapePlan is the dry-run result of the shape step.
+type ShapePlan struct {
+	tables []*tablePlan
+}
+
+// Statements lists every statement the shape step would run, in order.
+func (p *ShapePlan) Statements() []string {
+	var out []string
+	for _, t := range p.tables {
+		if len(t.Refused) == 0 {
+			out = append(out, t.Stmts...)
+		}
+	}
+	return out
+}
+
+// Refused lists the destructive changes the shape step refuses, each naming
+// its table.
+func (p *ShapePlan) Refused() []string {
+	var out []string
+	for _, t := range p.tables {
+		out = append(out, t.Refused...)
+	}
+	return out
+}
+
+// inspect reads the live shape of the owned tables only. A table that does
+// not exist is simply absent from the result.
+func inspect(ctx context.Context, drv migrate.Driver, decl *Declaration, schemaName string) (*schema.Schema, error) {
+	names := make([]string, len(decl.Owned))
+	for i, t := range decl.Owned {
+		names[i] = t.Name
+	}
+	s, err := drv.InspectSchema(ctx, schemaName, &schema.InspectOptions{Tables: names})
+	if schema.IsNotExistError(err) {
+		return schema.New(schemaName), nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("inspect %s: %w", strings.Join(names, ", "), err)
+	}
+	return s, nil
+}
+
+// planShape inspects, diffs and plans every owned table. It executes nothing.
+func planShape(ctx context.Context, drv migrate.Driver, d dialect.Dialect, q dialect.Querier, decl *Declaration, schemaName string) (*ShapePlan, error) {
+	live, err := inspect(ctx, drv, decl, schemaName)
+	if err != nil {
+		return nil, err
+	}
+	plan := &ShapePlan{}
+	for _, want := range decl.Owned {
+		tp := &tablePlan{Table: want.Name, Want: want}
+		plan.tables = append(plan.tables, tp)
+		lt, ok := live.Table(want.Name)
+		if !ok {
+			tp.Changes = []schema.Change{&schema.AddTable{T: want}}
+			if tp.Stmts, err = render(ctx, drv, tp.Changes); err != nil {
+				return nil, fmt.Errorf("plan %s: %w", want.Name, err)
+			}
+			continue
+		}
+		tp.Live = lt
+		normalizeLive(d, lt, want)
+		changes, err := drv.TableDiff(lt, want)
+		if err != nil {
+			return nil, fmt.Errorf("diff %s: %w", want.Name, err)
+		}
+		if len(changes) == 0 {
+			continue
+		}
+		tp.Changes = changes
+		for _, c := range changes {
+			if why, bad := destructive(c); bad {
+				tp.Refused = append(tp.Refused, fmt.Sprintf("%s: %s (%s)", want.Name, why, decl.File))
+			}
+		}
+		if len(tp.Refused) > 0 {
+			continue
+		}
+		if d == dialect.SQLite && needsCopy(changes) {
+			if tp.Rebuild, err = planRebuild(ctx, drv, q, lt, want); err != nil {
+				return nil, fmt.Errorf("plan rebuild of %s: %w", want.Name, err)
+			}
+			tp.Stmts = tp.Rebuild.statements()
+			continue
+		}
+		if tp.Stmts, err = render(ctx, drv, []schema.Change{&schema.ModifyTable{T: want, Changes: changes}}); err != nil {
+			return nil, fmt.Errorf("plan %s: %w", want.Name, err)
+		}
+	}
+	return plan, nil
+}
+
+// render asks Atlas for the SQL of a change set.
+func render(ctx context.Context, drv migrate.Driver, changes []schema.Change) ([]string, error) {
+	p, err := drv.PlanChanges(ctx, "shape", changes)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]string, len(p.Changes))
+	for i, c := range p.Changes {
+		out[i] = c.Cmd
+	}
+	return out, nil
+}
+
+// destructive reports changes that would destroy data. They are refused at
+// boot and reported by name; nothing the declaration merely dropped is ever
+// dropped from a live database.
+func destructive(c schema.Change) (string, bool) {
+	switch c := c.(type) {
+	case *schema.DropTable:
+		return "would drop table " + c.T.Name, true
+	case *schema.DropColumn:
+		return "would drop column " + c.C.Name, true
+	case *schema.ModifyColumn:
+		if c.Change.Is(schema.ChangeType) && !widens(c.From.Type.Type, c.To.Type.Type) {
+			return fmt.Sprintf("would change column %s from %s to %s", c.From.Name, typeName(c.From.Type.Type), typeName(c.To.Type.Type)), true
+		}
+	}
+	return "", false
+}
+
+// widens reports a type change every stored value survives unchanged.
+func widens(from, to schema.Type) bool {
+	rank := func(t schema.Type) int {
+		it, ok := t.(*schema.IntegerType)
+		if !ok {
+			return 0
+		}
+		switch strings.ToLower(it.T) {
+		case "smallint", "int2":
+			return 1
+		case "integer", "int", "int4":
+			return 2
+		case "bigint", "int8":
+			return 3
+		}
+		return 0
+	}
+	if rf, rt := rank(from), rank(to); rf > 0 && rt > 0 {
+		return rt >= rf
+	}
+	if st, ok := to.(*schema.StringType); ok && strings.EqualFold(st.T, "text") {
+		_, fromString := from.(*schema.StringType)
+		return fromString
+	}
+	return false
+}
+
+func typeName(t schema.Type) string {
+	switch t := t.(type) {
+	case *schema.IntegerType:
+		return t.T
+	case *schema.StringType:
+		return t.T
+	case *schema.TimeType:
+		return t.T
+	}
+	return fmt.Sprintf("%T", t)
+}
+
+// IndexSet describes a table's indexes as sorted "name unique(cols)" lines,
+// for comparing a migrated database with a fresh one (AC-33 clause 4). The
+// primary key is not an index here; unique constraints are.
+func IndexSet(t *schema.Table) []string {
+	if t == nil {
+		return nil
+	}
+	var out []string
+	for _, idx := range t.Indexes {
+		var cols []string
+		for _, p := range idx.Parts {
+			c := "?"
+			switch {
+			case p.C != nil:
+				c = p.C.Name
+			case p.X != nil:
+				c = fmt.Sprintf("%v", p.X)
+			}
+			if p.Desc {
+				c += " DESC"
+			}
+			cols = append(cols, c)
+		}
+		kind := "index"
+		if idx.Unique {
+			kind = "unique"
+		}
+		out = append(out, fmt.Sprintf("%s %s(%s)", idx.Name, kind, strings.Join(cols, ", ")))
+	}
+	sort.Strings(out)
+	return out
+}

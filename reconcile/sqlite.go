@@ -1,0 +1,314 @@
+package reconcile
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"strings"
+	"time"
+
+	"ariga.io/atlas/sql/migrate"
+	"ariga.io/atlas/sql/schema"
+
+	"github.com/schemastate/schemastate/dialect"
+)
+
+// SQLite: the lock is SQLite's own write lock. The whole reconcile runs on one
+// pinned connection inside one BEGIN IMMEDIATE transaction, each step inside a
+// SAVEPOINT, so a failed step rolls back to exactly the state before it and a
+// crash at any instant commits nothing. Foreign keys are switched off on that
+// connection BEFORE the transaction (the pragma is a no-op inside one) and
+// verified off: with them on, the rebuild's DROP TABLE would fire ON DELETE
+// CASCADE in every referencing table and silently delete their rows.
+
+type sqliteSession struct {
+	conn    *sql.Conn
+	fkWasOn bool
+	step    string
+}
+
+func openSQLite(ctx context.Context, db *sql.DB, o *options) (*sqliteSession, error) {
+	conn, err := db.Conn(ctx)
+	if err != nil {
+		return nil, err
+	}
+	s := &sqliteSession{conn: conn}
+	var fk int
+	if err := conn.QueryRowContext(ctx, "PRAGMA foreign_keys").Scan(&fk); err != nil {
+		conn.Close()
+		return nil, err
+	}
+	s.fkWasOn = fk == 1
+	for _, stmt := range []string{
+		"PRAGMA foreign_keys = OFF",
+		fmt.Sprintf("PRAGMA busy_timeout = %d", o.lockWait.Milliseconds()),
+	} {
+		if _, err := conn.ExecContext(ctx, stmt); err != nil {
+			s.release(ctx)
+			return nil, err
+		}
+	}
+	if err := conn.QueryRowContext(ctx, "PRAGMA foreign_keys").Scan(&fk); err != nil || fk != 0 {
+		s.release(ctx)
+		return nil, fmt.Errorf("could not switch foreign keys off on the reconcile connection (foreign_keys=%d, %v)", fk, err)
+	}
+	start := time.Now()
+	if _, err := conn.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
+		s.release(ctx)
+		return nil, fmt.Errorf("take the write lock (waited %s): %w", time.Since(start).Round(time.Millisecond), err)
+	}
+	return s, nil
+}
+
+func (s *sqliteSession) querier() dialect.Querier { return s.conn }
+
+func (s *sqliteSession) begin(ctx context.Context, step string) (dialect.Querier, error) {
+	s.step = savepointName(step)
+	if _, err := s.conn.ExecContext(ctx, "SAVEPOINT "+s.step); err != nil {
+		return nil, err
+	}
+	return s.conn, nil
+}
+
+func (s *sqliteSession) end(ctx context.Context, ok bool) error {
+	if !ok {
+		if _, err := s.conn.ExecContext(ctx, "ROLLBACK TO "+s.step); err != nil {
+			return err
+		}
+	}
+	_, err := s.conn.ExecContext(ctx, "RELEASE "+s.step)
+	return err
+}
+
+func (s *sqliteSession) close(ctx context.Context) error {
+	_, err := s.conn.ExecContext(ctx, "COMMIT")
+	if err != nil {
+		_, _ = s.conn.ExecContext(context.Background(), "ROLLBACK")
+	}
+	s.release(ctx)
+	return err
+}
+
+func (s *sqliteSession) abort() {
+	_, _ = s.conn.ExecContext(context.Background(), "ROLLBACK")
+	s.release(context.Background())
+}
+
+func (s *sqliteSession) release(ctx context.Context) {
+	if s.fkWasOn {
+		_, _ = s.conn.ExecContext(context.Background(), "PRAGMA foreign_keys = ON")
+	}
+	s.conn.Close()
+}
+
+func savepointName(step string) string { return "schemastate_" + strings.ReplaceAll(step, "-", "_") }
+
+// normalizeLive removes differences that are spellings of the same shape, so
+// an equivalent live table plans no change (and runs no DDL).
+func normalizeLive(d dialect.Dialect, live, want *schema.Table) {
+	if d != dialect.SQLite {
+		return
+	}
+	// A non-INTEGER PRIMARY KEY column declared without NOT NULL inspects as
+	// nullable; the declaration spells it NOT NULL.
+	if live.PrimaryKey != nil {
+		for _, p := range live.PrimaryKey.Parts {
+			if p.C != nil {
+				if wc, ok := want.Column(p.C.Name); ok && !wc.Type.Null {
+					p.C.Type.Null = false
+				}
+			}
+		}
+	}
+	// An inline UNIQUE (…) constraint inspects as sqlite_autoindex_T_N; it is
+	// the same uniqueness as a declared unique index over the same columns.
+	for _, idx := range live.Indexes {
+		if !idx.Unique || !strings.HasPrefix(idx.Name, "sqlite_autoindex_") {
+			continue
+		}
+		for _, w := range want.Indexes {
+			if w.Unique && sameColumns(idx, w) {
+				idx.Name = w.Name
+				idx.Attrs = nil
+			}
+		}
+	}
+}
+
+func sameColumns(a, b *schema.Index) bool {
+	if len(a.Parts) != len(b.Parts) {
+		return false
+	}
+	for i := range a.Parts {
+		if a.Parts[i].C == nil || b.Parts[i].C == nil || a.Parts[i].C.Name != b.Parts[i].C.Name {
+			return false
+		}
+	}
+	return true
+}
+
+// needsCopy reports whether SQLite can only make these changes by rebuilding
+// the table. ALTER TABLE handles adding a nullable-or-defaulted column and
+// adding or dropping a named index; everything else — a changed or dropped
+// autoindex (an inline constraint cannot be dropped), a changed column, a key
+// or foreign-key change — takes the copy path.
+func needsCopy(changes []schema.Change) bool {
+	for _, c := range changes {
+		switch c := c.(type) {
+		case *schema.AddColumn:
+			if !c.C.Type.Null && c.C.Default == nil {
+				return true
+			}
+		case *schema.AddIndex:
+		case *schema.DropIndex:
+			if strings.HasPrefix(c.I.Name, "sqlite_autoindex_") {
+				return true
+			}
+		default:
+			return true
+		}
+	}
+	return false
+}
+
+// rebuild is SQLite's documented table rebuild ("Making Other Kinds Of Table
+// Schema Changes"): create the new table, copy every row with an explicit
+// column list, drop the old table, rename the new one into place, recreate
+// the declared indexes and any triggers the old table carried.
+type rebuild struct {
+	table    string
+	tmp      string
+	create   []string
+	copy     string
+	indexes  []string
+	triggers []string
+	// refs are the tables whose foreign keys reference the rebuilt table.
+	refs []string
+}
+
+func (r *rebuild) statements() []string {
+	out := append([]string{}, r.create...)
+	out = append(out, r.copy,
+		"DROP TABLE "+dialect.QuoteIdent(r.table),
+		"ALTER TABLE "+dialect.QuoteIdent(r.tmp)+" RENAME TO "+dialect.QuoteIdent(r.table))
+	out = append(out, r.indexes...)
+	return append(out, r.triggers...)
+}
+
+func planRebuild(ctx context.Context, drv migrate.Driver, q dialect.Querier, live, want *schema.Table) (*rebuild, error) {
+	r := &rebuild{table: want.Name, tmp: "schemastate_new_" + want.Name}
+	tmp := *want
+	tmp.Name = r.tmp
+	tmp.Indexes = nil
+	var err error
+	if r.create, err = render(ctx, drv, []schema.Change{&schema.AddTable{T: &tmp}}); err != nil {
+		return nil, err
+	}
+	// Explicit column copy: every declared column that exists live keeps its
+	// stored value byte for byte; a new column takes its declared DEFAULT
+	// ('unknown' for agent_execution_id, AC-33 clause 5).
+	var cols []string
+	for _, c := range want.Columns {
+		if _, ok := live.Column(c.Name); ok {
+			cols = append(cols, dialect.QuoteIdent(c.Name))
+		}
+	}
+	list := strings.Join(cols, ", ")
+	r.copy = fmt.Sprintf("INSERT INTO %s (%s) SELECT %s FROM %s", dialect.QuoteIdent(r.tmp), list, list, dialect.QuoteIdent(want.Name))
+	for _, idx := range want.Indexes {
+		s, err := render(ctx, drv, []schema.Change{&schema.ModifyTable{T: want, Changes: []schema.Change{&schema.AddIndex{I: idx}}}})
+		if err != nil {
+			return nil, err
+		}
+		r.indexes = append(r.indexes, s...)
+	}
+	if r.triggers, err = queryStrings(ctx, q, `SELECT sql FROM sqlite_master WHERE type = 'trigger' AND tbl_name = ? AND sql IS NOT NULL ORDER BY name`, want.Name); err != nil {
+		return nil, err
+	}
+	if r.refs, err = queryStrings(ctx, q, `SELECT DISTINCT m.name FROM sqlite_master m, pragma_foreign_key_list(m.name) f WHERE m.type = 'table' AND f."table" = ? ORDER BY m.name`, want.Name); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+// apply runs the rebuild and refuses to let it commit unless every row was
+// copied and no foreign-key violation appeared.
+func (r *rebuild) apply(ctx context.Context, q dialect.Querier) (int, error) {
+	before, err := r.fkViolations(ctx, q)
+	if err != nil {
+		return 0, err
+	}
+	var rows int64
+	if err := q.QueryRowContext(ctx, "SELECT COUNT(*) FROM "+dialect.QuoteIdent(r.table)).Scan(&rows); err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, stmt := range r.statements() {
+		res, err := q.ExecContext(ctx, stmt)
+		if err != nil {
+			return n, fmt.Errorf("%s: %w", firstLine(stmt), err)
+		}
+		n++
+		if stmt == r.copy {
+			if copied, err := res.RowsAffected(); err != nil || copied != rows {
+				return n, fmt.Errorf("rebuild of %s copied %d of %d rows (%v)", r.table, copied, rows, err)
+			}
+		}
+	}
+	after, err := r.fkViolations(ctx, q)
+	if err != nil {
+		return n, err
+	}
+	if after > before {
+		return n, fmt.Errorf("rebuild of %s introduced %d foreign-key violations", r.table, after-before)
+	}
+	return n, nil
+}
+
+// fkViolations counts foreign_key_check rows for the rebuilt table and every
+// table that references it.
+func (r *rebuild) fkViolations(ctx context.Context, q dialect.Querier) (int, error) {
+	total := 0
+	for _, t := range append([]string{r.table}, r.refs...) {
+		rows, err := q.QueryContext(ctx, "PRAGMA foreign_key_check("+dialect.QuoteIdent(t)+")")
+		if err != nil {
+			return 0, err
+		}
+		for rows.Next() {
+			total++
+		}
+		err = rows.Err()
+		rows.Close()
+		if err != nil {
+			return 0, err
+		}
+	}
+	return total, nil
+}
+
+func queryStrings(ctx context.Context, q dialect.Querier, query string, args ...any) ([]string, error) {
+	rows, err := q.QueryContext(ctx, query, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var s string
+		if err := rows.Scan(&s); err != nil {
+			return nil, err
+		}
+		out = append(out, s)
+	}
+	return out, rows.Err()
+}
+
+func firstLine(s string) string {
+	if i := strings.IndexAny(s, "(\n"); i > 0 && i < 80 {
+		return strings.TrimSpace(s[:i])
+	}
+	if len(s) > 80 {
+		return s[:80] + "…"
+	}
+	return s
+}
