@@ -4,8 +4,11 @@
 package schemastate
 
 import (
+	"context"
+	"database/sql"
 	"embed"
 	"fmt"
+	"strings"
 )
 
 // SchemaHCL is the declared shape (schema.hcl), as built into this binary.
@@ -13,23 +16,62 @@ import (
 //go:embed schema.hcl
 var SchemaHCL []byte
 
-//go:embed testdata/host/*.sql testdata/legacy/*.sql
+//go:embed testdata/host/*.sql testdata/legacy/*.sql testdata/demo/*.sql
 var fixtures embed.FS
 
 // HostFixture returns the minimal host tables (task_sessions,
 // task_session_turns, task_session_messages, kandev_meta) for a dialect
 // ("sqlite" or "postgres"). It exists for tests and demos: these tables belong
 // to the host and are never created by a reconcile.
-func HostFixture(dialect string) (string, error) { return fixture("host", dialect) }
+func HostFixture(dialect string) (string, error) { return fixture("testdata/host/" + dialect + ".sql") }
 
 // LegacyFixture returns the pre-amendment task_session_subagents DDL
 // (installed-base state 3) for a dialect.
-func LegacyFixture(dialect string) (string, error) { return fixture("legacy", dialect) }
+func LegacyFixture(dialect string) (string, error) {
+	return fixture("testdata/legacy/" + dialect + ".sql")
+}
 
-func fixture(kind, dialect string) (string, error) {
-	b, err := fixtures.ReadFile("testdata/" + kind + "/" + dialect + ".sql")
+// DemoFixture returns a small pre-amendment store's rows (both dialects).
+func DemoFixture() (string, error) { return fixture("testdata/demo/store.sql") }
+
+func fixture(path string) (string, error) {
+	b, err := fixtures.ReadFile(path)
 	if err != nil {
-		return "", fmt.Errorf("no %s fixture for dialect %q", kind, dialect)
+		return "", fmt.Errorf("no fixture %s", path)
 	}
 	return string(b), nil
+}
+
+// SplitSQL splits a fixture script into statements: on ';' at the end of a
+// line, dropping blank lines and '--' comment lines. Fixture scripts keep
+// every ';' that ends a statement at a line end and none inside literals.
+func SplitSQL(script string) []string {
+	var out, cur []string
+	for _, l := range strings.Split(script, "\n") {
+		s := strings.TrimSpace(l)
+		if s == "" || strings.HasPrefix(s, "--") {
+			continue
+		}
+		cur = append(cur, l)
+		if strings.HasSuffix(s, ";") {
+			stmt := strings.TrimSuffix(strings.TrimSpace(strings.Join(cur, "\n")), ";")
+			out = append(out, stmt)
+			cur = nil
+		}
+	}
+	if len(cur) > 0 {
+		out = append(out, strings.TrimSpace(strings.Join(cur, "\n")))
+	}
+	return out
+}
+
+// ApplyScript runs a fixture script statement by statement, naming the
+// statement that failed.
+func ApplyScript(ctx context.Context, db *sql.DB, script string) error {
+	for i, stmt := range SplitSQL(script) {
+		if _, err := db.ExecContext(ctx, stmt); err != nil {
+			return fmt.Errorf("fixture statement %d (%.60s…): %w", i+1, stmt, err)
+		}
+	}
+	return nil
 }

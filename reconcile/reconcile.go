@@ -123,6 +123,8 @@ type Progress struct {
 	Step    string
 	Message string
 	Elapsed time.Duration
+	// Done marks the last report of a step.
+	Done bool
 }
 
 // WithDialect overrides driver-based dialect detection.

@@ -15,7 +15,6 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
@@ -130,30 +129,10 @@ func redact(dsn string) string {
 // Exec runs a multi-statement SQL script.
 func (db *DB) Exec(t testing.TB, script string) {
 	t.Helper()
-	for _, stmt := range Split(script) {
+	for _, stmt := range schemastate.SplitSQL(script) {
 		_, err := db.DB.Exec(stmt)
 		require.NoError(t, err, "statement: %s", stmt)
 	}
-}
-
-// Split splits a fixture script into statements on ';' at line ends. Fixture
-// scripts keep one statement per ';'-terminated line group and no ';' inside
-// literals.
-func Split(script string) []string {
-	var out []string
-	for _, part := range strings.Split(script, ";") {
-		var lines []string
-		for _, l := range strings.Split(part, "\n") {
-			if s := strings.TrimSpace(l); s == "" || strings.HasPrefix(s, "--") {
-				continue
-			}
-			lines = append(lines, l)
-		}
-		if len(lines) > 0 {
-			out = append(out, strings.Join(lines, "\n"))
-		}
-	}
-	return out
 }
 
 // Host creates the host fixture tables (task_sessions, task_session_turns,

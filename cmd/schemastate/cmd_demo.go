@@ -1,0 +1,77 @@
+package main
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/schemastate/schemastate"
+	"github.com/schemastate/schemastate/reconcile"
+)
+
+func init() {
+	register(&command{name: "demo", summary: "try it: give a store the host fixture (and a pre-amendment store) if it has none, then reconcile", run: runDemo})
+}
+
+// runDemo prepares a store for a first look and runs the boot sequence on it.
+// It only ever creates host tables on a database that has none of them.
+func runDemo(ctx context.Context, e *env, args []string) int {
+	fs := flags(e, "demo", "[--db DSN] [--state legacy|fresh] [--json]")
+	dsn := dbFlag(fs)
+	state := fs.String("state", "legacy", "what to seed when the store has no host tables: legacy (pre-amendment table, rows and keys) or fresh")
+	asJSON := fs.Bool("json", false, "print the reconcile report as one JSON object")
+	if code, ok := parse(fs, args); !ok {
+		return code
+	}
+	if *state != "legacy" && *state != "fresh" {
+		fmt.Fprintf(e.stderr, "schemastate: demo: --state must be legacy or fresh, not %q\n", *state)
+		return exitUsage
+	}
+	db, target, ok := openDB(ctx, e, *dsn)
+	if !ok {
+		return exitUsage
+	}
+	defer db.Close()
+	obs, err := reconcile.Observe(ctx, db)
+	if err != nil {
+		fmt.Fprintf(e.stderr, "schemastate: demo: %v\n", err)
+		return exitUsage
+	}
+	say := func(format string, a ...any) {
+		if !*asJSON {
+			fmt.Fprintf(e.stdout, format+"\n", a...)
+		}
+	}
+	if len(obs.MissingHostTables) == len(obs.HostTables) {
+		scripts := []func() (string, error){func() (string, error) { return schemastate.HostFixture(string(target.Dialect)) }}
+		if *state == "legacy" {
+			scripts = append(scripts,
+				func() (string, error) { return schemastate.LegacyFixture(string(target.Dialect)) },
+				schemastate.DemoFixture)
+		}
+		for _, s := range scripts {
+			script, err := s()
+			if err == nil {
+				err = schemastate.ApplyScript(ctx, db, script)
+			}
+			if err != nil {
+				fmt.Fprintf(e.stderr, "schemastate: demo: %v\n", err)
+				return exitUsage
+			}
+		}
+		say("seeded %s with the host fixture (state: %s)", target.Display, *state)
+	} else if len(obs.MissingHostTables) > 0 {
+		fmt.Fprintf(e.stderr, "schemastate: demo: %s has some host tables but not %v; refusing to seed a partial host\n", target.Display, obs.MissingHostTables)
+		return exitUsage
+	} else {
+		say("%s already has host tables; reconciling it as it is", target.Display)
+	}
+	say("")
+	return runReconcile(ctx, e, append([]string{"--db", *dsn}, jsonArg(*asJSON)...))
+}
+
+func jsonArg(on bool) []string {
+	if on {
+		return []string{"--json"}
+	}
+	return nil
+}

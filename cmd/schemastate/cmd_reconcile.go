@@ -1,0 +1,197 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/schemastate/schemastate/keys"
+	"github.com/schemastate/schemastate/reconcile"
+)
+
+// Exit codes of reconcile and plan.
+const (
+	exitStepFailed     = 3 // reconcile: a step failed; the database is consistent
+	exitChangesPending = 1 // plan: the shape step would change something
+)
+
+func init() {
+	register(&command{name: "reconcile", summary: "bring the declared tables to their shape, write execution_since, run the backfill (the boot sequence)", run: runReconcile})
+	register(&command{name: "plan", summary: "dry run: print the SQL the shape step would run; changes nothing", run: runPlan})
+	register(&command{name: "status", summary: "read-only: activation keys, AC-24c state, AC-33 end state, index sets", run: runStatus})
+}
+
+func runReconcile(ctx context.Context, e *env, args []string) int {
+	fs := flags(e, "reconcile", "[--db DSN] [--schema FILE] [--json]")
+	dsn := dbFlag(fs)
+	schemaFile := fs.String("schema", "", "declared shape to use instead of the built-in schema.hcl")
+	asJSON := fs.Bool("json", false, "print the report as one JSON object")
+	lockWait := fs.Duration("lock-wait", 60*time.Second, "how long to wait for another replica's lock")
+	if code, ok := parse(fs, args); !ok {
+		return code
+	}
+	db, _, ok := openDB(ctx, e, *dsn)
+	if !ok {
+		return exitUsage
+	}
+	defer db.Close()
+	opts := []reconcile.Option{reconcile.WithLogger(e.logger), reconcile.WithLockWait(*lockWait)}
+	if *schemaFile != "" {
+		opts = append(opts, reconcile.WithSchemaFile(*schemaFile))
+	}
+	if !*asJSON {
+		if p := progressPrinter(e); p != nil {
+			opts = append(opts, reconcile.WithProgress(p))
+		}
+	}
+	rep, err := reconcile.Reconcile(ctx, db, opts...)
+	if rep.Dialect == "" {
+		fmt.Fprintf(e.stderr, "schemastate: %v\n", err)
+		return exitUsage
+	}
+	if *asJSON {
+		writeJSON(e.stdout, rep)
+	} else {
+		printReport(e, rep)
+	}
+	if err != nil {
+		return exitStepFailed
+	}
+	return exitOK
+}
+
+func printReport(e *env, rep *reconcile.Report) {
+	for _, s := range rep.Steps {
+		fmt.Fprintf(e.stdout, "%-16s %-9s %3d stmt  %s\n", s.Name, s.Status, s.Statements, s.Detail)
+	}
+	es := rep.EndState
+	fmt.Fprintf(e.stdout, "end state: execution column NOT NULL=%v, three-column UNIQUE=%v, two-column UNIQUE absent=%v, indexes match declaration=%v\n",
+		es.ExecutionColumnNotNull, es.ThreeColumnUnique, es.TwoColumnUniqueAbsent, es.IndexesMatchDeclaration)
+	printKeys(e, rep.Keys)
+}
+
+func printKeys(e *env, k keys.Set) {
+	show := func(v *string) string {
+		switch {
+		case v == nil:
+			return "(absent)"
+		case *v == "":
+			return `"" (nothing to backfill)`
+		}
+		return *v
+	}
+	fmt.Fprintf(e.stdout, "keys: capture_since=%s backfill_through=%s execution_since=%s (%s)\n",
+		show(k.CaptureSince), show(k.BackfillThrough), show(k.ExecutionSince), k.State())
+}
+
+// progressPrinter reports long steps on a terminal, and stays quiet when
+// stderr is not one.
+func progressPrinter(e *env) func(reconcile.Progress) {
+	f, ok := e.stderr.(*os.File)
+	if !ok {
+		return nil
+	}
+	if st, err := f.Stat(); err != nil || st.Mode()&os.ModeCharDevice == 0 {
+		return nil
+	}
+	return func(p reconcile.Progress) {
+		fmt.Fprintf(f, "\r\033[K%s: %s (%s)", p.Step, p.Message, p.Elapsed.Round(100*time.Millisecond))
+		if p.Done {
+			fmt.Fprintln(f)
+		}
+	}
+}
+
+func runPlan(ctx context.Context, e *env, args []string) int {
+	fs := flags(e, "plan", "[--db DSN] [--schema FILE] [--json]")
+	dsn := dbFlag(fs)
+	schemaFile := fs.String("schema", "", "declared shape to use instead of the built-in schema.hcl")
+	asJSON := fs.Bool("json", false, "print {\"statements\":[…],\"refused\":[…]}")
+	if code, ok := parse(fs, args); !ok {
+		return code
+	}
+	db, _, ok := openDB(ctx, e, *dsn)
+	if !ok {
+		return exitUsage
+	}
+	defer db.Close()
+	var opts []reconcile.Option
+	if *schemaFile != "" {
+		opts = append(opts, reconcile.WithSchemaFile(*schemaFile))
+	}
+	plan, err := reconcile.Plan(ctx, db, opts...)
+	if err != nil {
+		fmt.Fprintf(e.stderr, "schemastate: plan: %v\n", err)
+		return exitUsage
+	}
+	stmts, refused := plan.Statements(), plan.Refused()
+	if *asJSON {
+		writeJSON(e.stdout, map[string][]string{"statements": nonNil(stmts), "refused": nonNil(refused)})
+	} else {
+		if len(stmts) == 0 && len(refused) == 0 {
+			fmt.Fprintln(e.stdout, "-- no change: the declared shape holds")
+		}
+		for _, s := range stmts {
+			fmt.Fprintf(e.stdout, "%s;\n", s)
+		}
+		for _, r := range refused {
+			fmt.Fprintf(e.stdout, "-- REFUSED (destroys data, never applied at boot): %s\n", r)
+		}
+	}
+	if len(stmts) > 0 || len(refused) > 0 {
+		return exitChangesPending
+	}
+	return exitOK
+}
+
+func nonNil(s []string) []string {
+	if s == nil {
+		return []string{}
+	}
+	return s
+}
+
+func runStatus(ctx context.Context, e *env, args []string) int {
+	fs := flags(e, "status", "[--db DSN] [--schema FILE] [--json]")
+	dsn := dbFlag(fs)
+	schemaFile := fs.String("schema", "", "declared shape to use instead of the built-in schema.hcl")
+	asJSON := fs.Bool("json", false, "print one JSON object")
+	if code, ok := parse(fs, args); !ok {
+		return code
+	}
+	db, _, ok := openDB(ctx, e, *dsn)
+	if !ok {
+		return exitUsage
+	}
+	defer db.Close()
+	var opts []reconcile.Option
+	if *schemaFile != "" {
+		opts = append(opts, reconcile.WithSchemaFile(*schemaFile))
+	}
+	obs, err := reconcile.Observe(ctx, db, opts...)
+	if err != nil {
+		fmt.Fprintf(e.stderr, "schemastate: status: %v\n", err)
+		return exitUsage
+	}
+	if *asJSON {
+		writeJSON(e.stdout, obs)
+		return exitOK
+	}
+	fmt.Fprintf(e.stdout, "dialect: %s\n", obs.Dialect)
+	if len(obs.MissingHostTables) > 0 {
+		fmt.Fprintf(e.stdout, "host tables missing: %s\n", strings.Join(obs.MissingHostTables, ", "))
+	}
+	printKeys(e, obs.Keys)
+	es := obs.EndState
+	fmt.Fprintf(e.stdout, "end state: execution column NOT NULL=%v, three-column UNIQUE=%v, two-column UNIQUE absent=%v, indexes match declaration=%v\n",
+		es.ExecutionColumnNotNull, es.ThreeColumnUnique, es.TwoColumnUniqueAbsent, es.IndexesMatchDeclaration)
+	for t, idx := range obs.Indexes {
+		fmt.Fprintf(e.stdout, "indexes on %s:\n", t)
+		for _, i := range idx {
+			fmt.Fprintf(e.stdout, "  %s\n", i)
+		}
+	}
+	return exitOK
+}

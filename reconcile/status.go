@@ -1,0 +1,79 @@
+package reconcile
+
+import (
+	"context"
+	"database/sql"
+
+	"github.com/schemastate/schemastate/dialect"
+	"github.com/schemastate/schemastate/keys"
+)
+
+// Observation is a read-only look at an installation: what `schemastate
+// status` prints and what CI compares between a fresh and a migrated store.
+type Observation struct {
+	Dialect dialect.Dialect `json:"dialect"`
+	Keys    keys.Set        `json:"keys"`
+	// State is the AC-24c classification.
+	State    keys.State `json:"state"`
+	EndState EndState   `json:"end_state"`
+	// Indexes maps each owned table to its live index set (IndexSet form);
+	// a table that does not exist is absent.
+	Indexes map[string][]string `json:"indexes"`
+	// HostTables names the host tables this module needs; MissingHostTables
+	// those of them it cannot find.
+	HostTables        []string `json:"host_tables"`
+	MissingHostTables []string `json:"missing_host_tables"`
+}
+
+// Observe inspects the declared tables and reads the keys. It takes no lock
+// and changes nothing.
+func Observe(ctx context.Context, db *sql.DB, opts ...Option) (*Observation, error) {
+	o, err := newOptions(db, opts)
+	if err != nil {
+		return nil, err
+	}
+	name, err := schemaName(ctx, o.dialect, db)
+	if err != nil {
+		return nil, err
+	}
+	decl, err := LoadDeclaration(o.schemaFile, o.dialect, name)
+	if err != nil {
+		return nil, err
+	}
+	obs := &Observation{Dialect: o.dialect, Indexes: map[string][]string{}, HostTables: decl.HostTables()}
+	if obs.MissingHostTables, err = missingTables(ctx, o.dialect, db, decl.HostTables()); err != nil {
+		return nil, err
+	}
+	if obs.MissingHostTables == nil {
+		obs.MissingHostTables = []string{}
+	}
+	drv, err := atlasDriver(o.dialect, db)
+	if err != nil {
+		return nil, err
+	}
+	live, err := inspect(ctx, drv, decl, name)
+	if err != nil {
+		return nil, err
+	}
+	for _, t := range live.Tables {
+		obs.Indexes[t.Name] = IndexSet(t)
+	}
+	lt, _ := live.Table(subagentsTable)
+	obs.EndState = observe(lt, decl.Table(subagentsTable))
+	if !contains(obs.MissingHostTables, keys.MetaTable) {
+		if obs.Keys, err = keys.Read(ctx, db, o.dialect); err != nil {
+			return nil, err
+		}
+	}
+	obs.State = obs.Keys.State()
+	return obs, nil
+}
+
+func contains(xs []string, s string) bool {
+	for _, x := range xs {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
