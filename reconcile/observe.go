@@ -8,10 +8,10 @@ import (
 
 // The table, key and columns AC-33 speaks about.
 const (
-	subagentsTable   = "task_session_subagents"
-	executionColumn  = "agent_execution_id"
-	sessionColumn    = "task_session_id"
-	toolCallColumn   = "tool_call_id"
+	subagentsTable  = "task_session_subagents"
+	executionColumn = "agent_execution_id"
+	sessionColumn   = "task_session_id"
+	toolCallColumn  = "tool_call_id"
 )
 
 // EndState is AC-33's end state as observed on the live schema. Clauses 1–3

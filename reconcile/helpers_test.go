@@ -1,0 +1,121 @@
+package reconcile_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/schemastate/schemastate/dialect"
+	"github.com/schemastate/schemastate/internal/dbtest"
+	"github.com/schemastate/schemastate/keys"
+	"github.com/schemastate/schemastate/reconcile"
+)
+
+var ctx = context.Background()
+
+// legacyColumns are the pre-amendment table's columns.
+var legacyColumns = []string{"id", "task_session_id", "task_id", "turn_id", "tool_call_id", "parent_tool_call_id",
+	"subagent_type", "description", "agent_id", "child_session_id", "model", "agent_status", "tool_status",
+	"is_async", "total_tokens", "tool_use_count", "duration_ms", "source", "observed_at", "settled_at", "updated_at"}
+
+// seedLegacy fills a pre-amendment table with rows that exercise every kind
+// of value a rebuild could disturb: timestamps at several precisions and
+// offsets, NULL metrics, a reported zero, both sources, a nested invocation.
+func seedLegacy(t *testing.T, db *dbtest.DB) {
+	t.Helper()
+	db.Exec(t, `INSERT INTO task_sessions (id, task_id) VALUES ('s1', 'k1');
+INSERT INTO task_sessions (id, task_id) VALUES ('s2', 'k2');
+INSERT INTO task_session_subagents (id, task_session_id, task_id, turn_id, tool_call_id, parent_tool_call_id, subagent_type, description, agent_id, child_session_id, model, agent_status, tool_status, is_async, total_tokens, tool_use_count, duration_ms, source, observed_at, settled_at, updated_at)
+ VALUES ('r1', 's1', 'k1', 't1', 'toolu_1', NULL, 'security-reviewer', 'Review', 'a1', NULL, 'claude-opus-5[1m]', 'completed', 'completed', 0, 275717, 0, 81234, 'live', '2026-07-30 01:39:37.271235+00:00', '2026-07-30 01:41:02.5+00:00', '2026-07-30 01:41:02.5+00:00');
+INSERT INTO task_session_subagents (id, task_session_id, task_id, turn_id, tool_call_id, subagent_type, agent_id, model, agent_status, tool_status, is_async, source, observed_at, updated_at)
+ VALUES ('r2', 's1', 'k1', 't1', 'toolu_2', 'perf', 'a2', 'claude-opus-5[1m]', 'async_launched', 'completed', 1, 'backfill', '2026-07-30 01:39:37+00:00', '2026-07-30 01:39:38.000001+00:00');
+INSERT INTO task_session_subagents (id, task_session_id, task_id, turn_id, tool_call_id, parent_tool_call_id, child_session_id, agent_status, tool_status, source, observed_at, updated_at)
+ VALUES ('r3', 's2', 'k2', NULL, 'toolu_3', 'toolu_1', 'ses_child', 'started', 'in_progress', 'live', '2026-07-30 23:59:59.999999+00:00', '2026-07-30 23:59:59.999999+00:00')`)
+}
+
+// snapshot renders every legacy column of every row exactly: on SQLite with
+// quote(), which shows the storage class and the bytes; on PostgreSQL as text.
+func snapshot(t *testing.T, db *dbtest.DB) []string {
+	t.Helper()
+	exprs := make([]string, len(legacyColumns))
+	for i, c := range legacyColumns {
+		if db.Dialect == dialect.SQLite {
+			exprs[i] = "quote(" + c + ")"
+		} else {
+			exprs[i] = "COALESCE(" + c + "::text, 'NULL')"
+		}
+	}
+	rows, err := db.Query("SELECT " + strings.Join(exprs, " || '|' || ") + " FROM task_session_subagents ORDER BY id")
+	require.NoError(t, err)
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var s string
+		require.NoError(t, rows.Scan(&s))
+		out = append(out, s)
+	}
+	require.NoError(t, rows.Err())
+	return out
+}
+
+func count(t *testing.T, db *dbtest.DB, q string, args ...any) int {
+	t.Helper()
+	var n int
+	require.NoError(t, db.QueryRow(db.Q(q), args...).Scan(&n))
+	return n
+}
+
+func mustReconcile(t *testing.T, db *dbtest.DB, opts ...reconcile.Option) *reconcile.Report {
+	t.Helper()
+	rep, err := reconcile.Reconcile(ctx, db.DB, opts...)
+	require.NoError(t, err, "report: %s", describe(rep))
+	return rep
+}
+
+func describe(rep *reconcile.Report) string {
+	var b strings.Builder
+	for _, s := range rep.Steps {
+		fmt.Fprintf(&b, "[%s %s %d %s] ", s.Name, s.Status, s.Statements, s.Detail)
+	}
+	return b.String()
+}
+
+func readKeys(t *testing.T, db *dbtest.DB) keys.Set {
+	t.Helper()
+	ks, err := keys.Read(ctx, db.DB, db.Dialect)
+	require.NoError(t, err)
+	return ks
+}
+
+func observe(t *testing.T, db *dbtest.DB) *reconcile.Observation {
+	t.Helper()
+	obs, err := reconcile.Observe(ctx, db.DB)
+	require.NoError(t, err)
+	return obs
+}
+
+// requireAC33 asserts AC-33's end state: clauses 1–4 observed on the live
+// schema, clause 4 against a fresh database's index set, and clause 6.
+func requireAC33(t *testing.T, db *dbtest.DB, freshIndexes []string) {
+	t.Helper()
+	obs := observe(t, db)
+	require.True(t, obs.EndState.ExecutionColumnNotNull, "clause 1")
+	require.True(t, obs.EndState.ThreeColumnUnique, "clause 2")
+	require.True(t, obs.EndState.TwoColumnUniqueAbsent, "clause 3")
+	require.Equal(t, freshIndexes, obs.Indexes["task_session_subagents"], "clause 4: index set equals a fresh database's")
+	require.NotNil(t, obs.Keys.ExecutionSince, "clause 6")
+}
+
+// freshIndexSet reconciles a brand-new database of the same dialect and
+// returns its index set.
+func freshIndexSet(t *testing.T, d dialect.Dialect) []string {
+	t.Helper()
+	fresh := dbtest.Open(t, d).Host(t)
+	mustReconcile(t, fresh)
+	set := observe(t, fresh).Indexes["task_session_subagents"]
+	require.Len(t, set, 4)
+	return set
+}

@@ -1,0 +1,423 @@
+package reconcile_test
+
+import (
+	"bytes"
+	"fmt"
+	"database/sql"
+	"errors"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/schemastate/schemastate"
+	"github.com/schemastate/schemastate/dialect"
+	"github.com/schemastate/schemastate/internal/dbtest"
+	"github.com/schemastate/schemastate/keys"
+	"github.com/schemastate/schemastate/reconcile"
+)
+
+func TestReconcile_AC17_AC33b_FreshDatabase(t *testing.T) {
+	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
+		db.Host(t)
+		rep := mustReconcile(t, db)
+		require.Equal(t, reconcile.Applied, rep.Step(reconcile.StepShape).Status, describe(rep))
+		require.Contains(t, rep.Step(reconcile.StepShape).Detail, "created task_session_subagents")
+		// AC-33b: no rebuild fired, and the key is written anyway.
+		require.Equal(t, reconcile.Applied, rep.Step(reconcile.StepExecutionSince).Status)
+		ks := readKeys(t, db)
+		require.NotNil(t, ks.ExecutionSince)
+		_, err := keys.Parse(*ks.ExecutionSince)
+		require.NoError(t, err)
+		obs := observe(t, db)
+		require.True(t, obs.EndState.KeyBearing())
+		require.True(t, obs.EndState.IndexesMatchDeclaration)
+	})
+}
+
+func TestReconcile_AC17_AC33b_PredatesFeature(t *testing.T) {
+	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
+		db.Host(t)
+		db.Exec(t, `INSERT INTO task_sessions (id, task_id) VALUES ('s1', 'k1');
+INSERT INTO task_session_messages (id, task_session_id, task_id, turn_id, content, metadata, created_at, updated_at) VALUES ('m1', 's1', 'k1', 't1', 'hello', '{}', '2026-07-30 01:39:37.271235+00:00', '2026-07-30 01:39:37.271235+00:00')`)
+		before := messageSnapshot(t, db)
+		mustReconcile(t, db)
+		require.Equal(t, before, messageSnapshot(t, db), "AC-17: existing data unaffected")
+		requireAC33(t, db, freshIndexSet(t, db.Dialect))
+	})
+}
+
+func messageSnapshot(t *testing.T, db *dbtest.DB) string {
+	var s string
+	q := "SELECT id || '|' || metadata || '|' || created_at FROM task_session_messages ORDER BY id"
+	require.NoError(t, db.QueryRow(q).Scan(&s))
+	return s
+}
+
+// AC-33 clauses 1–6 after each of two runs, on both dialects (AC-18, AC-34:
+// the end state, not merely stability).
+func TestReconcile_AC33_AC34_PreAmendmentTableTwice(t *testing.T) {
+	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
+		db.Host(t).Legacy(t)
+		seedLegacy(t, db)
+		before := snapshot(t, db)
+		fresh := freshIndexSet(t, db.Dialect)
+
+		rep := mustReconcile(t, db)
+		require.Equal(t, reconcile.Applied, rep.Step(reconcile.StepShape).Status, describe(rep))
+		requireAC33(t, db, fresh)
+		// Clause 5: every row survives with all values intact, timestamps
+		// byte for byte, and agent_execution_id = 'unknown'.
+		require.Equal(t, before, snapshot(t, db))
+		require.Equal(t, 3, count(t, db, `SELECT COUNT(*) FROM task_session_subagents WHERE agent_execution_id = 'unknown'`))
+		key := *readKeys(t, db).ExecutionSince
+
+		rep = mustReconcile(t, db)
+		require.Equal(t, reconcile.Unchanged, rep.Step(reconcile.StepShape).Status, describe(rep))
+		require.Zero(t, rep.Step(reconcile.StepShape).Statements)
+		requireAC33(t, db, fresh)
+		require.Equal(t, before, snapshot(t, db), "AC-34: no row duplicated, dropped or re-sentinelled")
+		require.Equal(t, key, *readKeys(t, db).ExecutionSince, "write-once")
+	})
+}
+
+func TestReconcile_AC33_IndexSetParityFreshVersusMigrated(t *testing.T) {
+	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
+		db.Host(t).Legacy(t)
+		seedLegacy(t, db)
+		mustReconcile(t, db)
+		migrated := observe(t, db).Indexes
+		fresh := dbtest.Open(t, db.Dialect).Host(t)
+		mustReconcile(t, fresh)
+		require.Equal(t, observe(t, fresh).Indexes, migrated)
+		require.Equal(t, catalogIndexes(t, fresh), catalogIndexes(t, db), "catalog-level index definitions")
+	})
+}
+
+// catalogIndexes reads index definitions straight from the catalog, without
+// Atlas, so parity does not rest on one inspector's reading.
+func catalogIndexes(t *testing.T, db *dbtest.DB) []string {
+	var q string
+	if db.Dialect == dialect.SQLite {
+		q = `SELECT name || ':' || COALESCE(sql, '') FROM sqlite_master WHERE type = 'index' AND tbl_name = 'task_session_subagents' ORDER BY name`
+	} else {
+		q = `SELECT indexname || ':' || replace(indexdef, current_schema() || '.', '') FROM pg_indexes WHERE schemaname = current_schema() AND tablename = 'task_session_subagents' ORDER BY indexname`
+	}
+	rows, err := db.Query(q)
+	require.NoError(t, err)
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var s string
+		require.NoError(t, rows.Scan(&s))
+		out = append(out, s)
+	}
+	return out
+}
+
+// AC-33a: the rebuild fails; boot survives, the pre-amendment table is intact,
+// no key is written, and the next run succeeds.
+func TestReconcile_AC33a_FailedRebuildLeavesLegacyShape(t *testing.T) {
+	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
+		db.Host(t).Legacy(t)
+		seedLegacy(t, db)
+		before := snapshot(t, db)
+		var logs bytes.Buffer
+		logger := slog.New(slog.NewTextHandler(&logs, nil))
+		boom := errors.New("injected: rebuild interrupted")
+		rep, err := reconcile.Reconcile(ctx, db.DB, reconcile.WithLogger(logger), reconcile.WithFailpoint(func(p string) error {
+			if p == reconcile.FailpointShapeApplied {
+				return boom
+			}
+			return nil
+		}))
+		require.ErrorIs(t, err, reconcile.ErrStepFailed)
+		require.Equal(t, reconcile.Failed, rep.Step(reconcile.StepShape).Status)
+		requireLegacyIntact(t, db, before)
+		// AC-20: WARN carrying the step's name.
+		require.Contains(t, logs.String(), "level=WARN")
+		require.Contains(t, logs.String(), "step=shape")
+
+		mustReconcile(t, db)
+		requireAC33(t, db, freshIndexSet(t, db.Dialect))
+		require.Equal(t, before, snapshot(t, db))
+	})
+}
+
+func requireLegacyIntact(t *testing.T, db *dbtest.DB, before []string) {
+	t.Helper()
+	obs := observe(t, db)
+	require.False(t, obs.EndState.ExecutionColumnNotNull, "no agent_execution_id column")
+	require.False(t, obs.EndState.TwoColumnUniqueAbsent, "two-column key still present")
+	require.False(t, obs.EndState.ThreeColumnUnique)
+	require.Nil(t, obs.Keys.ExecutionSince, "AC-24b: no key after a failed rebuild")
+	require.Equal(t, before, snapshot(t, db), "no lost rows, no partial table")
+	require.Zero(t, count(t, db, `SELECT COUNT(*) FROM task_session_subagents WHERE 1 = 0`))
+	var tables int
+	if db.Dialect == dialect.SQLite {
+		tables = count(t, db, `SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND name LIKE '%subagents%'`)
+	} else {
+		tables = count(t, db, `SELECT COUNT(*) FROM information_schema.tables WHERE table_schema = current_schema() AND table_name LIKE '%subagents%'`)
+	}
+	require.Equal(t, 1, tables, "no leftover copy table")
+}
+
+// AC-33a with a real database failure rather than a failpoint: on SQLite a
+// legacy row whose (nullable) primary key is NULL cannot be copied into the
+// declared NOT NULL key; on PostgreSQL another session holds a lock on the
+// table and the swap's lock_timeout expires.
+func TestReconcile_AC33a_RealFailureRollsBack(t *testing.T) {
+	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
+		db.Host(t).Legacy(t)
+		seedLegacy(t, db)
+		var release func()
+		if db.Dialect == dialect.SQLite {
+			db.Exec(t, `INSERT INTO task_session_subagents (id, task_session_id, task_id, tool_call_id, observed_at, updated_at) VALUES (NULL, 's1', 'k1', 'toolu_null', '2026-07-30 01:00:00+00:00', '2026-07-30 01:00:00+00:00')`)
+		} else {
+			other, err := sql.Open("pgx", db.DSN)
+			require.NoError(t, err)
+			defer other.Close()
+			tx, err := other.Begin()
+			require.NoError(t, err)
+			_, err = tx.Exec(`LOCK TABLE task_session_subagents IN ACCESS SHARE MODE`)
+			require.NoError(t, err)
+			release = func() { tx.Rollback() }
+		}
+		before := snapshot(t, db)
+		rep, err := reconcile.Reconcile(ctx, db.DB, reconcile.WithDDLLockTimeout(200*time.Millisecond))
+		require.ErrorIs(t, err, reconcile.ErrStepFailed, describe(rep))
+		require.Equal(t, reconcile.Failed, rep.Step(reconcile.StepShape).Status)
+		require.Equal(t, reconcile.Skipped, rep.Step(reconcile.StepExecutionSince).Status)
+		require.Equal(t, reconcile.Skipped, rep.Step(reconcile.StepBackfill).Status, "AC-33c")
+		requireLegacyIntact(t, db, before)
+
+		if release != nil {
+			release()
+		} else {
+			db.Exec(t, `DELETE FROM task_session_subagents WHERE id IS NULL`)
+		}
+		mustReconcile(t, db)
+		requireAC33(t, db, freshIndexSet(t, db.Dialect))
+	})
+}
+
+// AC-33b, the discriminating case: the table is already amended but the key
+// is missing (a committed rebuild whose key write failed). The next run writes
+// the key with no rebuild and no table creation.
+func TestReconcile_AC33b_SelfHealsMissingKey(t *testing.T) {
+	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
+		db.Host(t).Legacy(t)
+		seedLegacy(t, db)
+		rep, err := reconcile.Reconcile(ctx, db.DB, reconcile.WithFailpoint(func(p string) error {
+			if p == reconcile.FailpointExecutionSinceWrite {
+				return errors.New("injected: key write failed")
+			}
+			return nil
+		}))
+		require.ErrorIs(t, err, reconcile.ErrStepFailed)
+		require.Equal(t, reconcile.Applied, rep.Step(reconcile.StepShape).Status)
+		require.Equal(t, reconcile.Failed, rep.Step(reconcile.StepExecutionSince).Status)
+		obs := observe(t, db)
+		require.True(t, obs.EndState.KeyBearing(), "the rebuild committed")
+		require.Nil(t, obs.Keys.ExecutionSince)
+
+		rep = mustReconcile(t, db)
+		require.Equal(t, reconcile.Unchanged, rep.Step(reconcile.StepShape).Status, "no rebuild, no creation")
+		require.Zero(t, rep.Step(reconcile.StepShape).Statements)
+		require.Equal(t, reconcile.Applied, rep.Step(reconcile.StepExecutionSince).Status)
+		require.NotNil(t, readKeys(t, db).ExecutionSince)
+	})
+}
+
+// The negative half of AC-33b on a table amended long ago: the key was
+// deleted by hand; it comes back although nothing about the shape changed.
+func TestReconcile_AC33b_KeyWrittenWithoutRebuild(t *testing.T) {
+	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
+		db.Host(t)
+		mustReconcile(t, db)
+		db.Exec(t, `DELETE FROM kandev_meta WHERE key = 'subagent_context_execution_since'`)
+		rep := mustReconcile(t, db)
+		require.Equal(t, reconcile.Unchanged, rep.Step(reconcile.StepShape).Status)
+		require.Equal(t, reconcile.Applied, rep.Step(reconcile.StepExecutionSince).Status)
+		require.NotNil(t, readKeys(t, db).ExecutionSince)
+	})
+}
+
+// AC-24 point 5: a key already present is never rewritten, whatever its precision.
+func TestReconcile_AC24_PresentExecutionSinceNeverRewritten(t *testing.T) {
+	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
+		db.Host(t).Legacy(t)
+		seedLegacy(t, db)
+		db.Exec(t, `INSERT INTO kandev_meta (key, value) VALUES ('subagent_context_execution_since', '2026-08-01T00:00:00Z')`)
+		mustReconcile(t, db)
+		mustReconcile(t, db)
+		require.Equal(t, "2026-08-01T00:00:00Z", *readKeys(t, db).ExecutionSince)
+	})
+}
+
+// A table that references task_session_subagents with ON DELETE CASCADE keeps
+// every row through the rebuild: foreign keys are off on the rebuild's
+// connection, so DROP TABLE cascades nothing.
+func TestReconcile_RebuildKeepsCascadingChildRows(t *testing.T) {
+	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
+		db.Host(t).Legacy(t)
+		seedLegacy(t, db)
+		db.Exec(t, `CREATE TABLE subagent_notes (id TEXT PRIMARY KEY, subagent_id TEXT NOT NULL REFERENCES task_session_subagents(id) ON DELETE CASCADE, note TEXT);
+INSERT INTO subagent_notes (id, subagent_id, note) VALUES ('n1', 'r1', 'keep me');
+INSERT INTO subagent_notes (id, subagent_id, note) VALUES ('n2', 'r2', 'and me')`)
+		mustReconcile(t, db)
+		require.Equal(t, 2, count(t, db, `SELECT COUNT(*) FROM subagent_notes`))
+		requireAC33(t, db, freshIndexSet(t, db.Dialect))
+		if db.Dialect == dialect.SQLite {
+			rows, err := db.Query(`PRAGMA foreign_key_check`)
+			require.NoError(t, err)
+			require.False(t, rows.Next(), "no foreign-key violation anywhere")
+			rows.Close()
+		}
+		// The cascade still works after the rebuild (AC-16 on the rebuilt table).
+		db.Exec(t, `DELETE FROM task_session_subagents WHERE id = 'r1'`)
+		require.Equal(t, 1, count(t, db, `SELECT COUNT(*) FROM subagent_notes`))
+	})
+}
+
+// Steady state: a database already in its declared shape runs no DDL at all.
+// SQLite's schema_version changes on any DDL; PostgreSQL rewrites the catalog
+// rows (new xmin) of anything an ALTER or CREATE touches.
+func TestReconcile_SteadyStateRunsNoDDL(t *testing.T) {
+	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
+		db.Host(t).Legacy(t)
+		seedLegacy(t, db)
+		mustReconcile(t, db)
+		before := catalogVersion(t, db)
+		rep := mustReconcile(t, db)
+		for _, s := range rep.Steps {
+			require.Zero(t, s.Statements, "step %s ran statements", s.Name)
+		}
+		require.Equal(t, before, catalogVersion(t, db))
+	})
+}
+
+func catalogVersion(t *testing.T, db *dbtest.DB) string {
+	if db.Dialect == dialect.SQLite {
+		var v int
+		require.NoError(t, db.QueryRow(`PRAGMA schema_version`).Scan(&v))
+		return fmt.Sprint(v)
+	}
+	var s string
+	require.NoError(t, db.QueryRow(`
+SELECT string_agg(x, ',' ORDER BY x) FROM (
+  SELECT c.relname || ':' || c.xmin::text AS x FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = current_schema()
+  UNION ALL SELECT con.conname || ':' || con.xmin::text FROM pg_constraint con JOIN pg_namespace n ON n.oid = con.connamespace WHERE n.nspname = current_schema()
+  UNION ALL SELECT c.relname || '.' || a.attname || ':' || a.xmin::text FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = current_schema() AND a.attnum > 0
+) s`).Scan(&s))
+	return s
+}
+
+// Two replicas booting at once end in one correct state: one performs the
+// change, the other waits for the lock, re-inspects and finds nothing to do.
+func TestReconcile_ConcurrentReconcilesConverge(t *testing.T) {
+	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
+		db.Host(t).Legacy(t)
+		seedLegacy(t, db)
+		before := snapshot(t, db)
+		const n = 4
+		reps := make([]*reconcile.Report, n)
+		errs := make([]error, n)
+		var wg sync.WaitGroup
+		for i := 0; i < n; i++ {
+			pool, err := sql.Open(driverName(db.Dialect), db.DSN)
+			require.NoError(t, err)
+			defer pool.Close()
+			wg.Add(1)
+			go func(i int) {
+				defer wg.Done()
+				reps[i], errs[i] = reconcile.Reconcile(ctx, pool)
+			}(i)
+		}
+		wg.Wait()
+		applied := 0
+		for i := range reps {
+			require.NoError(t, errs[i], describe(reps[i]))
+			if reps[i].Step(reconcile.StepShape).Status == reconcile.Applied {
+				applied++
+			}
+		}
+		require.Equal(t, 1, applied, "exactly one replica performs the change")
+		requireAC33(t, db, freshIndexSet(t, db.Dialect))
+		require.Equal(t, before, snapshot(t, db), "no row duplicated or lost")
+		require.Equal(t, 1, count(t, db, `SELECT COUNT(*) FROM kandev_meta WHERE key = 'subagent_context_execution_since'`))
+	})
+}
+
+func driverName(d dialect.Dialect) string {
+	if d == dialect.Postgres {
+		return "pgx"
+	}
+	return "sqlite"
+}
+
+// Nothing that destroys data is applied at boot: a declaration that drops a
+// column is refused, reported by name, and the live table is left alone.
+func TestReconcile_RefusesDestructiveChange(t *testing.T) {
+	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
+		db.Host(t)
+		mustReconcile(t, db)
+		src := strings.Replace(string(schemastate.SchemaHCL), `  column "model" {
+    type = local.text
+    null = true
+  }
+`, "", 1)
+		require.NotEqual(t, string(schemastate.SchemaHCL), src)
+		path := filepath.Join(t.TempDir(), "narrower.hcl")
+		require.NoError(t, os.WriteFile(path, []byte(src), 0o644))
+
+		plan, err := reconcile.Plan(ctx, db.DB, reconcile.WithSchemaFile(path))
+		require.NoError(t, err)
+		require.Empty(t, plan.Statements())
+		require.Len(t, plan.Refused(), 1)
+		require.Contains(t, plan.Refused()[0], "task_session_subagents: would drop column model")
+
+		before := catalogVersion(t, db)
+		rep, err := reconcile.Reconcile(ctx, db.DB, reconcile.WithSchemaFile(path))
+		require.ErrorIs(t, err, reconcile.ErrStepFailed)
+		require.Equal(t, reconcile.Failed, rep.Step(reconcile.StepShape).Status)
+		require.Contains(t, rep.Step(reconcile.StepShape).Detail, "would drop column model")
+		require.Equal(t, before, catalogVersion(t, db))
+	})
+}
+
+// Host tables are never created: when they are missing the reconcile says so,
+// names them, and creates nothing.
+func TestReconcile_MissingHostTablesNamed(t *testing.T) {
+	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
+		rep, err := reconcile.Reconcile(ctx, db.DB)
+		require.ErrorIs(t, err, reconcile.ErrStepFailed)
+		s := rep.Step(reconcile.StepHostTables)
+		require.Equal(t, reconcile.Failed, s.Status)
+		for _, name := range []string{"kandev_meta", "task_session_messages", "task_sessions"} {
+			require.Contains(t, s.Detail, name)
+		}
+		require.Equal(t, reconcile.Skipped, rep.Step(reconcile.StepShape).Status)
+		require.Empty(t, observe(t, db).Indexes, "nothing created")
+	})
+}
+
+// A bad declaration is reported with its file and line, and changes nothing.
+func TestReconcile_BadHCLNamesFileAndLine(t *testing.T) {
+	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
+		db.Host(t)
+		path := filepath.Join(t.TempDir(), "broken.hcl")
+		require.NoError(t, os.WriteFile(path, []byte("table \"x\" {\n  schema = schema.main\n  column \"id\" {\n    type = \n  }\n}\n"), 0o644))
+		rep, err := reconcile.Reconcile(ctx, db.DB, reconcile.WithSchemaFile(path))
+		require.ErrorIs(t, err, reconcile.ErrStepFailed)
+		detail := rep.Step(reconcile.StepHostTables).Detail
+		require.Contains(t, detail, path)
+		require.Regexp(t, `:\d+`, detail)
+		require.Empty(t, observe(t, db).Indexes)
+	})
+}
