@@ -2,9 +2,9 @@ package reconcile_test
 
 import (
 	"bytes"
-	"fmt"
 	"database/sql"
 	"errors"
+	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
