@@ -1,0 +1,122 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/schemastate/schemastate/internal/dbtest"
+)
+
+// cli runs the schemastate CLI in-process and returns its exit code and output.
+func cli(t *testing.T, args ...string) (int, string, string) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	code := run(context.Background(), args, strings.NewReader(""), &out, &errb)
+	return code, out.String(), errb.String()
+}
+
+func TestCLI_ReconcilePlanStatus(t *testing.T) {
+	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
+		db.Host(t).Legacy(t)
+
+		code, out, _ := cli(t, "plan", "--db", db.CLIDSN, "--json")
+		require.Equal(t, exitChangesPending, code)
+		var plan struct{ Statements, Refused []string }
+		require.NoError(t, json.Unmarshal([]byte(out), &plan))
+		require.NotEmpty(t, plan.Statements)
+		require.Empty(t, plan.Refused)
+
+		code, out, stderr := cli(t, "reconcile", "--db", db.CLIDSN, "--json")
+		require.Equal(t, exitOK, code, stderr)
+		var rep struct {
+			Dialect string
+			Steps   []struct {
+				Name, Status string
+				Statements   int
+			}
+			EndState map[string]bool    `json:"end_state"`
+			Keys     map[string]*string `json:"keys"`
+		}
+		require.NoError(t, json.Unmarshal([]byte(out), &rep))
+		require.Equal(t, string(db.Dialect), rep.Dialect)
+		names := []string{}
+		for _, s := range rep.Steps {
+			names = append(names, s.Name)
+		}
+		require.Equal(t, []string{"lock", "host_tables", "shape", "execution_since", "backfill"}, names)
+		for _, k := range []string{"execution_column_not_null", "three_column_unique", "two_column_unique_absent", "indexes_match_declaration"} {
+			require.True(t, rep.EndState[k], k)
+		}
+		require.Contains(t, rep.Keys, "subagent_context_capture_since")
+		require.NotNil(t, rep.Keys["subagent_context_execution_since"])
+
+		code, out, _ = cli(t, "plan", "--db", db.CLIDSN)
+		require.Equal(t, exitOK, code)
+		require.Contains(t, out, "no change")
+
+		code, out, _ = cli(t, "status", "--db", db.CLIDSN, "--json")
+		require.Equal(t, exitOK, code)
+		var st struct {
+			State   string
+			Indexes map[string][]string
+		}
+		require.NoError(t, json.Unmarshal([]byte(out), &st))
+		require.Len(t, st.Indexes["task_session_subagents"], 4)
+	})
+}
+
+// CI's parity check: a fresh and a migrated database report identical index
+// sets through `status --json`.
+func TestCLI_StatusIndexParityFreshAndMigrated(t *testing.T) {
+	dbtest.Each(t, func(t *testing.T, migrated *dbtest.DB) {
+		migrated.Host(t).Legacy(t)
+		fresh := dbtest.Open(t, migrated.Dialect).Host(t)
+		indexes := func(db *dbtest.DB) any {
+			code, _, stderr := cli(t, "reconcile", "--db", db.CLIDSN)
+			require.Equal(t, exitOK, code, stderr)
+			_, out, _ := cli(t, "status", "--db", db.CLIDSN, "--json")
+			var st struct{ Indexes map[string][]string }
+			require.NoError(t, json.Unmarshal([]byte(out), &st))
+			return st.Indexes
+		}
+		require.Equal(t, indexes(fresh), indexes(migrated))
+	})
+}
+
+func TestCLI_ExitCodes(t *testing.T) {
+	t.Run("step failed is 3", func(t *testing.T) {
+		db := dbtest.Open(t, "sqlite") // no host tables
+		code, out, _ := cli(t, "reconcile", "--db", db.CLIDSN)
+		require.Equal(t, exitStepFailed, code)
+		require.Contains(t, out, "host tables missing: kandev_meta, task_session_messages, task_sessions")
+	})
+	t.Run("usage is 2", func(t *testing.T) {
+		code, _, _ := cli(t, "reconcile", "--no-such-flag")
+		require.Equal(t, exitUsage, code)
+		code, _, _ = cli(t, "no-such-command")
+		require.Equal(t, exitUsage, code)
+	})
+	t.Run("unreachable database is 2 and never prints the password", func(t *testing.T) {
+		code, out, stderr := cli(t, "reconcile", "--db", "postgres://alice:s3cretpw@127.0.0.1:1/nope?connect_timeout=2")
+		require.Equal(t, exitUsage, code)
+		require.Contains(t, stderr, "cannot reach")
+		require.NotContains(t, stderr+out, "s3cretpw")
+	})
+}
+
+func TestCLI_DemoSeedsAndReconciles(t *testing.T) {
+	db := dbtest.Open(t, "sqlite")
+	code, out, stderr := cli(t, "demo", "--db", db.CLIDSN)
+	require.Equal(t, exitOK, code, stderr)
+	require.Contains(t, out, "seeded")
+	require.Contains(t, out, "rebuilt task_session_subagents")
+	code, out, _ = cli(t, "demo", "--db", db.CLIDSN)
+	require.Equal(t, exitOK, code)
+	require.Contains(t, out, "already has host tables")
+	require.Contains(t, out, "declared shape holds")
+}
