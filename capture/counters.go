@@ -1,0 +1,88 @@
+package capture
+
+import (
+	"encoding/json"
+	"expvar"
+	"sync"
+)
+
+// Counters are the writer's health counters (AC-26). The unit is one frame
+// that reached the writer, never a row: a frame that merges onto an existing
+// row counts exactly as one that creates it.
+//
+// Attempted == SkippedNoIdentity + Persisted + Failed holds exactly in every
+// snapshot, because a frame's attempt and its outcome are counted together.
+// AnomalousValue and UnknownExecution are qualifiers that overlap the outcomes.
+type Counters struct {
+	Attempted         int64 `json:"attempted"`
+	Persisted         int64 `json:"persisted"`
+	SkippedNoIdentity int64 `json:"skipped_no_identity"`
+	Failed            int64 `json:"failed"`
+	AnomalousValue    int64 `json:"anomalous_value"`
+	UnknownExecution  int64 `json:"unknown_execution"`
+}
+
+// outcome is what one Record did, applied to the counters in one step.
+type outcome struct {
+	skipped, persisted, failed, anomalous, unknown bool
+}
+
+func (c *Counters) add(o outcome) {
+	c.Attempted++
+	if o.skipped {
+		c.SkippedNoIdentity++
+	}
+	if o.persisted {
+		c.Persisted++
+	}
+	if o.failed {
+		c.Failed++
+	}
+	if o.anomalous {
+		c.AnomalousValue++
+	}
+	if o.unknown {
+		c.UnknownExecution++
+	}
+}
+
+// counterSet is a mutex-guarded Counters, so a snapshot never shows a frame's
+// attempt without its outcome.
+type counterSet struct {
+	mu sync.Mutex
+	c  Counters
+}
+
+func (s *counterSet) add(o outcome) {
+	s.mu.Lock()
+	s.c.add(o)
+	s.mu.Unlock()
+}
+
+func (s *counterSet) snapshot() Counters {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.c
+}
+
+// ExpvarName is the expvar variable under which the process-wide counters of
+// every Writer are published, as one JSON object with the six counter names
+// as keys (the routing_* / subproc_* convention).
+const ExpvarName = "subagent_context_writer"
+
+// global sums every Writer in the process.
+var global = &counterSet{}
+
+func init() { expvar.Publish(ExpvarName, expvarMap{global}) }
+
+// expvarMap renders a consistent snapshot of the process-wide counters.
+type expvarMap struct{ s *counterSet }
+
+func (m expvarMap) String() string {
+	b, _ := json.Marshal(m.s.snapshot())
+	return string(b)
+}
+
+// GlobalCounters is a snapshot of the process-wide counters (what expvar
+// publishes under ExpvarName).
+func GlobalCounters() Counters { return global.snapshot() }

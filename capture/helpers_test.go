@@ -1,0 +1,167 @@
+package capture_test
+
+import (
+	"bytes"
+	"context"
+	"database/sql"
+	"encoding/json"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/schemastate/schemastate/capture"
+	"github.com/schemastate/schemastate/internal/dbtest"
+	"github.com/schemastate/schemastate/reconcile"
+)
+
+// Fixed identities. Execution ids are UUIDs, as the host's are.
+const (
+	sessA = "sess-a"
+	sessB = "sess-b"
+	taskA = "task-a"
+	taskB = "task-b"
+	execE = "0f8fad5b-d9cb-469f-a165-70867728950e"
+	execL = "7c9e6679-7425-40de-944b-e07fc1f90ae7"
+	turn1 = "turn-1"
+	turn2 = "turn-2"
+)
+
+// t0 is the base observation time of every test; offsets keep frames ordered.
+var t0 = time.Date(2026, 7, 30, 1, 39, 37, 271235000, time.UTC)
+
+func at(d time.Duration) time.Time { return t0.Add(d) }
+
+// store is a declared-shape database with two sessions, the writer under test
+// and the log lines it wrote.
+type store struct {
+	*dbtest.DB
+	w   *capture.Writer
+	log *logBuffer
+}
+
+// newStore creates the host tables, reconciles the declared table into place
+// and inserts the two parent sessions.
+func newStore(t *testing.T, db *dbtest.DB) *store {
+	t.Helper()
+	ctx := context.Background()
+	db.Host(t)
+	_, err := reconcile.Reconcile(ctx, db.DB, reconcile.WithLogger(slog.New(slog.DiscardHandler)))
+	require.NoError(t, err)
+	return withSessions(t, db)
+}
+
+func withSessions(t *testing.T, db *dbtest.DB) *store {
+	t.Helper()
+	for _, s := range [][2]string{{sessA, taskA}, {sessB, taskB}} {
+		_, err := db.DB.Exec(db.Q(`INSERT INTO task_sessions (id, task_id) VALUES (?, ?)`), s[0], s[1])
+		require.NoError(t, err)
+	}
+	lb := &logBuffer{}
+	w := capture.NewWriter(db.DB, db.Dialect, capture.WithLogger(slog.New(slog.NewJSONHandler(lb, nil))))
+	return &store{DB: db, w: w, log: lb}
+}
+
+// record records frames in order and requires each to persist.
+func (s *store) record(t *testing.T, frames ...capture.Frame) {
+	t.Helper()
+	for _, f := range frames {
+		require.NoError(t, s.w.Record(context.Background(), f))
+	}
+}
+
+// frame is a minimal recordable frame for sessA/execE.
+func frame(toolCallID string, observed time.Time, mod ...func(*capture.Frame)) capture.Frame {
+	f := capture.Frame{SessionID: sessA, TaskID: taskA, TurnID: turn1, ExecutionID: execE,
+		ToolCallID: toolCallID, ObservedAt: observed}
+	for _, m := range mod {
+		m(&f)
+	}
+	return f
+}
+
+func intp(v int) *int { return &v }
+
+// rows lists a session's rows (AC-13 order).
+func (s *store) rows(t *testing.T, sessionID string) []capture.Row {
+	t.Helper()
+	rs, err := capture.ListBySession(context.Background(), s.DB.DB, s.Dialect, sessionID)
+	require.NoError(t, err)
+	return rs
+}
+
+// one returns the single row for (sessA, execution, toolCallID).
+func (s *store) one(t *testing.T, execution, toolCallID string) capture.Row {
+	t.Helper()
+	var found []capture.Row
+	for _, r := range s.rows(t, sessA) {
+		if r.AgentExecutionID == execution && r.ToolCallID == toolCallID {
+			found = append(found, r)
+		}
+	}
+	require.Len(t, found, 1, "rows for (%s, %s, %s)", sessA, execution, toolCallID)
+	return found[0]
+}
+
+// raw is every column of one row as stored, rendered as text by the database
+// itself, for byte-for-byte comparisons.
+func (s *store) raw(t *testing.T, session, execution, toolCallID string) []sql.NullString {
+	t.Helper()
+	cols := []string{"id", "task_session_id", "task_id", "turn_id", "agent_execution_id", "tool_call_id",
+		"parent_tool_call_id", "subagent_type", "description", "agent_id", "child_session_id", "model",
+		"agent_status", "tool_status", "is_async", "total_tokens", "tool_use_count", "duration_ms",
+		"source", "observed_at", "settled_at", "updated_at"}
+	sel := make([]string, len(cols))
+	for i, c := range cols {
+		sel[i] = "CAST(" + c + " AS TEXT)"
+	}
+	out := make([]sql.NullString, len(cols))
+	ptrs := make([]any, len(cols))
+	for i := range out {
+		ptrs[i] = &out[i]
+	}
+	err := s.DB.QueryRow(s.Q(`SELECT `+strings.Join(sel, ", ")+` FROM task_session_subagents
+		WHERE task_session_id = ? AND agent_execution_id = ? AND tool_call_id = ?`), session, execution, toolCallID).Scan(ptrs...)
+	require.NoError(t, err)
+	return out
+}
+
+func (s *store) count(t *testing.T, where string, args ...any) int {
+	t.Helper()
+	var n int
+	require.NoError(t, s.DB.QueryRow(s.Q(`SELECT COUNT(*) FROM task_session_subagents WHERE `+where), args...).Scan(&n))
+	return n
+}
+
+func ptr[T any](v T) *T { return &v }
+
+// logBuffer collects JSON log lines from concurrent writers.
+type logBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *logBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *logBuffer) records(t *testing.T) []map[string]any {
+	t.Helper()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var out []map[string]any
+	for _, l := range strings.Split(strings.TrimSpace(b.buf.String()), "\n") {
+		if l == "" {
+			continue
+		}
+		var m map[string]any
+		require.NoError(t, json.Unmarshal([]byte(l), &m))
+		out = append(out, m)
+	}
+	return out
+}

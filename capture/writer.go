@@ -1,0 +1,254 @@
+// Package capture is the live write path of the subagent-context store: one
+// atomic upsert per observed subagent frame into task_session_subagents, the
+// writer's health counters, and the session and turn reads.
+//
+// Every merge rule lives inside the upsert's conflict clause (AC-14): there is
+// no read-then-write, so two frames for one subagent racing each other still
+// leave one row whose write-once and monotonic columns hold.
+package capture
+
+import (
+	"context"
+	"crypto/rand"
+	"database/sql"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/schemastate/schemastate/dialect"
+	"github.com/schemastate/schemastate/keys"
+)
+
+// Table is the table this package writes.
+const Table = "task_session_subagents"
+
+// ErrNoIdentity is returned by Record for a frame without a session id, task
+// id or tool-call id (AC-2). No row was written.
+var ErrNoIdentity = errors.New("capture: frame has no session, task or tool-call id")
+
+// Writer records subagent frames. It is safe for concurrent use.
+type Writer struct {
+	db       *sql.DB
+	d        dialect.Dialect
+	logger   *slog.Logger
+	now      func() time.Time
+	upsert   string
+	counters counterSet
+}
+
+// Option configures a Writer.
+type Option func(*Writer)
+
+// WithLogger sets the logger failed writes are reported on (default slog.Default()).
+func WithLogger(l *slog.Logger) Option { return func(w *Writer) { w.logger = l } }
+
+// WithClock sets the clock for updated_at and for frames without an
+// observation time (default time.Now).
+func WithClock(now func() time.Time) Option { return func(w *Writer) { w.now = now } }
+
+// NewWriter returns a Writer over db, whose dialect is d.
+func NewWriter(db *sql.DB, d dialect.Dialect, opts ...Option) *Writer {
+	w := &Writer{db: db, d: d, logger: slog.Default(), now: time.Now, upsert: d.Rebind(upsertSQL)}
+	for _, o := range opts {
+		o(w)
+	}
+	return w
+}
+
+// Counters is a snapshot of this Writer's own counters (the process-wide sum
+// is GlobalCounters and the expvar variable ExpvarName).
+func (w *Writer) Counters() Counters { return w.counters.snapshot() }
+
+// Check verifies that the writer's statement can run against the live table:
+// the table exists, has every column the writer names, and carries the
+// three-column unique key the conflict target needs (AC-14). It writes
+// nothing. A table still in its pre-amendment shape fails here, as every
+// Record against it would (AC-33a).
+func (w *Writer) Check(ctx context.Context) error {
+	stmt, err := w.db.PrepareContext(ctx, w.upsert)
+	if err != nil {
+		return fmt.Errorf("capture: %s cannot take the upsert: %w", Table, err)
+	}
+	return stmt.Close()
+}
+
+// Record writes one frame with a single atomic upsert and counts it (AC-26).
+//
+// Record never panics and never needs handling: telemetry never breaks the
+// product path (AC-27). A write that fails is logged at WARN with the session
+// and tool-call ids and counted as failed; the returned error repeats that
+// outcome for callers that want it (ErrNoIdentity for an AC-2 skip, the
+// database error for a failed write) and may be ignored.
+func (w *Writer) Record(ctx context.Context, f Frame) error {
+	// AC-2: identity first, before any metric is looked at, so a skipped frame
+	// counts skipped_no_identity and nothing else.
+	if f.SessionID == "" || f.TaskID == "" || f.ToolCallID == "" {
+		w.count(outcome{skipped: true})
+		return ErrNoIdentity
+	}
+	r := w.row(f)
+	_, err := w.db.ExecContext(ctx, w.upsert, r.args()...)
+	o := outcome{anomalous: r.anomalous, unknown: r.unknownExecution}
+	if err != nil {
+		o.failed = true
+		w.count(o)
+		w.logger.LogAttrs(ctx, slog.LevelWarn, "subagent context write failed",
+			slog.String("session_id", f.SessionID),
+			slog.String("tool_call_id", f.ToolCallID),
+			slog.String("agent_execution_id", r.executionID),
+			slog.String("error", err.Error()))
+		return fmt.Errorf("capture: upsert %s/%s: %w", f.SessionID, f.ToolCallID, err)
+	}
+	o.persisted = true
+	w.count(o)
+	return nil
+}
+
+func (w *Writer) count(o outcome) {
+	w.counters.add(o)
+	global.add(o)
+}
+
+// row is a frame normalized to column values (spec: Column-level
+// normalization rules).
+type row struct {
+	id, sessionID, taskID, executionID, toolCallID string
+	turnID, parentToolCallID, subagentType         any
+	description, agentID, childSessionID, model    any
+	agentStatus, toolStatus                        any
+	isAsync                                        int64
+	totalTokens, toolUseCount, durationMs          any
+	observedAt, settledAt, updatedAt               any
+	anomalous, unknownExecution                    bool
+}
+
+func (w *Writer) row(f Frame) row {
+	now := w.now()
+	observed := f.ObservedAt
+	if observed.IsZero() {
+		observed = now
+	}
+	p := f.Subagent
+	r := row{
+		id:               newID(),
+		sessionID:        f.SessionID,
+		taskID:           f.TaskID,
+		executionID:      f.ExecutionID,
+		toolCallID:       f.ToolCallID,
+		turnID:           text(f.TurnID),
+		parentToolCallID: text(f.ParentToolCallID),
+		subagentType:     text(p.SubagentType),
+		description:      text(p.Description),
+		agentID:          text(p.AgentID),
+		childSessionID:   text(p.ChildSessionID),
+		model:            text(p.Model),
+		agentStatus:      text(p.Status),
+		toolStatus:       text(f.ToolStatus),
+		observedAt:       keys.RowTime(w.d, observed),
+		updatedAt:        keys.RowTime(w.d, now),
+	}
+	// AC-31: no execution identity → the shared sentinel, still written.
+	if r.executionID == "" {
+		r.executionID = UnknownExecution
+		r.unknownExecution = true
+	}
+	if p.IsAsync {
+		r.isAsync = 1
+	}
+	// AC-7a: 0 is "not reported" for the two plain int64 metrics.
+	// AC-9: a negative metric is not a measurement: NULL, and counted.
+	var bad bool
+	r.totalTokens, bad = metric(p.TotalTokens, false)
+	r.anomalous = r.anomalous || bad
+	r.durationMs, bad = metric(p.DurationMs, false)
+	r.anomalous = r.anomalous || bad
+	// AC-7/AC-8: nil is not reported; a reported 0 is stored 0.
+	r.toolUseCount = nil
+	if p.ToolUseCount != nil {
+		r.toolUseCount, bad = metric(int64(*p.ToolUseCount), true)
+		r.anomalous = r.anomalous || bad
+	}
+	// AC-11: settled_at is this frame's observation time when its ACP tool
+	// status is terminal; the conflict clause keeps the first one.
+	if IsTerminalToolStatus(f.ToolStatus) {
+		r.settledAt = keys.RowTime(w.d, observed)
+	}
+	return r
+}
+
+func (r row) args() []any {
+	return []any{r.id, r.sessionID, r.taskID, r.turnID, r.executionID, r.toolCallID,
+		r.parentToolCallID, r.subagentType, r.description, r.agentID, r.childSessionID,
+		r.model, r.agentStatus, r.toolStatus, r.isAsync, r.totalTokens, r.toolUseCount,
+		r.durationMs, SourceLive, r.observedAt, r.settledAt, r.updatedAt}
+}
+
+// text maps the payload's "" (absent) to NULL: an empty string is never
+// stored in a nullable TEXT column.
+func text(s string) any {
+	if s == "" {
+		return nil
+	}
+	return s
+}
+
+// metric returns the bind value for a reported metric and whether it was
+// anomalous (negative). zeroReported says whether 0 is a measurement.
+func metric(v int64, zeroReported bool) (any, bool) {
+	switch {
+	case v < 0:
+		return nil, true
+	case v == 0 && !zeroReported:
+		return nil, false
+	default:
+		return v, false
+	}
+}
+
+// newID is a random (version 4) UUID.
+func newID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails (Go ≥ 1.24)
+	b[6] = b[6]&0x0f | 0x40
+	b[8] = b[8]&0x3f | 0x80
+	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:16])
+}
+
+// columns is the insert column list, in args() order.
+var columns = []string{"id", "task_session_id", "task_id", "turn_id", "agent_execution_id", "tool_call_id",
+	"parent_tool_call_id", "subagent_type", "description", "agent_id", "child_session_id",
+	"model", "agent_status", "tool_status", "is_async", "total_tokens", "tool_use_count",
+	"duration_ms", "source", "observed_at", "settled_at", "updated_at"}
+
+// upsertSQL is the one statement per frame (AC-14). Columns absent from the
+// SET list are write-once: id, task_session_id, agent_execution_id and
+// tool_call_id (the key, AC-30), task_id (AC-5), source and observed_at
+// (AC-1, AC-1a). "excluded" is the frame; the table name is the stored row.
+var upsertSQL = `INSERT INTO ` + Table + ` (` + strings.Join(columns, ", ") + `)
+VALUES (` + strings.TrimSuffix(strings.Repeat("?, ", len(columns)), ", ") + `)
+ON CONFLICT (task_session_id, agent_execution_id, tool_call_id) DO UPDATE SET
+	-- AC-2a: first non-empty turn wins; a stored NULL is filled forward.
+	turn_id = COALESCE(` + Table + `.turn_id, excluded.turn_id),
+	-- AC-4/AC-5: a reported value replaces, an absent one (NULL) never blanks.
+	parent_tool_call_id = COALESCE(excluded.parent_tool_call_id, ` + Table + `.parent_tool_call_id),
+	subagent_type = COALESCE(excluded.subagent_type, ` + Table + `.subagent_type),
+	description = COALESCE(excluded.description, ` + Table + `.description),
+	agent_id = COALESCE(excluded.agent_id, ` + Table + `.agent_id),
+	child_session_id = COALESCE(excluded.child_session_id, ` + Table + `.child_session_id),
+	model = COALESCE(excluded.model, ` + Table + `.model),
+	agent_status = COALESCE(excluded.agent_status, ` + Table + `.agent_status),
+	-- AC-12: once settled, tool_status stays the terminal value; before, AC-5.
+	tool_status = CASE WHEN ` + Table + `.settled_at IS NOT NULL THEN ` + Table + `.tool_status
+		ELSE COALESCE(excluded.tool_status, ` + Table + `.tool_status) END,
+	-- AC-11: write-once at the first terminal observation.
+	settled_at = COALESCE(` + Table + `.settled_at, excluded.settled_at),
+	-- Sticky: set on a positive report, never back to 0.
+	is_async = CASE WHEN excluded.is_async = 1 THEN 1 ELSE ` + Table + `.is_async END,
+	-- AC-7a, AC-9: zero (tokens, duration) and negative metrics arrive as NULL,
+	-- so they never blank a learned measurement (AC-4).
+	total_tokens = COALESCE(excluded.total_tokens, ` + Table + `.total_tokens),
+	tool_use_count = COALESCE(excluded.tool_use_count, ` + Table + `.tool_use_count),
+	duration_ms = COALESCE(excluded.duration_ms, ` + Table + `.duration_ms),
+	updated_at = excluded.updated_at`

@@ -1,0 +1,106 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+
+	"github.com/schemastate/schemastate/capture"
+)
+
+// Exit codes of `schemastate ingest`.
+const (
+	exitIngestMalformed = 1 // every valid line recorded; at least one line was malformed
+)
+
+func init() {
+	register(&command{
+		name:    "ingest",
+		summary: "record newline-delimited subagent frames (a file or stdin) through the live writer",
+		run:     runIngest,
+	})
+}
+
+// runIngest feeds frames through capture.Writer exactly as the live path
+// does. Exit 0: every line parsed. 1: some line was malformed (reported on
+// stderr with its number; nothing else is lost). 2: usage, an unreachable
+// database, a table not in its declared shape, a failed write, or a read error.
+func runIngest(ctx context.Context, e *env, args []string) int {
+	fs := flags(e, "ingest", "[--db DSN] [--json] [FILE|-]")
+	db := dbFlag(fs)
+	asJSON := fs.Bool("json", false, "print the counters as one JSON object on stdout")
+	if code, ok := parse(fs, args); !ok {
+		return code
+	}
+	if fs.NArg() > 1 {
+		fs.Usage()
+		return exitUsage
+	}
+	in, name := e.stdin, "stdin"
+	if p := fs.Arg(0); p != "" && p != "-" {
+		f, err := os.Open(p)
+		if err != nil {
+			fmt.Fprintf(e.stderr, "schemastate ingest: %v\n", err)
+			return exitUsage
+		}
+		defer f.Close()
+		in, name = f, p
+	}
+
+	conn, target, ok := openDB(ctx, e, *db)
+	if !ok {
+		return exitUsage
+	}
+	defer conn.Close()
+	w := capture.NewWriter(conn, target.Dialect, capture.WithLogger(e.logger))
+	if err := w.Check(ctx); err != nil {
+		fmt.Fprintf(e.stderr, "schemastate ingest: %s on %s is not in its declared shape: %v\n", capture.Table, target.Display, err)
+		fmt.Fprintf(e.stderr, "run 'schemastate reconcile --db …' first\n")
+		return exitUsage
+	}
+
+	res, err := w.Ingest(ctx, in, func(m capture.Malformed) {
+		fmt.Fprintf(e.stderr, "%s:%d: malformed frame, skipped: %s\n", name, m.Line, m.Reason)
+	})
+	printIngestSummary(e, res, *asJSON)
+	switch {
+	case err != nil && errors.Is(err, context.Canceled):
+		fmt.Fprintln(e.stderr, "schemastate ingest: interrupted")
+		return exitUsage
+	case err != nil:
+		fmt.Fprintf(e.stderr, "schemastate ingest: %v\n", err)
+		return exitUsage
+	case res.Counters.Failed > 0:
+		fmt.Fprintf(e.stderr, "schemastate ingest: %d frame(s) failed to write (see WARN lines)\n", res.Counters.Failed)
+		return exitUsage
+	case res.Malformed > 0:
+		return exitIngestMalformed
+	}
+	return exitOK
+}
+
+// ingestSummary is what ingest prints: the six writer counters and the
+// malformed-line count.
+type ingestSummary struct {
+	capture.Counters
+	Malformed int `json:"malformed"`
+}
+
+func printIngestSummary(e *env, res capture.IngestResult, asJSON bool) {
+	s := ingestSummary{Counters: res.Counters, Malformed: res.Malformed}
+	if asJSON {
+		writeJSON(e.stdout, s)
+		return
+	}
+	out := e.stdout
+	row := func(w io.Writer, k string, v int64) { fmt.Fprintf(w, "%-20s %d\n", k, v) }
+	row(out, "attempted", s.Attempted)
+	row(out, "persisted", s.Persisted)
+	row(out, "skipped_no_identity", s.SkippedNoIdentity)
+	row(out, "failed", s.Failed)
+	row(out, "anomalous_value", s.AnomalousValue)
+	row(out, "unknown_execution", s.UnknownExecution)
+	row(out, "malformed", int64(s.Malformed))
+}
