@@ -161,3 +161,73 @@ table "task_session_subagents" {
     columns = [column.turn_id]
   }
 }
+
+# One row per background agent execution: the host's lifecycle summary
+# (run_in_background, todo-task delegation, scheduled children), kept for fast
+# lifecycle queries. The child's own transcript is a file below the
+# conversation-storage root (package transcript); this row points at it.
+# transcript_path and transcript_status were added to an already-deployed
+# table: both are nullable, so a reconcile adds them with ALTER TABLE and never
+# rebuilds the table or touches its rows. transcript_status is 'ok' or
+# 'error: …' — a reader can tell a real transcript from a missing one.
+table "background_agent_log" {
+  schema = schema.main
+  column "workspace_path" {
+    type = local.text
+    null = false
+  }
+  column "session_id" {
+    type = local.text
+    null = false
+  }
+  column "agent_id" {
+    type = local.text
+    null = false
+  }
+  column "execution_id" {
+    type = local.text
+    null = true
+  }
+  column "kind" {
+    type = local.text
+    null = false
+  }
+  column "provider" {
+    type = local.text
+    null = true
+  }
+  column "model" {
+    type = local.text
+    null = true
+  }
+  column "status" {
+    type = local.text
+    null = false
+  }
+  column "started_at" {
+    type = local.timestamp
+    null = false
+  }
+  column "completed_at" {
+    type = local.timestamp
+    null = true
+  }
+  column "error" {
+    type = local.text
+    null = true
+  }
+  column "transcript_path" {
+    type = local.text
+    null = true
+  }
+  column "transcript_status" {
+    type = local.text
+    null = true
+  }
+  primary_key {
+    columns = [column.workspace_path, column.session_id, column.agent_id]
+  }
+  index "idx_background_agent_log_session_id" {
+    columns = [column.session_id]
+  }
+}

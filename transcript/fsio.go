@@ -1,0 +1,137 @@
+package transcript
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+)
+
+// publish makes data appear at dir/name complete or not at all, and never over
+// an existing file: it writes and fsyncs a temporary file in the same
+// directory, hard-links it to the final name (link(2) fails with EEXIST where
+// rename(2) would replace), removes the temporary name and fsyncs the
+// directory. existsErr is returned, wrapped, when the name is taken.
+func publish(dir, name string, data []byte, existsErr error) error {
+	tmp, err := os.CreateTemp(dir, "."+name+".*.tmp")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp.Name())
+	if _, err := tmp.Write(data); err != nil {
+		tmp.Close()
+		return fmt.Errorf("write %s: %w", tmp.Name(), err)
+	}
+	if err := tmp.Sync(); err != nil {
+		tmp.Close()
+		return fmt.Errorf("fsync %s: %w", tmp.Name(), err)
+	}
+	if err := tmp.Close(); err != nil {
+		return err
+	}
+	final := filepath.Join(dir, name)
+	if err := os.Link(tmp.Name(), final); err != nil {
+		if errors.Is(err, os.ErrExist) {
+			return fmt.Errorf("%w: %s", existsErr, final)
+		}
+		return err
+	}
+	if err := os.Remove(tmp.Name()); err != nil {
+		return err
+	}
+	return syncDir(dir)
+}
+
+// mkdirAllSynced creates dir and its missing parents, fsyncing each parent
+// whose entries changed so the new directories survive a crash.
+func mkdirAllSynced(dir string) error {
+	if fi, err := os.Stat(dir); err == nil {
+		if !fi.IsDir() {
+			return fmt.Errorf("%s is not a directory", dir)
+		}
+		return nil
+	}
+	parent := filepath.Dir(dir)
+	if parent != dir {
+		if err := mkdirAllSynced(parent); err != nil {
+			return err
+		}
+	}
+	if err := os.Mkdir(dir, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
+		return err
+	}
+	return syncDir(parent)
+}
+
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	if err := d.Sync(); err != nil {
+		return fmt.Errorf("fsync directory %s: %w", dir, err)
+	}
+	return nil
+}
+
+// lastSeq returns the seq of the log's last whole line. A torn last line (no
+// trailing newline: a crash while it was written) is cut off first, so the
+// next append starts on a line boundary. The caller holds the log's lock.
+func lastSeq(f *os.File) (int64, error) {
+	fi, err := f.Stat()
+	if err != nil {
+		return 0, err
+	}
+	size := fi.Size()
+	end, err := lastNewline(f, size)
+	if err != nil {
+		return 0, err
+	}
+	if end < 0 {
+		return 0, fmt.Errorf("%w: %s has no complete header line", ErrCorrupt, f.Name())
+	}
+	if end+1 != size {
+		if err := f.Truncate(end + 1); err != nil {
+			return 0, fmt.Errorf("cut torn line off %s: %w", f.Name(), err)
+		}
+	}
+	start, err := lastNewline(f, end)
+	if err != nil {
+		return 0, err
+	}
+	line := make([]byte, end-(start+1))
+	if _, err := f.ReadAt(line, start+1); err != nil {
+		return 0, err
+	}
+	var l struct {
+		Seq *int64 `json:"seq"`
+	}
+	if err := json.Unmarshal(line, &l); err != nil || l.Seq == nil {
+		return 0, fmt.Errorf("%w: %s: last line does not parse (%v)", ErrCorrupt, f.Name(), err)
+	}
+	return *l.Seq, nil
+}
+
+// lastNewline returns the offset of the last '\n' before offset end, or -1.
+func lastNewline(f *os.File, end int64) (int64, error) {
+	const chunk = 32 << 10
+	buf := make([]byte, chunk)
+	for end > 0 {
+		n := int64(chunk)
+		if n > end {
+			n = end
+		}
+		b := buf[:n]
+		if _, err := f.ReadAt(b, end-n); err != nil {
+			return 0, err
+		}
+		if i := bytes.LastIndexByte(b, '\n'); i >= 0 {
+			return end - n + int64(i), nil
+		}
+		end -= n
+	}
+	return -1, nil
+}

@@ -1,0 +1,126 @@
+package transcript
+
+import (
+	"context"
+	"errors"
+	"fmt"
+)
+
+// Recovered is one transcript Recover finished.
+type Recovered struct {
+	SessionID string `json:"session_id"`
+	AgentID   string `json:"agent_id"`
+	Path      string `json:"path"`
+	// Lifecycle is what background_agent_log said: a terminal status, or
+	// "missing" when no row names the execution.
+	Lifecycle string `json:"lifecycle"`
+	Reason    string `json:"reason"`
+}
+
+// Problem is a transcript Recover could not read or finish.
+type Problem struct {
+	SessionID string `json:"session_id"`
+	AgentID   string `json:"agent_id"`
+	Path      string `json:"path"`
+	Error     string `json:"error"`
+}
+
+// RecoverReport is what one Recover found and did.
+type RecoverReport struct {
+	Finished []Recovered `json:"finished"`
+	// Alive are running transcripts whose execution is alive; left alone.
+	Alive    []Summary `json:"alive"`
+	Problems []Problem `json:"problems"`
+}
+
+// Recover finishes every running transcript below root whose execution is no
+// longer alive, as failed with an "interrupted: …" reason.
+//
+// Alive is decided by background_agent_log alone, never by memory or by the
+// transcript: an execution is alive when a row with its (session, agent) —
+// and workspace, when workspace is not "" — has a non-terminal status (see
+// Entry.Alive). It is not alive when every such row is terminal or there is
+// no row at all. A row left 'running' by a crashed host is therefore alive
+// until the host's own lifecycle recovery ends it; Recover never guesses.
+//
+// Each row of a recovered execution gets transcript_status
+// 'error: recover: interrupted: …': its transcript may miss the events after
+// its last durable append.
+func Recover(ctx context.Context, root string, l *Lifecycle, workspace string) (*RecoverReport, error) {
+	s, err := NewStore(root)
+	if err != nil {
+		return nil, err
+	}
+	sessions, err := s.Sessions()
+	if err != nil {
+		return nil, err
+	}
+	rep := &RecoverReport{Finished: []Recovered{}, Alive: []Summary{}, Problems: []Problem{}}
+	for _, session := range sessions {
+		sums, err := s.List(session)
+		if err != nil {
+			return nil, err
+		}
+		for _, sum := range sums {
+			if sum.Err != "" {
+				rep.Problems = append(rep.Problems, Problem{session, sum.AgentID, sum.Path, sum.Err})
+				continue
+			}
+			if sum.Status != Running {
+				continue
+			}
+			rows, err := l.Find(ctx, workspace, session, sum.AgentID)
+			if err != nil {
+				return nil, err
+			}
+			life, alive := "missing", false
+			for _, r := range rows {
+				life = r.Status
+				alive = alive || r.Alive()
+			}
+			if alive {
+				rep.Alive = append(rep.Alive, sum)
+				continue
+			}
+			reason := fmt.Sprintf("interrupted: transcript was still running but %s has %s; events after its last durable append may be missing",
+				LifecycleTable, describe(rows))
+			err = s.Finish(ctx, session, sum.AgentID, End{Status: Failed, Error: reason})
+			if errors.Is(err, ErrFinished) {
+				continue // finished by its writer meanwhile
+			}
+			if err != nil {
+				rep.Problems = append(rep.Problems, Problem{session, sum.AgentID, sum.Path, err.Error()})
+				continue
+			}
+			p, _ := s.PathsFor(session, sum.AgentID)
+			for _, r := range rows {
+				id := Identity{WorkspacePath: r.WorkspacePath, SessionID: r.SessionID, AgentID: r.AgentID}
+				if err := l.RecordTranscript(ctx, id, p.Transcript, StatusText("recover", errors.New(reason))); err != nil {
+					return nil, err
+				}
+			}
+			rep.Finished = append(rep.Finished, Recovered{session, sum.AgentID, p.Transcript, life, reason})
+		}
+	}
+	return rep, nil
+}
+
+func describe(rows []Entry) string {
+	if len(rows) == 0 {
+		return "no row for it"
+	}
+	s := ""
+	for i, r := range rows {
+		if i > 0 {
+			s += ", "
+		}
+		s += fmt.Sprintf("status=%s", r.Status)
+		if r.CompletedAt != nil {
+			s += " completed_at=" + r.CompletedAt.Format("2006-01-02T15:04:05.999999Z07:00")
+		}
+		if r.Error != "" {
+			s += fmt.Sprintf(" error=%q", r.Error)
+		}
+	}
+	return s
+}

@@ -1,0 +1,565 @@
+// Package transcript keeps one durable, immutable, provider-neutral transcript
+// per background agent execution (run_in_background, todo-task delegation,
+// scheduled children), below a conversation-storage root:
+//
+//	<root>/background/<parent-session-id>/<agent-id>.events.jsonl
+//	<root>/background/<parent-session-id>/<agent-id>.json
+//
+// The .events.jsonl file is the append-only event log: its first line is the
+// header, written before the child's first provider turn, and every append
+// adds whole lines and fsyncs before returning. The .json file is the readable
+// transcript; it is published exactly once, at finish, by linking a complete,
+// fsynced temporary file into place (link fails if the name exists, so a
+// second finisher — in any process — cannot replace it). Its existence is the
+// commit point of finish: once it exists the transcript is immutable.
+//
+// Appends and finish serialize on an OS file lock (flock) on the log, so they
+// are safe across processes, not only goroutines. A crash at any instant
+// leaves either no transcript (before the header is linked), a running one
+// whose log ends at the last whole line (a torn last line is ignored on read
+// and cut off by the next append), or the finished document.
+//
+// With WithLifecycle, every create, append and finish also records its
+// outcome in background_agent_log.transcript_status ('ok' or 'error: …') so a
+// reader of the lifecycle table can tell a real transcript from a missing one.
+package transcript
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// Sentinel errors; test with errors.Is.
+var (
+	// ErrInvalidID: a session or agent id cannot be a path component.
+	ErrInvalidID = errors.New("transcript: invalid id")
+	// ErrExists: Create found a transcript already there (it is never overwritten).
+	ErrExists = errors.New("transcript: already exists")
+	// ErrNotFound: no transcript was ever created for the id. Appends and
+	// finishes for such an id are rejected, never fabricated.
+	ErrNotFound = errors.New("transcript: not found")
+	// ErrFinished: the transcript is already terminal. A second Finish is a
+	// no-op reporting this; an Append after finish is rejected with it.
+	ErrFinished = errors.New("transcript: already finished")
+	// ErrCorrupt: a transcript file holds something this package never writes.
+	ErrCorrupt = errors.New("transcript: corrupt")
+	// ErrInvalidEvent: an event does not satisfy the normalized contract.
+	ErrInvalidEvent = errors.New("transcript: invalid event")
+	// ErrLifecycle wraps a failure to record an outcome in
+	// background_agent_log; the file operation itself is complete.
+	ErrLifecycle = errors.New("transcript: lifecycle record failed")
+)
+
+const (
+	backgroundDir = "background"
+	logSuffix     = ".events.jsonl"
+	finalSuffix   = ".json"
+	maxIDLen      = 200
+)
+
+// Store is a transcript store rooted at a conversation-storage directory. It
+// holds no state about transcripts in memory: everything is read from disk.
+type Store struct {
+	root      string
+	life      *Lifecycle
+	workspace string
+	now       func() time.Time
+}
+
+// Option configures a Store.
+type Option func(*Store)
+
+// WithLifecycle records every operation's outcome in background_agent_log
+// rows identified by (workspacePath, session, agent).
+func WithLifecycle(l *Lifecycle, workspacePath string) Option {
+	return func(s *Store) { s.life, s.workspace = l, workspacePath }
+}
+
+// WithClock sets the clock used for default timestamps.
+func WithClock(now func() time.Time) Option { return func(s *Store) { s.now = now } }
+
+// NewStore returns a store rooted at root (made absolute). Nothing is created
+// until the first transcript is.
+func NewStore(root string, opts ...Option) (*Store, error) {
+	if root == "" {
+		return nil, errors.New("transcript: empty storage root")
+	}
+	abs, err := filepath.Abs(root)
+	if err != nil {
+		return nil, fmt.Errorf("transcript: storage root %q: %w", root, err)
+	}
+	s := &Store{root: abs, now: time.Now}
+	for _, o := range opts {
+		o(s)
+	}
+	return s, nil
+}
+
+// Root is the absolute storage root.
+func (s *Store) Root() string { return s.root }
+
+// ValidateID checks that id can be one path component: non-empty, at most 200
+// bytes, not starting with '.' (which also excludes "." and ".."), and free of
+// '/', '\\', NUL and other control characters.
+func ValidateID(what, id string) error {
+	bad := func(why string) error { return fmt.Errorf("%w: %s %q %s", ErrInvalidID, what, id, why) }
+	switch {
+	case id == "":
+		return bad("is empty")
+	case len(id) > maxIDLen:
+		return bad(fmt.Sprintf("is longer than %d bytes", maxIDLen))
+	case strings.HasPrefix(id, "."):
+		return bad("must not start with '.' (path traversal)")
+	case strings.ContainsAny(id, `/\`):
+		return bad("must not contain a path separator")
+	}
+	for _, r := range id {
+		if r < 0x20 || r == 0x7f {
+			return bad("must not contain NUL or control characters")
+		}
+	}
+	return nil
+}
+
+// Paths are the two files of one transcript.
+type Paths struct {
+	// Transcript is the readable document (exists once finished).
+	Transcript string `json:"transcript"`
+	// Log is the append-only event log (exists once created).
+	Log string `json:"log"`
+}
+
+// PathsFor returns the files of the transcript for (session, agent).
+func (s *Store) PathsFor(session, agent string) (Paths, error) {
+	if err := ValidateID("session id", session); err != nil {
+		return Paths{}, err
+	}
+	if err := ValidateID("agent id", agent); err != nil {
+		return Paths{}, err
+	}
+	base := filepath.Join(s.root, backgroundDir, session, agent)
+	return Paths{Transcript: base + finalSuffix, Log: base + logSuffix}, nil
+}
+
+// Create writes the header of a new transcript, status running. Call it
+// before the child's first provider turn (requirement 1). It never overwrites:
+// a transcript already there (running or finished) yields ErrExists.
+func (s *Store) Create(ctx context.Context, h Header) error {
+	if h.StartedAt.IsZero() {
+		h.StartedAt = s.now()
+	}
+	h.StartedAt = h.StartedAt.UTC()
+	p, err := s.PathsFor(h.ParentSessionID, h.AgentID)
+	if err == nil {
+		err = s.create(p, h)
+	}
+	if errors.Is(err, ErrExists) {
+		// The transcript that is there is intact; nothing to record.
+		return err
+	}
+	return s.record(ctx, "create", h.ParentSessionID, h.AgentID, p.Transcript, err, func(l *Lifecycle) error {
+		return l.Start(ctx, Entry{
+			WorkspacePath: s.workspace, SessionID: h.ParentSessionID, AgentID: h.AgentID,
+			ExecutionID: h.ExecutionID, Kind: string(h.Kind), Provider: h.Provider, Model: h.Model,
+			Status: string(Running), StartedAt: h.StartedAt,
+		})
+	})
+}
+
+func (s *Store) create(p Paths, h Header) error {
+	if h.Kind == "" {
+		return fmt.Errorf("%w: header needs a kind", ErrInvalidEvent)
+	}
+	dir := filepath.Dir(p.Log)
+	if err := mkdirAllSynced(dir); err != nil {
+		return err
+	}
+	if _, err := os.Lstat(p.Transcript); err == nil {
+		return fmt.Errorf("%w: %s", ErrExists, p.Transcript)
+	}
+	line, err := json.Marshal(logLine{Event: Event{Seq: 0, At: h.StartedAt, Type: headerType}, Header: &h})
+	if err != nil {
+		return err
+	}
+	return publish(dir, filepath.Base(p.Log), append(line, '\n'), ErrExists)
+}
+
+// Append durably adds events, in order, to a running transcript: when it
+// returns nil every event is on disk (fsynced). An id that was never created
+// yields ErrNotFound, a finished transcript ErrFinished; neither writes.
+func (s *Store) Append(ctx context.Context, session, agent string, events ...Event) error {
+	p, err := s.PathsFor(session, agent)
+	if err == nil {
+		err = s.append(p, events)
+	}
+	if errors.Is(err, ErrFinished) {
+		// The transcript is complete as of its terminal record.
+		return err
+	}
+	if err == nil {
+		// 'ok' was recorded at create and cannot change on success.
+		return nil
+	}
+	return s.record(ctx, "append", session, agent, p.Transcript, err, nil)
+}
+
+func (s *Store) append(p Paths, events []Event) error {
+	if len(events) == 0 {
+		return nil
+	}
+	for _, e := range events {
+		if err := e.validate(); err != nil {
+			return err
+		}
+	}
+	f, err := s.openLocked(p)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	last, err := lastSeq(f)
+	if err != nil {
+		return err
+	}
+	var buf bytes.Buffer
+	for i, e := range events {
+		e.Seq = last + int64(i) + 1
+		if e.At.IsZero() {
+			e.At = s.now()
+		}
+		e.At = e.At.UTC()
+		b, err := json.Marshal(logLine{Event: e})
+		if err != nil {
+			return err
+		}
+		buf.Write(b)
+		buf.WriteByte('\n')
+	}
+	// One write of whole lines: a crash can tear only the last line, which
+	// readers ignore and the next append cuts off.
+	if _, err := f.Write(buf.Bytes()); err != nil {
+		return fmt.Errorf("append to %s: %w", p.Log, err)
+	}
+	if err := f.Sync(); err != nil {
+		return fmt.Errorf("fsync %s: %w", p.Log, err)
+	}
+	return nil
+}
+
+// End is a transcript's terminal record.
+type End struct {
+	Status Status
+	// Error is the failure detail (failed, cancelled, timed_out).
+	Error string
+	// At is the end time; zero means now.
+	At time.Time
+}
+
+// Finish marks the transcript terminal, exactly once: it publishes the
+// readable document atomically, after which the transcript is immutable. A
+// second Finish (from any process) changes nothing and returns ErrFinished.
+func (s *Store) Finish(ctx context.Context, session, agent string, end End) error {
+	if end.At.IsZero() {
+		end.At = s.now()
+	}
+	end.At = end.At.UTC()
+	if !end.Status.Terminal() {
+		return fmt.Errorf("transcript: finish with non-terminal status %q", end.Status)
+	}
+	p, err := s.PathsFor(session, agent)
+	if err == nil {
+		err = s.finish(p, end)
+	}
+	if errors.Is(err, ErrFinished) {
+		return err
+	}
+	return s.record(ctx, "finish", session, agent, p.Transcript, err, func(l *Lifecycle) error {
+		_, err := l.End(ctx, Identity{WorkspacePath: s.workspace, SessionID: session, AgentID: agent}, end.Status, end.At, end.Error)
+		return err
+	})
+}
+
+func (s *Store) finish(p Paths, end End) error {
+	f, err := s.openLocked(p)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	if _, err := f.Seek(0, io.SeekStart); err != nil {
+		return err
+	}
+	t, err := readLog(f, p.Log)
+	if err != nil {
+		return err
+	}
+	t.Status, t.Error = end.Status, end.Error
+	at := end.At
+	t.EndedAt = &at
+	b, err := json.MarshalIndent(t, "", "  ")
+	if err != nil {
+		return err
+	}
+	return publish(filepath.Dir(p.Transcript), filepath.Base(p.Transcript), append(b, '\n'), ErrFinished)
+}
+
+// openLocked opens the log of a created transcript and takes its exclusive
+// lock, then checks it is not finished. The caller closes the file (which
+// releases the lock).
+func (s *Store) openLocked(p Paths) (*os.File, error) {
+	f, err := os.OpenFile(p.Log, os.O_RDWR|os.O_APPEND, 0)
+	if errors.Is(err, os.ErrNotExist) {
+		if _, serr := os.Lstat(p.Transcript); serr == nil {
+			return nil, fmt.Errorf("%w: %s", ErrFinished, p.Transcript)
+		}
+		return nil, fmt.Errorf("%w: %s was never created", ErrNotFound, p.Log)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if err := flock(f); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("lock %s: %w", p.Log, err)
+	}
+	if _, err := os.Lstat(p.Transcript); err == nil {
+		f.Close()
+		return nil, fmt.Errorf("%w: %s", ErrFinished, p.Transcript)
+	} else if !errors.Is(err, os.ErrNotExist) {
+		f.Close()
+		return nil, err
+	}
+	return f, nil
+}
+
+// record writes the outcome of op into background_agent_log when the store
+// has a lifecycle: first the lifecycle fields (fn, may be nil), then
+// transcript_path and transcript_status. It returns opErr, joined with
+// ErrLifecycle when the record itself failed.
+func (s *Store) record(ctx context.Context, op, session, agent, path string, opErr error, fn func(*Lifecycle) error) error {
+	if s.life == nil {
+		return opErr
+	}
+	var errs []error
+	if fn != nil {
+		if err := fn(s.life); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	id := Identity{WorkspacePath: s.workspace, SessionID: session, AgentID: agent}
+	if err := s.life.RecordTranscript(ctx, id, path, StatusText(op, opErr)); err != nil {
+		errs = append(errs, err)
+	}
+	if len(errs) == 0 {
+		return opErr
+	}
+	lerr := fmt.Errorf("%w: %v", ErrLifecycle, errors.Join(errs...))
+	if opErr == nil {
+		return lerr
+	}
+	return errors.Join(opErr, lerr)
+}
+
+// StatusText is the transcript_status value for an operation's outcome.
+func StatusText(op string, err error) string {
+	if err == nil {
+		return "ok"
+	}
+	return "error: " + op + ": " + err.Error()
+}
+
+// Load reads the transcript for (session, agent): the finished document if
+// there is one, else the rendering of the running log.
+func (s *Store) Load(session, agent string) (*Transcript, error) {
+	p, err := s.PathsFor(session, agent)
+	if err != nil {
+		return nil, err
+	}
+	return load(p)
+}
+
+// LoadPath reads a transcript from a path naming its .json document, its
+// .events.jsonl log, or their common stem.
+func LoadPath(path string) (*Transcript, error) {
+	base := strings.TrimSuffix(strings.TrimSuffix(path, logSuffix), finalSuffix)
+	return load(Paths{Transcript: base + finalSuffix, Log: base + logSuffix})
+}
+
+func load(p Paths) (*Transcript, error) {
+	b, err := os.ReadFile(p.Transcript)
+	if err == nil {
+		var t Transcript
+		if err := json.Unmarshal(b, &t); err != nil || t.Format != Format || !t.Status.Terminal() {
+			return nil, fmt.Errorf("%w: %s is not a finished transcript document (%v)", ErrCorrupt, p.Transcript, err)
+		}
+		t.Path = p.Transcript
+		return &t, nil
+	}
+	if !errors.Is(err, os.ErrNotExist) {
+		return nil, err
+	}
+	f, err := os.Open(p.Log)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("%w: no transcript at %s", ErrNotFound, strings.TrimSuffix(p.Transcript, finalSuffix))
+	}
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	t, err := readLog(f, p.Log)
+	if err != nil {
+		return nil, err
+	}
+	t.Path = p.Log
+	return t, nil
+}
+
+// readLog parses an event log. Bytes after the last newline are a torn line
+// (a crash mid-write) and are ignored; any complete line that does not parse,
+// or a seq out of order, is corruption.
+func readLog(r io.Reader, name string) (*Transcript, error) {
+	br := bufio.NewReaderSize(r, 64<<10)
+	var (
+		h      *Header
+		events []Event
+		n      int
+	)
+	for {
+		line, err := br.ReadBytes('\n')
+		if errors.Is(err, io.EOF) {
+			t := renderOrErr(h, events)
+			if t == nil {
+				return nil, fmt.Errorf("%w: %s has no complete header line", ErrCorrupt, name)
+			}
+			t.TornBytes = len(line)
+			return t, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+		n++
+		var l logLine
+		if err := json.Unmarshal(line, &l); err != nil {
+			return nil, fmt.Errorf("%w: %s line %d: %v", ErrCorrupt, name, n, err)
+		}
+		switch {
+		case n == 1:
+			if l.Type != headerType || l.Header == nil || l.Seq != 0 {
+				return nil, fmt.Errorf("%w: %s line 1 is not a header", ErrCorrupt, name)
+			}
+			h = l.Header
+		case l.Seq != int64(n-1):
+			return nil, fmt.Errorf("%w: %s line %d has seq %d, want %d", ErrCorrupt, name, n, l.Seq, n-1)
+		default:
+			if err := l.Event.validate(); err != nil {
+				return nil, fmt.Errorf("%w: %s line %d: %v", ErrCorrupt, name, n, err)
+			}
+			events = append(events, l.Event)
+		}
+	}
+}
+
+func renderOrErr(h *Header, events []Event) *Transcript {
+	if h == nil {
+		return nil
+	}
+	return render(*h, events)
+}
+
+// Summary is one transcript as List sees it.
+type Summary struct {
+	SessionID string `json:"session_id"`
+	AgentID   string `json:"agent_id"`
+	Kind      Kind   `json:"kind,omitempty"`
+	Status    Status `json:"status,omitempty"`
+	Events    int    `json:"events"`
+	Path      string `json:"path"`
+	// Err is why the transcript could not be read ("" when it could).
+	Err string `json:"error,omitempty"`
+}
+
+// List reads every transcript of one parent session, sorted by agent id.
+func (s *Store) List(session string) ([]Summary, error) {
+	if err := ValidateID("session id", session); err != nil {
+		return nil, err
+	}
+	dir := filepath.Join(s.root, backgroundDir, session)
+	entries, err := os.ReadDir(dir)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	seen := map[string]bool{}
+	var out []Summary
+	for _, e := range entries {
+		name := e.Name()
+		if strings.HasPrefix(name, ".") || e.IsDir() {
+			continue
+		}
+		var agent string
+		switch {
+		case strings.HasSuffix(name, logSuffix):
+			agent = strings.TrimSuffix(name, logSuffix)
+		case strings.HasSuffix(name, finalSuffix):
+			agent = strings.TrimSuffix(name, finalSuffix)
+		default:
+			continue
+		}
+		if seen[agent] || ValidateID("agent id", agent) != nil {
+			continue
+		}
+		seen[agent] = true
+		sum := Summary{SessionID: session, AgentID: agent}
+		t, err := s.Load(session, agent)
+		if err != nil {
+			sum.Err = err.Error()
+			sum.Path = filepath.Join(dir, agent+finalSuffix)
+		} else {
+			sum.Kind, sum.Status, sum.Events, sum.Path = t.Kind, t.Status, len(t.Events), t.Path
+		}
+		out = append(out, sum)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].AgentID < out[j].AgentID })
+	return out, nil
+}
+
+// Sessions lists the parent session ids that have a transcript directory.
+func (s *Store) Sessions() ([]string, error) {
+	entries, err := os.ReadDir(filepath.Join(s.root, backgroundDir))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, e := range entries {
+		if e.IsDir() && ValidateID("session id", e.Name()) == nil {
+			out = append(out, e.Name())
+		}
+	}
+	return out, nil
+}
+
+// flock takes an exclusive OS lock on f, held until f is closed. It is
+// per open file description, so it excludes other processes and other opens
+// in this process alike.
+func flock(f *os.File) error {
+	for {
+		err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX)
+		if !errors.Is(err, syscall.EINTR) {
+			return err
+		}
+	}
+}
