@@ -24,6 +24,7 @@ import (
 	"ariga.io/atlas/sql/postgres"
 	"ariga.io/atlas/sql/sqlite"
 
+	"github.com/schemastate/schemastate/backfill"
 	"github.com/schemastate/schemastate/dialect"
 	"github.com/schemastate/schemastate/keys"
 )
@@ -45,6 +46,12 @@ const (
 	FailpointShapeApplied = "shape.applied"
 	// FailpointExecutionSinceWrite runs just before the execution_since key write.
 	FailpointExecutionSinceWrite = "execution_since.write"
+	// FailpointBackfillMaxTaken runs after backfill_through is computed, before the INSERT.
+	FailpointBackfillMaxTaken = backfill.PointMaxTaken
+	// FailpointBackfillInserted runs after the backfill INSERT, before capture_since is sampled.
+	FailpointBackfillInserted = backfill.PointInserted
+	// FailpointBackfillFirstKeyWritten runs between the two backfill key writes.
+	FailpointBackfillFirstKeyWritten = backfill.PointFirstKeyWritten
 )
 
 // Status is a step's outcome.
@@ -439,12 +446,33 @@ func describeMissing(es EndState) string {
 }
 
 // backfill is the last step; it runs only in a pass that observed the AC-33
-// end state (AC-33c).
+// end state (AC-33c), so its INSERT never meets a table without
+// agent_execution_id. Guarded by both backfill keys (AC-24d); a failure rolls
+// back the rows and both keys together and is retried next boot (AC-24a).
 func (r *run) backfill(ctx context.Context, q dialect.Querier) Step {
 	if !r.rep.EndState.KeyBearing() {
 		return Step{Status: Skipped, Detail: "AC-33c: end state not observed in this pass; retried next boot"}
 	}
-	return Step{Status: Skipped, Detail: "backfill not built yet"}
+	res, err := backfill.Run(ctx, q, r.o.dialect,
+		backfill.WithFailpoint(r.o.fail),
+		backfill.WithProgress(func(msg string) { r.progress(StepBackfill, msg) }))
+	if err != nil {
+		return failed(err)
+	}
+	if !res.Ran {
+		return Step{Status: Unchanged, Detail: "both backfill keys present"}
+	}
+	rows := res.Inserted
+	return Step{Status: Applied, Statements: 1, Rows: &rows, Detail: fmt.Sprintf(
+		"inserted %d rows; %s=%q %s=%q", rows,
+		keys.BackfillThrough, deref(res.Keys.BackfillThrough), keys.CaptureSince, deref(res.Keys.CaptureSince))}
+}
+
+func deref(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
 }
 
 func (r *run) progress(step, msg string) {

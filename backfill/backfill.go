@@ -1,0 +1,193 @@
+// Package backfill is the guarded, one-time copy of historical subagent
+// invocations from task_session_messages into task_session_subagents (spec:
+// Backfill, AC-21 … AC-23b), and the two activation keys it publishes
+// (AC-24, AC-24d, AC-24f).
+//
+// Run does, in this order and inside the caller's transaction:
+//
+//	guard (both keys present → nothing to do)
+//	→ MAX(created_at) over the source predicate      (backfill_through)
+//	→ one unbounded INSERT … SELECT … ON CONFLICT DO NOTHING
+//	→ sample the clock                               (capture_since)
+//	→ write both keys, write-once
+//
+// Atomicity is the caller's: Run takes a dialect.Querier and never begins,
+// commits or rolls back. The reconciler hands it the backfill step's
+// transaction (PostgreSQL) or savepoint (SQLite), so a failure anywhere —
+// the insert, either key write — leaves neither rows nor keys (AC-24a, AC-24d).
+package backfill
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+
+	"github.com/schemastate/schemastate/dialect"
+	"github.com/schemastate/schemastate/keys"
+)
+
+// Failpoints Run calls through WithFailpoint. An error returned there fails
+// Run exactly as a database error at that point would.
+const (
+	// PointMaxTaken runs after backfill_through is computed, before the INSERT.
+	PointMaxTaken = "backfill.max_taken"
+	// PointInserted runs after the INSERT completes, before capture_since is sampled.
+	PointInserted = "backfill.inserted"
+	// PointFirstKeyWritten runs between the two key writes.
+	PointFirstKeyWritten = "backfill.first_key_written"
+)
+
+// Unknown is the shared execution-identity sentinel every backfilled row
+// carries (AC-31): historical messages hold no execution id.
+const Unknown = "unknown"
+
+// Source is the provenance value of every row Run writes.
+const Source = "backfill"
+
+// TerminalToolStatuses are the six ACP tool-call statuses AC-11 names; a
+// backfilled row is settled (settled_at = the message's updated_at) only when
+// its tool_status is one of them (AC-23a).
+var TerminalToolStatuses = []string{"complete", "completed", "success", "error", "failed", "cancelled"}
+
+// Result is what one Run did.
+type Result struct {
+	// Ran is false when the AC-24d guard found both keys present and Run did nothing.
+	Ran bool
+	// Inserted is the number of rows the INSERT wrote (0 on a replay: AC-22).
+	Inserted int64
+	// BackfillThrough is the value computed this run: the newest created_at
+	// matching the source predicate, or "" when nothing matched (AC-24f).
+	BackfillThrough string
+	// CaptureSince is the instant sampled after the INSERT (AC-24 point 4).
+	CaptureSince string
+	// Keys is the key set as stored when Run returned. A key that was already
+	// present keeps its stored value, which may differ from the computed one
+	// (write-once, AC-24 point 5).
+	Keys keys.Set
+}
+
+// Option configures Run.
+type Option func(*options)
+
+type options struct {
+	failpoint func(string) error
+	progress  func(string)
+}
+
+// WithFailpoint installs fn, called at each Point*.
+func WithFailpoint(fn func(point string) error) Option {
+	return func(o *options) { o.failpoint = fn }
+}
+
+// WithProgress installs fn, called before and after the long statements.
+func WithProgress(fn func(msg string)) Option { return func(o *options) { o.progress = fn } }
+
+func (o *options) fail(point string) error {
+	if o.failpoint == nil {
+		return nil
+	}
+	if err := o.failpoint(point); err != nil {
+		return fmt.Errorf("failpoint %s: %w", point, err)
+	}
+	return nil
+}
+
+func (o *options) report(msg string) {
+	if o.progress != nil {
+		o.progress(msg)
+	}
+}
+
+// Run performs the guarded backfill on q, which must be a transaction (or a
+// connection inside one) that the caller commits only when Run returns nil.
+// task_session_subagents must already be in its amended shape (AC-33c): the
+// reconciler calls Run only in a pass that observed that end state.
+func Run(ctx context.Context, q dialect.Querier, d dialect.Dialect, opts ...Option) (Result, error) {
+	o := &options{}
+	for _, opt := range opts {
+		opt(o)
+	}
+	var res Result
+
+	// AC-24d: the guard is BOTH keys. A partial pair from an older build
+	// (capture_since without backfill_through, or the mirror) runs again: the
+	// INSERT is a no-op replay and only the missing key is written.
+	ks, err := keys.Read(ctx, q, d)
+	if err != nil {
+		return res, err
+	}
+	if ks.BackfillDone() {
+		res.Keys = ks
+		return res, nil
+	}
+	res.Ran = true
+
+	stmts := statementsFor(d)
+	if stmts.prepare != "" {
+		if _, err := q.ExecContext(ctx, stmts.prepare); err != nil {
+			return res, fmt.Errorf("backfill: prepare metadata normalization: %w", err)
+		}
+	}
+
+	// AC-24d: the MAX is taken BEFORE the INSERT. On PostgreSQL's READ
+	// COMMITTED each statement has its own snapshot, so a MAX taken after the
+	// INSERT could name a message committed in between that the INSERT never
+	// saw. Taken first it can only under-claim. AC-24 point 1: it is the high-water
+	// mark of the source predicate, not of what this attempt inserted, so a
+	// replay that inserts nothing still publishes the true value.
+	o.report("computing backfill_through over task_session_messages")
+	var maxCol sql.NullString
+	if err := q.QueryRowContext(ctx, stmts.max).Scan(&maxCol); err != nil {
+		return res, fmt.Errorf("backfill: MAX(created_at) over the source predicate: %w", err)
+	}
+	if maxCol.Valid && maxCol.String != "" {
+		v, err := keys.FromColumn(maxCol.String)
+		if err != nil {
+			return res, fmt.Errorf("backfill: backfill_through: %w", err)
+		}
+		res.BackfillThrough = v
+	} // AC-24f: else '' — the sentinel, never parsed as an instant.
+	if err := o.fail(PointMaxTaken); err != nil {
+		return res, err
+	}
+
+	// AC-23a: one unbounded INSERT … SELECT, no LIMIT, no batching.
+	o.report("copying subagent invocations from task_session_messages")
+	r, err := q.ExecContext(ctx, stmts.insert)
+	if err != nil {
+		return res, fmt.Errorf("backfill: INSERT … SELECT: %w", err)
+	}
+	if res.Inserted, err = r.RowsAffected(); err != nil {
+		return res, fmt.Errorf("backfill: rows inserted: %w", err)
+	}
+	o.report(fmt.Sprintf("inserted %d rows", res.Inserted))
+	if err := o.fail(PointInserted); err != nil {
+		return res, err
+	}
+
+	// AC-24 point 4: capture_since is sampled after the INSERT completed and
+	// before the key writes — never at transaction start, which would
+	// over-claim coverage by the whole scan.
+	res.CaptureSince = keys.Now()
+
+	// Both write-once (AC-24 point 5): a key already present, at whatever
+	// precision an older build wrote it, stays byte-identical.
+	if _, err := keys.WriteOnce(ctx, q, d, keys.BackfillThrough, res.BackfillThrough); err != nil {
+		return res, err
+	}
+	if err := o.fail(PointFirstKeyWritten); err != nil {
+		return res, err
+	}
+	if _, err := keys.WriteOnce(ctx, q, d, keys.CaptureSince, res.CaptureSince); err != nil {
+		return res, err
+	}
+	if stmts.cleanup != "" {
+		if _, err := q.ExecContext(ctx, stmts.cleanup); err != nil {
+			return res, fmt.Errorf("backfill: drop metadata normalization: %w", err)
+		}
+	}
+	if res.Keys, err = keys.Read(ctx, q, d); err != nil {
+		return res, err
+	}
+	return res, nil
+}

@@ -1,0 +1,447 @@
+package backfill_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/schemastate/schemastate/backfill"
+	"github.com/schemastate/schemastate/dialect"
+	"github.com/schemastate/schemastate/internal/dbtest"
+	"github.com/schemastate/schemastate/keys"
+)
+
+// AC-21: every column from its named source; in particular tool_status from
+// the TOP-LEVEL metadata.status and agent_status from
+// normalized.subagent_task.status, which differ here so conflating them fails,
+// and turn_id from the message's own column.
+func TestBackfill_AC21_EveryColumnFromItsNamedSource(t *testing.T) {
+	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
+		declared(t, db)
+		created, updated := base, base.Add(90*time.Second+123456*time.Microsecond)
+		seed(t, db, message{
+			ID: "m1", Session: "s1", Task: "task-1", Turn: "turn-7", Created: created, Updated: updated,
+			Meta: subagent("toolu_1", map[string]any{"status": "completed", "parent_tool_call_id": "toolu_parent"}, map[string]any{
+				"status": "async_launched", "subagent_type": "security-reviewer", "description": "review the diff",
+				"agent_id": "agent-9", "child_session_id": "ses-child", "model": "claude-opus-5[1m]",
+				"is_async": true, "total_tokens": 275717, "tool_use_count": 4, "duration_ms": 81234,
+			}),
+		})
+
+		res := mustRun(t, db)
+		require.True(t, res.Ran)
+		require.EqualValues(t, 1, res.Inserted)
+
+		got := rows(t, db)
+		require.Len(t, got, 1)
+		want := row{
+			"id": ptr("backfill:2:s1:toolu_1"), "task_session_id": ptr("s1"), "task_id": ptr("task-1"),
+			"turn_id": ptr("turn-7"), "agent_execution_id": ptr("unknown"), "tool_call_id": ptr("toolu_1"),
+			"parent_tool_call_id": ptr("toolu_parent"), "subagent_type": ptr("security-reviewer"),
+			"description": ptr("review the diff"), "agent_id": ptr("agent-9"), "child_session_id": ptr("ses-child"),
+			"model": ptr("claude-opus-5[1m]"), "agent_status": ptr("async_launched"), "tool_status": ptr("completed"),
+			"is_async": ptr("1"), "total_tokens": ptr("275717"), "tool_use_count": ptr("4"), "duration_ms": ptr("81234"),
+			"source": ptr("backfill"), "observed_at": ptr(stored(db.Dialect, created)),
+			"settled_at": ptr(stored(db.Dialect, updated)), "updated_at": ptr(stored(db.Dialect, updated)),
+		}
+		for _, c := range columns {
+			require.Equal(t, want.get(c), got["toolu_1/unknown"].get(c), "column %s", c)
+		}
+	})
+}
+
+// AC-21 / AC-23a: settled_at follows the TOP-LEVEL tool status against AC-11's
+// six terminal values; agent_status never settles a row; ” turn_id → NULL.
+func TestBackfill_AC23a_SettledOnlyOnTerminalToolStatus(t *testing.T) {
+	type tc struct {
+		top         map[string]any
+		agentStatus string
+		settled     bool
+	}
+	cases := map[string]tc{}
+	for _, s := range backfill.TerminalToolStatuses {
+		cases["terminal "+s] = tc{top: map[string]any{"status": s}, agentStatus: "started", settled: true}
+	}
+	cases["in_progress with agent completed"] = tc{top: map[string]any{"status": "in_progress"}, agentStatus: "completed"}
+	cases["pending"] = tc{top: map[string]any{"status": "pending"}, agentStatus: "completed"}
+	cases["absent tool status"] = tc{agentStatus: "completed"}
+	cases["capitalised is not terminal"] = tc{top: map[string]any{"status": "Completed"}}
+	cases["status of wrong type"] = tc{top: map[string]any{"status": 1}}
+
+	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
+		declared(t, db)
+		i := 0
+		want := map[string]bool{}
+		for name, c := range cases {
+			i++
+			id := fmt.Sprintf("toolu_%02d", i)
+			want[id] = c.settled
+			seed(t, db, message{ID: "m-" + id, Session: "s1", Task: "task-1", Turn: "", Created: base, Updated: base.Add(time.Minute),
+				Meta: subagent(id, c.top, map[string]any{"status": c.agentStatus})})
+			_ = name
+		}
+		mustRun(t, db)
+		got := rows(t, db)
+		require.Len(t, got, len(cases))
+		for id, settled := range want {
+			r := got[id+"/unknown"]
+			if settled {
+				require.Equal(t, stored(db.Dialect, base.Add(time.Minute)), r.get("settled_at"), id)
+			} else {
+				require.Nil(t, r.get("settled_at"), id)
+			}
+			require.Nil(t, r.get("turn_id"), "AC-21: '' turn_id is stored NULL (%s)", id)
+		}
+	})
+}
+
+// AC-21a: a qualifying message missing the session id, the task id or
+// metadata.tool_call_id is skipped, and the statement does not fail.
+func TestBackfill_AC21a_SkipsMessagesMissingAnIdentity(t *testing.T) {
+	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
+		declared(t, db)
+		seed(t, db,
+			message{ID: "ok", Session: "s1", Task: "task-1", Turn: "t", Created: base, Meta: subagent("toolu_ok", nil, nil)},
+			message{ID: "no-session", Session: "", Task: "task-1", Turn: "t", Created: base, Meta: subagent("toolu_a", nil, nil)},
+			message{ID: "no-task", Session: "s1", Task: "", Turn: "t", Created: base, Meta: subagent("toolu_b", nil, nil)},
+			message{ID: "no-tool-call", Session: "s1", Task: "task-1", Turn: "t", Created: base, Meta: subagent("", nil, nil)},
+			message{ID: "empty-tool-call", Session: "s1", Task: "task-1", Turn: "t", Created: base,
+				Meta: `{"tool_call_id":"","normalized":{"kind":"subagent_task","subagent_task":{}}}`},
+			message{ID: "numeric-tool-call", Session: "s1", Task: "task-1", Turn: "t", Created: base,
+				Meta: `{"tool_call_id":5,"normalized":{"kind":"subagent_task","subagent_task":{}}}`},
+			message{ID: "not-subagent", Session: "s1", Task: "task-1", Turn: "t", Created: base,
+				Meta: `{"tool_call_id":"toolu_c","normalized":{"kind":"tool_call"}}`},
+		)
+		// task_id NULL as well as ''.
+		_, err := db.DB.Exec(db.Q(`INSERT INTO task_session_messages (id, task_session_id, task_id, turn_id, content, metadata, created_at, updated_at)
+			VALUES ('null-task', 's1', NULL, 't', '', ?, ?, ?)`), subagent("toolu_d", nil, nil), keys.RowTime(db.Dialect, base), keys.RowTime(db.Dialect, base))
+		require.NoError(t, err)
+
+		res := mustRun(t, db)
+		require.EqualValues(t, 1, res.Inserted)
+		require.Contains(t, rows(t, db), "toolu_ok/unknown")
+	})
+}
+
+// AC-21b: one row per (task_session_id, tool_call_id), from the newest
+// created_at compared as a timestamp, then the greatest id.
+func TestBackfill_AC21b_NewestMessageWins(t *testing.T) {
+	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
+		declared(t, db)
+		model := func(m string) string { return subagent("toolu_1", nil, map[string]any{"model": m}) }
+		tie := func(m string) string { return subagent("toolu_tie", nil, map[string]any{"model": m}) }
+		seed(t, db,
+			// Newest created_at wins even though its id sorts lowest.
+			message{ID: "z-old", Session: "s1", Task: "task-1", Turn: "t", Created: base, Meta: model("old")},
+			message{ID: "a-new", Session: "s1", Task: "task-1", Turn: "t", Created: base.Add(time.Microsecond), Meta: model("new")},
+			// Same created_at: greatest id wins.
+			message{ID: "b", Session: "s1", Task: "task-1", Turn: "t", Created: base, Meta: tie("b")},
+			message{ID: "c", Session: "s1", Task: "task-1", Turn: "t", Created: base, Meta: tie("c")},
+			// Same tool_call_id in another session is another subagent.
+			message{ID: "other", Session: "s2", Task: "task-2", Turn: "t", Created: base, Meta: model("other-session")},
+		)
+		if db.Dialect == dialect.SQLite {
+			// Stored with a +02:00 offset: later as text, EARLIER as a timestamp
+			// (01:00:00Z), so it must lose to the 01:30 message.
+			seed(t, db,
+				message{ID: "y-offset", Session: "s3", Task: "task-3", Turn: "t", CreatedRaw: "2026-07-30 03:00:00.5+02:00", Created: base, Meta: subagent("toolu_off", nil, map[string]any{"model": "offset"})},
+				message{ID: "x-utc", Session: "s3", Task: "task-3", Turn: "t", CreatedRaw: "2026-07-30 01:30:00+00:00", Created: base, Meta: subagent("toolu_off", nil, map[string]any{"model": "utc"})},
+			)
+		}
+
+		mustRun(t, db)
+		count := func(session, toolCall string) (n int) {
+			require.NoError(t, db.DB.QueryRow(db.Q(`SELECT COUNT(*) FROM task_session_subagents WHERE task_session_id = ? AND tool_call_id = ?`), session, toolCall).Scan(&n))
+			return n
+		}
+		require.Equal(t, 1, count("s1", "toolu_1"), "exactly one row per key")
+		require.Equal(t, 1, count("s1", "toolu_tie"), "exactly one row per key")
+		require.Equal(t, 1, count("s2", "toolu_1"), "another session's subagent")
+		_, err := db.DB.Exec(`DELETE FROM task_session_subagents WHERE task_session_id = 's2'`)
+		require.NoError(t, err)
+		got := rows(t, db)
+		require.Equal(t, "new", got["toolu_1/unknown"].get("model"))
+		require.Equal(t, stored(db.Dialect, base.Add(time.Microsecond)), got["toolu_1/unknown"].get("observed_at"))
+		require.Equal(t, "c", got["toolu_tie/unknown"].get("model"))
+		if db.Dialect == dialect.SQLite {
+			require.Equal(t, "utc", got["toolu_off/unknown"].get("model"))
+			require.Equal(t, "2026-07-30 01:30:00+00:00", got["toolu_off/unknown"].get("observed_at"))
+		}
+	})
+}
+
+// AC-22: a row already present on the key is left untouched (the shared
+// 'unknown' sentinel makes a legacy live row and a replay collide), a row
+// captured live WITH an execution id coexists, and a replay inserts nothing.
+func TestBackfill_AC22_ExistingRowsUntouchedAndReplayIsNoOp(t *testing.T) {
+	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
+		declared(t, db)
+		seed(t, db,
+			message{ID: "m1", Session: "s1", Task: "task-1", Turn: "t", Created: base, Meta: subagent("toolu_live", map[string]any{"status": "completed"}, map[string]any{"model": "from-message", "total_tokens": 10})},
+			message{ID: "m2", Session: "s1", Task: "task-1", Turn: "t", Created: base, Meta: subagent("toolu_exec", nil, map[string]any{"model": "from-message"})},
+		)
+		live := keys.RowTime(db.Dialect, base.Add(-time.Hour))
+		for _, r := range [][]any{{"live-1", "unknown", "toolu_live"}, {"live-2", "2b1f8c3e-0000-4000-8000-000000000001", "toolu_exec"}} {
+			_, err := db.DB.Exec(db.Q(`INSERT INTO task_session_subagents
+				(id, task_session_id, task_id, agent_execution_id, tool_call_id, model, total_tokens, source, observed_at, updated_at)
+				VALUES (?, 's1', 'task-1', ?, ?, 'live-model', NULL, 'live', ?, ?)`), r[0], r[1], r[2], live, live)
+			require.NoError(t, err)
+		}
+		before := rows(t, db)
+
+		res := mustRun(t, db)
+		require.EqualValues(t, 1, res.Inserted, "only the backfill row beside the real-execution live row")
+		after := rows(t, db)
+		require.Len(t, after, 3)
+		require.Equal(t, before["toolu_live/unknown"], after["toolu_live/unknown"], "live 'unknown' row never changed")
+		require.Equal(t, before["toolu_exec/2b1f8c3e-0000-4000-8000-000000000001"], after["toolu_exec/2b1f8c3e-0000-4000-8000-000000000001"])
+		require.Equal(t, "backfill", after["toolu_exec/unknown"].get("source"))
+
+		clearKeys(t, db, keys.CaptureSince, keys.BackfillThrough)
+		res = mustRun(t, db)
+		require.True(t, res.Ran)
+		require.EqualValues(t, 0, res.Inserted)
+		require.Equal(t, after, rows(t, db))
+	})
+}
+
+// AC-23 with AC-7, AC-7a, AC-8, AC-9 and the empty-string rule, including
+// "the one shape a builder must not get wrong": async_launched stores NULL
+// for all three metrics, never 0. Wrong JSON types are absent, never fatal.
+func TestBackfill_AC23_NullsZeroesAndAbsence(t *testing.T) {
+	cases := []struct {
+		name string
+		task map[string]any
+		want map[string]any // column → expected text (nil = NULL)
+	}{
+		{"async_launched shape", map[string]any{"status": "async_launched", "agent_id": "a", "model": "m", "is_async": true},
+			map[string]any{"total_tokens": nil, "tool_use_count": nil, "duration_ms": nil, "is_async": "1"}},
+		{"reported zeros", map[string]any{"total_tokens": 0, "tool_use_count": 0, "duration_ms": 0},
+			map[string]any{"total_tokens": nil, "tool_use_count": "0", "duration_ms": nil, "is_async": "0"}},
+		{"negatives", map[string]any{"total_tokens": -1, "tool_use_count": -3, "duration_ms": -5},
+			map[string]any{"total_tokens": nil, "tool_use_count": nil, "duration_ms": nil}},
+		{"empty strings", map[string]any{"status": "", "subagent_type": "", "description": "", "agent_id": "", "child_session_id": "", "model": ""},
+			map[string]any{"agent_status": nil, "subagent_type": nil, "description": nil, "agent_id": nil, "child_session_id": nil, "model": nil}},
+		{"wrong types", map[string]any{"total_tokens": "12", "tool_use_count": 2.5, "duration_ms": true, "model": 7, "subagent_type": map[string]any{"x": 1}, "is_async": "true"},
+			map[string]any{"total_tokens": nil, "tool_use_count": nil, "duration_ms": nil, "model": nil, "subagent_type": nil, "is_async": "0"}},
+		{"out of int64 range", map[string]any{"total_tokens": 1e30, "duration_ms": json9223372036854775808{}},
+			map[string]any{"total_tokens": nil, "duration_ms": nil}},
+		{"int64 max", map[string]any{"total_tokens": int64(9223372036854775807)},
+			map[string]any{"total_tokens": "9223372036854775807"}},
+		{"is_async false", map[string]any{"is_async": false}, map[string]any{"is_async": "0"}},
+	}
+	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
+		declared(t, db)
+		for i, c := range cases {
+			seed(t, db, message{ID: fmt.Sprint("m", i), Session: "s1", Task: "task-1", Turn: "t", Created: base,
+				Meta: subagent(fmt.Sprint("toolu_", i), map[string]any{"status": ""}, c.task)})
+		}
+		res := mustRun(t, db)
+		require.EqualValues(t, len(cases), res.Inserted)
+		got := rows(t, db)
+		for i, c := range cases {
+			r := got[fmt.Sprint("toolu_", i, "/unknown")]
+			require.NotNil(t, r, c.name)
+			require.Nil(t, r.get("tool_status"), "%s: '' tool status is NULL", c.name)
+			for col, want := range c.want {
+				require.Equal(t, want, r.get(col), "%s: %s", c.name, col)
+			}
+		}
+	})
+}
+
+// json9223372036854775808 marshals as an integer literal one past int64.
+type json9223372036854775808 struct{}
+
+func (json9223372036854775808) MarshalJSON() ([]byte, error) {
+	return []byte("9223372036854775808"), nil
+}
+
+// AC-23b: metadata that is NULL, ”, 'null', malformed, or JSON but not an
+// object never aborts the statement on either dialect; such rows simply do not
+// qualify — for the INSERT and for the backfill_through MAX alike.
+func TestBackfill_AC23b_MalformedMetadataNeverAborts(t *testing.T) {
+	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
+		declared(t, db)
+		later := base.Add(time.Hour) // every malformed row is newer than the good one
+		bad := []string{"", "null", "{bad", `{"tool_call_id":"x",`, "[1]", `"x"`, "5", "true",
+			`{"normalized":5,"tool_call_id":"x"}`, `{"normalized":{"kind":["subagent_task"]},"tool_call_id":"x"}`,
+			"   ", "{}",
+			// Valid JSON text that jsonb refuses (22P05): trapped on PostgreSQL,
+			// a non-qualifying document on SQLite.
+			`{"normalized":{"kind":"text"},"x":"\u0000"}`}
+		seed(t, db, message{ID: "good", Session: "s1", Task: "task-1", Turn: "t", Created: base, Meta: subagent("toolu_good", nil, nil)})
+		seed(t, db, message{ID: "nil", Session: "s1", Task: "task-1", Turn: "t", Created: later, NoMeta: true})
+		for i, m := range bad {
+			seed(t, db, message{ID: fmt.Sprint("bad", i), Session: "s1", Task: "task-1", Turn: "t", Created: later, Meta: m})
+		}
+		// A subagent_task whose payload is not an object still qualifies, with every payload column NULL.
+		seed(t, db, message{ID: "scalar-payload", Session: "s1", Task: "task-1", Turn: "t", Created: base,
+			Meta: `{"tool_call_id":"toolu_scalar","status":"failed","normalized":{"kind":"subagent_task","subagent_task":"oops"}}`})
+
+		res := mustRun(t, db)
+		require.EqualValues(t, 2, res.Inserted)
+		got := rows(t, db)
+		require.Len(t, got, 2)
+		require.Equal(t, "failed", got["toolu_scalar/unknown"].get("tool_status"))
+		require.Nil(t, got["toolu_scalar/unknown"].get("model"))
+		require.Equal(t, keys.Format(base), res.BackfillThrough, "no malformed row reaches the MAX")
+	})
+}
+
+// AC-24f: nothing qualifying → backfill_through is the ” sentinel, which is
+// never parsed as an instant; capture_since is still written.
+func TestBackfill_AC24f_EmptySentinelWhenNothingMatched(t *testing.T) {
+	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
+		declared(t, db)
+		seed(t, db, message{ID: "plain", Session: "s1", Task: "task-1", Turn: "t", Created: base, Meta: `{"normalized":{"kind":"text"}}`})
+		res := mustRun(t, db)
+		require.True(t, res.Ran)
+		require.EqualValues(t, 0, res.Inserted)
+		ks := keySet(t, db)
+		require.NotNil(t, ks.BackfillThrough)
+		require.Equal(t, "", *ks.BackfillThrough)
+		_, err := keys.NewBoundary(*ks.BackfillThrough)
+		require.ErrorIs(t, err, keys.ErrEmptySentinel)
+		require.NotNil(t, ks.CaptureSince)
+		_, err = keys.NewBoundary(*ks.CaptureSince)
+		require.NoError(t, err)
+	})
+}
+
+// AC-24 points 1, 3, 4: backfill_through is the newest qualifying created_at
+// at nanosecond-form precision; capture_since is sampled AFTER the INSERT
+// completed (a transaction-start sample would precede the failpoint's clock
+// reading by the sleep), and both are the fixed nine-digit form.
+func TestBackfill_AC24_KeyValuesAndSamplingOrder(t *testing.T) {
+	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
+		declared(t, db)
+		newest := base.Add(3*time.Hour + 7*time.Microsecond)
+		seed(t, db,
+			message{ID: "a", Session: "s1", Task: "task-1", Turn: "t", Created: base, Meta: subagent("toolu_a", nil, nil)},
+			message{ID: "b", Session: "s2", Task: "task-2", Turn: "t", Created: newest, Meta: subagent("toolu_b", nil, nil)},
+			// Newer, but missing its task id: outside the predicate, so not the high-water mark.
+			message{ID: "c", Session: "s2", Task: "", Turn: "t", Created: newest.Add(time.Hour), Meta: subagent("toolu_c", nil, nil)},
+		)
+		var insertDone time.Time
+		var order []string
+		res := mustRun(t, db, backfill.WithFailpoint(func(p string) error {
+			order = append(order, p)
+			if p == backfill.PointInserted {
+				time.Sleep(20 * time.Millisecond)
+				insertDone = time.Now()
+			}
+			return nil
+		}))
+		require.Equal(t, []string{backfill.PointMaxTaken, backfill.PointInserted, backfill.PointFirstKeyWritten}, order)
+
+		ks := keySet(t, db)
+		require.Equal(t, keys.Format(newest), *ks.BackfillThrough)
+		require.Equal(t, "2026-07-30T04:39:37.271242000Z", *ks.BackfillThrough)
+		require.Equal(t, res.CaptureSince, *ks.CaptureSince)
+		cs, err := keys.Parse(*ks.CaptureSince)
+		require.NoError(t, err)
+		require.False(t, cs.Before(insertDone), "AC-24 point 4: capture_since %s precedes the INSERT's completion %s", cs, insertDone)
+		require.Len(t, *ks.CaptureSince, len("2006-01-02T15:04:05.000000000Z"))
+	})
+}
+
+// AC-24d: the guard is BOTH keys. With both present nothing runs, even with
+// unbackfilled qualifying messages.
+func TestBackfill_AC24d_GuardIsBothKeys(t *testing.T) {
+	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
+		declared(t, db)
+		seed(t, db, message{ID: "a", Session: "s1", Task: "task-1", Turn: "t", Created: base, Meta: subagent("toolu_a", nil, nil)})
+		ctx := context.Background()
+		for _, k := range []string{keys.CaptureSince, keys.BackfillThrough} {
+			_, err := keys.WriteOnce(ctx, db.DB, db.Dialect, k, "2026-07-30T01:39:37Z")
+			require.NoError(t, err)
+		}
+		res := mustRun(t, db)
+		require.False(t, res.Ran)
+		require.Empty(t, rows(t, db))
+	})
+}
+
+// AC-24d (snapshot order): backfill_through never names an instant later than
+// the newest message the INSERT covered. A trigger on the target table commits
+// a NEWER qualifying message during the INSERT; had the MAX been taken after
+// the INSERT it would name that message.
+func TestBackfill_AC24d_MaxIsTakenBeforeTheInsert(t *testing.T) {
+	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
+		declared(t, db)
+		seed(t, db, message{ID: "a", Session: "s1", Task: "task-1", Turn: "t", Created: base, Meta: subagent("toolu_a", nil, nil)})
+		late := keys.RowTime(db.Dialect, base.Add(24*time.Hour))
+		meta := subagent("toolu_late", nil, nil)
+		if db.Dialect == dialect.SQLite {
+			_, err := db.DB.Exec(fmt.Sprintf(`CREATE TRIGGER late_message AFTER INSERT ON task_session_subagents BEGIN
+				INSERT INTO task_session_messages (id, task_session_id, task_id, turn_id, content, metadata, created_at, updated_at)
+				VALUES ('late', 's1', 'task-1', 't', '', '%s', '%s', '%s'); END`, meta, late, late))
+			require.NoError(t, err)
+		} else {
+			_, err := db.DB.Exec(fmt.Sprintf(`CREATE FUNCTION late_message() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN
+				INSERT INTO task_session_messages (id, task_session_id, task_id, turn_id, content, metadata, created_at, updated_at)
+				VALUES ('late', 's1', 'task-1', 't', '', '%s', '%s', '%s'); RETURN NULL; END $$`, meta, late.(time.Time).Format("2006-01-02 15:04:05.999999"), late.(time.Time).Format("2006-01-02 15:04:05.999999")))
+			require.NoError(t, err)
+			_, err = db.DB.Exec(`CREATE TRIGGER late_message AFTER INSERT ON task_session_subagents FOR EACH STATEMENT EXECUTE FUNCTION late_message()`)
+			require.NoError(t, err)
+		}
+		res := mustRun(t, db)
+		require.EqualValues(t, 1, res.Inserted)
+		var n int
+		require.NoError(t, db.DB.QueryRow(`SELECT COUNT(*) FROM task_session_messages WHERE id = 'late'`).Scan(&n))
+		require.Equal(t, 1, n, "the trigger did commit a newer message")
+		require.Equal(t, keys.Format(base), *keySet(t, db).BackfillThrough)
+	})
+}
+
+// AC-24d on PostgreSQL READ COMMITTED: a message committed by ANOTHER
+// connection between the MAX and the INSERT is seen by the INSERT (its own
+// snapshot) but not by the MAX, so the key under-claims — never over-claims.
+// (On SQLite the reconciler's BEGIN IMMEDIATE excludes any concurrent writer
+// for the whole pass; the trigger test above covers both dialects.)
+func TestBackfill_AC24d_ConcurrentCommitNeverAdvancesTheKey(t *testing.T) {
+	db := dbtest.Open(t, dialect.Postgres)
+	declared(t, db)
+	seed(t, db, message{ID: "a", Session: "s1", Task: "task-1", Turn: "t", Created: base, Meta: subagent("toolu_a", nil, nil)})
+	res := mustRun(t, db, backfill.WithFailpoint(func(p string) error {
+		if p != backfill.PointMaxTaken {
+			return nil
+		}
+		// Autocommitted on another pooled connection while Run's transaction is open.
+		_, err := db.DB.Exec(`INSERT INTO task_session_messages (id, task_session_id, task_id, turn_id, content, metadata, created_at, updated_at)
+			VALUES ('b', 's1', 'task-1', 't', '', $1, $2, $2)`, subagent("toolu_b", nil, nil), keys.RowTime(db.Dialect, base.Add(time.Hour)))
+		return err
+	}))
+	require.EqualValues(t, 2, res.Inserted, "the INSERT's own snapshot saw the concurrent commit")
+	require.Equal(t, keys.Format(base), *keySet(t, db).BackfillThrough, "the MAX, taken first, did not")
+}
+
+// AC-24a/AC-24d at the package boundary: any failure returns an error and the
+// caller's rollback leaves neither rows nor keys.
+func TestBackfill_AC24d_FailureAtEveryPointLeavesNothing(t *testing.T) {
+	for _, point := range []string{backfill.PointMaxTaken, backfill.PointInserted, backfill.PointFirstKeyWritten} {
+		t.Run(point, func(t *testing.T) {
+			dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
+				declared(t, db)
+				seed(t, db, message{ID: "a", Session: "s1", Task: "task-1", Turn: "t", Created: base, Meta: subagent("toolu_a", nil, nil)})
+				boom := errors.New("boom")
+				_, err := run(t, db, backfill.WithFailpoint(func(p string) error {
+					if p == point {
+						return boom
+					}
+					return nil
+				}))
+				require.ErrorIs(t, err, boom)
+				ks := keySet(t, db)
+				require.Nil(t, ks.CaptureSince)
+				require.Nil(t, ks.BackfillThrough)
+				require.Empty(t, rows(t, db))
+			})
+		})
+	}
+}

@@ -1,0 +1,239 @@
+package backfill
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/schemastate/schemastate/dialect"
+	"github.com/schemastate/schemastate/keys"
+)
+
+// The dialect differences of the backfill live here, and only here: how the
+// message metadata is made safe to read (AC-23b), how a JSON field of a given
+// type is extracted, and how a stored timestamp is compared and re-written.
+// Everything else — the predicate, the column sources, the value rules — is
+// one text shared by both dialects (see source).
+
+// statements are the SQL texts one Run executes, in order.
+type statements struct {
+	prepare string // optional, before the MAX
+	max     string // one row, one column: the newest qualifying created_at, normalized
+	insert  string
+	cleanup string // optional, after the key writes
+}
+
+// jsonPath is a path into the metadata document, e.g. {"normalized", "kind"}.
+type jsonPath []string
+
+// fragments are the dialect-specific pieces the shared text is built from.
+type fragments struct {
+	// meta renders the normalized metadata document of message row m: the
+	// document when it is a JSON object, else an empty object. NULL, '',
+	// 'null', malformed text and non-object JSON ([1], "x", 5) all become {}
+	// and so simply do not qualify (AC-23b).
+	meta string
+	// text: the field when it is a non-empty JSON string, else NULL (AC-23,
+	// the empty-string-to-NULL rule). A value of another JSON type is absent.
+	text func(jsonPath) string
+	// integer: the field when it is a JSON integer within int64, else NULL.
+	// A string, a fraction, a boolean or an out-of-range number is absent and
+	// never aborts the statement.
+	integer func(jsonPath) string
+	// isTrue: 1 when the field is JSON true, else 0 (is_async: "1 only on a
+	// positive report").
+	isTrue func(jsonPath) string
+	// timeKey renders a message timestamp column in a form that orders as a
+	// timestamp (AC-21b: newest created_at compared as a timestamp, not as text).
+	timeKey func(col string) string
+	// stored renders a timeKey value in the host's storage form for this
+	// module's own timestamp columns (keys.RowTime's form).
+	stored func(expr string) string
+	// max renders MAX over a timeKey column as keys.FromColumn reads it.
+	max func(col string) string
+}
+
+func statementsFor(d dialect.Dialect) statements {
+	if d == dialect.Postgres {
+		return postgresStatements()
+	}
+	return sqliteStatements()
+}
+
+// SQLite: json_valid guards every extraction (json_extract on ” or on
+// malformed text raises "malformed JSON"); typeof() after json_extract tells
+// an int64 from a number SQLite had to turn into a REAL.
+func sqliteStatements() statements {
+	path := func(p jsonPath) string { return "'$." + strings.Join(p, ".") + "'" }
+	f := fragments{
+		meta: `CASE WHEN json_valid(m.metadata) THEN ` +
+			`CASE WHEN json_type(m.metadata) = 'object' THEN m.metadata ELSE '{}' END ` +
+			`ELSE '{}' END`,
+		text: func(p jsonPath) string {
+			return fmt.Sprintf(`CASE WHEN json_type(meta, %[1]s) = 'text' THEN NULLIF(json_extract(meta, %[1]s), '') END`, path(p))
+		},
+		integer: func(p jsonPath) string {
+			return fmt.Sprintf(`CASE WHEN json_type(meta, %[1]s) = 'integer' AND typeof(json_extract(meta, %[1]s)) = 'integer' THEN json_extract(meta, %[1]s) END`, path(p))
+		},
+		isTrue: func(p jsonPath) string {
+			return fmt.Sprintf(`CASE WHEN json_type(meta, %s) = 'true' THEN 1 ELSE 0 END`, path(p))
+		},
+		// keys.ColumnExpr: "YYYY-MM-DD HH:MM:SS.ffffff" in UTC, whatever offset
+		// and fraction width the stored text has; NULL when it is not a time.
+		timeKey: func(col string) string { return keys.ColumnExpr(dialect.SQLite, col) },
+		// The host's form, 2006-01-02 15:04:05.999999999-07:00, in UTC:
+		// trailing fractional zeros trimmed, no fraction on a whole second.
+		stored: func(expr string) string { return fmt.Sprintf(`rtrim(rtrim(%s, '0'), '.') || '+00:00'`, expr) },
+		max:    func(col string) string { return "MAX(" + col + ")" },
+	}
+	return build(f, "", "")
+}
+
+// PostgreSQL 15 has no IS JSON predicate and no pg_input_is_valid, and a cast
+// of malformed text to jsonb raises — no CASE can guard it, because the test
+// for validity IS the cast. So the cast runs inside a PL/pgSQL function that
+// traps data_exception (malformed JSON, an unsupported \u0000 escape, a
+// numeric overflow) and returns {}. The function lives in pg_temp: it is
+// private to this session, created inside the step's transaction (so it rolls
+// back with it) and dropped after the key writes. Nothing persistent is added
+// to the host's schema. Needs the TEMP privilege, which PUBLIC has by default.
+const pgMetaFunc = `pg_temp.schemastate_metadata_object`
+
+const pgPrepare = `CREATE OR REPLACE FUNCTION ` + pgMetaFunc + `(doc text) RETURNS jsonb
+LANGUAGE plpgsql IMMUTABLE AS $fn$
+DECLARE
+	j jsonb;
+BEGIN
+	IF doc IS NULL OR doc = '' OR doc = 'null' THEN
+		RETURN '{}'::jsonb;
+	END IF;
+	BEGIN
+		j := doc::jsonb;
+	EXCEPTION WHEN data_exception THEN
+		RETURN '{}'::jsonb;
+	END;
+	IF jsonb_typeof(j) = 'object' THEN
+		RETURN j;
+	END IF;
+	RETURN '{}'::jsonb;
+END
+$fn$`
+
+const pgCleanup = `DROP FUNCTION IF EXISTS ` + pgMetaFunc + `(text)`
+
+func postgresStatements() statements {
+	path := func(p jsonPath) string { return "'{" + strings.Join(p, ",") + "}'" }
+	f := fragments{
+		// ::text so a host whose metadata column is json/jsonb works too.
+		meta: pgMetaFunc + `(m.metadata::text)`,
+		text: func(p jsonPath) string {
+			return fmt.Sprintf(`CASE WHEN jsonb_typeof(meta #> %[1]s) = 'string' THEN NULLIF(meta #>> %[1]s, '') END`, path(p))
+		},
+		// Nested CASE: PostgreSQL does not promise the order of AND operands,
+		// but it does evaluate a CASE's branches only when reached, so the
+		// casts run only on an integer literal that fits int64. jsonb keeps a
+		// number's written form ("12.0" stays 12.0), so the literal test
+		// rejects fractions the way SQLite's json_type does.
+		integer: func(p jsonPath) string {
+			return fmt.Sprintf(`CASE WHEN jsonb_typeof(meta #> %[1]s) = 'number' AND (meta #>> %[1]s) ~ '^-?[0-9]{1,19}$' THEN `+
+				`CASE WHEN (meta #>> %[1]s)::numeric BETWEEN -9223372036854775808 AND 9223372036854775807 THEN (meta #>> %[1]s)::bigint END END`, path(p))
+		},
+		isTrue: func(p jsonPath) string {
+			return fmt.Sprintf(`CASE WHEN jsonb_typeof(meta #> %[1]s) = 'boolean' AND (meta #>> %[1]s) = 'true' THEN 1 ELSE 0 END`, path(p))
+		},
+		// timestamp (without time zone) holding UTC wall clock: native
+		// comparison, and copied as is — no TimeZone setting is involved.
+		timeKey: func(col string) string { return keys.ColumnExpr(dialect.Postgres, col) },
+		stored:  func(expr string) string { return expr },
+		max:     func(col string) string { return keys.MaxExpr(dialect.Postgres, col) },
+	}
+	return build(f, pgPrepare, pgCleanup)
+}
+
+// build assembles the shared statement text from a dialect's fragments. The
+// CTEs, shared by the MAX and the INSERT so both read one predicate:
+//   - msg: every message, metadata normalized (AC-23b);
+//   - src: those whose metadata.normalized.kind is 'subagent_task', with every
+//     AC-21 column source extracted;
+//   - qualifying: src minus messages missing session id, task id or
+//     metadata.tool_call_id (AC-21a), and minus a created_at that is not a
+//     time at all (possible only in SQLite's untyped text; it could not
+//     become observed_at);
+//   - ranked (INSERT only): one winner per (task_session_id, tool_call_id),
+//     newest created_at as a timestamp, then greatest id (AC-21b).
+func build(f fragments, prepare, cleanup string) statements {
+	st := func(p ...string) jsonPath { return append(jsonPath{"normalized", "subagent_task"}, p...) }
+	ctes := `WITH msg AS (
+	SELECT m.id, m.task_session_id, m.task_id, m.turn_id,
+		` + f.timeKey("m.created_at") + ` AS created_key,
+		` + f.timeKey("m.updated_at") + ` AS updated_key,
+		` + f.meta + ` AS meta
+	FROM task_session_messages m
+), src AS (
+	SELECT id AS message_id, task_session_id, task_id, turn_id, created_key,
+		COALESCE(updated_key, created_key) AS updated_key,
+		` + f.text(jsonPath{"tool_call_id"}) + ` AS tool_call_id,
+		` + f.text(jsonPath{"parent_tool_call_id"}) + ` AS parent_tool_call_id,
+		` + f.text(jsonPath{"status"}) + ` AS tool_status,
+		` + f.text(st("status")) + ` AS agent_status,
+		` + f.text(st("subagent_type")) + ` AS subagent_type,
+		` + f.text(st("description")) + ` AS description,
+		` + f.text(st("agent_id")) + ` AS agent_id,
+		` + f.text(st("child_session_id")) + ` AS child_session_id,
+		` + f.text(st("model")) + ` AS model,
+		` + f.isTrue(st("is_async")) + ` AS is_async,
+		` + f.integer(st("total_tokens")) + ` AS total_tokens,
+		` + f.integer(st("tool_use_count")) + ` AS tool_use_count,
+		` + f.integer(st("duration_ms")) + ` AS duration_ms
+	FROM msg
+	WHERE ` + f.text(jsonPath{"normalized", "kind"}) + ` = 'subagent_task'
+), qualifying AS (
+	SELECT * FROM src
+	WHERE COALESCE(task_session_id, '') <> ''
+		AND COALESCE(task_id, '') <> ''
+		AND tool_call_id IS NOT NULL
+		AND created_key IS NOT NULL
+)`
+
+	terminal := "'" + strings.Join(TerminalToolStatuses, "', '") + "'"
+	insert := ctes + `, ranked AS (
+	SELECT qualifying.*,
+		ROW_NUMBER() OVER (PARTITION BY task_session_id, tool_call_id ORDER BY created_key DESC, message_id DESC) AS rn
+	FROM qualifying
+)
+INSERT INTO task_session_subagents (
+	id, task_session_id, task_id, turn_id, agent_execution_id, tool_call_id,
+	parent_tool_call_id, subagent_type, description, agent_id, child_session_id,
+	model, agent_status, tool_status, is_async, total_tokens, tool_use_count,
+	duration_ms, source, observed_at, settled_at, updated_at
+)
+SELECT
+	-- Deterministic, so a replay lands on the same row; derived from the key
+	-- (length-prefixed, hence injective), so an id can only collide where the
+	-- conflict target already does.
+	'backfill:' || length(task_session_id) || ':' || task_session_id || ':' || tool_call_id,
+	task_session_id, task_id,
+	NULLIF(turn_id, ''),
+	'` + Unknown + `',
+	tool_call_id, parent_tool_call_id, subagent_type, description, agent_id,
+	child_session_id, model, agent_status, tool_status, is_async,
+	-- AC-7a: a reported 0 is "not reported" for these two; AC-9: a negative is not a measurement.
+	CASE WHEN total_tokens > 0 THEN total_tokens END,
+	-- AC-8: a reported 0 tool_use_count is a real 0.
+	CASE WHEN tool_use_count >= 0 THEN tool_use_count END,
+	CASE WHEN duration_ms > 0 THEN duration_ms END,
+	'` + Source + `',
+	` + f.stored("created_key") + `,
+	-- AC-23a: settled only when the TOP-LEVEL metadata.status is terminal (AC-11).
+	CASE WHEN tool_status IN (` + terminal + `) THEN ` + f.stored("updated_key") + ` END,
+	` + f.stored("updated_key") + `
+FROM ranked
+WHERE rn = 1
+ON CONFLICT (task_session_id, agent_execution_id, tool_call_id) DO NOTHING`
+
+	return statements{
+		prepare: prepare,
+		max:     ctes + "\nSELECT " + f.max("created_key") + " FROM qualifying",
+		insert:  insert,
+		cleanup: cleanup,
+	}
+}
