@@ -1,0 +1,399 @@
+package health_test
+
+import (
+	"context"
+	"database/sql"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/schemastate/schemastate/dialect"
+	"github.com/schemastate/schemastate/health"
+	"github.com/schemastate/schemastate/internal/dbtest"
+	"github.com/schemastate/schemastate/keys"
+)
+
+// AC-28/AC-29, the banked-excess test: a cross-execution collision (two rows,
+// one message) must not absorb the first missed write.
+func TestHealth_AC28_AC29_BankedExcessDivergesOnFirstMiss(t *testing.T) {
+	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
+		s := newStore(t, db)
+		s.activate(k)
+		s.captured("s1", "tc-a", k.Add(time.Second))
+		s.message("s1", "tc-collide", k.Add(2*time.Second))
+		s.row("s1", "exec-1", "tc-collide", "live", k.Add(2*time.Second))
+		s.row("s1", "exec-2", "tc-collide", "live", k.Add(3*time.Second)) // AC-32: same tool_call_id, later execution
+		require.Equal(t, counts{health.Healthy, 0, 0, 1}, countsOf(s.eval()))
+
+		// The writer stops; message writes continue.
+		s.message("s1", "tc-missed-1", k.Add(time.Minute))
+		require.Equal(t, counts{health.Shortfall, 1, 0, 1}, countsOf(s.eval()), "first missed write must diverge despite the banked row")
+		s.message("s1", "tc-missed-2", k.Add(2*time.Minute))
+		require.Equal(t, counts{health.Shortfall, 2, 0, 1}, countsOf(s.eval()))
+	})
+}
+
+// AC-28, the two-direction test: a standing excess (a row whose message write
+// failed) and a stopped writer; the shortfall goes non-zero on the first miss.
+func TestHealth_AC28_TwoDirectionsNeverNetted(t *testing.T) {
+	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
+		s := newStore(t, db)
+		s.activate(k)
+		s.captured("s1", "tc-a", k.Add(time.Second))
+		s.row("s1", "exec-1", "tc-message-write-failed", "live", k.Add(2*time.Second))
+		require.Equal(t, counts{health.Healthy, 0, 1, 0}, countsOf(s.eval()))
+
+		s.message("s1", "tc-missed", k.Add(time.Minute))
+		r := s.eval()
+		require.Equal(t, counts{health.Shortfall, 1, 1, 0}, countsOf(r), "a signed difference would read 0 here")
+	})
+}
+
+// AC-28, excess does not alarm: standing excess, healthy writer.
+func TestHealth_AC28_ExcessDoesNotAlarm(t *testing.T) {
+	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
+		s := newStore(t, db)
+		s.activate(k)
+		s.captured("s1", "tc-a", k.Add(time.Second))
+		s.captured("s1", "tc-b", k.Add(2*time.Second))
+		s.row("s1", "exec-1", "tc-orphan-1", "live", k.Add(3*time.Second))
+		s.row("s1", "exec-1", "tc-orphan-2", "live", k.Add(4*time.Second))
+		// AC-1a straddle: message just before activation, row just after.
+		s.message("s1", "tc-straddle", k.Add(-time.Millisecond))
+		s.row("s1", "exec-1", "tc-straddle", "live", k.Add(time.Millisecond))
+		r := s.eval()
+		require.Equal(t, counts{health.Healthy, 0, 3, 0}, countsOf(r))
+		require.Equal(t, keys.Format(k.Add(4*time.Second)), *r.LastObservedAt)
+	})
+}
+
+// AC-28 / AC-21b: two messages describing one subagent collapse to one key.
+func TestHealth_AC28_AC21b_DuplicateMessagesNoShortfall(t *testing.T) {
+	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
+		s := newStore(t, db)
+		s.activate(k)
+		s.message("s1", "tc-dup", k.Add(time.Second))
+		s.message("s1", "tc-dup", k.Add(2*time.Second))
+		s.row("s1", "exec-1", "tc-dup", "live", k.Add(time.Second))
+		require.Equal(t, counts{health.Healthy, 0, 0, 0}, countsOf(s.eval()))
+	})
+}
+
+// AC-28 / AC-2: messages the live path and the backfill skip (empty session
+// id, task id or tool_call_id) produce no row and must not read as a shortfall;
+// the excess side subtracts the widest message set, so a row whose message has
+// an empty task_id column is accounted for.
+func TestHealth_AC28_AC2SkippedMessagesNoFalseAlarm(t *testing.T) {
+	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
+		s := newStore(t, db)
+		s.activate(k)
+		s.session("")
+		at := s.ts(k.Add(time.Second))
+		s.captured("s1", "tc-ok", k.Add(time.Second))
+		s.rawMessage("s1", "", subagentMeta("tc-empty-task"), at)
+		s.rawMessage("s1", nil, subagentMeta("tc-null-task"), at)
+		s.rawMessage("", "task-x", subagentMeta("tc-empty-session"), at)
+		s.rawMessage("s1", "task-s1", subagentMeta(""), at)
+		s.rawMessage("s1", "task-s1", `{"normalized":{"kind":"subagent_task"}}`, at) // no tool_call_id at all
+		s.rawMessage("s1", "task-s1", `{"tool_call_id":null,"normalized":{"kind":"subagent_task"}}`, at)
+		r := s.eval()
+		require.Equal(t, counts{health.Healthy, 0, 0, 0}, countsOf(r))
+
+		// Widest set on the excess side: this row's message has task_id ''.
+		s.row("s1", "exec-1", "tc-empty-task", "live", k.Add(time.Second))
+		require.Equal(t, counts{health.Healthy, 0, 0, 0}, countsOf(s.eval()), "excess must not mirror the identity filter")
+
+		// Control: the same message shape with a task id IS expected.
+		s.message("s1", "tc-qualifies", k.Add(time.Second))
+		require.Equal(t, counts{health.Shortfall, 1, 0, 0}, countsOf(s.eval()))
+	})
+}
+
+// AC-28 (revision 4) malformed metadata: NULL, ”, 'null', malformed text and
+// non-object JSON are counts, not errors, on both dialects — including a
+// truncated document that names subagent_task.
+func TestHealth_AC28_MalformedMetadataIsCountedNotRaised(t *testing.T) {
+	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
+		s := newStore(t, db)
+		s.activate(k)
+		at := s.ts(k.Add(time.Second))
+		for _, m := range []any{
+			nil, "", "null", "{bad", "[1]", `"text"`, "42", "true", `{}`, `{"normalized":"subagent_task"}`,
+			`{"tool_call_id":"tc-trunc","normalized":{"kind":"subagent_task"`,
+			`{"tool_call_id":"tc-trail","normalized":{"kind":"subagent_task"}} x`,
+			`[{"tool_call_id":"tc-arr","normalized":{"kind":"subagent_task"}}]`,
+			`{"tool_call_id":"tc-nul","normalized":{"kind":"subagent_task"},"x":"\u0000"}`,
+		} {
+			s.rawMessage("s1", "task-s1", m, at)
+		}
+		s.captured("s1", "tc-ok", k.Add(time.Second))
+		s.message("s1", "tc-missed", k.Add(2*time.Second))
+		// A valid document spelling the kind with \u escapes still qualifies.
+		s.rawMessage("s1", "task-s1", `{"tool_call_id":"tc-escaped","normalized":{"kind":"subagent\u005ftask"}}`, at)
+
+		r := s.eval()
+		want := counts{health.Shortfall, 2, 0, 0} // tc-missed, tc-escaped
+		if db.Dialect == dialect.SQLite {
+			// SQLite's json_valid accepts \u0000, which jsonb rejects: on
+			// SQLite that document is a valid qualifying message too.
+			want.Shortfall = 3
+		}
+		require.Equal(t, want, countsOf(r))
+
+		var n int64
+		b, err := keys.NewBoundary(keys.Format(k))
+		require.NoError(t, err)
+		require.NoError(t, db.QueryRowContext(s.ctx, health.FloorQuery(db.Dialect), b.Arg()).Scan(&n))
+		require.Equal(t, want.Shortfall+1, n, "floor: every qualifying message")
+	})
+}
+
+// AC-28 / AC-19: the statements Queries returns parse and run verbatim on both
+// dialects, with one bind value, and give Evaluate's numbers.
+func TestHealth_AC28_AC19_QueriesRunVerbatim(t *testing.T) {
+	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
+		s := newStore(t, db)
+		s.activate(k)
+		s.captured("s1", "tc-a", k.Add(time.Second))
+		s.row("s1", "exec-2", "tc-a", "live", k.Add(2*time.Second))
+		s.row("s1", "exec-1", "tc-orphan", "live", k.Add(3*time.Second))
+		s.message("s1", "tc-missed", k.Add(4*time.Second))
+		r := s.eval()
+		require.Equal(t, counts{health.Shortfall, 1, 1, 1}, countsOf(r))
+
+		st := health.Queries(db.Dialect)
+		b, err := keys.NewBoundary(*r.CaptureSince)
+		require.NoError(t, err)
+		for name, c := range map[string]struct {
+			q    string
+			want int64
+		}{"shortfall": {st.Shortfall, 1}, "excess": {st.Excess, 1}, "collisions": {st.Collisions, 1}} {
+			var n int64
+			require.NoError(t, db.QueryRowContext(s.ctx, c.q, b.Arg()).Scan(&n), name)
+			require.Equal(t, c.want, n, name)
+		}
+		var last sql.NullString
+		require.NoError(t, db.QueryRowContext(s.ctx, st.LastObservedAt, b.Arg()).Scan(&last))
+		v, err := keys.FromColumn(last.String)
+		require.NoError(t, err)
+		require.Equal(t, *r.LastObservedAt, v)
+		require.Equal(t, keys.Format(k.Add(3*time.Second)), v)
+	})
+}
+
+// AC-24e, the one-microsecond boundary: a message or row exactly 1 µs before
+// capture_since is outside the window; exactly at it is inside. Applies to the
+// shortfall, the excess, the collision count and the scoped MAX.
+func TestHealth_AC24e_OneMicrosecondBoundary(t *testing.T) {
+	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
+		s := newStore(t, db)
+		s.activate(k)
+		before := k.Add(-time.Microsecond)
+		s.message("s1", "tc-msg-before", before)
+		s.row("s1", "exec-1", "tc-row-before", "live", before)
+		s.row("s1", "exec-1", "tc-collide-before", "live", before)
+		s.row("s1", "exec-2", "tc-collide-before", "live", before)
+		r := s.eval()
+		require.Equal(t, counts{health.NothingSinceActivation, 0, 0, 0}, countsOf(r))
+		require.Nil(t, r.LastObservedAt)
+
+		s.message("s1", "tc-msg-at", k)
+		s.row("s1", "exec-1", "tc-row-at", "live", k)
+		s.row("s1", "exec-1", "tc-collide-at", "live", k)
+		s.row("s1", "exec-2", "tc-collide-at", "live", k)
+		r = s.eval()
+		require.Equal(t, counts{health.Shortfall, 1, 2, 1}, countsOf(r))
+		require.Equal(t, keys.Format(k), *r.LastObservedAt)
+	})
+}
+
+// AC-24e, sub-microsecond key digits: the key is rounded up to the
+// microsecond, so a column value at the truncated microsecond is before it.
+func TestHealth_AC24e_NanosecondKeyRoundsUp(t *testing.T) {
+	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
+		s := newStore(t, db)
+		kn := k.Add(300 * time.Nanosecond)
+		s.key(keys.CaptureSince, keys.Format(kn))
+		s.message("s1", "tc-truncated", k)                  // < kn
+		s.message("s1", "tc-next", k.Add(time.Microsecond)) // > kn
+		require.Equal(t, counts{health.Shortfall, 1, 0, 0}, countsOf(s.eval()))
+	})
+}
+
+// AC-24e, the same-calendar-day case: a raw string comparison of
+// "2026-07-30 23:59:59…" against "2026-07-30T…" snaps the boundary to the
+// date and would read these as before the key.
+func TestHealth_AC24e_SameCalendarDay(t *testing.T) {
+	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
+		s := newStore(t, db)
+		key := time.Date(2026, 7, 30, 1, 39, 37, 271235000, time.UTC)
+		s.activate(key)
+		late := time.Date(2026, 7, 30, 23, 59, 59, 999999000, time.UTC)
+		s.message("s1", "tc-late-same-day", late)
+		s.row("s1", "exec-1", "tc-row-same-day", "live", key.Add(time.Hour))
+		s.message("s1", "tc-early-same-day", time.Date(2026, 7, 30, 0, 0, 1, 0, time.UTC)) // before the key
+		r := s.eval()
+		require.Equal(t, counts{health.Shortfall, 1, 1, 0}, countsOf(r))
+		require.Equal(t, keys.Format(key.Add(time.Hour)), *r.LastObservedAt)
+	})
+}
+
+// AC-24e, storage forms: on SQLite, stored timestamps carrying a non-UTC
+// offset (and a whole second with no fraction) classify by instant; on
+// PostgreSQL, an exotic session TimeZone shifts nothing, for rows written and
+// evaluated under it.
+func TestHealth_AC24e_OffsetsAndSessionTimeZone(t *testing.T) {
+	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
+		s := newStore(t, db)
+		s.activate(k) // 2026-07-30T12:00:00.500000Z
+		eval := s.db.DB
+		if db.Dialect == dialect.SQLite {
+			s.rawMessage("s1", "task-s1", subagentMeta("tc-before-ist"), "2026-07-30 17:30:00.499999+05:30") // k - 1µs
+			s.rawMessage("s1", "task-s1", subagentMeta("tc-at-pdt"), "2026-07-30 05:00:00.5-07:00")          // k
+			s.rawRow("s1", "exec-1", "tc-row-whole-second", "live", "2026-07-30 08:00:01+00:00")             // before
+			s.rawRow("s1", "exec-1", "tc-row-chatham", "live", "2026-07-31 01:45:00.5+13:45")                // k
+			s.rawMessage("s1", "task-s1", subagentMeta("tc-after-pdt"), "2026-07-30 06:00:00-07:00")         // k + 59m59.5s
+			s.rawRow("s1", "exec-1", "tc-row-azores", "live", "2026-07-30 11:00:00.600001-01:00")            // k + 100.001ms
+		} else {
+			// Every connection of this pool runs with TimeZone Pacific/Chatham (+12:45/+13:45).
+			u := db.DSN + "&timezone=Pacific%2FChatham"
+			other, err := sql.Open("pgx", u)
+			require.NoError(t, err)
+			t.Cleanup(func() { other.Close() })
+			var tz string
+			require.NoError(t, other.QueryRowContext(s.ctx, "SHOW TimeZone").Scan(&tz))
+			require.Equal(t, "Pacific/Chatham", tz)
+			ins := func(q string, args ...any) {
+				_, err := other.ExecContext(s.ctx, q, args...)
+				require.NoError(t, err)
+			}
+			msg := `INSERT INTO task_session_messages (id, task_session_id, task_id, turn_id, content, metadata, created_at, updated_at) VALUES ($1, 's1', 'task-s1', 't', '…', $2, $3, $3)`
+			ins(msg, "tz-1", subagentMeta("tc-before-ist"), keys.RowTime(dialect.Postgres, k.Add(-time.Microsecond)))
+			ins(msg, "tz-2", subagentMeta("tc-at-pdt"), keys.RowTime(dialect.Postgres, k))
+			row := `INSERT INTO task_session_subagents (id, task_session_id, task_id, tool_call_id, observed_at, updated_at) VALUES ($1, 's1', 'task-s1', $2, $3, $3)`
+			ins(row, "tz-r1", "tc-row-whole-second", keys.RowTime(dialect.Postgres, time.Date(2026, 7, 30, 8, 0, 1, 0, time.UTC)))
+			ins(row, "tz-r2", "tc-row-chatham", keys.RowTime(dialect.Postgres, k))
+			ins(msg, "tz-3", subagentMeta("tc-after-pdt"), keys.RowTime(dialect.Postgres, time.Date(2026, 7, 30, 13, 0, 0, 0, time.UTC)))
+			ins(row, "tz-r3", "tc-row-azores", keys.RowTime(dialect.Postgres, k.Add(100*time.Millisecond+time.Microsecond)))
+			var stored string
+			require.NoError(t, other.QueryRowContext(s.ctx, `SELECT to_char(created_at, 'YYYY-MM-DD HH24:MI:SS.US') FROM task_session_messages WHERE id = 'tz-2'`).Scan(&stored))
+			require.Equal(t, "2026-07-30 12:00:00.500000", stored, "UTC wall clock, unshifted by the session TimeZone")
+			eval = other
+		}
+		r, err := health.Evaluate(s.ctx, eval)
+		require.NoError(t, err)
+		require.Equal(t, counts{health.Shortfall, 2, 2, 0}, countsOf(r))
+		require.Equal(t, keys.Format(k.Add(100*time.Millisecond+time.Microsecond)), *r.LastObservedAt)
+	})
+}
+
+// AC-29, attribution: with backfilled and pre-activation rows present (an
+// unscoped MAX would be non-NULL) and nothing observed since activation, the
+// scoped MAX is NULL and reads "nothing produced since activation".
+func TestHealth_AC29_NothingSinceActivation(t *testing.T) {
+	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
+		s := newStore(t, db)
+		s.activate(k)
+		s.message("s1", "tc-old-1", k.Add(-48*time.Hour))
+		s.row("s1", "unknown", "tc-old-1", "backfill", k.Add(-48*time.Hour))
+		s.message("s1", "tc-old-2", k.Add(-time.Hour))
+		s.row("s1", "exec-0", "tc-old-2", "live", k.Add(-time.Hour))
+		s.row("s1", "unknown", "tc-legacy", "live", k.Add(-time.Millisecond))
+
+		var unscoped sql.NullString
+		require.NoError(t, db.QueryRowContext(s.ctx, `SELECT MAX(observed_at) FROM task_session_subagents`).Scan(&unscoped))
+		require.True(t, unscoped.Valid, "the seed must make an unscoped MAX non-NULL")
+
+		r := s.eval()
+		require.Equal(t, counts{health.NothingSinceActivation, 0, 0, 0}, countsOf(r))
+		require.Nil(t, r.LastObservedAt)
+
+		// The very first post-activation subagent is the one missed: the
+		// shortfall outranks the empty MAX.
+		s.message("s1", "tc-first", k.Add(time.Second))
+		r = s.eval()
+		require.Equal(t, counts{health.Shortfall, 1, 0, 0}, countsOf(r))
+		require.Nil(t, r.LastObservedAt)
+	})
+}
+
+// AC-28a / AC-24c: with capture_since absent the comparison is not run — the
+// messages table is renamed away and health still answers, with null counts —
+// while both states with capture_since present run it.
+func TestHealth_AC28a_AC24c_AbsentKeyRunsNoComparison(t *testing.T) {
+	for _, tc := range []struct {
+		name             string
+		capture, execute bool
+		state            keys.State
+	}{
+		{"absent_absent", false, false, keys.Inactive},
+		{"absent_present", false, true, keys.ExecutionOnly},
+		{"present_absent", true, false, keys.CaptureOnly},
+		{"present_present", true, true, keys.Activated},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
+				s := newStore(t, db)
+				if tc.capture {
+					s.key(keys.CaptureSince, keys.Format(k))
+				}
+				if tc.execute {
+					s.key(keys.ExecutionSince, keys.Format(k))
+				}
+				s.captured("s1", "tc-a", k.Add(time.Second))
+				s.exec(`ALTER TABLE task_session_messages RENAME TO task_session_messages_away`)
+
+				r, err := health.Evaluate(s.ctx, db.DB)
+				require.Equal(t, tc.state, func() keys.State {
+					ks, kerr := keys.Read(s.ctx, db.DB, db.Dialect)
+					require.NoError(t, kerr)
+					return ks.State()
+				}())
+				if tc.capture {
+					// Control: the comparison needs the messages table, so
+					// the rename is visible exactly when it would run.
+					require.ErrorIs(t, err, health.ErrMissingTables)
+					require.ErrorContains(t, err, "task_session_messages")
+					return
+				}
+				require.NoError(t, err)
+				require.Equal(t, &health.Report{Verdict: health.NotActivated, KeyState: tc.state}, r)
+			})
+		})
+	}
+}
+
+// AC-24e: a capture_since that is not an instant is an error naming the key
+// and the value — never a silent fallback to an unscoped comparison.
+func TestHealth_AC24e_UnparseableCaptureSinceIsAnError(t *testing.T) {
+	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
+		s := newStore(t, db)
+		for _, v := range []string{"yesterday", "", "2026-07-30 01:39:37"} {
+			s.exec(`DELETE FROM kandev_meta`)
+			s.key(keys.CaptureSince, v)
+			_, err := health.Evaluate(s.ctx, db.DB)
+			require.ErrorIs(t, err, health.ErrBadKey, "value %q", v)
+			require.ErrorContains(t, err, keys.CaptureSince)
+			require.ErrorContains(t, err, `"`+v+`"`)
+		}
+	})
+}
+
+// Missing tables are errors that say which.
+func TestHealth_MissingTablesAreNamed(t *testing.T) {
+	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
+		ctx := context.Background()
+		_, err := health.Evaluate(ctx, db.DB)
+		require.ErrorIs(t, err, health.ErrMissingTables)
+		require.ErrorContains(t, err, "kandev_meta")
+
+		s := newStore(t, db)
+		s.activate(k)
+		s.exec(`DROP TABLE task_session_subagents`)
+		_, err = health.Evaluate(ctx, db.DB)
+		require.ErrorIs(t, err, health.ErrMissingTables)
+		require.ErrorContains(t, err, "task_session_subagents")
+		require.NotContains(t, err.Error(), "task_session_messages")
+	})
+}

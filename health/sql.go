@@ -1,0 +1,178 @@
+package health
+
+import (
+	"fmt"
+
+	"github.com/schemastate/schemastate/dialect"
+	"github.com/schemastate/schemastate/keys"
+)
+
+// Statements is the SQL of one health evaluation on one dialect. Every
+// statement takes exactly one bind parameter — ?1 on SQLite, $1 on PostgreSQL —
+// whose value is keys.NewBoundary(capture_since).Arg(), and returns one row
+// with one column. A monitor can run them verbatim; Evaluate runs them inside
+// one read transaction (AC-28b).
+type Statements struct {
+	// Shortfall is the AC-28 SHORTFALL anti-join: distinct (session,
+	// tool_call_id) keys of qualifying subagent messages at or after :since
+	// with no subagent row at or after :since. This is the alarm (AC-29).
+	Shortfall string
+	// Excess is the AC-28 EXCESS anti-join: subagent keys at or after :since
+	// with no subagent message at or after :since. Attributed, never an alarm.
+	Excess string
+	// Collisions is rows minus distinct (session, tool_call_id) keys at or
+	// after :since: cross-execution reuse of one tool_call_id (AC-32).
+	Collisions string
+	// LastObservedAt is MAX(observed_at) over rows at or after :since, in the
+	// normalized "YYYY-MM-DD HH:MM:SS.ffffff" UTC form (keys.FromColumn reads
+	// it), or NULL when no row was observed since activation (AC-29).
+	LastObservedAt string
+}
+
+// Queries returns the health statements for dialect d.
+func Queries(d dialect.Dialect) Statements {
+	q := sqlFor(d)
+	since := func(col string) string { return keys.AtOrAfter(d, col, q.param) }
+
+	// The message side. The shortfall half carries exactly the identity
+	// predicates AC-2 and AC-21a skip on (empty session id, task id or
+	// tool_call_id), so a correctly skipped frame never reads as a dead writer.
+	expected := fmt.Sprintf(`SELECT msg.task_session_id, %[1]s AS tool_call_id
+  FROM msg
+  WHERE %[2]s = 'subagent_task'
+    AND %[3]s
+    AND COALESCE(msg.task_session_id, '') <> ''
+    AND COALESCE(msg.task_id, '') <> ''
+    AND COALESCE(%[1]s, '') <> ''
+  GROUP BY 1, 2`, q.toolCallID, q.kind, since("msg.created_at"))
+	// The excess half subtracts the WIDEST message set: no identity filter.
+	// A row whose message exists is accounted for even if that message's own
+	// task_id column is empty for an unrelated reason (AC-28, revision 4).
+	accounting := fmt.Sprintf(`SELECT msg.task_session_id, %[1]s
+  FROM msg
+  WHERE %[2]s = 'subagent_task'
+    AND %[3]s`, q.toolCallID, q.kind, since("msg.created_at"))
+	observed := fmt.Sprintf(`SELECT s.task_session_id, s.tool_call_id
+  FROM task_session_subagents s
+  WHERE %s`, since("s.observed_at"))
+
+	return Statements{
+		// EXCEPT is set-based on both dialects: a cross-execution collision
+		// contributes one key however many rows hold it, and two messages
+		// describing one subagent (AC-21b) contribute one key. The derived
+		// tables are aliased because PostgreSQL rejects them otherwise.
+		Shortfall: q.msgCTE + "\nSELECT COUNT(*)\nFROM (\n  " + expected +
+			"\n  EXCEPT\n  " + observed + "\n) AS shortfall",
+		Excess: q.msgCTE + "\nSELECT COUNT(*)\nFROM (\n  " + observed + "\n  GROUP BY 1, 2" +
+			"\n  EXCEPT\n  " + accounting + "\n) AS excess",
+		Collisions: fmt.Sprintf(`SELECT COUNT(*) - COUNT(DISTINCT s.task_session_id || ':' || s.tool_call_id)
+FROM task_session_subagents s
+WHERE %s`, since("s.observed_at")),
+		// AC-29: scoped to :since. Unscoped, backfilled or pre-activation rows
+		// would report an instant that never established live-writer health.
+		LastObservedAt: fmt.Sprintf(`SELECT %s
+FROM task_session_subagents s
+WHERE %s`, keys.MaxExpr(d, "s.observed_at"), since("s.observed_at")),
+	}
+}
+
+// FloorQuery is one full scan of the qualifying-message predicate with the
+// same metadata normalization: the least work any correct health check must
+// do. The benchmark compares Evaluate against it.
+func FloorQuery(d dialect.Dialect) string {
+	q := sqlFor(d)
+	return q.msgCTE + fmt.Sprintf(`
+SELECT COUNT(*)
+FROM msg
+WHERE %s = 'subagent_task'
+  AND %s`, q.kind, keys.AtOrAfter(d, "msg.created_at", q.param))
+}
+
+// dialectSQL holds the only parts of the statements that differ by dialect.
+type dialectSQL struct {
+	param      string // the single bind parameter, repeated wherever :since appears
+	msgCTE     string // WITH … msg AS (task_session_id, task_id, created_at, meta)
+	kind       string // metadata.normalized.kind as text
+	toolCallID string // metadata.tool_call_id as text
+}
+
+func sqlFor(d dialect.Dialect) dialectSQL {
+	if d == dialect.Postgres {
+		return dialectSQL{
+			param:      "$1",
+			msgCTE:     postgresMsgCTE(),
+			kind:       "msg.meta #>> '{normalized,kind}'",
+			toolCallID: "msg.meta #>> '{tool_call_id}'",
+		}
+	}
+	return dialectSQL{
+		param:      "?1",
+		msgCTE:     sqliteMsgCTE,
+		kind:       "json_extract(msg.meta, '$.normalized.kind')",
+		toolCallID: "json_extract(msg.meta, '$.tool_call_id')",
+	}
+}
+
+// sqliteMsgCTE is the msg CTE (AC-23b's normalization, applied to the rows the
+// anti-joins read): any metadata that is not a JSON object — NULL, ”, 'null',
+// malformed text, an array, a scalar — becomes '{}', so no row can make
+// json_extract raise. The nested CASE is deliberate: SQLite does not promise
+// to short-circuit AND, and json_type raises on malformed input.
+const sqliteMsgCTE = `WITH msg AS (
+  SELECT m.task_session_id, m.task_id, m.created_at,
+    (CASE WHEN json_valid(m.metadata)
+      THEN (CASE WHEN json_type(m.metadata) = 'object' THEN m.metadata ELSE '{}' END)
+      ELSE '{}' END) AS meta
+  FROM task_session_messages m
+)`
+
+// PostgreSQL 15 has neither IS JSON nor pg_input_is_valid, and metadata::jsonb
+// raises on any invalid text, aborting the whole statement. Creating a
+// function with an exception handler would be a schema change in the host's
+// database and would not run on a read-only replica or role. So the check is
+// plain SQL that decides, without casting, whether the cast would succeed:
+//
+//  1. Only rows that can possibly be subagent messages are examined: a JSON
+//     document whose normalized.kind is "subagent_task" contains that literal
+//     or a \u escape spelling part of it. Every other row is '{}'.
+//  2. Tokenize: every well-formed string (no raw control characters, only the
+//     escapes jsonb accepts — no \u0000, surrogates only as a high+low pair)
+//     becomes "", every number and literal becomes 0, JSON whitespace is
+//     removed. Number digit counts are bounded so numeric_in cannot overflow
+//     (at most 256 integer digits, 255 fraction digits, a 4-digit exponent);
+//     a longer number is judged invalid, never cast.
+//  3. Reduce innermost {"":v,…} and [v,…] to 0 until nothing changes. The
+//     document is a valid JSON object exactly when it started with { and
+//     reduced to the single token 0.
+//
+// Only rows that pass are cast; every other row is '{}'.
+const (
+	pgStringToken = `"(?:[^"\\\x01-\x1f]|\\["\\/bfnrt]|\\u[dD][89abAB][0-9a-fA-F]{2}\\u[dD][c-fC-F][0-9a-fA-F]{2}|\\u(?![dD][89a-fA-F]|0000)[0-9a-fA-F]{4})*"`
+	pgScalarToken = `-?(?:0|[1-9][0-9]{0,255})(?:\.[0-9]{1,255})?(?:[eE][+-]?[0-9]{1,4})?|true|false|null`
+	pgInnermost   = `\{(?:""\:(?:""|0)(?:,""\:(?:""|0))*)?\}|\[(?:(?:""|0)(?:,(?:""|0))*)?\]`
+)
+
+func postgresMsgCTE() string {
+	return fmt.Sprintf(`WITH RECURSIVE candidate AS (
+  SELECT m.id,
+    regexp_replace(regexp_replace(regexp_replace(m.metadata,
+      '%[1]s', '""', 'g'),
+      '%[2]s', '0', 'g'),
+      '[ \t\n\r]+', '', 'g') AS tok
+  FROM task_session_messages m
+  WHERE (strpos(m.metadata, 'subagent_task') > 0 OR strpos(m.metadata, '\u') > 0)
+    AND %[4]s
+), reduced (id, tok) AS (
+  SELECT id, tok FROM candidate WHERE left(tok, 1) = '{'
+  UNION ALL
+  SELECT id, regexp_replace(tok, '%[3]s', '0', 'g')
+  FROM reduced
+  WHERE tok ~ '%[3]s'
+), object_metadata AS (
+  SELECT id FROM reduced WHERE tok = '0'
+), msg AS (
+  SELECT m.task_session_id, m.task_id, m.created_at,
+    (CASE WHEN m.id IN (SELECT id FROM object_metadata) THEN m.metadata::jsonb ELSE '{}'::jsonb END) AS meta
+  FROM task_session_messages m
+)`, pgStringToken, pgScalarToken, pgInnermost, keys.AtOrAfter(dialect.Postgres, "m.created_at", "$1"))
+}
