@@ -18,6 +18,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"sync"
 	"time"
 
 	"ariga.io/atlas/sql/migrate"
@@ -44,6 +45,9 @@ const (
 const (
 	// FailpointShapeApplied runs after the shape statements, before the step commits.
 	FailpointShapeApplied = "shape.applied"
+	// FailpointRebuildCopied runs inside a SQLite rebuild, after the rows are
+	// copied into the new table and before the old one is dropped.
+	FailpointRebuildCopied = "shape.rebuild_copied"
 	// FailpointExecutionSinceWrite runs just before the execution_since key write.
 	FailpointExecutionSinceWrite = "execution_since.write"
 	// FailpointBackfillMaxTaken runs after backfill_through is computed, before the INSERT.
@@ -213,6 +217,10 @@ func schemaName(ctx context.Context, d dialect.Dialect, q dialect.Querier) (stri
 
 // run carries one Reconcile's state through its steps.
 type run struct {
+	mu        sync.Mutex
+	doing     string
+	stepStart time.Time
+
 	o      *options
 	sess   session
 	decl   *Declaration
@@ -302,7 +310,9 @@ func (r *run) step(ctx context.Context, name string, fn func(context.Context, di
 		r.record(Step{Name: name, Status: Failed, Detail: err.Error(), Err: err})
 		return
 	}
+	stop := r.watch(name)
 	s := fn(ctx, q)
+	stop(string(s.Status))
 	s.Name = name
 	s.Duration = time.Since(start)
 	if err := r.sess.end(ctx, s.Status != Failed); err != nil && s.Status != Failed {
@@ -362,7 +372,7 @@ func (r *run) shape(ctx context.Context, q dialect.Querier) Step {
 		}
 		r.progress(StepShape, "applying "+tp.Table)
 		if tp.Rebuild != nil {
-			k, err := tp.Rebuild.apply(ctx, q)
+			k, err := tp.Rebuild.apply(ctx, q, r.o.fail)
 			n += k
 			if err != nil {
 				return failed(fmt.Errorf("rebuild %s: %w", tp.Table, err))
@@ -473,12 +483,6 @@ func deref(s *string) string {
 		return ""
 	}
 	return *s
-}
-
-func (r *run) progress(step, msg string) {
-	if r.o.progress != nil {
-		r.o.progress(Progress{Step: step, Message: msg})
-	}
 }
 
 func missingTables(ctx context.Context, d dialect.Dialect, q dialect.Querier, names []string) ([]string, error) {

@@ -421,3 +421,25 @@ func TestReconcile_BadHCLNamesFileAndLine(t *testing.T) {
 		require.Empty(t, observe(t, db).Indexes)
 	})
 }
+
+// Long steps report progress; every step that ran reports its end.
+func TestReconcile_ProgressReportsEachStep(t *testing.T) {
+	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
+		db.Host(t).Legacy(t)
+		seedLegacy(t, db)
+		var mu sync.Mutex
+		done := map[string]string{}
+		var messages []string
+		mustReconcile(t, db, reconcile.WithProgress(func(p reconcile.Progress) {
+			mu.Lock()
+			defer mu.Unlock()
+			if p.Done {
+				done[p.Step] = p.Message
+			} else {
+				messages = append(messages, p.Step+": "+p.Message)
+			}
+		}))
+		require.Equal(t, map[string]string{"shape": "applied", "execution_since": "applied", "backfill": "applied"}, done)
+		require.Contains(t, messages, "shape: applying task_session_subagents")
+	})
+}

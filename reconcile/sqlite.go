@@ -233,7 +233,7 @@ func planRebuild(ctx context.Context, drv migrate.Driver, q dialect.Querier, liv
 
 // apply runs the rebuild and refuses to let it commit unless every row was
 // copied and no foreign-key violation appeared.
-func (r *rebuild) apply(ctx context.Context, q dialect.Querier) (int, error) {
+func (r *rebuild) apply(ctx context.Context, q dialect.Querier, fail func(string) error) (int, error) {
 	before, err := r.fkViolations(ctx, q)
 	if err != nil {
 		return 0, err
@@ -252,6 +252,9 @@ func (r *rebuild) apply(ctx context.Context, q dialect.Querier) (int, error) {
 		if stmt == r.copy {
 			if copied, err := res.RowsAffected(); err != nil || copied != rows {
 				return n, fmt.Errorf("rebuild of %s copied %d of %d rows (%v)", r.table, copied, rows, err)
+			}
+			if err := fail(FailpointRebuildCopied); err != nil {
+				return n, err
 			}
 		}
 	}

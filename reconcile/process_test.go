@@ -1,0 +1,229 @@
+package reconcile_test
+
+import (
+	"bufio"
+	"context"
+	"database/sql"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/schemastate/schemastate/dialect"
+	"github.com/schemastate/schemastate/internal/dbtest"
+	"github.com/schemastate/schemastate/reconcile"
+)
+
+// Crash and concurrency tests run the reconcile in real child processes (this
+// test binary re-executed) and kill them with SIGKILL at named failpoints.
+
+const (
+	envChild   = "SCHEMASTATE_TEST_CHILD"
+	envDriver  = "SCHEMASTATE_TEST_CHILD_DRIVER"
+	envDSN     = "SCHEMASTATE_TEST_CHILD_DSN"
+	envPauseAt = "SCHEMASTATE_TEST_CHILD_PAUSE_AT"
+)
+
+func TestMain(m *testing.M) {
+	if os.Getenv(envChild) == "reconcile" {
+		os.Exit(childReconcile())
+	}
+	os.Exit(m.Run())
+}
+
+// childReconcile is the child process: one Reconcile, its report as JSON on
+// stdout. At the failpoint named by envPauseAt it announces itself and blocks
+// until it is killed.
+func childReconcile() int {
+	db, err := sql.Open(os.Getenv(envDriver), os.Getenv(envDSN))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 2
+	}
+	defer db.Close()
+	pause := os.Getenv(envPauseAt)
+	rep, err := reconcile.Reconcile(context.Background(), db, reconcile.WithFailpoint(func(p string) error {
+		if p == pause {
+			fmt.Printf("PAUSED %s\n", p)
+			select {}
+		}
+		return nil
+	}))
+	_ = json.NewEncoder(os.Stdout).Encode(rep)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 3
+	}
+	return 0
+}
+
+func childCmd(db *dbtest.DB, pauseAt string) *exec.Cmd {
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), envChild+"=reconcile", envDriver+"="+driverName(db.Dialect), envDSN+"="+db.DSN, envPauseAt+"="+pauseAt)
+	cmd.Stderr = os.Stderr
+	return cmd
+}
+
+// killAt starts a reconciling child, waits until it reaches the failpoint,
+// and kills it with SIGKILL.
+func killAt(t *testing.T, db *dbtest.DB, point string) {
+	t.Helper()
+	cmd := childCmd(db, point)
+	out, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	require.NoError(t, cmd.Start())
+	line := make(chan string, 1)
+	go func() {
+		s := bufio.NewScanner(out)
+		for s.Scan() {
+			if strings.HasPrefix(s.Text(), "PAUSED") {
+				line <- s.Text()
+				return
+			}
+		}
+		close(line)
+	}()
+	select {
+	case l, ok := <-line:
+		require.True(t, ok, "child exited without reaching %s", point)
+		require.Equal(t, "PAUSED "+point, l)
+	case <-time.After(60 * time.Second):
+		cmd.Process.Kill()
+		t.Fatalf("child never reached %s", point)
+	}
+	require.NoError(t, cmd.Process.Kill())
+	_ = cmd.Wait()
+}
+
+// seedHistory adds qualifying subagent messages: one for a subagent the
+// legacy table already holds live (the backfill must not duplicate it), and
+// two only the message history knows.
+func seedHistory(t *testing.T, db *dbtest.DB) {
+	t.Helper()
+	for i, tc := range []string{"toolu_1", "toolu_4", "toolu_5"} {
+		db.Exec(t, fmt.Sprintf(`INSERT INTO task_session_messages (id, task_session_id, task_id, turn_id, content, metadata, created_at, updated_at)
+ VALUES ('m%d', 's1', 'k1', 't1', 'x', '{"tool_call_id":"%s","status":"completed","normalized":{"kind":"subagent_task","subagent_task":{"status":"completed","total_tokens":%d}}}', '2026-07-30 01:40:0%d.5+00:00', '2026-07-30 01:41:00+00:00')`, i, tc, 100+i, i))
+	}
+}
+
+// requireBackfilledOnce asserts the end of a completed backfill: every
+// recordable subagent has exactly one row, and both keys are present.
+func requireBackfilledOnce(t *testing.T, db *dbtest.DB) {
+	t.Helper()
+	require.Equal(t, 1, count(t, db, `SELECT COUNT(*) FROM task_session_subagents WHERE tool_call_id = 'toolu_1'`), "live row not duplicated")
+	require.Equal(t, 2, count(t, db, `SELECT COUNT(*) FROM task_session_subagents WHERE source = 'backfill' AND tool_call_id IN ('toolu_4', 'toolu_5')`))
+	require.Equal(t, 5, count(t, db, `SELECT COUNT(*) FROM task_session_subagents`))
+	ks := readKeys(t, db)
+	require.NotNil(t, ks.CaptureSince)
+	require.NotNil(t, ks.BackfillThrough)
+}
+
+func TestCrash_KilledReconcileRecovers(t *testing.T) {
+	cases := []struct {
+		name  string
+		point func(d dialect.Dialect) string
+		// committedShape: whether the shape step had committed when the
+		// process died (PostgreSQL commits per step; SQLite commits the whole
+		// reconcile at once).
+		committedShape func(d dialect.Dialect) bool
+	}{
+		{"during the rebuild", func(d dialect.Dialect) string {
+			if d == dialect.SQLite {
+				return reconcile.FailpointRebuildCopied
+			}
+			return reconcile.FailpointShapeApplied
+		}, func(dialect.Dialect) bool { return false }},
+		{"between the rebuild and the key write", func(dialect.Dialect) string { return reconcile.FailpointExecutionSinceWrite },
+			func(d dialect.Dialect) bool { return d == dialect.Postgres }},
+		{"during the backfill", func(dialect.Dialect) string { return reconcile.FailpointBackfillInserted },
+			func(d dialect.Dialect) bool { return d == dialect.Postgres }},
+		{"between the backfill keys", func(dialect.Dialect) string { return reconcile.FailpointBackfillFirstKeyWritten },
+			func(d dialect.Dialect) bool { return d == dialect.Postgres }},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
+				db.Host(t).Legacy(t)
+				seedLegacy(t, db)
+				seedHistory(t, db)
+				before := snapshot(t, db)
+
+				killAt(t, db, tc.point(db.Dialect))
+
+				obs := observe(t, db)
+				require.Nil(t, obs.Keys.CaptureSince, "no backfill key for a backfill that never committed")
+				require.Nil(t, obs.Keys.BackfillThrough)
+				require.Zero(t, count(t, db, `SELECT COUNT(*) FROM task_session_subagents WHERE source = 'backfill' AND tool_call_id IN ('toolu_4', 'toolu_5')`))
+				require.Equal(t, before, snapshot(t, db), "every original row, values intact")
+				if tc.committedShape(db.Dialect) {
+					require.True(t, obs.EndState.KeyBearing())
+				} else {
+					require.False(t, obs.EndState.KeyBearing(), "nothing committed")
+					require.Nil(t, obs.Keys.ExecutionSince, "no key for a rebuild that never committed")
+				}
+
+				mustReconcile(t, db)
+				requireAC33(t, db, freshIndexSet(t, db.Dialect))
+				requireBackfilledOnce(t, db)
+				after := snapshot(t, db)
+				require.Subset(t, after, before, "original rows survive byte for byte")
+			})
+		})
+	}
+}
+
+// Eight replicas boot at once against one store from the legacy state: all
+// exit cleanly, exactly one performs the change and exactly one backfills.
+func TestConcurrency_EightProcessesOneChange(t *testing.T) {
+	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
+		db.Host(t).Legacy(t)
+		seedLegacy(t, db)
+		seedHistory(t, db)
+		before := snapshot(t, db)
+		const n = 8
+		reports := make([]reconcile.Report, n)
+		var wg sync.WaitGroup
+		errs := make(chan error, n)
+		for i := 0; i < n; i++ {
+			wg.Add(1)
+			go func(i int) {
+				defer wg.Done()
+				cmd := childCmd(db, "")
+				out, err := cmd.Output()
+				if err != nil {
+					errs <- fmt.Errorf("child %d: %v: %s", i, err, out)
+					return
+				}
+				if err := json.Unmarshal(out, &reports[i]); err != nil {
+					errs <- fmt.Errorf("child %d: %v: %s", i, err, out)
+				}
+			}(i)
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			require.NoError(t, err)
+		}
+		shapes, backfills := 0, 0
+		for _, r := range reports {
+			if r.Step(reconcile.StepShape).Status == reconcile.Applied {
+				shapes++
+			}
+			if r.Step(reconcile.StepBackfill).Status == reconcile.Applied {
+				backfills++
+			}
+		}
+		require.Equal(t, 1, shapes, "exactly one process performs the change")
+		require.Equal(t, 1, backfills, "exactly one process backfills")
+		requireAC33(t, db, freshIndexSet(t, db.Dialect))
+		requireBackfilledOnce(t, db)
+		require.Subset(t, snapshot(t, db), before)
+		require.Equal(t, 1, count(t, db, `SELECT COUNT(*) FROM kandev_meta WHERE key = 'subagent_context_execution_since'`))
+	})
+}

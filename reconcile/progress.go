@@ -1,0 +1,57 @@
+package reconcile
+
+import (
+	"sync"
+	"time"
+)
+
+// progressTick is how often a running step reports its elapsed time.
+const progressTick = 250 * time.Millisecond
+
+// progress records what the current step is doing; the watcher repeats it
+// with the elapsed time until the step ends.
+func (r *run) progress(step, msg string) {
+	r.mu.Lock()
+	r.doing = msg
+	r.mu.Unlock()
+	if r.o.progress != nil {
+		r.o.progress(Progress{Step: step, Message: msg, Elapsed: time.Since(r.stepStart)})
+	}
+}
+
+// watch reports a step's elapsed time while it runs, so a step that takes
+// seconds (a rebuild, a backfill) shows it is alive. The returned func stops
+// the watcher and reports the step's final status.
+func (r *run) watch(step string) func(status string) {
+	r.stepStart = time.Now()
+	r.mu.Lock()
+	r.doing = "running"
+	r.mu.Unlock()
+	if r.o.progress == nil {
+		return func(string) {}
+	}
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		t := time.NewTicker(progressTick)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+				r.mu.Lock()
+				msg := r.doing
+				r.mu.Unlock()
+				r.o.progress(Progress{Step: step, Message: msg, Elapsed: time.Since(r.stepStart)})
+			}
+		}
+	}()
+	return func(status string) {
+		close(done)
+		wg.Wait()
+		r.o.progress(Progress{Step: step, Message: status, Elapsed: time.Since(r.stepStart), Done: true})
+	}
+}
