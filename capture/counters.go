@@ -12,7 +12,9 @@ import (
 //
 // Attempted == SkippedNoIdentity + Persisted + Failed holds exactly in every
 // snapshot, because a frame's attempt and its outcome are counted together.
-// AnomalousValue and UnknownExecution are qualifiers that overlap the outcomes.
+// AnomalousValue (frames that reached the write carrying a negative metric,
+// AC-9) and UnknownExecution (rows written with the 'unknown' sentinel, AC-31)
+// are qualifiers that overlap the outcomes.
 type Counters struct {
 	Attempted         int64 `json:"attempted"`
 	Persisted         int64 `json:"persisted"`

@@ -121,13 +121,13 @@ func TestCounters_AC26_Identity(t *testing.T) {
 			frame("toolu_3", at(0), func(f *capture.Frame) { f.Subagent.TotalTokens = -9 }),          // anomalous
 			frame("", at(0), func(f *capture.Frame) { f.Subagent.TotalTokens = -9 }),                 // skipped only
 			frame("toolu_4", at(0), func(f *capture.Frame) { f.SessionID = ""; f.ExecutionID = "" }), // skipped only
-			frame("toolu_poison", at(0), func(f *capture.Frame) { f.ExecutionID = "" }),              // failed + unknown
+			frame("toolu_poison", at(0), func(f *capture.Frame) { f.ExecutionID = "" }),              // failed; not written, so not unknown
 			frame("toolu_poison", at(0), func(f *capture.Frame) { f.Subagent.DurationMs = -1 }),      // failed + anomalous
 		}
 		for _, f := range frames {
 			_ = s.w.Record(ctx, f)
 		}
-		want := capture.Counters{Attempted: 8, Persisted: 4, SkippedNoIdentity: 2, Failed: 2, AnomalousValue: 2, UnknownExecution: 2}
+		want := capture.Counters{Attempted: 8, Persisted: 4, SkippedNoIdentity: 2, Failed: 2, AnomalousValue: 2, UnknownExecution: 1}
 		got := s.w.Counters()
 		require.Equal(t, want, got)
 		require.Equal(t, got.Attempted, got.SkippedNoIdentity+got.Persisted+got.Failed)

@@ -90,7 +90,10 @@ func (w *Writer) Record(ctx context.Context, f Frame) error {
 	}
 	r := w.row(f)
 	_, err := w.db.ExecContext(ctx, w.upsert, r.args()...)
-	o := outcome{anomalous: r.anomalous, unknown: r.unknownExecution}
+	// AC-9: anomalous_value counts every frame that reached the write.
+	// AC-31: unknown_execution counts rows written with the sentinel, so only
+	// a write that committed.
+	o := outcome{anomalous: r.anomalous}
 	if err != nil {
 		o.failed = true
 		w.count(o)
@@ -101,7 +104,7 @@ func (w *Writer) Record(ctx context.Context, f Frame) error {
 			slog.String("error", err.Error()))
 		return fmt.Errorf("capture: upsert %s/%s: %w", f.SessionID, f.ToolCallID, err)
 	}
-	o.persisted = true
+	o.persisted, o.unknown = true, r.unknownExecution
 	w.count(o)
 	return nil
 }
