@@ -1,0 +1,218 @@
+package health
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/schemastate/schemastate/dialect"
+	"github.com/schemastate/schemastate/internal/dbtest"
+	"github.com/schemastate/schemastate/keys"
+	"github.com/schemastate/schemastate/reconcile"
+)
+
+var since = time.Date(2026, 7, 30, 12, 0, 0, 500000000, time.UTC)
+
+func setup(t *testing.T, db *dbtest.DB) context.Context {
+	t.Helper()
+	ctx := context.Background()
+	db.Host(t)
+	_, err := reconcile.Reconcile(ctx, db.DB, reconcile.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))))
+	require.NoError(t, err)
+	for _, q := range []string{
+		`DELETE FROM kandev_meta`,
+		`INSERT INTO kandev_meta (key, value) VALUES ('` + keys.CaptureSince + `', '` + keys.Format(since) + `')`,
+		`INSERT INTO task_sessions (id, task_id) VALUES ('s1', 'task-1')`,
+	} {
+		_, err := db.ExecContext(ctx, q)
+		require.NoError(t, err, q)
+	}
+	return ctx
+}
+
+func insertMessage(t *testing.T, ctx context.Context, db *dbtest.DB, id, taskID, metadata string, at time.Time) {
+	t.Helper()
+	ts := keys.RowTime(db.Dialect, at)
+	_, err := db.ExecContext(ctx, db.Q(`INSERT INTO task_session_messages (id, task_session_id, task_id, turn_id, content, metadata, created_at, updated_at)
+		VALUES (?, 's1', ?, 't', '…', ?, ?, ?)`), id, taskID, metadata, ts, ts)
+	require.NoError(t, err)
+}
+
+func insertRow(t *testing.T, ctx context.Context, db *dbtest.DB, id, execution, toolCallID string, at time.Time) {
+	t.Helper()
+	ts := keys.RowTime(db.Dialect, at)
+	_, err := db.ExecContext(ctx, db.Q(`INSERT INTO task_session_subagents (id, task_session_id, task_id, agent_execution_id, tool_call_id, observed_at, updated_at)
+		VALUES (?, 's1', 'task-1', ?, ?, ?, ?)`), id, execution, toolCallID, ts, ts)
+	require.NoError(t, err)
+}
+
+func meta(toolCallID string) string {
+	return `{"tool_call_id":"` + toolCallID + `","status":"completed","normalized":{"kind":"subagent_task","subagent_task":{"status":"completed"}}}`
+}
+
+// AC-28b: every number of one evaluation comes from one snapshot. Writes
+// committed by another connection between the statements — a missed message
+// captured late, a new missed message, an orphan row — are invisible to the
+// rest of that evaluation and visible to the next one. Under PostgreSQL's
+// default READ COMMITTED the later statements would see them.
+func TestEvaluate_AC28b_OneSnapshotPerEvaluation(t *testing.T) {
+	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
+		ctx := setup(t, db)
+		insertMessage(t, ctx, db, "m1", "task-1", meta("tc-a"), since.Add(time.Second))
+		insertRow(t, ctx, db, "r1", "exec-1", "tc-a", since.Add(time.Second))
+		insertMessage(t, ctx, db, "m2", "task-1", meta("tc-b"), since.Add(2*time.Second))
+
+		var hooked []string
+		concurrent := func(statement string) {
+			hooked = append(hooked, statement)
+			if statement != "shortfall" {
+				return
+			}
+			insertRow(t, ctx, db, "r2", "exec-1", "tc-b", since.Add(3*time.Second))
+			insertRow(t, ctx, db, "r3", "exec-1", "tc-orphan", since.Add(4*time.Second))
+			insertRow(t, ctx, db, "r4", "exec-2", "tc-a", since.Add(5*time.Second))
+			insertMessage(t, ctx, db, "m3", "task-1", meta("tc-c"), since.Add(6*time.Second))
+		}
+		r, err := Evaluate(ctx, db.DB, func(o *options) { o.between = concurrent })
+		require.NoError(t, err)
+		require.Equal(t, []string{"shortfall", "excess", "collisions", "last_observed_at"}, hooked)
+		require.Equal(t, Shortfall, r.Verdict)
+		require.Equal(t, int64(1), *r.Shortfall)
+		require.Equal(t, int64(0), *r.Excess, "the orphan row committed mid-evaluation")
+		require.Equal(t, int64(0), *r.Collisions, "the second tc-a row committed mid-evaluation")
+		require.Equal(t, keys.Format(since.Add(time.Second)), *r.LastObservedAt)
+
+		r, err = Evaluate(ctx, db.DB)
+		require.NoError(t, err)
+		require.Equal(t, []int64{1, 1, 1}, []int64{*r.Shortfall, *r.Excess, *r.Collisions})
+		require.Equal(t, keys.Format(since.Add(5*time.Second)), *r.LastObservedAt)
+	})
+}
+
+// The msg CTE's normalization against each dialect's own JSON parser: for
+// every document — a fixed corpus of edge cases plus mutations of a real
+// metadata document — the statements never raise, and meta is the document
+// exactly when it is a JSON object that parser accepts (and, on PostgreSQL,
+// could name subagent_task); otherwise '{}'.
+func TestMsgCTE_MetadataNormalizationMatchesParser(t *testing.T) {
+	base := `{"tool_call_id":"toolu_01","status":"completed","normalized":{"kind":"subagent_task",` +
+		`"subagent_task":{"status":"completed","model":"m\u00e9 \"q\"","total_tokens":275717,"x":[1,-2.5e3,0.25,true,false,null,{}],"d":"\ud83d\ude00\n"}}}`
+	deep := `{"tool_call_id":"deep","normalized":{"kind":"subagent_task"},"n":` + strings.Repeat("[", 150) + strings.Repeat("]", 150) + `}`
+	big := `{"tool_call_id":"big","normalized":{"kind":"subagent_task"},"n":1` + strings.Repeat("0", 300) + `}`
+	corpus := []struct {
+		doc string
+		// conservative marks a document PostgreSQL accepts that the check
+		// deliberately rejects (a number too long to bound numeric_in).
+		conservative bool
+	}{
+		{doc: base}, {doc: deep}, {doc: big, conservative: true},
+		{doc: ""}, {doc: "null"}, {doc: "{bad"}, {doc: "[1]"}, {doc: `"subagent_task"`}, {doc: "  {}  "},
+		{doc: `{"normalized":{"kind":"subagent_task"}`},
+		{doc: `{"a":"\u0000","k":"subagent_task"}`}, {doc: `{"a":"\ude00","k":"subagent_task"}`},
+		{doc: `{"a":"\ud83d","k":"subagent_task"}`}, {doc: `{"a":"\ud83d\ude00","k":"subagent_task"}`},
+		{doc: `{"a":01,"k":"subagent_task"}`}, {doc: `{"a":fal"y"e,"k":"subagent_task"}`},
+		{doc: "{\"a\":\"x\ny\",\"k\":\"subagent_task\"}"}, {doc: "{\"a\":\"x\x7fy\",\"k\":\"subagent_task\"}"},
+		{doc: `{"a":1e-9999,"k":"subagent_task"}`}, {doc: `{"a":1e99999,"k":"subagent_task"}`, conservative: true},
+		{doc: `{"a":1,,"k":"subagent_task"}`}, {doc: `{"k":"subagent_task"} {}`}, {doc: `{"k":"subagent_task",}`},
+		{doc: `{"k":"subagent\u005ftask"}`}, {doc: `{"k":"\x"}`}, {doc: "{\"k\":\"subagent_task\"}\f"},
+		{doc: `{"\u005f":{"k":[[[[{"z":"}"}]]]]},"kind":"subagent_task"}`},
+	}
+	rng := rand.New(rand.NewSource(28))
+	alphabet := []rune(`{}[]":,\u0123456789abcdefE.-+tnl ` + "\t\n\x01é")
+	for i := 0; i < 400; i++ {
+		r := []rune(base)
+		for m := 0; m < 1+rng.Intn(3); m++ {
+			p := rng.Intn(len(r))
+			switch rng.Intn(3) {
+			case 0:
+				r = append(r[:p], r[p+1:]...)
+			case 1:
+				r = append(r[:p], append([]rune{alphabet[rng.Intn(len(alphabet))]}, r[p:]...)...)
+			default:
+				r[p] = alphabet[rng.Intn(len(alphabet))]
+			}
+		}
+		corpus = append(corpus, struct {
+			doc          string
+			conservative bool
+		}{doc: string(r)})
+	}
+
+	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
+		ctx := setup(t, db)
+		tx, err := db.BeginTx(ctx, nil)
+		require.NoError(t, err)
+		ts := keys.RowTime(db.Dialect, since)
+		for i, c := range corpus {
+			_, err := tx.ExecContext(ctx, db.Q(`INSERT INTO task_session_messages (id, task_session_id, task_id, turn_id, content, metadata, created_at, updated_at)
+				VALUES (?, 's1', ?, 't', '…', ?, ?, ?)`), fmt.Sprintf("m%03d", i), fmt.Sprintf("d%03d", i), c.doc, ts, ts)
+			require.NoError(t, err)
+		}
+		require.NoError(t, tx.Commit())
+
+		q := sqlFor(db.Dialect)
+		metaText := "msg.meta"
+		if db.Dialect == dialect.Postgres {
+			metaText = "msg.meta::text"
+		}
+		b, err := keys.NewBoundary(keys.Format(since))
+		require.NoError(t, err)
+		rows, err := db.QueryContext(ctx, q.msgCTE+"\nSELECT msg.task_id, "+metaText+" FROM msg WHERE "+keys.AtOrAfter(db.Dialect, "msg.created_at", q.param), b.Arg())
+		require.NoError(t, err)
+		got := map[string]string{}
+		for rows.Next() {
+			var id, m string
+			require.NoError(t, rows.Scan(&id, &m))
+			got[id] = m
+		}
+		require.NoError(t, rows.Err())
+		require.Len(t, got, len(corpus))
+
+		var accepted int
+		for i, c := range corpus {
+			want := "{}"
+			if parsed, ok := parseObject(t, ctx, db, c.doc); ok && !(c.conservative && db.Dialect == dialect.Postgres) &&
+				(db.Dialect == dialect.SQLite || strings.Contains(c.doc, "subagent_task") || strings.Contains(c.doc, `\u`)) {
+				want = parsed
+				accepted++
+			}
+			require.Equal(t, want, got[fmt.Sprintf("d%03d", i)], "document %d: %q", i, c.doc)
+		}
+		require.Greater(t, accepted, 20, "the corpus must exercise the accepting branch")
+		require.Less(t, accepted, len(corpus)-100, "the corpus must exercise the rejecting branch")
+
+		for name, st := range map[string]string{"shortfall": Queries(db.Dialect).Shortfall, "excess": Queries(db.Dialect).Excess} {
+			var n int64
+			require.NoError(t, db.QueryRowContext(ctx, st, b.Arg()).Scan(&n), name)
+		}
+	})
+}
+
+// parseObject asks the dialect's own parser whether doc is a JSON object,
+// returning it in the form the msg CTE yields.
+func parseObject(t *testing.T, ctx context.Context, db *dbtest.DB, doc string) (string, bool) {
+	t.Helper()
+	var typ, text string
+	var err error
+	if db.Dialect == dialect.Postgres {
+		err = db.QueryRowContext(ctx, `SELECT jsonb_typeof(CAST(CAST($1 AS text) AS jsonb)), CAST(CAST($1 AS text) AS jsonb)::text`, doc).Scan(&typ, &text)
+	} else {
+		var valid bool
+		require.NoError(t, db.QueryRowContext(ctx, `SELECT json_valid(?)`, doc).Scan(&valid))
+		if !valid {
+			return "", false
+		}
+		err = db.QueryRowContext(ctx, `SELECT json_type(?), ?`, doc, doc).Scan(&typ, &text)
+	}
+	if err != nil {
+		return "", false
+	}
+	return text, typ == "object"
+}
