@@ -1,0 +1,94 @@
+package capture_test
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/schemastate/schemastate/capture"
+	"github.com/schemastate/schemastate/dialect"
+	"github.com/schemastate/schemastate/internal/dbtest"
+	"github.com/schemastate/schemastate/keys"
+	"github.com/schemastate/schemastate/reconcile"
+)
+
+// BenchmarkRecord measures frames/s through Writer.Record per dialect, on the
+// two paths a frame takes — creating a row, and merging onto one (a subagent
+// is typically seen on several frames) — against a floor: a plain single-row
+// INSERT of the same 22 columns over the same connection settings. The ratio
+// record/floor is the cost of the conflict clause and the normalization.
+//
+//	go test -run '^$' -bench BenchmarkRecord -benchtime 3s ./capture/
+func BenchmarkRecord(b *testing.B) {
+	for _, d := range []dialect.Dialect{dialect.SQLite, dialect.Postgres} {
+		b.Run(string(d), func(b *testing.B) {
+			b.Run("record_new_row", func(b *testing.B) {
+				w, _ := benchStore(b, d)
+				f := benchFrame()
+				for i := 0; b.Loop(); i++ {
+					f.ToolCallID = fmt.Sprintf("toolu_%d", i)
+					if err := w.Record(context.Background(), f); err != nil {
+						b.Fatal(err)
+					}
+				}
+				reportRate(b)
+			})
+			b.Run("record_merge", func(b *testing.B) {
+				w, _ := benchStore(b, d)
+				f := benchFrame()
+				for i := 0; b.Loop(); i++ {
+					f.ToolCallID = fmt.Sprintf("toolu_%d", i%8) // an 8-way fan-out, seen again and again
+					if err := w.Record(context.Background(), f); err != nil {
+						b.Fatal(err)
+					}
+				}
+				reportRate(b)
+			})
+			b.Run("floor_plain_insert", func(b *testing.B) {
+				_, db := benchStore(b, d)
+				cols := []string{"id", "task_session_id", "task_id", "turn_id", "agent_execution_id", "tool_call_id",
+					"parent_tool_call_id", "subagent_type", "description", "agent_id", "child_session_id", "model",
+					"agent_status", "tool_status", "is_async", "total_tokens", "tool_use_count", "duration_ms",
+					"source", "observed_at", "settled_at", "updated_at"}
+				q := db.Q(`INSERT INTO task_session_subagents (` + strings.Join(cols, ", ") + `) VALUES (` +
+					strings.TrimSuffix(strings.Repeat("?, ", len(cols)), ", ") + `)`)
+				now := keys.RowTime(d, time.Now())
+				for i := 0; b.Loop(); i++ {
+					_, err := db.DB.ExecContext(context.Background(), q, fmt.Sprintf("id-%d", i), sessA, taskA, turn1, execE,
+						fmt.Sprintf("toolu_%d", i), nil, "reviewer", "review the diff", "agent-1", nil, "claude-opus-5[1m]",
+						"completed", "completed", 1, int64(27000), int64(12), int64(93000), "live", now, now, now)
+					if err != nil {
+						b.Fatal(err)
+					}
+				}
+				reportRate(b)
+			})
+		})
+	}
+}
+
+func benchStore(b *testing.B, d dialect.Dialect) (*capture.Writer, *dbtest.DB) {
+	b.Helper()
+	db := dbtest.Open(b, d)
+	db.Host(b)
+	_, err := reconcile.Reconcile(context.Background(), db.DB, reconcile.WithLogger(slog.New(slog.DiscardHandler)))
+	require.NoError(b, err)
+	_, err = db.DB.Exec(db.Q(`INSERT INTO task_sessions (id, task_id) VALUES (?, ?)`), sessA, taskA)
+	require.NoError(b, err)
+	return capture.NewWriter(db.DB, d), db
+}
+
+func benchFrame() capture.Frame {
+	return capture.Frame{SessionID: sessA, TaskID: taskA, TurnID: turn1, ExecutionID: execE, ToolStatus: "completed",
+		Subagent: capture.SubagentTask{Description: "review the diff", SubagentType: "reviewer", Status: "completed",
+			AgentID: "agent-1", Model: "claude-opus-5[1m]", TotalTokens: 27000, ToolUseCount: intp(12), DurationMs: 93000}}
+}
+
+func reportRate(b *testing.B) {
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "frames/s")
+}
