@@ -1,0 +1,147 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/schemastate/schemastate/dialect"
+	"github.com/schemastate/schemastate/internal/dbtest"
+	"github.com/schemastate/schemastate/keys"
+	"github.com/schemastate/schemastate/reconcile"
+)
+
+func healthCLI(t *testing.T, args ...string) (int, string, string) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	code := run(context.Background(), append([]string{"health"}, args...), strings.NewReader(""), &out, &errb)
+	return code, out.String(), errb.String()
+}
+
+// healthStore is a reconciled database with kandev_meta emptied, seeded by
+// plain SQL.
+func healthStore(t *testing.T, db *dbtest.DB) func(q string, args ...any) {
+	t.Helper()
+	ctx := context.Background()
+	db.Host(t)
+	_, err := reconcile.Reconcile(ctx, db.DB, reconcile.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))))
+	require.NoError(t, err)
+	exec := func(q string, args ...any) {
+		t.Helper()
+		_, err := db.ExecContext(ctx, db.Q(q), args...)
+		require.NoError(t, err, q)
+	}
+	exec(`DELETE FROM kandev_meta`)
+	exec(`INSERT INTO task_sessions (id, task_id) VALUES ('s1', 'task-1')`)
+	return exec
+}
+
+var healthK = time.Date(2026, 7, 30, 12, 0, 0, 500000000, time.UTC)
+
+func seedMessage(t *testing.T, db *dbtest.DB, exec func(string, ...any), id, toolCallID string, at time.Time) {
+	t.Helper()
+	ts := keys.RowTime(db.Dialect, at)
+	exec(`INSERT INTO task_session_messages (id, task_session_id, task_id, turn_id, content, metadata, created_at, updated_at) VALUES (?, 's1', 'task-1', 't', '…', ?, ?, ?)`,
+		id, `{"tool_call_id":"`+toolCallID+`","normalized":{"kind":"subagent_task","subagent_task":{"status":"completed"}}}`, ts, ts)
+}
+
+func seedRow(t *testing.T, db *dbtest.DB, exec func(string, ...any), id, toolCallID string, at time.Time) {
+	t.Helper()
+	ts := keys.RowTime(db.Dialect, at)
+	exec(`INSERT INTO task_session_subagents (id, task_session_id, task_id, agent_execution_id, tool_call_id, observed_at, updated_at) VALUES (?, 's1', 'task-1', 'exec-1', ?, ?, ?)`,
+		id, toolCallID, ts, ts)
+}
+
+// The JSON object's shape, verdicts and exit codes of `schemastate health`:
+// 0 only for healthy, 1 for every other verdict, with null counts when the
+// comparison was not run (AC-28a) and a null last_observed_at read as
+// nothing_since_activation (AC-29).
+func TestCLI_Health_AC28_AC28a_AC29_VerdictsAndExitCodes(t *testing.T) {
+	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
+		exec := healthStore(t, db)
+		since := keys.Format(healthK)
+		jsonOf := func(out string) map[string]any {
+			var m map[string]any
+			require.NoError(t, json.Unmarshal([]byte(out), &m), out)
+			return m
+		}
+
+		code, out, stderr := healthCLI(t, "--db", db.CLIDSN, "--json")
+		require.Equal(t, exitUnhealthy, code, stderr)
+		require.Equal(t, map[string]any{"capture_since": nil, "verdict": "not_activated", "shortfall": nil,
+			"excess": nil, "collisions": nil, "last_observed_at": nil}, jsonOf(out))
+
+		exec(`INSERT INTO kandev_meta (key, value) VALUES (?, ?)`, keys.CaptureSince, since)
+		seedMessage(t, db, exec, "m-old", "tc-old", healthK.Add(-time.Hour))
+		seedRow(t, db, exec, "r-old", "tc-old", healthK.Add(-time.Hour))
+		code, out, stderr = healthCLI(t, "--db", db.CLIDSN, "--json")
+		require.Equal(t, exitUnhealthy, code, stderr)
+		require.Equal(t, map[string]any{"capture_since": since, "verdict": "nothing_since_activation", "shortfall": 0.0,
+			"excess": 0.0, "collisions": 0.0, "last_observed_at": nil}, jsonOf(out))
+
+		seedMessage(t, db, exec, "m-a", "tc-a", healthK)
+		seedRow(t, db, exec, "r-a", "tc-a", healthK)
+		seedRow(t, db, exec, "r-orphan", "tc-orphan", healthK.Add(time.Second))
+		code, out, stderr = healthCLI(t, "--db", db.CLIDSN, "--json")
+		require.Equal(t, exitOK, code, stderr)
+		require.Equal(t, map[string]any{"capture_since": since, "verdict": "healthy", "shortfall": 0.0,
+			"excess": 1.0, "collisions": 0.0, "last_observed_at": keys.Format(healthK.Add(time.Second))}, jsonOf(out))
+
+		code, out, _ = healthCLI(t, "--db", db.CLIDSN)
+		require.Equal(t, exitOK, code)
+		require.Contains(t, out, "verdict:          healthy")
+		require.Contains(t, out, "excess:           1 (reported for attribution, never an alarm)")
+
+		seedMessage(t, db, exec, "m-missed", "tc-missed", healthK.Add(2*time.Second))
+		code, out, stderr = healthCLI(t, "--db", db.CLIDSN, "--json")
+		require.Equal(t, exitUnhealthy, code, stderr)
+		require.Equal(t, map[string]any{"capture_since": since, "verdict": "shortfall", "shortfall": 1.0,
+			"excess": 1.0, "collisions": 0.0, "last_observed_at": keys.Format(healthK.Add(time.Second))}, jsonOf(out))
+
+		code, out, _ = healthCLI(t, "--db", db.CLIDSN)
+		require.Equal(t, exitUnhealthy, code)
+		require.Contains(t, out, "verdict:          shortfall — 1 subagent message(s) since activation have no row")
+		require.Contains(t, out, "capture_since:    "+since)
+	})
+}
+
+// Errors exit 2 and say what is wrong: a missing table by name, a
+// capture_since that is not an instant by key and value, an unreachable
+// database.
+func TestCLI_Health_ErrorsExit2(t *testing.T) {
+	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
+		code, out, stderr := healthCLI(t, "--db", db.CLIDSN, "--json")
+		require.Equal(t, exitUsage, code)
+		require.Empty(t, out)
+		require.Contains(t, stderr, "missing tables: kandev_meta")
+
+		exec := healthStore(t, db)
+		exec(`INSERT INTO kandev_meta (key, value) VALUES (?, ?)`, keys.CaptureSince, "2026-07-30T01:39:37")
+		code, _, stderr = healthCLI(t, "--db", db.CLIDSN)
+		require.Equal(t, exitUsage, code)
+		require.Contains(t, stderr, keys.CaptureSince+` = "2026-07-30T01:39:37"`)
+
+		exec(`UPDATE kandev_meta SET value = ? WHERE key = ?`, keys.Format(healthK), keys.CaptureSince)
+		exec(`DROP TABLE task_session_subagents`)
+		code, _, stderr = healthCLI(t, "--db", db.CLIDSN, "--json")
+		require.Equal(t, exitUsage, code)
+		require.Contains(t, stderr, "missing tables: task_session_subagents")
+
+		unreachable := "postgres://postgres@127.0.0.1:1/test?sslmode=disable&connect_timeout=2"
+		if db.Dialect == dialect.SQLite {
+			unreachable = "sqlite:" + filepath.Join(t.TempDir(), "no", "such", "dir", "x.db")
+		}
+		code, out, stderr = healthCLI(t, "--db", unreachable, "--json")
+		require.Equal(t, exitUsage, code)
+		require.Empty(t, out)
+		require.NotEmpty(t, stderr)
+	})
+}
