@@ -1,0 +1,197 @@
+package transcript_test
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/schemastate/schemastate/transcript"
+)
+
+// Child-process roles. The test binary re-executes itself with
+// TRANSCRIPT_TEST_ROLE set; TestMain then plays that role instead of running
+// tests, so the cross-process tests use real separate processes.
+const (
+	envRole  = "TRANSCRIPT_TEST_ROLE"
+	envRoot  = "TRANSCRIPT_TEST_ROOT"
+	envSess  = "TRANSCRIPT_TEST_SESSION"
+	envAgent = "TRANSCRIPT_TEST_AGENT"
+	envArg   = "TRANSCRIPT_TEST_ARG"
+)
+
+func TestMain(m *testing.M) {
+	if role := os.Getenv(envRole); role != "" {
+		os.Exit(playRole(role))
+	}
+	os.Exit(m.Run())
+}
+
+func playRole(role string) int {
+	s, err := transcript.NewStore(os.Getenv(envRoot))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 3
+	}
+	sess, agent, arg := os.Getenv(envSess), os.Getenv(envAgent), os.Getenv(envArg)
+	switch role {
+	case "finish":
+		// arg is "<status> <go-file>": announce readiness, wait for the go
+		// file, then race the other finisher.
+		status, gofile, _ := strings.Cut(arg, " ")
+		fmt.Println("ready")
+		for {
+			if _, err := os.Stat(gofile); err == nil {
+				break
+			}
+			time.Sleep(50 * time.Microsecond)
+		}
+		err := s.Finish(ctx, sess, agent, transcript.End{Status: transcript.Status(status), Error: "by " + status})
+		switch {
+		case err == nil:
+			fmt.Println("finished")
+		case errors.Is(err, transcript.ErrFinished):
+			fmt.Println("already")
+		default:
+			fmt.Println("error:", err)
+		}
+		return 0
+	case "append-loop":
+		// Append forever; the parent kills this process with SIGKILL.
+		pad := strings.Repeat("x", 3000)
+		for i := 1; ; i++ {
+			e := transcript.Event{Type: transcript.AssistantMessage, Text: fmt.Sprintf("event %d %s", i, pad)}
+			if err := s.Append(ctx, sess, agent, e); err != nil {
+				fmt.Fprintln(os.Stderr, err)
+				return 3
+			}
+		}
+	}
+	fmt.Fprintln(os.Stderr, "unknown role", role)
+	return 3
+}
+
+func child(t *testing.T, role, root, sess, agent, arg string) *exec.Cmd {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), envRole+"="+role, envRoot+"="+root, envSess+"="+sess, envAgent+"="+agent, envArg+"="+arg)
+	cmd.Stderr = os.Stderr
+	return cmd
+}
+
+// Exactly-once finish across PROCESSES: two processes finish the same
+// transcript at the same instant, many times over. Each time exactly one wins,
+// the other is told it was already finished, and the document is the
+// winner's.
+func TestTranscript_FinishExactlyOnceAcrossTwoProcesses(t *testing.T) {
+	root := filepath.Join(t.TempDir(), "conversation")
+	s, err := transcript.NewStore(root)
+	require.NoError(t, err)
+	for round := 0; round < 12; round++ {
+		agent := fmt.Sprintf("agent-%d", round)
+		require.NoError(t, s.Create(ctx, header("sess-race", agent, transcript.KindRunInBackground)))
+		require.NoError(t, s.Append(ctx, "sess-race", agent, msg(transcript.UserMessage, "go")))
+		gofile := filepath.Join(t.TempDir(), "go")
+		statuses := []string{"completed", "cancelled"}
+		outs := make([]*bufio.Scanner, 2)
+		cmds := make([]*exec.Cmd, 2)
+		for i, st := range statuses {
+			cmds[i] = child(t, "finish", root, "sess-race", agent, st+" "+gofile)
+			pipe, err := cmds[i].StdoutPipe()
+			require.NoError(t, err)
+			require.NoError(t, cmds[i].Start())
+			outs[i] = bufio.NewScanner(pipe)
+			require.True(t, outs[i].Scan())
+			require.Equal(t, "ready", outs[i].Text())
+		}
+		require.NoError(t, os.WriteFile(gofile, nil, 0o644))
+		results := map[string]string{}
+		for i, st := range statuses {
+			require.True(t, outs[i].Scan(), "child %s printed nothing", st)
+			results[st] = outs[i].Text()
+			require.NoError(t, cmds[i].Wait())
+		}
+		winners := 0
+		var winner string
+		for st, r := range results {
+			switch r {
+			case "finished":
+				winners++
+				winner = st
+			case "already":
+			default:
+				t.Fatalf("round %d: child %s: %s", round, st, r)
+			}
+		}
+		require.Equal(t, 1, winners, "round %d: %v", round, results)
+		tr, err := s.Load("sess-race", agent)
+		require.NoError(t, err)
+		require.Equal(t, transcript.Status(winner), tr.Status)
+		require.Equal(t, "by "+winner, tr.Error)
+		require.Len(t, tr.Events, 1)
+	}
+}
+
+// kill -9 while appending in a loop: the transcript stays readable, still
+// running, and its events are exactly a prefix of what the child sent; the
+// next writer continues it and can finish it.
+func TestTranscript_KillNineMidAppendLeavesReadablePrefix(t *testing.T) {
+	root := filepath.Join(t.TempDir(), "conversation")
+	s, err := transcript.NewStore(root)
+	require.NoError(t, err)
+	require.NoError(t, s.Create(ctx, header("sess-kill", "agent-kill", transcript.KindRunInBackground)))
+	p, _ := s.PathsFor("sess-kill", "agent-kill")
+
+	for round := 0; round < 3; round++ {
+		cmd := child(t, "append-loop", root, "sess-kill", "agent-kill", "")
+		require.NoError(t, cmd.Start())
+		start, _ := os.Stat(p.Log)
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			fi, err := os.Stat(p.Log)
+			require.NoError(t, err)
+			if fi.Size() > start.Size()+200*3000 {
+				break
+			}
+			require.True(t, time.Now().Before(deadline), "child appended too little")
+			time.Sleep(time.Millisecond)
+		}
+		require.NoError(t, cmd.Process.Signal(syscall.SIGKILL))
+		err := cmd.Wait()
+		var ee *exec.ExitError
+		require.ErrorAs(t, err, &ee)
+		require.Equal(t, syscall.SIGKILL, ee.Sys().(syscall.WaitStatus).Signal())
+
+		tr, err := s.Load("sess-kill", "agent-kill")
+		require.NoError(t, err, "round %d", round)
+		require.Equal(t, transcript.Running, tr.Status)
+		require.GreaterOrEqual(t, len(tr.Events), 150*(round+1))
+		// Each child starts again at "event 1": the log is the concatenation
+		// of every round's prefix, in order, with no gap inside a round.
+		want := 1
+		for _, e := range tr.Events {
+			n := 0
+			_, err := fmt.Sscanf(e.Text, "event %d ", &n)
+			require.NoError(t, err)
+			if n == 1 {
+				want = 1
+			}
+			require.Equal(t, want, n, "events must be a gapless prefix of what was sent")
+			want++
+		}
+		require.Equal(t, int64(len(tr.Events)), tr.LastSeq)
+	}
+	require.NoError(t, s.Append(ctx, "sess-kill", "agent-kill", msg(transcript.AssistantMessage, "after the crash")))
+	require.NoError(t, s.Finish(ctx, "sess-kill", "agent-kill", transcript.End{Status: transcript.Failed, Error: "killed"}))
+	tr, err := s.Load("sess-kill", "agent-kill")
+	require.NoError(t, err)
+	require.Equal(t, "after the crash", tr.FinalResponse())
+}

@@ -1,0 +1,186 @@
+package transcript
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+)
+
+// codexNormalizer reads `codex exec --json` JSONL:
+//
+//	{"type":"thread.started","thread_id":…}  {"type":"turn.started"}
+//	{"type":"item.started","item":{"id":…,"type":"command_execution","command":…,"status":"in_progress"}}
+//	{"type":"item.completed","item":{"id":…,"type":"command_execution","aggregated_output":…,"exit_code":…,"status":"completed"|"failed"}}
+//	{"type":"item.completed","item":{"id":…,"type":"mcp_tool_call","server":…,"tool":…,"arguments":…,"result":…,"error":…,"status":…}}
+//	{"type":"item.completed","item":{"id":…,"type":"file_change","changes":[…],"status":…}}
+//	{"type":"item.completed","item":{"id":…,"type":"agent_message","text":…}}
+//	{"type":"turn.completed","usage":…} | {"type":"turn.failed","error":{"message":…}} | {"type":"error","message":…}
+//
+// A tool item becomes a tool_call when it starts (or completes, if it never
+// reported a start) and a tool_result when it completes. Reasoning items are
+// not transcript content.
+type codexNormalizer struct {
+	started map[string]bool
+	out     Outcome
+	done    bool
+}
+
+type codexItem struct {
+	ID               string          `json:"id"`
+	Type             string          `json:"type"`
+	Text             string          `json:"text"`
+	Command          string          `json:"command"`
+	AggregatedOutput string          `json:"aggregated_output"`
+	ExitCode         *int            `json:"exit_code"`
+	Status           string          `json:"status"`
+	Server           string          `json:"server"`
+	Tool             string          `json:"tool"`
+	Arguments        json.RawMessage `json:"arguments"`
+	Result           *struct {
+		Content []struct {
+			Type string `json:"type"`
+			Text string `json:"text"`
+		} `json:"content"`
+	} `json:"result"`
+	Error *struct {
+		Message string `json:"message"`
+	} `json:"error"`
+	Changes []struct {
+		Path string `json:"path"`
+		Kind string `json:"kind"`
+	} `json:"changes"`
+	Query string `json:"query"`
+}
+
+type codexEvent struct {
+	Type    string     `json:"type"`
+	Item    *codexItem `json:"item"`
+	Message string     `json:"message"`
+	Error   *struct {
+		Message string `json:"message"`
+	} `json:"error"`
+}
+
+func (c *codexNormalizer) Feed(b []byte) ([]Event, error) {
+	b, ok := record(b)
+	if !ok {
+		return nil, nil
+	}
+	var ev codexEvent
+	if err := json.Unmarshal(b, &ev); err != nil {
+		return nil, err
+	}
+	switch ev.Type {
+	case "item.started":
+		if ev.Item != nil {
+			return c.call(ev.Item), nil
+		}
+	case "item.completed":
+		if ev.Item != nil {
+			return c.completed(ev.Item)
+		}
+	case "turn.completed":
+		c.done, c.out.Status = true, Completed
+	case "turn.failed":
+		c.done, c.out.Status = true, Failed
+		if ev.Error != nil {
+			c.out.Error = ev.Error.Message
+		}
+	case "error":
+		if c.out.Error == "" {
+			c.out.Error = ev.Message
+		}
+	}
+	return nil, nil
+}
+
+// call emits the tool_call of a tool item once.
+func (c *codexNormalizer) call(it *codexItem) []Event {
+	name, input, ok := codexTool(it)
+	if !ok || c.started[it.ID] {
+		return nil
+	}
+	c.started[it.ID] = true
+	return []Event{toolCall(it.ID, name, input)}
+}
+
+func (c *codexNormalizer) completed(it *codexItem) ([]Event, error) {
+	switch it.Type {
+	case "agent_message":
+		c.out.FinalText = it.Text
+		if it.Text == "" {
+			return nil, nil
+		}
+		return []Event{assistantMessage(it.Text)}, nil
+	case "command_execution":
+		out := c.call(it)
+		failed := it.Status == "failed" || it.ExitCode != nil && *it.ExitCode != 0
+		errText := ""
+		if failed {
+			errText = "command failed"
+			if it.ExitCode != nil {
+				errText = fmt.Sprintf("exit code %d", *it.ExitCode)
+			}
+		}
+		return append(out, toolResult(it.ID, it.AggregatedOutput, failed, errText)), nil
+	case "mcp_tool_call":
+		out := c.call(it)
+		var parts []string
+		if it.Result != nil {
+			for _, p := range it.Result.Content {
+				if p.Type == "text" {
+					parts = append(parts, p.Text)
+				}
+			}
+		}
+		failed, errText := it.Status == "failed" || it.Error != nil, ""
+		if it.Error != nil {
+			errText = it.Error.Message
+		}
+		return append(out, toolResult(it.ID, strings.Join(parts, "\n"), failed, errText)), nil
+	case "file_change":
+		out := c.call(it)
+		var lines []string
+		for _, ch := range it.Changes {
+			lines = append(lines, ch.Kind+" "+ch.Path)
+		}
+		failed := it.Status == "failed"
+		errText := ""
+		if failed {
+			errText = "patch failed to apply"
+		}
+		return append(out, toolResult(it.ID, strings.Join(lines, "\n"), failed, errText)), nil
+	case "web_search":
+		out := c.call(it)
+		return append(out, toolResult(it.ID, "", false, "")), nil
+	}
+	return nil, nil
+}
+
+// codexTool names a tool item and its input; ok is false for non-tool items.
+func codexTool(it *codexItem) (string, json.RawMessage, bool) {
+	mustJSON := func(v any) json.RawMessage { b, _ := json.Marshal(v); return b }
+	switch it.Type {
+	case "command_execution":
+		return "shell", mustJSON(map[string]string{"command": it.Command}), true
+	case "mcp_tool_call":
+		return it.Server + "." + it.Tool, it.Arguments, true
+	case "file_change":
+		return "apply_patch", mustJSON(map[string]any{"changes": it.Changes}), true
+	case "web_search":
+		return "web_search", mustJSON(map[string]string{"query": it.Query}), true
+	}
+	return "", nil, false
+}
+
+func (c *codexNormalizer) Close() ([]Event, Outcome) {
+	if !c.done {
+		o := unterminated(ProviderCodex)
+		if c.out.Error != "" {
+			o.Error = c.out.Error
+		}
+		o.FinalText = c.out.FinalText
+		return nil, o
+	}
+	return nil, c.out
+}

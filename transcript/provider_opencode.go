@@ -1,0 +1,201 @@
+package transcript
+
+import (
+	"encoding/json"
+	"fmt"
+)
+
+// openCodeNormalizer reads the OpenCode server's event bus (GET /event, one
+// JSON payload per SSE data line):
+//
+//	{"type":"message.updated","properties":{"info":{"id":…,"role":"user"|"assistant","modelID":…,"error":…}}}
+//	{"type":"message.part.updated","properties":{"part":{"id":…,"messageID":…,"type":"text","text":…,"time":{"end":…}},"delta":…}}
+//	{"type":"message.part.updated","properties":{"part":{"type":"tool","callID":…,"tool":…,"state":{"status":"pending"|"running"|"completed"|"error",…}}}}
+//	{"type":"session.error","properties":{"error":{"name":…,"data":{"message":…}}}}
+//	{"type":"session.idle","properties":{"sessionID":…}}
+//
+// Parts are re-sent whole on every update. A text part is emitted once, when
+// its time.end arrives (or at session.idle / Close if it never does); a tool
+// part's call is emitted when its input is known (running or later), its
+// result when the state is completed or error.
+type openCodeNormalizer struct {
+	roles   map[string]string // message id → role
+	texts   map[string]*ocPart
+	order   []string // text part ids, first-seen order
+	emitted map[string]bool
+	called  map[string]bool
+	results map[string]bool
+	out     Outcome
+	failed  bool
+	idle    bool
+}
+
+func newOpenCodeNormalizer() *openCodeNormalizer {
+	return &openCodeNormalizer{roles: map[string]string{}, texts: map[string]*ocPart{},
+		emitted: map[string]bool{}, called: map[string]bool{}, results: map[string]bool{}}
+}
+
+type ocError struct {
+	Name string `json:"name"`
+	Data struct {
+		Message string `json:"message"`
+	} `json:"data"`
+}
+
+func (e *ocError) String() string {
+	if e.Data.Message == "" {
+		return e.Name
+	}
+	return e.Name + ": " + e.Data.Message
+}
+
+type ocPart struct {
+	ID        string `json:"id"`
+	MessageID string `json:"messageID"`
+	Type      string `json:"type"`
+	Text      string `json:"text"`
+	Synthetic bool   `json:"synthetic"`
+	Time      *struct {
+		End *int64 `json:"end"`
+	} `json:"time"`
+	CallID string `json:"callID"`
+	Tool   string `json:"tool"`
+	State  *struct {
+		Status string          `json:"status"`
+		Input  json.RawMessage `json:"input"`
+		Output string          `json:"output"`
+		Error  string          `json:"error"`
+	} `json:"state"`
+}
+
+type ocEvent struct {
+	Type       string `json:"type"`
+	Properties struct {
+		Info *struct {
+			ID      string   `json:"id"`
+			Role    string   `json:"role"`
+			ModelID string   `json:"modelID"`
+			Error   *ocError `json:"error"`
+		} `json:"info"`
+		Part  *ocPart  `json:"part"`
+		Error *ocError `json:"error"`
+	} `json:"properties"`
+}
+
+func (o *openCodeNormalizer) Feed(b []byte) ([]Event, error) {
+	b, ok := record(b)
+	if !ok {
+		return nil, nil
+	}
+	var ev ocEvent
+	if err := json.Unmarshal(b, &ev); err != nil {
+		return nil, err
+	}
+	switch ev.Type {
+	case "message.updated":
+		if info := ev.Properties.Info; info != nil {
+			o.roles[info.ID] = info.Role
+			if info.ModelID != "" {
+				o.out.Model = info.ModelID
+			}
+			if info.Error != nil {
+				o.fail(info.Error.String())
+			}
+		}
+	case "message.part.updated":
+		if p := ev.Properties.Part; p != nil {
+			return o.part(p)
+		}
+	case "session.error":
+		if e := ev.Properties.Error; e != nil {
+			o.fail(e.String())
+		} else {
+			o.fail("session.error")
+		}
+	case "session.idle":
+		o.idle = true
+		return o.flushTexts(), nil
+	}
+	return nil, nil
+}
+
+func (o *openCodeNormalizer) fail(msg string) {
+	if !o.failed {
+		o.failed, o.out.Error = true, msg
+	}
+}
+
+func (o *openCodeNormalizer) part(p *ocPart) ([]Event, error) {
+	switch p.Type {
+	case "text":
+		if p.Synthetic || o.emitted[p.ID] {
+			return nil, nil
+		}
+		if _, seen := o.texts[p.ID]; !seen {
+			o.order = append(o.order, p.ID)
+		}
+		o.texts[p.ID] = p
+		if p.Time != nil && p.Time.End != nil || o.roles[p.MessageID] == "user" {
+			return o.emitText(p.ID), nil
+		}
+	case "tool":
+		if p.State == nil || p.CallID == "" {
+			return nil, fmt.Errorf("tool part %s without callID or state", p.ID)
+		}
+		var out []Event
+		s := p.State
+		if s.Status != "pending" && !o.called[p.CallID] {
+			o.called[p.CallID] = true
+			out = append(out, toolCall(p.CallID, p.Tool, s.Input))
+		}
+		if (s.Status == "completed" || s.Status == "error") && !o.results[p.CallID] {
+			o.results[p.CallID] = true
+			out = append(out, toolResult(p.CallID, s.Output, s.Status == "error", s.Error))
+		}
+		return out, nil
+	}
+	return nil, nil
+}
+
+func (o *openCodeNormalizer) emitText(id string) []Event {
+	p := o.texts[id]
+	o.emitted[id] = true
+	if p.Text == "" {
+		return nil
+	}
+	if o.roles[p.MessageID] == "user" {
+		return []Event{userMessage(p.Text)}
+	}
+	return []Event{assistantMessage(p.Text)}
+}
+
+func (o *openCodeNormalizer) flushTexts() []Event {
+	var out []Event
+	for _, id := range o.order {
+		if !o.emitted[id] {
+			out = append(out, o.emitText(id)...)
+		}
+	}
+	return out
+}
+
+func (o *openCodeNormalizer) Close() ([]Event, Outcome) {
+	out := o.flushTexts()
+	res := o.out
+	for i := len(o.order) - 1; i >= 0; i-- {
+		if p := o.texts[o.order[i]]; o.roles[p.MessageID] == "assistant" && p.Text != "" {
+			res.FinalText = p.Text
+			break
+		}
+	}
+	switch {
+	case o.failed:
+		res.Status = Failed
+	case o.idle:
+		res.Status = Completed
+	default:
+		u := unterminated(ProviderOpenCode)
+		res.Status, res.Error = u.Status, u.Error
+	}
+	return out, res
+}
