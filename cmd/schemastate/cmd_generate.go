@@ -1,0 +1,85 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/schemastate/schemastate/gen"
+)
+
+// Exit codes of generate.
+const (
+	exitGenerateFailed = 1 // the store could not be written (partial rows may remain)
+	exitNotEmpty       = 3 // the database already holds a store; nothing was written
+)
+
+func init() {
+	register(&command{name: "generate", summary: "write a reference-shaped store (benchmarks, demos): history, subagents, an installed-base state", run: runGenerate})
+}
+
+func runGenerate(ctx context.Context, e *env, args []string) int {
+	fs := flags(e, "generate", "--db DSN [--scale-mb 328] [--population K] [--state predating|legacy|amended] [--seed 1] [--json]")
+	dsn := dbFlag(fs)
+	scale := fs.Float64("scale-mb", gen.ReferenceMB, "approximate store size in MiB; the subagent population scales with it")
+	population := fs.Float64("population", 0, "multiply the reference subagent population by this instead (0: scale-mb/328)")
+	state := fs.String("state", string(gen.Predating), "installed-base state: predating, legacy or amended")
+	seed := fs.Uint64("seed", 1, "seed; the same seed writes the same rows")
+	asJSON := fs.Bool("json", false, "print the summary as one JSON object and no progress")
+	if code, ok := parse(fs, args); !ok {
+		return code
+	}
+	if *scale <= 0 || *population < 0 {
+		fmt.Fprintln(e.stderr, "schemastate: --scale-mb must be positive and --population not negative")
+		return exitUsage
+	}
+	db, _, ok := openDB(ctx, e, *dsn)
+	if !ok {
+		return exitUsage
+	}
+	defer db.Close()
+	cfg := gen.Config{ScaleMB: *scale, Population: *population, State: gen.State(*state), Seed: *seed, Logger: e.logger}
+	if !*asJSON {
+		cfg.Progress = generateProgress(e)
+	}
+	sum, err := gen.Generate(ctx, db, cfg)
+	switch {
+	case errors.Is(err, gen.ErrNotEmpty):
+		fmt.Fprintf(e.stderr, "schemastate: %v (generate writes only into an empty store)\n", err)
+		return exitNotEmpty
+	case err != nil:
+		fmt.Fprintf(e.stderr, "schemastate: generate: %v\n", err)
+		return exitGenerateFailed
+	}
+	if *asJSON {
+		writeJSON(e.stdout, sum)
+		return exitOK
+	}
+	p := sum.Population
+	fmt.Fprintf(e.stdout, "%s store, state %s, seed %d: %.1f MiB on disk (%d sessions, %d turns, %d messages) in %s\n",
+		sum.Dialect, sum.State, sum.Seed, float64(sum.StoreBytes)/(1<<20), sum.Sessions, sum.Turns, sum.Messages, sum.Duration.Round(time.Millisecond))
+	fmt.Fprintf(e.stdout, "subagents: %d invocations in %d turns across %d sessions; status %v; fan-out %v; nested %d; missing type %d\n",
+		p.Invocations(), p.Turns(), p.Sessions, p.Status, p.FanOut, p.Nested, p.MissingType)
+	if sum.State != gen.Predating {
+		fmt.Fprintf(e.stdout, "rows: %d live, %d backfill; activated at %s\n", sum.LiveRows, sum.BackfillRows, sum.ActivatedAt)
+	}
+	printKeys(e, sum.Keys)
+	return exitOK
+}
+
+// generateProgress reports on a terminal only; piped stderr stays quiet.
+func generateProgress(e *env) func(gen.Progress) {
+	f, ok := e.stderr.(*os.File)
+	if !ok {
+		return nil
+	}
+	if st, err := f.Stat(); err != nil || st.Mode()&os.ModeCharDevice == 0 {
+		return nil
+	}
+	return func(p gen.Progress) {
+		fmt.Fprintf(f, "\r\033[Kgenerate: %d/%d messages, %.0f/%.0f MiB (%s)", p.Messages, p.PlannedMessage,
+			float64(p.Bytes)/(1<<20), float64(p.TargetBytes)/(1<<20), p.Elapsed.Round(100*time.Millisecond))
+	}
+}
