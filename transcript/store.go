@@ -401,6 +401,16 @@ func load(p Paths) (*Transcript, error) {
 		if err := json.Unmarshal(b, &t); err != nil || t.Format != Format || !t.Status.Terminal() {
 			return nil, fmt.Errorf("%w: %s is not a finished transcript document (%v)", ErrCorrupt, p.Transcript, err)
 		}
+		// MarshalIndent re-indents tool inputs; give readers the same compact
+		// bytes whether the transcript is running or finished.
+		for _, e := range t.Events {
+			if e.Call != nil && len(e.Call.Input) > 0 {
+				var c bytes.Buffer
+				if json.Compact(&c, e.Call.Input) == nil {
+					e.Call.Input = c.Bytes()
+				}
+			}
+		}
 		t.Path = p.Transcript
 		return &t, nil
 	}

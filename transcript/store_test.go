@@ -6,6 +6,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"sort"
 	"strings"
 	"sync"
 	"testing"
@@ -194,7 +195,7 @@ func shape(v any) string {
 		for k, x := range v {
 			parts = append(parts, k+":"+shape(x))
 		}
-		sortStrings(parts)
+		sort.Strings(parts)
 		return "{" + strings.Join(parts, ",") + "}"
 	case []any:
 		var parts []string
@@ -210,14 +211,6 @@ func shape(v any) string {
 		return "b"
 	}
 	return "null"
-}
-
-func sortStrings(s []string) {
-	for i := 1; i < len(s); i++ {
-		for j := i; j > 0 && s[j] < s[j-1]; j-- {
-			s[j], s[j-1] = s[j-1], s[j]
-		}
-	}
 }
 
 func TestTranscript_CreateIsExclusive(t *testing.T) {
@@ -436,9 +429,11 @@ func TestTranscript_TornLastLineIsIgnoredAndRepaired(t *testing.T) {
 // corruption: reported, never silently skipped.
 func TestTranscript_CorruptLogIsReported(t *testing.T) {
 	for name, mutate := range map[string]func(string) string{
-		"garbage line": func(s string) string { return strings.Replace(s, `"text":"two"}`+"\n", `"text":"two"}`+"\nnot json\n", 1) },
-		"seq gap":      func(s string) string { return strings.Replace(s, `"seq":2`, `"seq":5`, 1) },
-		"no header":    func(s string) string { return s[strings.Index(s, "\n")+1:] },
+		"garbage line": func(s string) string {
+			return strings.Replace(s, `"text":"two"}`+"\n", `"text":"two"}`+"\nnot json\n", 1)
+		},
+		"seq gap":   func(s string) string { return strings.Replace(s, `"seq":2`, `"seq":5`, 1) },
+		"no header": func(s string) string { return s[strings.Index(s, "\n")+1:] },
 	} {
 		t.Run(name, func(t *testing.T) {
 			s := newStore(t)
