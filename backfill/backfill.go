@@ -44,11 +44,6 @@ const Unknown = "unknown"
 // Source is the provenance value of every row Run writes.
 const Source = "backfill"
 
-// TerminalToolStatuses are the six ACP tool-call statuses AC-11 names; a
-// backfilled row is settled (settled_at = the message's updated_at) only when
-// its tool_status is one of them (AC-23a).
-var TerminalToolStatuses = []string{"complete", "completed", "success", "error", "failed", "cancelled"}
-
 // Result is what one Run did.
 type Result struct {
 	// Ran is false when the AC-24d guard found both keys present and Run did nothing.

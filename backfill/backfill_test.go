@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/schemastate/schemastate/backfill"
+	"github.com/schemastate/schemastate/capture"
 	"github.com/schemastate/schemastate/dialect"
 	"github.com/schemastate/schemastate/internal/dbtest"
 	"github.com/schemastate/schemastate/keys"
@@ -63,7 +64,7 @@ func TestBackfill_AC23a_SettledOnlyOnTerminalToolStatus(t *testing.T) {
 		settled     bool
 	}
 	cases := map[string]tc{}
-	for _, s := range backfill.TerminalToolStatuses {
+	for _, s := range capture.TerminalToolStatuses {
 		cases["terminal "+s] = tc{top: map[string]any{"status": s}, agentStatus: "started", settled: true}
 	}
 	cases["in_progress with agent completed"] = tc{top: map[string]any{"status": "in_progress"}, agentStatus: "completed"}
@@ -271,6 +272,8 @@ func TestBackfill_AC23b_MalformedMetadataNeverAborts(t *testing.T) {
 		bad := []string{"", "null", "{bad", `{"tool_call_id":"x",`, "[1]", `"x"`, "5", "true",
 			`{"normalized":5,"tool_call_id":"x"}`, `{"normalized":{"kind":["subagent_task"]},"tool_call_id":"x"}`,
 			"   ", "{}",
+			// Malformed, but holding the text the PostgreSQL prefilter lets through to the guarded cast.
+			`{"tool_call_id":"x","normalized":{"kind":"subagent_task"`, `{"tool_call_id":"x","normalized":{"kind":"subagent_task",}}`,
 			// Valid JSON text that jsonb refuses (22P05): trapped on PostgreSQL,
 			// a non-qualifying document on SQLite.
 			`{"normalized":{"kind":"text"},"x":"\u0000"}`}
@@ -283,10 +286,15 @@ func TestBackfill_AC23b_MalformedMetadataNeverAborts(t *testing.T) {
 		seed(t, db, message{ID: "scalar-payload", Session: "s1", Task: "task-1", Turn: "t", Created: base,
 			Meta: `{"tool_call_id":"toolu_scalar","status":"failed","normalized":{"kind":"subagent_task","subagent_task":"oops"}}`})
 
+		// The kind spelled with a \u escape is still 'subagent_task'.
+		seed(t, db, message{ID: "escaped-kind", Session: "s1", Task: "task-1", Turn: "t", Created: base,
+			Meta: `{"tool_call_id":"toolu_esc","normalized":{"kind":"subagent\u005ftask","subagent_task":{"model":"m"}}}`})
+
 		res := mustRun(t, db)
-		require.EqualValues(t, 2, res.Inserted)
+		require.EqualValues(t, 3, res.Inserted)
 		got := rows(t, db)
-		require.Len(t, got, 2)
+		require.Len(t, got, 3)
+		require.Equal(t, "m", got["toolu_esc/unknown"].get("model"))
 		require.Equal(t, "failed", got["toolu_scalar/unknown"].get("tool_status"))
 		require.Nil(t, got["toolu_scalar/unknown"].get("model"))
 		require.Equal(t, keys.Format(base), res.BackfillThrough, "no malformed row reaches the MAX")
@@ -443,5 +451,18 @@ func TestBackfill_AC24d_FailureAtEveryPointLeavesNothing(t *testing.T) {
 				require.Empty(t, rows(t, db))
 			})
 		})
+	}
+}
+
+// AC-11: the backfill settles on exactly the live writer's terminal set (it
+// builds its SQL from capture.TerminalToolStatuses); pinned here against the
+// classifier itself so the list and the function cannot drift apart.
+func TestBackfill_AC11_TerminalSetIsTheLiveWritersSet(t *testing.T) {
+	require.ElementsMatch(t, []string{"complete", "completed", "success", "error", "failed", "cancelled"}, capture.TerminalToolStatuses)
+	for _, s := range capture.TerminalToolStatuses {
+		require.True(t, capture.IsTerminalToolStatus(s), s)
+	}
+	for _, s := range []string{"pending", "in_progress", "async_launched", "Completed", ""} {
+		require.False(t, capture.IsTerminalToolStatus(s), s)
 	}
 }

@@ -25,7 +25,7 @@ var base = time.Date(2026, 7, 30, 1, 39, 37, 271235000, time.UTC)
 // table, with the two backfill keys removed again so each test starts from
 // "backfill not yet run" (the reconcile that created the table ran it over
 // an empty message table).
-func declared(t *testing.T, db *dbtest.DB) {
+func declared(t testing.TB, db *dbtest.DB) {
 	t.Helper()
 	db.Host(t)
 	_, err := reconcile.Reconcile(context.Background(), db.DB, reconcile.WithLogger(slog.New(slog.DiscardHandler)))
@@ -33,7 +33,7 @@ func declared(t *testing.T, db *dbtest.DB) {
 	clearKeys(t, db, keys.CaptureSince, keys.BackfillThrough)
 }
 
-func clearKeys(t *testing.T, db *dbtest.DB, names ...string) {
+func clearKeys(t testing.TB, db *dbtest.DB, names ...string) {
 	t.Helper()
 	for _, k := range names {
 		_, err := db.DB.Exec(db.Q(`DELETE FROM kandev_meta WHERE key = ?`), k)
@@ -42,7 +42,7 @@ func clearKeys(t *testing.T, db *dbtest.DB, names ...string) {
 }
 
 // run executes backfill.Run in its own transaction and commits it only on success.
-func run(t *testing.T, db *dbtest.DB, opts ...backfill.Option) (backfill.Result, error) {
+func run(t testing.TB, db *dbtest.DB, opts ...backfill.Option) (backfill.Result, error) {
 	t.Helper()
 	ctx := context.Background()
 	tx, err := db.DB.BeginTx(ctx, nil)
@@ -56,7 +56,7 @@ func run(t *testing.T, db *dbtest.DB, opts ...backfill.Option) (backfill.Result,
 	return res, nil
 }
 
-func mustRun(t *testing.T, db *dbtest.DB, opts ...backfill.Option) backfill.Result {
+func mustRun(t testing.TB, db *dbtest.DB, opts ...backfill.Option) backfill.Result {
 	t.Helper()
 	res, err := run(t, db, opts...)
 	require.NoError(t, err)

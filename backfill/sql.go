@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/schemastate/schemastate/capture"
 	"github.com/schemastate/schemastate/dialect"
 	"github.com/schemastate/schemastate/keys"
 )
@@ -124,7 +125,13 @@ func postgresStatements() statements {
 	path := func(p jsonPath) string { return "'{" + strings.Join(p, ",") + "}'" }
 	f := fragments{
 		// ::text so a host whose metadata column is json/jsonb works too.
-		meta: pgMetaFunc + `(m.metadata::text)`,
+		// The guarded cast costs a subtransaction per row, so it runs only
+		// where a match is possible: a document whose normalized.kind parses
+		// to 'subagent_task' must hold that text verbatim or spell it with a
+		// \u escape (no other JSON escape can produce those letters). Every
+		// other row cannot qualify and reads as {} — the same outcome.
+		meta: `CASE WHEN strpos(m.metadata::text, 'subagent_task') > 0 OR strpos(m.metadata::text, '\u') > 0 ` +
+			`THEN ` + pgMetaFunc + `(m.metadata::text) ELSE '{}'::jsonb END`,
 		text: func(p jsonPath) string {
 			return fmt.Sprintf(`CASE WHEN jsonb_typeof(meta #> %[1]s) = 'string' THEN NULLIF(meta #>> %[1]s, '') END`, path(p))
 		},
@@ -194,7 +201,9 @@ func build(f fragments, prepare, cleanup string) statements {
 		AND created_key IS NOT NULL
 )`
 
-	terminal := "'" + strings.Join(TerminalToolStatuses, "', '") + "'"
+	// AC-11/AC-23a: the live writer's one terminal set; a row is settled only
+	// when its TOP-LEVEL tool status is in it, never on agent_status.
+	terminal := "'" + strings.Join(capture.TerminalToolStatuses, "', '") + "'"
 	insert := ctes + `, ranked AS (
 	SELECT qualifying.*,
 		ROW_NUMBER() OVER (PARTITION BY task_session_id, tool_call_id ORDER BY created_key DESC, message_id DESC) AS rn
