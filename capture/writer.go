@@ -243,6 +243,8 @@ ON CONFLICT (task_session_id, agent_execution_id, tool_call_id) DO UPDATE SET
 	model = COALESCE(excluded.model, ` + Table + `.model),
 	agent_status = COALESCE(excluded.agent_status, ` + Table + `.agent_status),
 	-- AC-12: once settled, tool_status stays the terminal value; before, AC-5.
+	-- settled_at marks settlement: every writer sets it together with the
+	-- first terminal tool_status (AC-11 here, AC-23a in the backfill).
 	tool_status = CASE WHEN ` + Table + `.settled_at IS NOT NULL THEN ` + Table + `.tool_status
 		ELSE COALESCE(excluded.tool_status, ` + Table + `.tool_status) END,
 	-- AC-11: write-once at the first terminal observation.
