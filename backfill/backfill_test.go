@@ -466,3 +466,27 @@ func TestBackfill_AC11_TerminalSetIsTheLiveWritersSet(t *testing.T) {
 		require.False(t, capture.IsTerminalToolStatus(s), s)
 	}
 }
+
+// The PostgreSQL metadata guard is a pg_temp function created and dropped by
+// each run; a second run on the same session (a pooled connection, with
+// pgx's statement cache) must find the new one, not a stale plan.
+func TestBackfill_RepeatedRunsOnOneSession(t *testing.T) {
+	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
+		declared(t, db)
+		conn, err := db.DB.Conn(context.Background())
+		require.NoError(t, err)
+		defer conn.Close()
+		for i := 0; i < 3; i++ {
+			seed(t, db, message{ID: fmt.Sprint("m", i), Session: "s1", Task: "task-1", Turn: "t", Created: base.Add(time.Duration(i) * time.Second), Meta: subagent(fmt.Sprint("toolu_", i), nil, nil)})
+			for _, q := range []string{"BEGIN", "DELETE FROM kandev_meta WHERE key <> '" + keys.ExecutionSince + "'"} {
+				_, err := conn.ExecContext(context.Background(), q)
+				require.NoError(t, err)
+			}
+			res, err := backfill.Run(context.Background(), conn, db.Dialect)
+			require.NoError(t, err, "run %d", i+1)
+			require.EqualValues(t, 1, res.Inserted, "run %d", i+1)
+			_, err = conn.ExecContext(context.Background(), "COMMIT")
+			require.NoError(t, err)
+		}
+	})
+}
