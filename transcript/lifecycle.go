@@ -62,6 +62,17 @@ func NewLifecycle(db *sql.DB) (*Lifecycle, error) {
 	return &Lifecycle{q: db, d: d}, nil
 }
 
+// Check verifies background_agent_log is there with every column this
+// package reads, so a missing table is an error even when nothing else would
+// have queried it.
+func (l *Lifecycle) Check(ctx context.Context) error {
+	rows, err := l.q.QueryContext(ctx, `SELECT `+entryColumns+` FROM background_agent_log WHERE 1 = 0`)
+	if err != nil {
+		return fmt.Errorf("%s: %w", LifecycleTable, err)
+	}
+	return rows.Close()
+}
+
 const terminalList = "('completed', 'failed', 'cancelled', 'timed_out')"
 
 func nullable(s string) any {

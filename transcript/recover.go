@@ -51,6 +51,9 @@ func Recover(ctx context.Context, root string, l *Lifecycle, workspace string) (
 	if err != nil {
 		return nil, err
 	}
+	if err := l.Check(ctx); err != nil {
+		return nil, err
+	}
 	sessions, err := s.Sessions()
 	if err != nil {
 		return nil, err

@@ -1,0 +1,419 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"strings"
+
+	"github.com/schemastate/schemastate/transcript"
+)
+
+// Exit codes of transcript: 0 ok; 1 something was found wrong (a corrupt or
+// missing transcript, a recorded persistence failure, recover finished a
+// transcript); 2 usage or database errors.
+const exitFoundWrong = 1
+
+func init() {
+	register(&command{name: "transcript", summary: "background-agent transcripts: show, ls, recover, record", run: runTranscript})
+}
+
+const transcriptUsage = `usage: schemastate transcript <subcommand> [flags]
+
+  show PATH | --root DIR --session S --agent A [--json]
+        print one transcript (finished document, or a running one rendered from its log)
+  ls --root DIR --session S [--db DSN] [--workspace W] [--json]
+        a parent session's background executions, from the transcript directory and
+        (with --db) background_agent_log; names anything a reader should not trust
+  recover --root DIR [--db DSN] [--workspace W] [--json]
+        finish, as failed/"interrupted", every running transcript whose execution is not
+        alive: alive means a background_agent_log row for its (session, agent) — in
+        --workspace when given — with a non-terminal status; a terminal row or no row
+        is not alive
+  record --root DIR --session S --agent A --provider P [--kind K] [--execution E]
+         [--model M] [--prompt TEXT] [--db DSN --workspace W] < provider-stream
+        record a provider event stream (claude, opencode, codex) as a transcript: create,
+        append as each record arrives, finish with the provider's outcome
+
+exit: 0 ok, 1 something found wrong, 2 usage or database error
+`
+
+func runTranscript(ctx context.Context, e *env, args []string) int {
+	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" {
+		fmt.Fprint(e.stderr, transcriptUsage)
+		if len(args) == 0 {
+			return exitUsage
+		}
+		return exitOK
+	}
+	switch args[0] {
+	case "show":
+		return transcriptShow(e, args[1:])
+	case "ls":
+		return transcriptLs(ctx, e, args[1:])
+	case "recover":
+		return transcriptRecover(ctx, e, args[1:])
+	case "record":
+		return transcriptRecord(ctx, e, args[1:])
+	}
+	fmt.Fprintf(e.stderr, "schemastate transcript: unknown subcommand %q\n\n%s", args[0], transcriptUsage)
+	return exitUsage
+}
+
+// parseInterspersed parses flags that may follow positional arguments
+// (show PATH --json) and returns the positionals.
+func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, int, bool) {
+	var pos []string
+	for {
+		if code, ok := parse(fs, args); !ok {
+			return nil, code, false
+		}
+		if fs.NArg() == 0 {
+			return pos, 0, true
+		}
+		pos = append(pos, fs.Arg(0))
+		args = fs.Args()[1:]
+	}
+}
+
+// openLifecycle opens --db when it is set; nil when it is not.
+func openLifecycle(ctx context.Context, e *env, dsn string) (*transcript.Lifecycle, func(), bool) {
+	if dsn == "" {
+		return nil, func() {}, true
+	}
+	db, _, ok := openDB(ctx, e, dsn)
+	if !ok {
+		return nil, nil, false
+	}
+	l, err := transcript.NewLifecycle(db)
+	if err != nil {
+		db.Close()
+		fmt.Fprintf(e.stderr, "schemastate: %v\n", err)
+		return nil, nil, false
+	}
+	return l, func() { db.Close() }, true
+}
+
+func transcriptShow(e *env, args []string) int {
+	fs := flags(e, "transcript show", "PATH | --root DIR --session S --agent A [--json]")
+	root := fs.String("root", "", "conversation-storage root")
+	session := fs.String("session", "", "parent session id")
+	agent := fs.String("agent", "", "agent (child) id")
+	asJSON := fs.Bool("json", false, "print the transcript as JSON")
+	pos, code, ok := parseInterspersed(fs, args)
+	if !ok {
+		return code
+	}
+	var (
+		t   *transcript.Transcript
+		err error
+	)
+	switch {
+	case len(pos) == 1 && *root == "" && *session == "" && *agent == "":
+		t, err = transcript.LoadPath(pos[0])
+	case len(pos) == 0 && *root != "" && *session != "" && *agent != "":
+		var s *transcript.Store
+		if s, err = transcript.NewStore(*root); err == nil {
+			t, err = s.Load(*session, *agent)
+		}
+	default:
+		fs.Usage()
+		return exitUsage
+	}
+	if errors.Is(err, transcript.ErrInvalidID) {
+		fmt.Fprintf(e.stderr, "schemastate: %v\n", err)
+		return exitUsage
+	}
+	if err != nil {
+		fmt.Fprintf(e.stderr, "schemastate: %v\n", err)
+		return exitFoundWrong
+	}
+	if *asJSON {
+		writeJSON(e.stdout, t)
+		return exitOK
+	}
+	printTranscript(e, t)
+	return exitOK
+}
+
+func printTranscript(e *env, t *transcript.Transcript) {
+	w := e.stdout
+	fmt.Fprintf(w, "%s\n", t.Path)
+	fmt.Fprintf(w, "parent session %s  agent %s  execution %s\n", t.ParentSessionID, t.AgentID, orDash(t.ExecutionID))
+	fmt.Fprintf(w, "kind %s  provider %s  model %s\n", t.Kind, orDash(t.Provider), orDash(t.Model))
+	fmt.Fprintf(w, "started %s", t.StartedAt.Format("2006-01-02T15:04:05.000000Z07:00"))
+	if t.EndedAt != nil {
+		fmt.Fprintf(w, "  ended %s", t.EndedAt.Format("2006-01-02T15:04:05.000000Z07:00"))
+	}
+	fmt.Fprintf(w, "\nstatus %s", t.Status)
+	if t.Error != "" {
+		fmt.Fprintf(w, "  error: %s", t.Error)
+	}
+	fmt.Fprintf(w, "\n%d events (last seq %d)", len(t.Events), t.LastSeq)
+	if t.TornBytes > 0 {
+		fmt.Fprintf(w, "; %d bytes of a torn last line ignored", t.TornBytes)
+	}
+	fmt.Fprintln(w)
+	for _, ev := range t.Events {
+		fmt.Fprintf(w, "\n#%d %s %s\n", ev.Seq, ev.At.Format("15:04:05.000"), ev.Type)
+		switch ev.Type {
+		case transcript.UserMessage, transcript.AssistantMessage:
+			fmt.Fprintln(w, indent(ev.Text))
+		case transcript.ToolCall:
+			fmt.Fprintf(w, "  %s %s  %s\n", ev.Call.Name, ev.Call.ID, string(ev.Call.Input))
+			printResult(e, ev.Result)
+		case transcript.ToolResult:
+			fmt.Fprintln(w, "  (result for a call not in this transcript)")
+			printResult(e, ev.Result)
+		}
+	}
+}
+
+func printResult(e *env, r *transcript.Result) {
+	switch {
+	case r == nil:
+		fmt.Fprintln(e.stdout, "  → no result")
+	case r.IsError:
+		fmt.Fprintf(e.stdout, "  → FAILED (#%d)\n%s\n", r.Seq, indent(r.Error))
+		if r.Output != "" && r.Output != r.Error {
+			fmt.Fprintln(e.stdout, indent(r.Output))
+		}
+	default:
+		fmt.Fprintf(e.stdout, "  → ok (#%d)\n", r.Seq)
+		if r.Output != "" {
+			fmt.Fprintln(e.stdout, indent(r.Output))
+		}
+	}
+}
+
+func indent(s string) string { return "    " + strings.ReplaceAll(s, "\n", "\n    ") }
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+func transcriptLs(ctx context.Context, e *env, args []string) int {
+	fs := flags(e, "transcript ls", "--root DIR --session S [--db DSN] [--workspace W] [--json]")
+	root := fs.String("root", "", "conversation-storage root")
+	session := fs.String("session", "", "parent session id")
+	dsn := fs.String("db", "", "database holding background_agent_log (optional)")
+	workspace := fs.String("workspace", "", "only lifecycle rows of this workspace_path")
+	asJSON := fs.Bool("json", false, "print one JSON object")
+	if code, ok := parse(fs, args); !ok {
+		return code
+	}
+	if *root == "" || *session == "" || fs.NArg() > 0 {
+		fs.Usage()
+		return exitUsage
+	}
+	s, err := transcript.NewStore(*root)
+	if err != nil {
+		fmt.Fprintf(e.stderr, "schemastate: %v\n", err)
+		return exitUsage
+	}
+	l, closeDB, ok := openLifecycle(ctx, e, *dsn)
+	if !ok {
+		return exitUsage
+	}
+	defer closeDB()
+	idx, err := transcript.Index(ctx, s, l, *workspace, *session)
+	if err != nil {
+		fmt.Fprintf(e.stderr, "schemastate: %v\n", err)
+		return exitUsage
+	}
+	wrong := 0
+	for _, x := range idx {
+		if len(x.Problems) > 0 {
+			wrong++
+		}
+	}
+	if *asJSON {
+		writeJSON(e.stdout, struct {
+			Root     string                  `json:"root"`
+			Session  string                  `json:"session"`
+			Agents   []transcript.IndexEntry `json:"agents"`
+			Problems int                     `json:"agents_with_problems"`
+		}{s.Root(), *session, idx, wrong})
+	} else {
+		fmt.Fprintf(e.stdout, "%-36s %-18s %-10s %-10s %-8s %6s  %s\n", "AGENT", "KIND", "TRANSCRIPT", "LIFECYCLE", "RECORDED", "EVENTS", "PATH")
+		for _, x := range idx {
+			kind, tstatus, events, path := "-", "missing", "-", "-"
+			if t := x.Transcript; t != nil {
+				kind, tstatus, events, path = string(t.Kind), string(t.Status), fmt.Sprint(t.Events), t.Path
+				if t.Err != "" {
+					tstatus = "unreadable"
+				}
+			}
+			life, rec := "-", "-"
+			if l != nil {
+				life = "missing"
+			}
+			for _, r := range x.Lifecycle {
+				life, rec = r.Status, r.TranscriptStatus
+				if kind == "-" {
+					kind = r.Kind
+				}
+				if path == "-" && r.TranscriptPath != "" {
+					path = r.TranscriptPath
+				}
+			}
+			if strings.HasPrefix(rec, "error:") {
+				rec = "error"
+			} else if rec == "" {
+				rec = "-"
+			}
+			fmt.Fprintf(e.stdout, "%-36s %-18s %-10s %-10s %-8s %6s  %s\n", x.AgentID, kind, tstatus, life, rec, events, path)
+			for _, p := range x.Problems {
+				fmt.Fprintf(e.stdout, "    ! %s\n", p)
+			}
+		}
+	}
+	if wrong > 0 {
+		return exitFoundWrong
+	}
+	return exitOK
+}
+
+func transcriptRecover(ctx context.Context, e *env, args []string) int {
+	fs := flags(e, "transcript recover", "--root DIR [--db DSN] [--workspace W] [--json]")
+	root := fs.String("root", "", "conversation-storage root")
+	dsn := dbFlag(fs)
+	workspace := fs.String("workspace", "", "judge liveness only by rows of this workspace_path")
+	asJSON := fs.Bool("json", false, "print one JSON object")
+	if code, ok := parse(fs, args); !ok {
+		return code
+	}
+	if *root == "" || fs.NArg() > 0 {
+		fs.Usage()
+		return exitUsage
+	}
+	l, closeDB, ok := openLifecycle(ctx, e, *dsn)
+	if !ok {
+		return exitUsage
+	}
+	defer closeDB()
+	rep, err := transcript.Recover(ctx, *root, l, *workspace)
+	if err != nil {
+		fmt.Fprintf(e.stderr, "schemastate: %v\n", err)
+		return exitUsage
+	}
+	if *asJSON {
+		writeJSON(e.stdout, rep)
+	} else {
+		for _, r := range rep.Finished {
+			fmt.Fprintf(e.stdout, "finished %s/%s as failed: %s\n", r.SessionID, r.AgentID, r.Reason)
+		}
+		for _, a := range rep.Alive {
+			fmt.Fprintf(e.stdout, "alive    %s/%s (left running)\n", a.SessionID, a.AgentID)
+		}
+		for _, p := range rep.Problems {
+			fmt.Fprintf(e.stdout, "problem  %s/%s: %s\n", p.SessionID, p.AgentID, p.Error)
+		}
+		fmt.Fprintf(e.stdout, "%d finished, %d alive, %d problems\n", len(rep.Finished), len(rep.Alive), len(rep.Problems))
+	}
+	if len(rep.Finished) > 0 || len(rep.Problems) > 0 {
+		return exitFoundWrong
+	}
+	return exitOK
+}
+
+func transcriptRecord(ctx context.Context, e *env, args []string) int {
+	fs := flags(e, "transcript record", "--root DIR --session S --agent A --provider P [--kind K] [--execution E] [--model M] [--prompt TEXT] [--db DSN --workspace W] < stream")
+	root := fs.String("root", "", "conversation-storage root")
+	session := fs.String("session", "", "parent session id")
+	agent := fs.String("agent", "", "agent (child) id")
+	provider := fs.String("provider", "", "stream shape: "+strings.Join(transcript.Providers(), ", "))
+	kind := fs.String("kind", string(transcript.KindRunInBackground), "run_in_background, todo_delegate, scheduled, …")
+	execution := fs.String("execution", "", "execution id")
+	model := fs.String("model", "", "model, as known before the first provider turn")
+	prompt := fs.String("prompt", "", "prompt delivered to the child, for streams that do not echo it")
+	dsn := fs.String("db", "", "database holding background_agent_log (optional)")
+	workspace := fs.String("workspace", "", "workspace_path of the lifecycle row")
+	if code, ok := parse(fs, args); !ok {
+		return code
+	}
+	if *root == "" || *session == "" || *agent == "" || *provider == "" || fs.NArg() > 0 {
+		fs.Usage()
+		return exitUsage
+	}
+	n, err := transcript.NewNormalizer(*provider)
+	if err != nil {
+		fmt.Fprintf(e.stderr, "schemastate: %v\n", err)
+		return exitUsage
+	}
+	l, closeDB, ok := openLifecycle(ctx, e, *dsn)
+	if !ok {
+		return exitUsage
+	}
+	defer closeDB()
+	var opts []transcript.Option
+	if l != nil {
+		opts = append(opts, transcript.WithLifecycle(l, *workspace))
+	}
+	s, err := transcript.NewStore(*root, opts...)
+	if err != nil {
+		fmt.Fprintf(e.stderr, "schemastate: %v\n", err)
+		return exitUsage
+	}
+	h := transcript.Header{ParentSessionID: *session, AgentID: *agent, ExecutionID: *execution,
+		Kind: transcript.Kind(*kind), Provider: *provider, Model: *model}
+	failed := false
+	if err := s.Create(ctx, h); err != nil {
+		fmt.Fprintf(e.stderr, "schemastate: %v\n", err)
+		switch {
+		case errors.Is(err, transcript.ErrInvalidID):
+			return exitUsage
+		case errors.Is(err, transcript.ErrExists):
+			return exitFoundWrong
+		}
+		// The child's work goes on without its transcript; the failure is
+		// recorded, and the lifecycle still reaches its terminal status.
+		failed = true
+	}
+	appendOr := func(evs ...transcript.Event) {
+		if err := s.Append(ctx, *session, *agent, evs...); err != nil {
+			fmt.Fprintf(e.stderr, "schemastate: %v\n", err)
+			failed = true
+		}
+	}
+	if *prompt != "" {
+		appendOr(transcript.Event{Type: transcript.UserMessage, Text: *prompt})
+	}
+	sc := bufio.NewScanner(e.stdin)
+	sc.Buffer(make([]byte, 64<<10), 16<<20)
+	line := 0
+	var streamErr error
+	for sc.Scan() && streamErr == nil {
+		line++
+		evs, err := n.Feed(sc.Bytes())
+		if err != nil {
+			streamErr = fmt.Errorf("%s stream line %d: %w", *provider, line, err)
+			break
+		}
+		appendOr(evs...)
+	}
+	if streamErr == nil {
+		streamErr = sc.Err()
+	}
+	rest, out := n.Close()
+	appendOr(rest...)
+	end := transcript.End{Status: out.Status, Error: out.Error}
+	if streamErr != nil {
+		end = transcript.End{Status: transcript.Failed, Error: "reading the provider stream: " + streamErr.Error()}
+	}
+	if err := s.Finish(ctx, *session, *agent, end); err != nil {
+		fmt.Fprintf(e.stderr, "schemastate: %v\n", err)
+		failed = true
+	}
+	p, _ := s.PathsFor(*session, *agent)
+	fmt.Fprintf(e.stdout, "%s %s\n", end.Status, p.Transcript)
+	if failed {
+		return exitFoundWrong
+	}
+	return exitOK
+}
