@@ -68,7 +68,7 @@ func (g *generator) session(si int, sp sessionPlan, start time.Time) error {
 func (g *generator) at(t time.Time) any { return keys.RowTime(g.d, t) }
 
 // plainMeta is an ordinary message's metadata: '{}', and now and then one
-// of the forms older hosts left behind (NULL, ”, 'null').
+// of the forms older hosts left behind (NULL, the empty string, 'null').
 func (g *generator) plainMeta() any {
 	switch r := g.rng.IntN(1000); {
 	case r < 4:
