@@ -65,6 +65,9 @@ type Measurement struct {
 	// Floor names what the floor does; Detail says where the time goes.
 	FloorIs string `json:"floor_is"`
 	Detail  string `json:"detail,omitempty"`
+	// ZeroDDL (steady state only): no step ran a statement and the catalog
+	// fingerprint did not move.
+	ZeroDDL *bool `json:"zero_ddl,omitempty"`
 }
 
 // Lock is the PostgreSQL constraint swap seen from outside: how long the

@@ -93,4 +93,3 @@ func (b *bench) capture(ctx context.Context, rep *Report) error {
 	rep.Measurements = append(rep.Measurements, m)
 	return nil
 }
-
