@@ -186,6 +186,9 @@ func (e Event) validate() error {
 type logLine struct {
 	Event
 	Header *Header `json:"header,omitempty"`
+	// Status is "running" on the header line, so the raw log reads as a
+	// running transcript; the terminal status lives only in the .json.
+	Status Status `json:"status,omitempty"`
 }
 
 const headerType EventType = "header"

@@ -15,7 +15,9 @@ import (
 // Append. Consumers never see a provider format (requirement 3).
 type Normalizer interface {
 	// Feed consumes one record of the provider stream (one JSON line; an SSE
-	// "data: " prefix is accepted) and returns the events it completes.
+	// "data: " prefix is accepted) and returns the events it completes. A
+	// line that is not a JSON object (blank, SSE "event:"/comment framing)
+	// is skipped; a JSON object that does not parse is an error.
 	Feed(record []byte) ([]Event, error)
 	// Close ends the stream: it returns events still buffered and how the
 	// provider said the run ended.

@@ -188,7 +188,7 @@ func (s *Store) create(p Paths, h Header) error {
 	if _, err := os.Lstat(p.Transcript); err == nil {
 		return fmt.Errorf("%w: %s", ErrExists, p.Transcript)
 	}
-	line, err := json.Marshal(logLine{Event: Event{Seq: 0, At: h.StartedAt, Type: headerType}, Header: &h})
+	line, err := json.Marshal(logLine{Event: Event{Seq: 0, At: h.StartedAt, Type: headerType}, Header: &h, Status: Running})
 	if err != nil {
 		return err
 	}
