@@ -64,7 +64,7 @@ func TestExpected_ReferencePopulationAndScaling(t *testing.T) {
 // invocation is one subagent message as stored, decoded.
 type invocation struct {
 	session, turn string
-	meta                     struct {
+	meta          struct {
 		ToolCallID       string `json:"tool_call_id"`
 		ParentToolCallID string `json:"parent_tool_call_id"`
 		Status           string `json:"status"`
