@@ -32,9 +32,12 @@ import (
 
 // Step names, as logged and reported.
 const (
-	StepLock           = "lock"
-	StepHostTables     = "host_tables"
-	StepShape          = "shape"
+	StepLock       = "lock"
+	StepHostTables = "host_tables"
+	StepShape      = "shape"
+	// StepRefused appears only when the declaration asks for a change that
+	// would destroy data; it names each one and changes nothing.
+	StepRefused        = "refused"
 	StepExecutionSince = "execution_since"
 	StepBackfill       = "backfill"
 )
@@ -221,11 +224,12 @@ type run struct {
 	doing     string
 	stepStart time.Time
 
-	o      *options
-	sess   session
-	decl   *Declaration
-	schema string
-	rep    *Report
+	o       *options
+	sess    session
+	refused []string
+	decl    *Declaration
+	schema  string
+	rep     *Report
 }
 
 // Reconcile brings the declared tables to their declared shape, writes
@@ -259,6 +263,10 @@ func (r *run) steps(ctx context.Context, db *sql.DB) {
 		return
 	}
 	r.step(ctx, StepShape, r.shape)
+	if len(r.refused) > 0 {
+		err := fmt.Errorf("refused destructive change (never applied at boot): %s", strings.Join(r.refused, "; "))
+		r.record(Step{Name: StepRefused, Status: Failed, Detail: err.Error(), Err: err})
+	}
 	r.step(ctx, StepExecutionSince, r.executionSince)
 	r.step(ctx, StepBackfill, r.backfill)
 
@@ -361,9 +369,9 @@ func (r *run) shape(ctx context.Context, q dialect.Querier) Step {
 	if err != nil {
 		return failed(err)
 	}
-	if refused := plan.Refused(); len(refused) > 0 {
-		return failed(fmt.Errorf("refused destructive change: %s", strings.Join(refused, "; ")))
-	}
+	// A table with a destructive change is left exactly as it is; the other
+	// tables still reach their shape. The refusal is its own failed step.
+	r.refused = plan.Refused()
 	n := 0
 	var did []string
 	for _, tp := range plan.tables {

@@ -385,9 +385,29 @@ func TestReconcile_RefusesDestructiveChange(t *testing.T) {
 		before := catalogVersion(t, db)
 		rep, err := reconcile.Reconcile(ctx, db.DB, reconcile.WithSchemaFile(path))
 		require.ErrorIs(t, err, reconcile.ErrStepFailed)
-		require.Equal(t, reconcile.Failed, rep.Step(reconcile.StepShape).Status)
-		require.Contains(t, rep.Step(reconcile.StepShape).Detail, "would drop column model")
+		require.Equal(t, reconcile.Unchanged, rep.Step(reconcile.StepShape).Status)
+		require.Equal(t, reconcile.Failed, rep.Step(reconcile.StepRefused).Status)
+		require.Contains(t, rep.Step(reconcile.StepRefused).Detail, "would drop column model")
 		require.Equal(t, before, catalogVersion(t, db))
+	})
+}
+
+// A refusal on one table does not hold the others back: a host's
+// background_agent_log with a column the declaration does not know is left
+// alone (and reported), while the pre-amendment subagents table is migrated.
+func TestReconcile_RefusalIsPerTable(t *testing.T) {
+	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
+		db.Host(t).Legacy(t)
+		seedLegacy(t, db)
+		db.Exec(t, `CREATE TABLE background_agent_log (workspace_path TEXT NOT NULL, session_id TEXT NOT NULL, agent_id TEXT NOT NULL, execution_id TEXT, kind TEXT NOT NULL, provider TEXT, model TEXT, status TEXT NOT NULL, started_at TIMESTAMP NOT NULL, completed_at TIMESTAMP, error TEXT, host_only_note TEXT, PRIMARY KEY (workspace_path, session_id, agent_id));
+INSERT INTO background_agent_log (workspace_path, session_id, agent_id, kind, status, started_at, host_only_note) VALUES ('/w', 's1', 'a1', 'run_in_background', 'running', '2026-07-30 01:00:00+00:00', 'precious')`)
+		rep, err := reconcile.Reconcile(ctx, db.DB)
+		require.ErrorIs(t, err, reconcile.ErrStepFailed)
+		require.Equal(t, reconcile.Applied, rep.Step(reconcile.StepShape).Status, describe(rep))
+		require.Equal(t, reconcile.Failed, rep.Step(reconcile.StepRefused).Status)
+		require.Contains(t, rep.Step(reconcile.StepRefused).Detail, "background_agent_log: would drop column host_only_note")
+		requireAC33(t, db, freshIndexSet(t, db.Dialect))
+		require.Equal(t, 1, count(t, db, `SELECT COUNT(*) FROM background_agent_log WHERE host_only_note = 'precious'`))
 	})
 }
 
