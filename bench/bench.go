@@ -215,6 +215,4 @@ func median(ds []time.Duration) time.Duration {
 	return (s[len(s)/2-1] + s[len(s)/2]) / 2
 }
 
-func medianOf(xs []time.Duration) time.Duration { return median(xs) }
-
 var errUnexpected = errors.New("bench: unexpected outcome")

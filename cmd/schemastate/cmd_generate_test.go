@@ -1,0 +1,58 @@
+package main
+
+import (
+	"encoding/json"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/schemastate/schemastate/internal/dbtest"
+)
+
+func TestCLI_Generate_JSONSummaryAndRefusesAFullStore(t *testing.T) {
+	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
+		code, out, stderr := cli(t, "generate", "--db", db.CLIDSN, "--scale-mb", "2", "--population", "1", "--state", "legacy", "--json")
+		require.Equal(t, exitOK, code, stderr)
+		require.Empty(t, stderr, "--json prints no progress")
+		var sum struct {
+			Dialect          string
+			State            string
+			SubagentMessages int `json:"subagent_messages"`
+			LiveRows         int `json:"live_rows"`
+			BackfillRows     int `json:"backfill_rows"`
+			Population       struct {
+				Status map[string]int
+				FanOut map[string]int `json:"fan_out"`
+			}
+			Keys map[string]*string
+		}
+		require.NoError(t, json.Unmarshal([]byte(out), &sum), out)
+		require.Equal(t, string(db.Dialect), sum.Dialect)
+		require.Equal(t, "legacy", sum.State)
+		require.Equal(t, 253, sum.SubagentMessages)
+		require.Equal(t, 253, sum.LiveRows+sum.BackfillRows)
+		require.Equal(t, 190, sum.Population.Status["async_launched"])
+		require.Equal(t, 42, sum.Population.FanOut["3"])
+		require.NotNil(t, sum.Keys["subagent_context_capture_since"])
+		require.Nil(t, sum.Keys["subagent_context_execution_since"])
+
+		// The rows are really there: the same count through the database.
+		var n int
+		require.NoError(t, db.QueryRow(`SELECT COUNT(*) FROM task_session_subagents`).Scan(&n))
+		require.Equal(t, 253, n)
+
+		code, _, stderr = cli(t, "generate", "--db", db.CLIDSN, "--scale-mb", "2")
+		require.Equal(t, exitNotEmpty, code)
+		require.Contains(t, stderr, "empty store")
+
+		code, _, _ = cli(t, "generate", "--db", db.CLIDSN, "--scale-mb", "0")
+		require.Equal(t, exitUsage, code)
+	})
+}
+
+func TestCLI_Generate_UnknownStateFails(t *testing.T) {
+	db := dbtest.Open(t, "sqlite")
+	code, _, stderr := cli(t, "generate", "--db", db.CLIDSN, "--scale-mb", "1", "--state", "someday")
+	require.Equal(t, exitGenerateFailed, code)
+	require.Contains(t, stderr, "someday")
+}
