@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"os"
 	"strings"
@@ -25,22 +26,18 @@ func init() {
 
 func runReconcile(ctx context.Context, e *env, args []string) int {
 	fs := flags(e, "reconcile", "[--db DSN] [--schema FILE] [--json]")
-	dsn := dbFlag(fs)
-	schemaFile := fs.String("schema", "", "declared shape to use instead of the built-in schema.hcl")
-	asJSON := fs.Bool("json", false, "print the report as one JSON object")
+	sf := addShapeFlags(fs, "print the report as one JSON object")
 	lockWait := fs.Duration("lock-wait", 60*time.Second, "how long to wait for another replica's lock")
 	if code, ok := parse(fs, args); !ok {
 		return code
 	}
-	db, _, ok := openDB(ctx, e, *dsn)
+	db, _, ok := openDB(ctx, e, *sf.dsn)
 	if !ok {
 		return exitUsage
 	}
 	defer db.Close()
-	opts := []reconcile.Option{reconcile.WithLogger(e.logger), reconcile.WithLockWait(*lockWait)}
-	if *schemaFile != "" {
-		opts = append(opts, reconcile.WithSchemaFile(*schemaFile))
-	}
+	opts := append(sf.options(), reconcile.WithLogger(e.logger), reconcile.WithLockWait(*lockWait))
+	asJSON := sf.asJSON
 	if !*asJSON {
 		if p := progressPrinter(e); p != nil {
 			opts = append(opts, reconcile.WithProgress(p))
@@ -62,14 +59,38 @@ func runReconcile(ctx context.Context, e *env, args []string) int {
 	return exitOK
 }
 
+// shapeFlags are the flags of every command that reads the declared shape.
+type shapeFlags struct {
+	dsn, schemaFile *string
+	asJSON          *bool
+}
+
+func addShapeFlags(fs *flag.FlagSet, jsonHelp string) shapeFlags {
+	return shapeFlags{
+		dsn:        dbFlag(fs),
+		schemaFile: fs.String("schema", "", "declared shape to use instead of the built-in schema.hcl"),
+		asJSON:     fs.Bool("json", false, jsonHelp),
+	}
+}
+
+func (f shapeFlags) options() []reconcile.Option {
+	if *f.schemaFile == "" {
+		return nil
+	}
+	return []reconcile.Option{reconcile.WithSchemaFile(*f.schemaFile)}
+}
+
 func printReport(e *env, rep *reconcile.Report) {
 	for _, s := range rep.Steps {
 		fmt.Fprintf(e.stdout, "%-16s %-9s %3d stmt  %s\n", s.Name, s.Status, s.Statements, s.Detail)
 	}
-	es := rep.EndState
+	printEndState(e, rep.EndState)
+	printKeys(e, rep.Keys)
+}
+
+func printEndState(e *env, es reconcile.EndState) {
 	fmt.Fprintf(e.stdout, "end state: execution column NOT NULL=%v, three-column UNIQUE=%v, two-column UNIQUE absent=%v, indexes match declaration=%v\n",
 		es.ExecutionColumnNotNull, es.ThreeColumnUnique, es.TwoColumnUniqueAbsent, es.IndexesMatchDeclaration)
-	printKeys(e, rep.Keys)
 }
 
 func printKeys(e *env, k keys.Set) {
@@ -106,22 +127,17 @@ func progressPrinter(e *env) func(reconcile.Progress) {
 
 func runPlan(ctx context.Context, e *env, args []string) int {
 	fs := flags(e, "plan", "[--db DSN] [--schema FILE] [--json]")
-	dsn := dbFlag(fs)
-	schemaFile := fs.String("schema", "", "declared shape to use instead of the built-in schema.hcl")
-	asJSON := fs.Bool("json", false, "print {\"statements\":[…],\"refused\":[…]}")
+	sf := addShapeFlags(fs, "print {\"statements\":[…],\"refused\":[…]}")
 	if code, ok := parse(fs, args); !ok {
 		return code
 	}
-	db, _, ok := openDB(ctx, e, *dsn)
+	db, _, ok := openDB(ctx, e, *sf.dsn)
 	if !ok {
 		return exitUsage
 	}
 	defer db.Close()
-	var opts []reconcile.Option
-	if *schemaFile != "" {
-		opts = append(opts, reconcile.WithSchemaFile(*schemaFile))
-	}
-	plan, err := reconcile.Plan(ctx, db, opts...)
+	asJSON := sf.asJSON
+	plan, err := reconcile.Plan(ctx, db, sf.options()...)
 	if err != nil {
 		fmt.Fprintf(e.stderr, "schemastate: plan: %v\n", err)
 		return exitUsage
@@ -155,22 +171,17 @@ func nonNil(s []string) []string {
 
 func runStatus(ctx context.Context, e *env, args []string) int {
 	fs := flags(e, "status", "[--db DSN] [--schema FILE] [--json]")
-	dsn := dbFlag(fs)
-	schemaFile := fs.String("schema", "", "declared shape to use instead of the built-in schema.hcl")
-	asJSON := fs.Bool("json", false, "print one JSON object")
+	sf := addShapeFlags(fs, "print one JSON object")
 	if code, ok := parse(fs, args); !ok {
 		return code
 	}
-	db, _, ok := openDB(ctx, e, *dsn)
+	db, _, ok := openDB(ctx, e, *sf.dsn)
 	if !ok {
 		return exitUsage
 	}
 	defer db.Close()
-	var opts []reconcile.Option
-	if *schemaFile != "" {
-		opts = append(opts, reconcile.WithSchemaFile(*schemaFile))
-	}
-	obs, err := reconcile.Observe(ctx, db, opts...)
+	asJSON := sf.asJSON
+	obs, err := reconcile.Observe(ctx, db, sf.options()...)
 	if err != nil {
 		fmt.Fprintf(e.stderr, "schemastate: status: %v\n", err)
 		return exitUsage
@@ -184,9 +195,7 @@ func runStatus(ctx context.Context, e *env, args []string) int {
 		fmt.Fprintf(e.stdout, "host tables missing: %s\n", strings.Join(obs.MissingHostTables, ", "))
 	}
 	printKeys(e, obs.Keys)
-	es := obs.EndState
-	fmt.Fprintf(e.stdout, "end state: execution column NOT NULL=%v, three-column UNIQUE=%v, two-column UNIQUE absent=%v, indexes match declaration=%v\n",
-		es.ExecutionColumnNotNull, es.ThreeColumnUnique, es.TwoColumnUniqueAbsent, es.IndexesMatchDeclaration)
+	printEndState(e, obs.EndState)
 	for t, idx := range obs.Indexes {
 		fmt.Fprintf(e.stdout, "indexes on %s:\n", t)
 		for _, i := range idx {
