@@ -113,6 +113,9 @@ func Parse(dsn string) (Target, error) {
 // on (as the host runs), a busy timeout so replicas wait for each other's
 // write lock instead of failing, and WAL so readers are not blocked.
 func SQLiteDSN(path string) string {
+	// The DSN is a URI: a '#', '?' or '%' in the path must be escaped, or the
+	// driver opens (and creates) a file at a truncated path.
+	path = strings.NewReplacer("%", "%25", "#", "%23", "?", "%3F").Replace(path)
 	return "file:" + path + "?_pragma=foreign_keys(1)&_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)&_txlock=immediate"
 }
 

@@ -34,7 +34,7 @@ func runBench(ctx context.Context, e *env, args []string) int {
 		fmt.Fprintln(e.stderr, "schemastate: --scale-mb, --runs and --frames must be positive")
 		return exitUsage
 	}
-	db, _, ok := openDB(ctx, e, *dsn)
+	db, _, ok := openOrCreateDB(ctx, e, *dsn)
 	if !ok {
 		return exitUsage
 	}

@@ -26,7 +26,7 @@ func runDemo(ctx context.Context, e *env, args []string) int {
 		fmt.Fprintf(e.stderr, "schemastate: demo: --state must be legacy or fresh, not %q\n", *state)
 		return exitUsage
 	}
-	db, target, ok := openDB(ctx, e, *dsn)
+	db, target, ok := openOrCreateDB(ctx, e, *dsn)
 	if !ok {
 		return exitUsage
 	}

@@ -35,7 +35,7 @@ func runGenerate(ctx context.Context, e *env, args []string) int {
 		fmt.Fprintln(e.stderr, "schemastate: --scale-mb must be positive and --population not negative")
 		return exitUsage
 	}
-	db, _, ok := openDB(ctx, e, *dsn)
+	db, _, ok := openOrCreateDB(ctx, e, *dsn)
 	if !ok {
 		return exitUsage
 	}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"os"
 	"strings"
 	"testing"
 
@@ -119,4 +120,16 @@ func TestCLI_DemoSeedsAndReconciles(t *testing.T) {
 	require.Equal(t, exitOK, code)
 	require.Contains(t, out, "already has host tables")
 	require.Contains(t, out, "declared shape holds")
+}
+
+// A mistyped SQLite path is an error, never a new empty database.
+func TestCLI_MissingSQLiteFileIsAnError(t *testing.T) {
+	path := t.TempDir() + "/typo.db"
+	for _, cmd := range []string{"reconcile", "plan", "status", "health"} {
+		code, _, stderr := cli(t, cmd, "--db", "sqlite:"+path)
+		require.Equal(t, exitUsage, code, cmd)
+		require.Contains(t, stderr, "no such database file", cmd)
+		_, err := os.Stat(path)
+		require.True(t, os.IsNotExist(err), "%s created %s", cmd, path)
+	}
 }

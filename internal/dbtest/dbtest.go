@@ -62,6 +62,7 @@ func Open(t testing.TB, d dialect.Dialect) *DB {
 		db, err := sql.Open("sqlite", dsn)
 		require.NoError(t, err)
 		t.Cleanup(func() { db.Close() })
+		require.NoError(t, db.Ping(), "create the database file")
 		return &DB{DB: db, Dialect: d, DSN: dsn, CLIDSN: "sqlite:" + path, Schema: "main"}
 	}
 	return openPostgres(t)
