@@ -93,23 +93,25 @@ type dialectSQL struct {
 	param      string // the single bind parameter, repeated wherever :since appears
 	msgCTE     string // WITH … msg AS (task_session_id, task_id, created_at, meta)
 	kind       string // metadata.normalized.kind as text
-	toolCallID string // metadata.tool_call_id as text
+	toolCallID string // metadata.tool_call_id when it is a JSON string, else NULL
 }
 
 func sqlFor(d dialect.Dialect) dialectSQL {
 	if d == dialect.Postgres {
 		return dialectSQL{
-			param:      "$1",
-			msgCTE:     postgresMsgCTE(),
-			kind:       "msg.meta #>> '{normalized,kind}'",
-			toolCallID: "msg.meta #>> '{tool_call_id}'",
+			param:  "$1",
+			msgCTE: postgresMsgCTE(),
+			kind:   "msg.meta #>> '{normalized,kind}'",
+			// A tool_call_id that is not a JSON string is missing, as the
+			// backfill reads it (AC-21a): such a message is never expected.
+			toolCallID: "(CASE WHEN jsonb_typeof(msg.meta -> 'tool_call_id') = 'string' THEN msg.meta ->> 'tool_call_id' END)",
 		}
 	}
 	return dialectSQL{
 		param:      "?1",
 		msgCTE:     sqliteMsgCTE,
 		kind:       "json_extract(msg.meta, '$.normalized.kind')",
-		toolCallID: "json_extract(msg.meta, '$.tool_call_id')",
+		toolCallID: "(CASE WHEN json_type(msg.meta, '$.tool_call_id') = 'text' THEN json_extract(msg.meta, '$.tool_call_id') END)",
 	}
 }
 
