@@ -22,13 +22,29 @@ var fixtures embed.FS
 // HostFixture returns the minimal host tables (task_sessions,
 // task_session_turns, task_session_messages, kandev_meta) for a dialect
 // ("sqlite" or "postgres"). It exists for tests and demos: these tables belong
-// to the host and are never created by a reconcile.
-func HostFixture(dialect string) (string, error) { return fixture("testdata/host/" + dialect + ".sql") }
+// to the host and are never created by a reconcile. The host declares the
+// same DDL text on both dialects, and so does the fixture.
+func HostFixture(dialect string) (string, error) {
+	if err := known(dialect); err != nil {
+		return "", err
+	}
+	return fixture("testdata/host/host.sql")
+}
 
 // LegacyFixture returns the pre-amendment task_session_subagents DDL
-// (installed-base state 3) for a dialect.
+// (installed-base state 3), the same text on both dialects.
 func LegacyFixture(dialect string) (string, error) {
-	return fixture("testdata/legacy/" + dialect + ".sql")
+	if err := known(dialect); err != nil {
+		return "", err
+	}
+	return fixture("testdata/legacy/task_session_subagents.sql")
+}
+
+func known(dialect string) error {
+	if dialect != "sqlite" && dialect != "postgres" {
+		return fmt.Errorf("no fixture for dialect %q", dialect)
+	}
+	return nil
 }
 
 // DemoFixture returns a small pre-amendment store's rows (both dialects).

@@ -31,7 +31,7 @@ func lifecycleDB(t *testing.T, db *dbtest.DB) *transcript.Lifecycle {
 
 func legacyLifecycleFixture(t *testing.T, db *dbtest.DB) {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join("..", "testdata", "host", "background_agent_log_legacy_"+string(db.Dialect)+".sql"))
+	b, err := os.ReadFile(filepath.Join("..", "testdata", "host", "background_agent_log_legacy.sql"))
 	require.NoError(t, err)
 	db.Exec(t, string(b))
 }
