@@ -93,7 +93,8 @@ func sqliteStatements() statements {
 // of malformed text to jsonb raises — no CASE can guard it, because the test
 // for validity IS the cast. So the cast runs inside a PL/pgSQL function that
 // traps data_exception (malformed JSON, an unsupported \u0000 escape, a
-// numeric overflow) and returns {}. The function lives in pg_temp: it is
+// numeric overflow) and statement_too_complex (nesting deep enough to exhaust
+// the parser's stack) and returns {}. The function lives in pg_temp: it is
 // private to this session, created inside the step's transaction (so it rolls
 // back with it) and dropped after the key writes. Nothing persistent is added
 // to the host's schema. Needs the TEMP privilege, which PUBLIC has by default.
@@ -109,7 +110,7 @@ BEGIN
 	END IF;
 	BEGIN
 		j := doc::jsonb;
-	EXCEPTION WHEN data_exception THEN
+	EXCEPTION WHEN data_exception OR statement_too_complex THEN
 		RETURN '{}'::jsonb;
 	END;
 	IF jsonb_typeof(j) = 'object' THEN
