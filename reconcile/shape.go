@@ -106,16 +106,22 @@ func planShape(ctx context.Context, drv migrate.Driver, d dialect.Dialect, q dia
 		if len(tp.Refused) > 0 {
 			continue
 		}
-		if d == dialect.SQLite && needsCopy(changes) {
-			if tp.Rebuild, err = planRebuild(ctx, drv, q, lt, want); err != nil {
-				return nil, fmt.Errorf("plan rebuild of %s: %w", want.Name, err)
+		if d != dialect.SQLite || !needsCopy(changes) {
+			if tp.Stmts, err = render(ctx, drv, []schema.Change{&schema.ModifyTable{T: want, Changes: changes}}); err != nil {
+				return nil, fmt.Errorf("plan %s: %w", want.Name, err)
 			}
-			tp.Stmts = tp.Rebuild.statements()
-			continue
+			// Atlas takes its own copy path for more than needsCopy sees (a new
+			// column that an index covers, say). That path drops the table's
+			// triggers and skips the row-count and foreign-key checks: never run
+			// it, rebuild instead.
+			if d != dialect.SQLite || !rendersCopy(tp.Stmts) {
+				continue
+			}
 		}
-		if tp.Stmts, err = render(ctx, drv, []schema.Change{&schema.ModifyTable{T: want, Changes: changes}}); err != nil {
-			return nil, fmt.Errorf("plan %s: %w", want.Name, err)
+		if tp.Rebuild, err = planRebuild(ctx, drv, q, lt, want); err != nil {
+			return nil, fmt.Errorf("plan rebuild of %s: %w", want.Name, err)
 		}
+		tp.Stmts = tp.Rebuild.statements()
 	}
 	return plan, nil
 }

@@ -171,6 +171,18 @@ func needsCopy(changes []schema.Change) bool {
 	return false
 }
 
+// rendersCopy reports whether Atlas rendered a plan as its own copy path
+// (PRAGMA foreign_keys, DROP TABLE, rename) rather than as ALTER statements.
+func rendersCopy(stmts []string) bool {
+	for _, s := range stmts {
+		u := strings.ToUpper(strings.TrimSpace(s))
+		if strings.HasPrefix(u, "DROP TABLE") || strings.HasPrefix(u, "PRAGMA FOREIGN_KEYS") {
+			return true
+		}
+	}
+	return false
+}
+
 // rebuild is SQLite's documented table rebuild ("Making Other Kinds Of Table
 // Schema Changes"): create the new table, copy every row with an explicit
 // column list, drop the old table, rename the new one into place, recreate

@@ -1,0 +1,78 @@
+package reconcile_test
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/schemastate/schemastate"
+	"github.com/schemastate/schemastate/dialect"
+	"github.com/schemastate/schemastate/internal/dbtest"
+	"github.com/schemastate/schemastate/reconcile"
+)
+
+// Installed-base variants the field can hold beyond the six canonical states,
+// each of which once made the reconcile lose something, publish a key it must
+// not, or fail forever.
+
+// legacyWith creates the pre-amendment table with one fragment of its DDL
+// replaced, then runs extra (a script) after it.
+func legacyWith(t *testing.T, db *dbtest.DB, from, to, extra string) {
+	t.Helper()
+	ddl, err := schemastate.LegacyFixture(string(db.Dialect))
+	require.NoError(t, err)
+	require.Contains(t, ddl, from)
+	db.Exec(t, strings.Replace(ddl, from, to, 1))
+	if extra != "" {
+		db.Exec(t, extra)
+	}
+}
+
+// auditTrigger is a host trigger on task_session_subagents that records every
+// inserted id in subagent_audit.
+func auditTrigger(d dialect.Dialect) string {
+	if d == dialect.SQLite {
+		return `CREATE TABLE subagent_audit (subagent_id TEXT);
+CREATE TRIGGER trg_subagent_audit AFTER INSERT ON task_session_subagents BEGIN INSERT INTO subagent_audit VALUES (NEW.id); END`
+	}
+	return `CREATE TABLE subagent_audit (subagent_id TEXT);
+CREATE FUNCTION subagent_audit_fn() RETURNS trigger AS $$ BEGIN INSERT INTO subagent_audit VALUES (NEW.id); RETURN NEW; END $$ LANGUAGE plpgsql;
+CREATE TRIGGER trg_subagent_audit AFTER INSERT ON task_session_subagents FOR EACH ROW EXECUTE FUNCTION subagent_audit_fn()`
+}
+
+// insertAmendedRow writes one row into the amended table.
+func insertAmendedRow(t *testing.T, db *dbtest.DB, id string) {
+	t.Helper()
+	db.Exec(t, `INSERT INTO task_session_subagents (id, task_session_id, task_id, agent_execution_id, tool_call_id, observed_at, updated_at)
+ VALUES ('`+id+`', 's1', 'k1', 'exec-1', 'toolu_`+id+`', '2026-08-01 00:00:00+00:00', '2026-08-01 00:00:00+00:00')`)
+}
+
+// AC-33 clause 5 and the rebuild's own guarantees on a pre-amendment table
+// whose two-column key is a named unique INDEX (not the inline constraint):
+// on SQLite no change in that plan needs an autoindex dropped, so Atlas was
+// left to render the copy path itself — its own DROP/RENAME sequence, which
+// drops every trigger on the table and skips the row-count and foreign-key
+// checks. The reconciler's rebuild must run instead.
+func TestAdversarial_AC33_NamedTwoColumnIndexKeepsHostTrigger(t *testing.T) {
+	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
+		db.Host(t)
+		legacyWith(t, db, ",\n    UNIQUE (task_session_id, tool_call_id)", "",
+			"CREATE UNIQUE INDEX subagents_session_tool_call ON task_session_subagents (task_session_id, tool_call_id);\n"+auditTrigger(db.Dialect))
+		seedLegacy(t, db)
+		before := snapshot(t, db)
+		require.Equal(t, 3, count(t, db, `SELECT COUNT(*) FROM subagent_audit`))
+
+		plan, err := reconcile.Plan(ctx, db.DB)
+		require.NoError(t, err)
+		for _, s := range plan.Statements() {
+			require.NotContains(t, strings.ToUpper(s), "PRAGMA FOREIGN_KEYS", "Atlas's own copy path planned: %s", s)
+		}
+
+		mustReconcile(t, db)
+		requireAC33(t, db, freshIndexSet(t, db.Dialect))
+		require.Equal(t, before, snapshot(t, db))
+		insertAmendedRow(t, db, "r9")
+		require.Equal(t, 1, count(t, db, `SELECT COUNT(*) FROM subagent_audit WHERE subagent_id = 'r9'`), "the host's trigger survived the change")
+	})
+}
