@@ -147,13 +147,18 @@ const sqliteMsgCTE = `WITH msg AS (
 //     jsonb — no raw control character, only the escapes jsonb accepts (no
 //     \u0000; surrogates only as a high+low pair) — collapse to "". An invalid
 //     string keeps its < > and can never reduce.
-//  3. Numbers and literals become 0 and JSON whitespace is removed. What is
-//     left of the document must be under 6000 characters: then no number has
-//     more digits than numeric_in accepts with a four-digit exponent (a longer
-//     document is judged invalid, never cast).
-//  4. Innermost {"":v,…} and [v,…] reduce to 0 until nothing changes. The
-//     document is a valid JSON object exactly when it started with { and
-//     reduced to the single token 0.
+//  3. Numbers and literals become 0 and JSON whitespace is removed. No run
+//     of digits may reach 6000: then no number has more digits than
+//     numeric_in accepts with a four-digit exponent (such a document is
+//     judged invalid, never cast). What is left of the document must be
+//     under 100000 characters — a valid subagent document with thousands of
+//     strings still qualifies, as it does for the backfill.
+//  4. Innermost {"":v,…} and [v,…] reduce to 0 until nothing changes, at
+//     most 1000 levels deep (SQLite's JSON depth limit; far deeper nesting
+//     exhausts the jsonb parser's stack). With the size limit this bounds
+//     the work one pathological document can cost. The document is a valid
+//     JSON object exactly when it started with { and reduced to the single
+//     token 0.
 //
 // Only rows that pass are cast; every other row is '{}'. candidate is
 // MATERIALIZED so the planner cannot push the regular expressions below the
@@ -177,14 +182,16 @@ func postgresMsgCTE() string {
   WHERE (strpos(m.metadata, 'subagent_task') > 0
       OR (strpos(m.metadata, '\u') > 0 AND m.metadata ~ '%[5]s'))
     AND %[6]s
-), reduced (id, tok) AS (
-  SELECT id, regexp_replace(regexp_replace(strings, '%[3]s', '0', 'g'), '[ \t\n\r]+', '', 'g')
+), reduced (id, tok, depth) AS (
+  SELECT id, regexp_replace(regexp_replace(strings, '%[3]s', '0', 'g'), '[ \t\n\r]+', '', 'g'), 0
   FROM candidate
-  WHERE length(strings) < 6000 AND left(ltrim(strings, E' \t\n\r'), 1) = '{'
+  WHERE length(strings) < 100000 AND left(ltrim(strings, E' \t\n\r'), 1) = '{'
+    AND (strings !~ '[0-9]{250}' OR NOT EXISTS (
+      SELECT 1 FROM regexp_matches(strings, '[0-9]{250,}', 'g') AS run (digits) WHERE length(run.digits[1]) >= 6000))
   UNION ALL
-  SELECT id, regexp_replace(tok, '%[4]s', '0', 'g')
+  SELECT id, regexp_replace(tok, '%[4]s', '0', 'g'), depth + 1
   FROM reduced
-  WHERE tok ~ '%[4]s'
+  WHERE tok ~ '%[4]s' AND depth < 1000
 ), object_metadata AS (
   SELECT id FROM reduced WHERE tok = '0'
 ), msg AS (
