@@ -76,3 +76,36 @@ func TestAdversarial_AC33_NamedTwoColumnIndexKeepsHostTrigger(t *testing.T) {
 		require.Equal(t, 1, count(t, db, `SELECT COUNT(*) FROM subagent_audit WHERE subagent_id = 'r9'`), "the host's trigger survived the change")
 	})
 }
+
+// dependents are host objects that name task_session_subagents without being
+// attached to it: a view, and a trigger on the parent table.
+func dependents(d dialect.Dialect) string {
+	view := "CREATE VIEW subagent_calls AS SELECT id, task_session_id, tool_call_id FROM task_session_subagents;\n"
+	if d == dialect.SQLite {
+		return view + `CREATE TRIGGER trg_session_cancelled AFTER UPDATE OF state ON task_sessions BEGIN UPDATE task_session_subagents SET tool_status = 'cancelled' WHERE task_session_id = NEW.id AND settled_at IS NULL; END`
+	}
+	return view + `CREATE FUNCTION session_cancelled_fn() RETURNS trigger AS $$ BEGIN UPDATE task_session_subagents SET tool_status = 'cancelled' WHERE task_session_id = NEW.id AND settled_at IS NULL; RETURN NEW; END $$ LANGUAGE plpgsql;
+CREATE TRIGGER trg_session_cancelled AFTER UPDATE OF state ON task_sessions FOR EACH ROW EXECUTE FUNCTION session_cancelled_fn()`
+}
+
+// atlas-and-dialect-facts.md: the copy path "fails on views that reference
+// the table". SQLite's RENAME re-parses every view and trigger in the schema,
+// and between DROP TABLE and RENAME those name a table that does not exist:
+// the rebuild failed (rolled back) on every boot, so such an installation
+// never reached AC-33 and never got execution_since or its backfill.
+func TestAdversarial_AC33_RebuildWithViewAndForeignTrigger(t *testing.T) {
+	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
+		db.Host(t).Legacy(t)
+		seedLegacy(t, db)
+		db.Exec(t, dependents(db.Dialect))
+		before := snapshot(t, db)
+
+		rep := mustReconcile(t, db)
+		require.Equal(t, reconcile.Applied, rep.Step(reconcile.StepShape).Status, describe(rep))
+		requireAC33(t, db, freshIndexSet(t, db.Dialect))
+		require.Equal(t, before, snapshot(t, db))
+		require.Equal(t, 3, count(t, db, `SELECT COUNT(*) FROM subagent_calls`), "the view reads the rebuilt table")
+		db.Exec(t, `UPDATE task_sessions SET state = 'CANCELLED' WHERE id = 's2'`)
+		require.Equal(t, 1, count(t, db, `SELECT COUNT(*) FROM task_session_subagents WHERE id = 'r3' AND tool_status = 'cancelled'`), "the parent table's trigger still reaches the rebuilt table")
+	})
+}

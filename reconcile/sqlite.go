@@ -254,6 +254,21 @@ func (r *rebuild) apply(ctx context.Context, q dialect.Querier, fail func(string
 	if err := q.QueryRowContext(ctx, "SELECT COUNT(*) FROM "+dialect.QuoteIdent(r.table)).Scan(&rows); err != nil {
 		return 0, err
 	}
+	// SQLite's RENAME re-parses every view and trigger in the schema; between
+	// the DROP and the RENAME a view or another table's trigger that names the
+	// table names nothing, and the RENAME fails. The legacy rename (SQLite's
+	// documented rebuild predates the re-parse) renames the table alone; the
+	// views and triggers resolve to the rebuilt table by name afterwards.
+	var legacy int
+	if err := q.QueryRowContext(ctx, "PRAGMA legacy_alter_table").Scan(&legacy); err != nil {
+		return 0, err
+	}
+	if _, err := q.ExecContext(ctx, "PRAGMA legacy_alter_table = ON"); err != nil {
+		return 0, err
+	}
+	defer func() {
+		_, _ = q.ExecContext(context.Background(), fmt.Sprintf("PRAGMA legacy_alter_table = %d", legacy))
+	}()
 	n := 0
 	for _, stmt := range r.statements() {
 		res, err := q.ExecContext(ctx, stmt)
