@@ -1,6 +1,7 @@
 package reconcile_test
 
 import (
+	"errors"
 	"strings"
 	"testing"
 
@@ -9,6 +10,7 @@ import (
 	"github.com/schemastate/schemastate"
 	"github.com/schemastate/schemastate/dialect"
 	"github.com/schemastate/schemastate/internal/dbtest"
+	"github.com/schemastate/schemastate/keys"
 	"github.com/schemastate/schemastate/reconcile"
 )
 
@@ -16,14 +18,17 @@ import (
 // each of which once made the reconcile lose something, publish a key it must
 // not, or fail forever.
 
-// legacyWith creates the pre-amendment table with one fragment of its DDL
-// replaced, then runs extra (a script) after it.
-func legacyWith(t *testing.T, db *dbtest.DB, from, to, extra string) {
+// legacyWith creates the pre-amendment table with fragments of its DDL
+// replaced (pairs of from, to), then runs extra (a script) after it.
+func legacyWith(t *testing.T, db *dbtest.DB, extra string, fromTo ...string) {
 	t.Helper()
 	ddl, err := schemastate.LegacyFixture(string(db.Dialect))
 	require.NoError(t, err)
-	require.Contains(t, ddl, from)
-	db.Exec(t, strings.Replace(ddl, from, to, 1))
+	for i := 0; i+1 < len(fromTo); i += 2 {
+		require.Contains(t, ddl, fromTo[i])
+		ddl = strings.Replace(ddl, fromTo[i], fromTo[i+1], 1)
+	}
+	db.Exec(t, ddl)
 	if extra != "" {
 		db.Exec(t, extra)
 	}
@@ -57,8 +62,8 @@ func insertAmendedRow(t *testing.T, db *dbtest.DB, id string) {
 func TestAdversarial_AC33_NamedTwoColumnIndexKeepsHostTrigger(t *testing.T) {
 	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
 		db.Host(t)
-		legacyWith(t, db, ",\n    UNIQUE (task_session_id, tool_call_id)", "",
-			"CREATE UNIQUE INDEX subagents_session_tool_call ON task_session_subagents (task_session_id, tool_call_id);\n"+auditTrigger(db.Dialect))
+		legacyWith(t, db, "CREATE UNIQUE INDEX subagents_session_tool_call ON task_session_subagents (task_session_id, tool_call_id);\n"+auditTrigger(db.Dialect),
+			",\n    UNIQUE (task_session_id, tool_call_id)", "")
 		seedLegacy(t, db)
 		before := snapshot(t, db)
 		require.Equal(t, 3, count(t, db, `SELECT COUNT(*) FROM subagent_audit`))
@@ -107,5 +112,33 @@ func TestAdversarial_AC33_RebuildWithViewAndForeignTrigger(t *testing.T) {
 		require.Equal(t, 3, count(t, db, `SELECT COUNT(*) FROM subagent_calls`), "the view reads the rebuilt table")
 		db.Exec(t, `UPDATE task_sessions SET state = 'CANCELLED' WHERE id = 's2'`)
 		require.Equal(t, 1, count(t, db, `SELECT COUNT(*) FROM task_session_subagents WHERE id = 'r3' AND tool_status = 'cancelled'`), "the parent table's trigger still reaches the rebuilt table")
+	})
+}
+
+// AC-33b clause 2 is the three-column UNIQUE over every row. A PARTIAL unique
+// index on those columns enforces nothing outside its predicate and cannot be
+// an ON CONFLICT target, so a table carrying only that is not amended: when
+// the shape step fails, execution_since must not be published off it.
+func TestAdversarial_AC33b_PartialThreeColumnUniqueIsNotClause2(t *testing.T) {
+	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
+		db.Host(t)
+		legacyWith(t, db, `CREATE UNIQUE INDEX task_session_subagents_session_execution_tool_call_key ON task_session_subagents (task_session_id, agent_execution_id, tool_call_id) WHERE source = 'live'`,
+			",\n    UNIQUE (task_session_id, tool_call_id)", "",
+			"    tool_call_id TEXT NOT NULL,", "    agent_execution_id TEXT NOT NULL DEFAULT 'unknown',\n    tool_call_id TEXT NOT NULL,")
+		require.False(t, observe(t, db).EndState.ThreeColumnUnique, "a partial index is not clause 2")
+
+		rep, err := reconcile.Reconcile(ctx, db.DB, reconcile.WithFailpoint(func(p string) error {
+			if p == reconcile.FailpointShapeApplied {
+				return errors.New("injected: shape step fails")
+			}
+			return nil
+		}))
+		require.ErrorIs(t, err, reconcile.ErrStepFailed)
+		require.Equal(t, reconcile.Skipped, rep.Step(reconcile.StepExecutionSince).Status, describe(rep))
+		require.Equal(t, reconcile.Skipped, rep.Step(reconcile.StepBackfill).Status, "AC-33c")
+		require.Equal(t, keys.Inactive, readKeys(t, db).State())
+
+		mustReconcile(t, db)
+		requireAC33(t, db, freshIndexSet(t, db.Dialect))
 	})
 }

@@ -3,7 +3,9 @@ package reconcile
 import (
 	"slices"
 
+	"ariga.io/atlas/sql/postgres"
 	"ariga.io/atlas/sql/schema"
+	"ariga.io/atlas/sql/sqlite"
 )
 
 // The table, key and columns AC-33 speaks about.
@@ -48,7 +50,10 @@ func observe(live, want *schema.Table) EndState {
 			continue
 		}
 		cols := columnNames(idx)
-		if slices.Equal(cols, three) {
+		// Clause 2 is uniqueness over every row: a partial index enforces
+		// nothing outside its predicate and is no ON CONFLICT target. (A
+		// partial two-column unique still blocks rows, so it still counts.)
+		if slices.Equal(cols, three) && !partial(idx) {
 			e.ThreeColumnUnique = true
 		}
 		if len(cols) == 2 && slices.Contains(cols, sessionColumn) && slices.Contains(cols, toolCallColumn) {
@@ -68,4 +73,15 @@ func columnNames(idx *schema.Index) []string {
 		out = append(out, p.C.Name)
 	}
 	return out
+}
+
+// partial reports an index with a WHERE predicate.
+func partial(idx *schema.Index) bool {
+	for _, a := range idx.Attrs {
+		switch a.(type) {
+		case *postgres.IndexPredicate, *sqlite.IndexPredicate:
+			return true
+		}
+	}
+	return false
 }
