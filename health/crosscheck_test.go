@@ -1,8 +1,11 @@
 package health_test
 
 import (
+	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sort"
 	"strings"
 	"testing"
@@ -15,6 +18,8 @@ import (
 	"github.com/schemastate/schemastate/dialect"
 	"github.com/schemastate/schemastate/health"
 	"github.com/schemastate/schemastate/internal/dbtest"
+	"github.com/schemastate/schemastate/keys"
+	"github.com/schemastate/schemastate/reconcile"
 )
 
 // The three packages must agree on which subagent messages are recordable
@@ -167,4 +172,107 @@ func sortedKeys(m map[string]bool) []string {
 	}
 	sort.Strings(out)
 	return out
+}
+
+// histMeta is a historical subagent message's metadata as the host writes it.
+func histMeta(toolCallID, toolStatus string, task map[string]any) string {
+	b, err := json.Marshal(map[string]any{"tool_call_id": toolCallID, "status": toolStatus,
+		"normalized": map[string]any{"kind": "subagent_task", "subagent_task": task}})
+	if err != nil {
+		panic(err)
+	}
+	return string(b)
+}
+
+// End to end, on both dialects: a store with history is reconciled (which
+// backfills), the live writer records new subagents whose messages the host
+// also writes, and the health check reads healthy; messages without frames
+// then grow the shortfall by exactly one each (AC-29), and a cross-execution
+// collision is counted as a collision and nothing else (AC-32, AC-28).
+func TestCrosscheck_EndToEnd_ReconcileCaptureHealth(t *testing.T) {
+	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
+		ctx := context.Background()
+		db.Host(t)
+		s := &store{t: t, db: db, ctx: ctx}
+		for _, id := range []string{"s1", "s2", "s3"} {
+			s.session(id)
+		}
+		hist := time.Now().UTC().Add(-6 * time.Hour)
+		old := func(i int) any { return s.ts(hist.Add(time.Duration(i) * time.Minute)) }
+		// The reference mix: async_launched (no metrics), completed (metrics),
+		// OpenCode started (child session, no agent id), no status, a nested
+		// one, a duplicate message, an AC-2 skip and malformed metadata.
+		s.rawMessage("s1", "task-s1", histMeta("h-async-1", "completed", map[string]any{"status": "async_launched", "agent_id": "a1", "model": "claude-opus-5[1m]", "is_async": true}), old(1))
+		s.rawMessage("s1", "task-s1", histMeta("h-async-2", "completed", map[string]any{"status": "async_launched", "agent_id": "a2", "model": "claude-opus-5[1m]", "is_async": true}), old(2))
+		s.rawMessage("s1", "task-s1", histMeta("h-done", "completed", map[string]any{"status": "completed", "agent_id": "a3", "total_tokens": 275717, "tool_use_count": 0, "duration_ms": 5400}), old(3))
+		s.rawMessage("s2", "task-s2", histMeta("h-started", "in_progress", map[string]any{"status": "started", "child_session_id": "oc-1"}), old(4))
+		s.rawMessage("s2", "task-s2", histMeta("h-nostatus", "", map[string]any{}), old(5))
+		s.rawMessage("s2", "task-s2", `{"tool_call_id":"h-nested","parent_tool_call_id":"h-started","status":"completed","normalized":{"kind":"subagent_task","subagent_task":{"status":"completed"}}}`, old(6))
+		s.rawMessage("s3", "task-s3", histMeta("h-dup", "in_progress", map[string]any{"status": "started"}), old(7))
+		s.rawMessage("s3", "task-s3", histMeta("h-dup", "completed", map[string]any{"status": "completed"}), old(8))
+		s.rawMessage("s3", "", histMeta("h-skip", "completed", map[string]any{}), old(9))
+		s.rawMessage("s3", "task-s3", "{bad", old(10))
+		s.rawMessage("s3", "task-s3", `{"text":"an ordinary message"}`, old(11))
+
+		rep, err := reconcile.Reconcile(ctx, db.DB, reconcile.WithLogger(slog.New(slog.DiscardHandler)))
+		require.NoError(t, err)
+		require.NotNil(t, rep)
+		require.Equal(t, 7, s.rowCount(`source = 'backfill'`), "one row per distinct qualifying (session, tool_call_id)")
+		ks, err := keys.Read(ctx, db.DB, db.Dialect)
+		require.NoError(t, err)
+		require.Equal(t, keys.Activated, ks.State())
+		since, err := keys.Parse(*ks.CaptureSince)
+		require.NoError(t, err)
+		require.Equal(t, counts{health.NothingSinceActivation, 0, 0, 0}, countsOf(s.eval()))
+
+		// Live: the host writes each message and the writer records the frames
+		// (recognised on an update, settled on a terminal frame).
+		w := capture.NewWriter(db.DB, db.Dialect)
+		live := func(session, toolCallID, execution string, observed time.Time, writeMessage bool) {
+			if writeMessage {
+				s.rawMessage(session, "task-"+session, histMeta(toolCallID, "completed", map[string]any{"status": "completed"}), s.ts(observed))
+			}
+			for _, st := range []string{"in_progress", "completed"} {
+				require.NoError(t, w.Record(ctx, capture.Frame{SessionID: session, TaskID: "task-" + session, TurnID: "turn-1",
+					ExecutionID: execution, ToolCallID: toolCallID, ToolStatus: st, ObservedAt: observed,
+					Subagent: capture.SubagentTask{Status: "completed", Model: "m", TotalTokens: 10}}))
+			}
+		}
+		now := time.Now().UTC().Truncate(time.Microsecond)
+		// The earliest storable instant at or after capture_since: the key
+		// has nanosecond digits, the column microseconds (AC-24e).
+		atSince := since.Truncate(time.Microsecond)
+		if !atSince.Equal(since) {
+			atSince = atSince.Add(time.Microsecond)
+		}
+		// Its message is written later, inside the window: were the row
+		// classified before capture_since, this would be a shortfall.
+		live("s1", "l-at-boundary", "exec-1", atSince, false)
+		s.rawMessage("s1", "task-s1", histMeta("l-at-boundary", "completed", nil), s.ts(now))
+		live("s1", "l-1", "exec-1", now, true)
+		live("s2", "l-2", "", now.Add(time.Millisecond), true) // no execution id: 'unknown'
+		live("s3", "l-3", "exec-3", now.Add(2*time.Millisecond), true)
+		r := s.eval()
+		require.Equal(t, counts{health.Healthy, 0, 0, 0}, countsOf(r))
+		require.Equal(t, keys.Format(now.Add(2*time.Millisecond)), *r.LastObservedAt)
+		require.Equal(t, capture.Counters{Attempted: 8, Persisted: 8, UnknownExecution: 2}, w.Counters())
+
+		// The writer stops; the host keeps writing messages.
+		s.rawMessage("s1", "task-s1", histMeta("l-missed-1", "completed", nil), s.ts(now.Add(time.Second)))
+		require.Equal(t, counts{health.Shortfall, 1, 0, 0}, countsOf(s.eval()))
+		s.rawMessage("s2", "task-s2", histMeta("l-missed-2", "completed", nil), s.ts(now.Add(2*time.Second)))
+		require.Equal(t, counts{health.Shortfall, 2, 0, 0}, countsOf(s.eval()))
+
+		// A late frame from an earlier execution reusing l-1's tool_call_id:
+		// a second row (AC-32), one more collision, shortfall and excess as they were.
+		live("s1", "l-1", "exec-0", now.Add(3*time.Second), false)
+		require.Equal(t, counts{health.Shortfall, 2, 0, 1}, countsOf(s.eval()))
+	})
+}
+
+func (s *store) rowCount(where string) int {
+	s.t.Helper()
+	var n int
+	require.NoError(s.t, s.db.QueryRowContext(s.ctx, `SELECT COUNT(*) FROM task_session_subagents WHERE `+where).Scan(&n))
+	return n
 }
