@@ -3,6 +3,7 @@ package reconcile
 import (
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"fmt"
 	"hash/fnv"
 	"time"
@@ -89,16 +90,27 @@ func (s *pgSession) end(ctx context.Context, ok bool) error {
 	return tx.Commit()
 }
 
+// close releases the lock. Every step has already committed or rolled back
+// in its own transaction, so nothing here can undo a step: a failed unlock is
+// not a step failure. The connection is then discarded rather than returned to
+// the pool — the server drops a session's advisory locks with the session, so
+// the lock can never outlive this reconcile on a pooled connection.
 func (s *pgSession) close(ctx context.Context) error {
-	_, err := s.conn.ExecContext(context.Background(), `SELECT pg_advisory_unlock($1)`, s.key)
-	s.conn.Close()
-	return err
+	s.unlock()
+	return nil
 }
 
 func (s *pgSession) abort() {
 	if s.tx != nil {
 		s.tx.Rollback()
 	}
-	_, _ = s.conn.ExecContext(context.Background(), `SELECT pg_advisory_unlock($1)`, s.key)
+	s.unlock()
+}
+
+func (s *pgSession) unlock() {
+	if _, err := s.conn.ExecContext(context.Background(), `SELECT pg_advisory_unlock($1)`, s.key); err != nil {
+		s.o.logger.Warn("reconcile lock: unlock failed; connection discarded, which releases the lock", "error", err)
+		_ = s.conn.Raw(func(any) error { return driver.ErrBadConn })
+	}
 	s.conn.Close()
 }

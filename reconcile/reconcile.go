@@ -272,6 +272,7 @@ func (r *run) steps(ctx context.Context, db *sql.DB) {
 
 	if err := sess.close(ctx); err != nil {
 		// SQLite commits every step at once; if that fails nothing was kept.
+		// (PostgreSQL commits per step; its close never fails a step.)
 		for i := range r.rep.Steps {
 			if s := &r.rep.Steps[i]; s.Status == Applied && s.Name != StepLock {
 				s.Status, s.Detail, s.Err = Failed, "commit failed: "+err.Error(), err
