@@ -1,11 +1,14 @@
 package backfill_test
 
 import (
+	"context"
+	"fmt"
 	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/schemastate/schemastate/capture"
 	"github.com/schemastate/schemastate/internal/dbtest"
 )
 
@@ -29,5 +32,61 @@ func TestCrosscheck_AC23b_DeeplyNestedMetadataIsSkipped(t *testing.T) {
 		require.Len(t, got, 1)
 		require.Contains(t, got, "tc-ok/unknown")
 		require.NotNil(t, keySet(t, db).CaptureSince)
+	})
+}
+
+// AC-7 … AC-9, AC-23: a metric value reaches the same column value on the
+// backfill and on the live path (a frame line through capture.ParseFrame and
+// the writer): a JSON integer literal within int64 is a measurement, subject
+// to the zero and negative rules; anything else — a fraction, an exponent, a
+// number past int64, a string — is "not reported", and never costs the row.
+func TestCrosscheck_AC7_AC9_AC23_MetricEdgesAgree(t *testing.T) {
+	const max = "9223372036854775807"
+	cases := []struct {
+		lit                     string
+		tokens, count, duration any // nil → NULL
+	}{
+		{max, max, max, max},
+		{"12", "12", "12", "12"},
+		{"0", nil, "0", nil},
+		{"-0", nil, "0", nil},
+		{"-1", nil, nil, nil},
+		{"-9223372036854775808", nil, nil, nil},
+		{"9223372036854775808", nil, nil, nil},
+		{"1e3", nil, nil, nil},
+		{"1.5E2", nil, nil, nil},
+		{"12.0", nil, nil, nil},
+		{"12.5", nil, nil, nil},
+		{"-0.0", nil, nil, nil},
+		{"1e30", nil, nil, nil},
+		{"-1e30", nil, nil, nil},
+		{`"12"`, nil, nil, nil},
+		{"null", nil, nil, nil},
+	}
+	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
+		declared(t, db)
+		w := capture.NewWriter(db.DB, db.Dialect)
+		for i, c := range cases {
+			metrics := `"total_tokens":` + c.lit + `,"tool_use_count":` + c.lit + `,"duration_ms":` + c.lit
+			tc := fmt.Sprintf("tc-%02d", i)
+			seed(t, db, message{ID: "m-" + tc, Session: "s1", Task: "task-s1", Turn: "turn-1", Created: base,
+				Meta: `{"tool_call_id":"` + tc + `","normalized":{"kind":"subagent_task","subagent_task":{` + metrics + `}}}`})
+			seed(t, db, message{ID: "x-" + tc, Session: "s2", Task: "task-s2", Turn: "turn-1", Created: base, Meta: `{}`})
+			f, err := capture.ParseFrame([]byte(`{"session_id":"s2","task_id":"task-of-s2","execution_id":"0f8fad5b-d9cb-469f-a165-70867728950e",` +
+				`"tool_call_id":"` + tc + `","subagent_task":{` + metrics + `}}`))
+			require.NoError(t, err, "live: %s", c.lit)
+			require.NoError(t, w.Record(context.Background(), f), "live: %s", c.lit)
+		}
+		mustRun(t, db)
+		got := rows(t, db)
+		for i, c := range cases {
+			tc := fmt.Sprintf("tc-%02d", i)
+			want := []any{c.tokens, c.count, c.duration}
+			for _, key := range []string{tc + "/unknown", tc + "/0f8fad5b-d9cb-469f-a165-70867728950e"} {
+				r := got[key]
+				require.NotNil(t, r, key)
+				require.Equal(t, want, []any{r.get("total_tokens"), r.get("tool_use_count"), r.get("duration_ms")}, "%s (%s)", c.lit, key)
+			}
+		}
 	})
 }

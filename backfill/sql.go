@@ -138,12 +138,16 @@ func postgresStatements() statements {
 		},
 		// Nested CASE: PostgreSQL does not promise the order of AND operands,
 		// but it does evaluate a CASE's branches only when reached, so the
-		// casts run only on an integer literal that fits int64. jsonb keeps a
-		// number's written form ("12.0" stays 12.0), so the literal test
-		// rejects fractions the way SQLite's json_type does.
+		// casts run only on an integer literal that fits int64, rejecting
+		// fractions and exponents the way SQLite's json_type does.
+		// jsonb does NOT keep an exponent's written form (1e3 reads back as
+		// 1000), so the literal test reads the number as written, through
+		// json — reached only for a number in a document the guarded cast
+		// already accepted, so the cast to json cannot raise.
 		integer: func(p jsonPath) string {
-			return fmt.Sprintf(`CASE WHEN jsonb_typeof(meta #> %[1]s) = 'number' AND (meta #>> %[1]s) ~ '^-?[0-9]{1,19}$' THEN `+
-				`CASE WHEN (meta #>> %[1]s)::numeric BETWEEN -9223372036854775808 AND 9223372036854775807 THEN (meta #>> %[1]s)::bigint END END`, path(p))
+			return fmt.Sprintf(`CASE WHEN jsonb_typeof(meta #> %[1]s) = 'number' THEN `+
+				`CASE WHEN (doc::text::json #>> %[1]s) ~ '^-?[0-9]{1,19}$' THEN `+
+				`CASE WHEN (meta #>> %[1]s)::numeric BETWEEN -9223372036854775808 AND 9223372036854775807 THEN (meta #>> %[1]s)::bigint END END END`, path(p))
 		},
 		isTrue: func(p jsonPath) string {
 			return fmt.Sprintf(`CASE WHEN jsonb_typeof(meta #> %[1]s) = 'boolean' AND (meta #>> %[1]s) = 'true' THEN 1 ELSE 0 END`, path(p))
@@ -174,7 +178,8 @@ func build(f fragments, prepare, cleanup string) statements {
 	SELECT m.id, m.task_session_id, m.task_id, m.turn_id,
 		` + f.timeKey("m.created_at") + ` AS created_key,
 		` + f.timeKey("m.updated_at") + ` AS updated_key,
-		` + f.meta + ` AS meta
+		` + f.meta + ` AS meta,
+		m.metadata AS doc
 	FROM task_session_messages m
 ), src AS (
 	SELECT id AS message_id, task_session_id, task_id, turn_id, created_key,
