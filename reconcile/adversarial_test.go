@@ -184,3 +184,25 @@ func TestAdversarial_AC20_CancelledReconcileReportsWhatWasKept(t *testing.T) {
 		require.Equal(t, keys.Activated, readKeys(t, db).State())
 	})
 }
+
+// A legacy table whose timestamps were declared at millisecond precision
+// (timestamp(3)) reaches the declared timestamp by a widening every stored
+// value survives. It was refused as destructive on PostgreSQL, so AC-33 never
+// held there: no execution_since, no backfill, on every boot.
+func TestAdversarial_AC33_TimestampPrecisionWideningApplied(t *testing.T) {
+	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
+		db.Host(t)
+		legacyWith(t, db, "",
+			"observed_at TIMESTAMP NOT NULL", "observed_at TIMESTAMP(3) NOT NULL",
+			"settled_at TIMESTAMP,", "settled_at TIMESTAMP(3),")
+		seedLegacy(t, db)
+		before := snapshot(t, db)
+
+		plan, err := reconcile.Plan(ctx, db.DB)
+		require.NoError(t, err)
+		require.Empty(t, plan.Refused())
+		mustReconcile(t, db)
+		requireAC33(t, db, freshIndexSet(t, db.Dialect))
+		require.Equal(t, before, snapshot(t, db), "every timestamp survives byte for byte")
+	})
+}

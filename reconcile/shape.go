@@ -176,11 +176,34 @@ func widens(from, to schema.Type) bool {
 	if rf, rt := rank(from), rank(to); rf > 0 && rt > 0 {
 		return rt >= rf
 	}
+	// timestamp(3) → timestamp: the same kind at no less precision keeps
+	// every stored value (an unset precision is PostgreSQL's maximum, 6).
+	if ft, ok := from.(*schema.TimeType); ok {
+		tt, ok := to.(*schema.TimeType)
+		return ok && timeKind(ft.T) == timeKind(tt.T) && timePrecision(tt) >= timePrecision(ft)
+	}
 	if st, ok := to.(*schema.StringType); ok && strings.EqualFold(st.T, "text") {
 		_, fromString := from.(*schema.StringType)
 		return fromString
 	}
 	return false
+}
+
+func timeKind(t string) string {
+	switch t = strings.ToLower(t); t {
+	case "timestamp without time zone":
+		return "timestamp"
+	case "timestamp with time zone":
+		return "timestamptz"
+	}
+	return t
+}
+
+func timePrecision(t *schema.TimeType) int {
+	if t.Precision == nil {
+		return 6
+	}
+	return *t.Precision
 }
 
 func typeName(t schema.Type) string {
