@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"strconv"
 	"time"
 )
 
@@ -36,38 +35,20 @@ type wireFrame struct {
 }
 
 type wireSubtask struct {
-	Description       string     `json:"description"`
-	Prompt            string     `json:"prompt"`
-	SubagentType      string     `json:"subagent_type"`
-	Status            string     `json:"status"`
-	AgentID           string     `json:"agent_id"`
-	Model             string     `json:"model"`
-	ChildSessionID    string     `json:"child_session_id"`
-	DurationMs        wireMetric `json:"duration_ms"`
-	TotalTokens       wireMetric `json:"total_tokens"`
-	ToolUseCount      wireMetric `json:"tool_use_count"`
-	ResultText        string     `json:"result_text"`
-	IsAsync           bool       `json:"is_async"`
-	OutputFile        string     `json:"output_file"`
-	CanReadOutputFile bool       `json:"can_read_output_file"`
-}
-
-// wireMetric is a reported metric on an ingest line. Only a JSON integer literal
-// within int64 is a report; any other value — null, a fraction, an exponent,
-// a number past int64, a string — is "not reported" and never rejects the
-// frame, exactly as the backfill reads the same document (AC-23).
-type wireMetric struct {
-	v        int64
-	reported bool
-}
-
-func (m *wireMetric) UnmarshalJSON(b []byte) error {
-	v, err := strconv.ParseInt(string(b), 10, 64)
-	*m = wireMetric{v: v, reported: err == nil}
-	if err != nil {
-		m.v = 0
-	}
-	return nil
+	Description       string `json:"description"`
+	Prompt            string `json:"prompt"`
+	SubagentType      string `json:"subagent_type"`
+	Status            string `json:"status"`
+	AgentID           string `json:"agent_id"`
+	Model             string `json:"model"`
+	ChildSessionID    string `json:"child_session_id"`
+	DurationMs        int64  `json:"duration_ms"`
+	TotalTokens       int64  `json:"total_tokens"`
+	ToolUseCount      *int   `json:"tool_use_count"`
+	ResultText        string `json:"result_text"`
+	IsAsync           bool   `json:"is_async"`
+	OutputFile        string `json:"output_file"`
+	CanReadOutputFile bool   `json:"can_read_output_file"`
 }
 
 // ParseFrame reads one ingest line. An absent observed_at leaves
@@ -87,17 +68,7 @@ func ParseFrame(line []byte) (Frame, error) {
 	f := Frame{
 		SessionID: w.SessionID, TaskID: w.TaskID, TurnID: w.TurnID, ExecutionID: w.ExecutionID,
 		ToolCallID: w.ToolCallID, ParentToolCallID: w.ParentToolCallID, ToolStatus: w.ToolStatus,
-	}
-	st := w.SubagentTask
-	f.Subagent = SubagentTask{
-		Description: st.Description, Prompt: st.Prompt, SubagentType: st.SubagentType, Status: st.Status,
-		AgentID: st.AgentID, Model: st.Model, ChildSessionID: st.ChildSessionID,
-		DurationMs: st.DurationMs.v, TotalTokens: st.TotalTokens.v,
-		ResultText: st.ResultText, IsAsync: st.IsAsync, OutputFile: st.OutputFile, CanReadOutputFile: st.CanReadOutputFile,
-	}
-	if st.ToolUseCount.reported {
-		n := int(st.ToolUseCount.v)
-		f.Subagent.ToolUseCount = &n
+		Subagent: SubagentTask(*w.SubagentTask),
 	}
 	if w.ObservedAt != nil {
 		t, err := time.Parse(time.RFC3339Nano, *w.ObservedAt)
