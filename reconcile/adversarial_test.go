@@ -206,3 +206,24 @@ func TestAdversarial_AC33_TimestampPrecisionWideningApplied(t *testing.T) {
 		require.Equal(t, before, snapshot(t, db), "every timestamp survives byte for byte")
 	})
 }
+
+// A refusal names the change in SQL type names an operator can act on. A
+// legacy timestamptz column (which a USING-less ALTER would shift by the
+// session TimeZone on PostgreSQL) is refused, nothing is touched, and the
+// message said "*sqlite.UserDefinedType" on SQLite.
+func TestAdversarial_RefusalNamesTypesInSQL(t *testing.T) {
+	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
+		db.Host(t)
+		legacyWith(t, db, "", "observed_at TIMESTAMP NOT NULL", "observed_at TIMESTAMPTZ NOT NULL")
+		seedLegacy(t, db)
+		before := snapshot(t, db)
+
+		rep, err := reconcile.Reconcile(ctx, db.DB)
+		require.ErrorIs(t, err, reconcile.ErrStepFailed)
+		detail := rep.Step(reconcile.StepRefused).Detail
+		require.Regexp(t, `(?i)would change column observed_at from (timestamptz|timestamp with time zone) to timestamp\b`, detail)
+		require.NotContains(t, detail, "*")
+		require.Equal(t, before, snapshot(t, db), "nothing shifted, nothing rebuilt")
+		require.Nil(t, readKeys(t, db).ExecutionSince, "AC-33a: refused, so no key")
+	})
+}

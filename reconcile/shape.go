@@ -7,7 +7,9 @@ import (
 	"strings"
 
 	"ariga.io/atlas/sql/migrate"
+	"ariga.io/atlas/sql/postgres"
 	"ariga.io/atlas/sql/schema"
+	"ariga.io/atlas/sql/sqlite"
 
 	"github.com/schemastate/schemastate/dialect"
 )
@@ -99,7 +101,7 @@ func planShape(ctx context.Context, drv migrate.Driver, d dialect.Dialect, q dia
 		}
 		tp.Changes = changes
 		for _, c := range changes {
-			if why, bad := destructive(c); bad {
+			if why, bad := destructive(d, c); bad {
 				tp.Refused = append(tp.Refused, fmt.Sprintf("%s: %s (%s)", want.Name, why, decl.File))
 			}
 		}
@@ -142,7 +144,7 @@ func render(ctx context.Context, drv migrate.Driver, changes []schema.Change) ([
 // destructive reports changes that would destroy data. They are refused at
 // boot and reported by name; nothing the declaration merely dropped is ever
 // dropped from a live database.
-func destructive(c schema.Change) (string, bool) {
+func destructive(d dialect.Dialect, c schema.Change) (string, bool) {
 	switch c := c.(type) {
 	case *schema.DropTable:
 		return "would drop table " + c.T.Name, true
@@ -150,7 +152,7 @@ func destructive(c schema.Change) (string, bool) {
 		return "would drop column " + c.C.Name, true
 	case *schema.ModifyColumn:
 		if c.Change.Is(schema.ChangeType) && !widens(c.From.Type.Type, c.To.Type.Type) {
-			return fmt.Sprintf("would change column %s from %s to %s", c.From.Name, typeName(c.From.Type.Type), typeName(c.To.Type.Type)), true
+			return fmt.Sprintf("would change column %s from %s to %s", c.From.Name, typeName(d, c.From.Type.Type), typeName(d, c.To.Type.Type)), true
 		}
 	}
 	return "", false
@@ -206,14 +208,14 @@ func timePrecision(t *schema.TimeType) int {
 	return *t.Precision
 }
 
-func typeName(t schema.Type) string {
-	switch t := t.(type) {
-	case *schema.IntegerType:
-		return t.T
-	case *schema.StringType:
-		return t.T
-	case *schema.TimeType:
-		return t.T
+// typeName spells a type as the dialect's SQL does (timestamp(3), timestamptz).
+func typeName(d dialect.Dialect, t schema.Type) string {
+	format := sqlite.FormatType
+	if d == dialect.Postgres {
+		format = postgres.FormatType
+	}
+	if s, err := format(t); err == nil {
+		return s
 	}
 	return fmt.Sprintf("%T", t)
 }
