@@ -1,5 +1,7 @@
 package capture
 
+import "strings"
+
 // TerminalToolStatuses is the closed set of ACP tool-call statuses that settle a
 // subagent (AC-11): exactly these six. It is the one list every write path
 // classifies against — the live writer here and the backfill — so the
@@ -19,3 +21,6 @@ func IsTerminalToolStatus(status string) bool {
 	}
 	return false
 }
+
+// terminalList is TerminalToolStatuses as a SQL IN list.
+var terminalList = "'" + strings.Join(TerminalToolStatuses, "', '") + "'"

@@ -244,8 +244,10 @@ ON CONFLICT (task_session_id, agent_execution_id, tool_call_id) DO UPDATE SET
 	agent_status = COALESCE(excluded.agent_status, ` + Table + `.agent_status),
 	-- AC-12: once settled, tool_status stays the terminal value; before, AC-5.
 	-- settled_at marks settlement: every writer sets it together with the
-	-- first terminal tool_status (AC-11 here, AC-23a in the backfill).
-	tool_status = CASE WHEN ` + Table + `.settled_at IS NOT NULL THEN ` + Table + `.tool_status
+	-- first terminal tool_status (AC-11 here, AC-23a in the backfill). A
+	-- stored terminal status freezes too, so a row from an older writer that
+	-- left settled_at NULL is never unsettled by a late non-terminal frame.
+	tool_status = CASE WHEN ` + Table + `.settled_at IS NOT NULL OR ` + Table + `.tool_status IN (` + terminalList + `) THEN ` + Table + `.tool_status
 		ELSE COALESCE(excluded.tool_status, ` + Table + `.tool_status) END,
 	-- AC-11: write-once at the first terminal observation.
 	settled_at = COALESCE(` + Table + `.settled_at, excluded.settled_at),
