@@ -227,3 +227,30 @@ func TestAdversarial_RefusalNamesTypesInSQL(t *testing.T) {
 		require.Nil(t, readKeys(t, db).ExecutionSince, "AC-33a: refused, so no key")
 	})
 }
+
+// A host view over the metric columns. SQLite rebuilds under it. PostgreSQL
+// cannot widen a column a view reads (integer → bigint), so the swap fails
+// and rolls back on every boot until an operator acts — and the error used to
+// drop PostgreSQL's DETAIL, which is the only place the blocking view is
+// named. The step must name it; nothing may change.
+func TestAdversarial_AC33a_ViewOverMetricsIsNamed(t *testing.T) {
+	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
+		db.Host(t).Legacy(t)
+		seedLegacy(t, db)
+		db.Exec(t, `CREATE VIEW subagent_tokens AS SELECT task_session_id, SUM(total_tokens) AS tokens FROM task_session_subagents GROUP BY task_session_id`)
+		before := snapshot(t, db)
+
+		rep, err := reconcile.Reconcile(ctx, db.DB)
+		if db.Dialect == dialect.SQLite {
+			require.NoError(t, err, describe(rep))
+			requireAC33(t, db, freshIndexSet(t, db.Dialect))
+			require.Equal(t, before, snapshot(t, db))
+			require.Equal(t, 275717, count(t, db, `SELECT tokens FROM subagent_tokens WHERE task_session_id = 's1'`))
+			return
+		}
+		require.ErrorIs(t, err, reconcile.ErrStepFailed)
+		require.Equal(t, reconcile.Failed, rep.Step(reconcile.StepShape).Status)
+		require.Contains(t, rep.Step(reconcile.StepShape).Detail, "subagent_tokens", "the blocking view is named")
+		requireLegacyIntact(t, db, before)
+	})
+}

@@ -4,9 +4,13 @@ import (
 	"context"
 	"database/sql"
 	"database/sql/driver"
+	"errors"
 	"fmt"
 	"hash/fnv"
+	"strings"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/schemastate/schemastate/dialect"
 )
@@ -113,4 +117,19 @@ func (s *pgSession) unlock() {
 		_ = s.conn.Raw(func(any) error { return driver.ErrBadConn })
 	}
 	s.conn.Close()
+}
+
+// withDetail appends PostgreSQL's DETAIL and HINT to err: they name the
+// object that blocked a statement (the view that reads a column, say), which
+// the error message alone does not.
+func withDetail(err error) error {
+	var pe *pgconn.PgError
+	if !errors.As(err, &pe) || (pe.Detail == "" && pe.Hint == "") {
+		return err
+	}
+	extra := pe.Detail
+	if pe.Hint != "" {
+		extra = strings.TrimSpace(extra + " " + pe.Hint)
+	}
+	return fmt.Errorf("%w: %s", err, extra)
 }

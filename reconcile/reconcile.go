@@ -391,7 +391,7 @@ func (r *run) shape(ctx context.Context, q dialect.Querier) Step {
 		}
 		for _, stmt := range tp.Stmts {
 			if _, err := q.ExecContext(ctx, stmt); err != nil {
-				return failed(fmt.Errorf("%s: %s: %w", tp.Table, firstLine(stmt), err))
+				return failed(fmt.Errorf("%s: %s: %w", tp.Table, firstLine(stmt), withDetail(err)))
 			}
 			n++
 		}
