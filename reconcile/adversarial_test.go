@@ -2,7 +2,9 @@ package reconcile_test
 
 import (
 	"context"
+	"database/sql"
 	"errors"
+	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -252,5 +254,41 @@ func TestAdversarial_AC33a_ViewOverMetricsIsNamed(t *testing.T) {
 		require.Equal(t, reconcile.Failed, rep.Step(reconcile.StepShape).Status)
 		require.Contains(t, rep.Step(reconcile.StepShape).Detail, "subagent_tokens", "the blocking view is named")
 		requireLegacyIntact(t, db, before)
+	})
+}
+
+// The reconcile works in one schema: PostgreSQL's current_schema(), the first
+// schema on search_path that exists. When the host tables live further down
+// the path, the failure said "host tables missing" about tables the host
+// reads every second — it must name the schema it looked in. Nothing is
+// created in either schema.
+func TestAdversarial_HostTablesMissingNamesTheSchema(t *testing.T) {
+	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
+		target, want := db.DB, `"main"`
+		if db.Dialect == dialect.Postgres {
+			db.Host(t)
+			first := db.Schema + "_first"
+			db.Exec(t, "CREATE SCHEMA "+first)
+			t.Cleanup(func() { _, _ = db.DB.Exec("DROP SCHEMA " + first + " CASCADE") })
+			u, err := url.Parse(db.DSN)
+			require.NoError(t, err)
+			q := u.Query()
+			q.Set("search_path", first+","+db.Schema)
+			u.RawQuery = q.Encode()
+			pool, err := sql.Open("pgx", u.String())
+			require.NoError(t, err)
+			defer pool.Close()
+			target, want = pool, `"`+first+`"`
+		}
+		rep, err := reconcile.Reconcile(ctx, target)
+		require.ErrorIs(t, err, reconcile.ErrStepFailed)
+		detail := rep.Step(reconcile.StepHostTables).Detail
+		require.Contains(t, detail, "task_sessions")
+		require.Contains(t, detail, want, "names the schema it looked in")
+		require.Equal(t, reconcile.Skipped, rep.Step(reconcile.StepShape).Status)
+		require.Empty(t, observe(t, db).Indexes, "nothing created")
+		if db.Dialect == dialect.Postgres {
+			require.Zero(t, count(t, db, `SELECT COUNT(*) FROM information_schema.tables WHERE table_name = 'task_session_subagents' AND table_schema IN ($1, $2)`, db.Schema, db.Schema+"_first"))
+		}
 	})
 }
