@@ -24,6 +24,9 @@ import (
 type sqliteSession struct {
 	conn    *sql.Conn
 	fkWasOn bool
+	// busyWas is the connection's busy timeout before the reconcile set its
+	// own: the connection is the host's and goes back to its pool.
+	busyWas int
 	step    string
 }
 
@@ -39,6 +42,10 @@ func openSQLite(ctx context.Context, db *sql.DB, o *options) (*sqliteSession, er
 		return nil, err
 	}
 	s.fkWasOn = fk == 1
+	if err := conn.QueryRowContext(ctx, "PRAGMA busy_timeout").Scan(&s.busyWas); err != nil {
+		conn.Close()
+		return nil, err
+	}
 	for _, stmt := range []string{
 		"PRAGMA foreign_keys = OFF",
 		fmt.Sprintf("PRAGMA busy_timeout = %d", o.lockWait.Milliseconds()),
@@ -98,6 +105,7 @@ func (s *sqliteSession) release(ctx context.Context) {
 	if s.fkWasOn {
 		_, _ = s.conn.ExecContext(context.Background(), "PRAGMA foreign_keys = ON")
 	}
+	_, _ = s.conn.ExecContext(context.Background(), fmt.Sprintf("PRAGMA busy_timeout = %d", s.busyWas))
 	s.conn.Close()
 }
 
