@@ -326,3 +326,87 @@ func TestAdversarial_PooledConnectionReturnedAsLent(t *testing.T) {
 		require.Equal(t, before, settings())
 	})
 }
+
+// hostAmendedDDL is task_session_subagents as a host's own schema init writes
+// the amended shape: the key as an inline UNIQUE over uniq, a TEXT primary key
+// without NOT NULL, INTEGER metrics on both dialects.
+func hostAmendedDDL(uniq string) string {
+	return `CREATE TABLE task_session_subagents (
+    id TEXT PRIMARY KEY,
+    task_session_id TEXT NOT NULL,
+    task_id TEXT NOT NULL,
+    turn_id TEXT,
+    agent_execution_id TEXT NOT NULL DEFAULT 'unknown',
+    tool_call_id TEXT NOT NULL,
+    parent_tool_call_id TEXT,
+    subagent_type TEXT,
+    description TEXT,
+    agent_id TEXT,
+    child_session_id TEXT,
+    model TEXT,
+    agent_status TEXT,
+    tool_status TEXT,
+    is_async INTEGER NOT NULL DEFAULT 0,
+    total_tokens INTEGER,
+    tool_use_count INTEGER,
+    duration_ms INTEGER,
+    source TEXT NOT NULL DEFAULT 'live',
+    observed_at TIMESTAMP NOT NULL,
+    settled_at TIMESTAMP,
+    updated_at TIMESTAMP NOT NULL,
+    FOREIGN KEY (task_session_id) REFERENCES task_sessions(id) ON DELETE CASCADE,
+    UNIQUE (` + uniq + `)
+);
+CREATE INDEX idx_subagents_session_id ON task_session_subagents(task_session_id);
+CREATE INDEX idx_subagents_task_id ON task_session_subagents(task_id);
+CREATE INDEX idx_subagents_turn_id ON task_session_subagents(turn_id);
+INSERT INTO task_sessions (id, task_id) VALUES ('s1', 'k1');
+INSERT INTO task_session_subagents (id, task_session_id, task_id, agent_execution_id, tool_call_id, observed_at, updated_at) VALUES ('h1', 's1', 'k1', '6f1c2a9e-0000-4000-8000-000000000001', 'toolu_1', '2026-08-01 00:00:00.5+00:00', '2026-08-01 00:00:00.5+00:00')`
+}
+
+// Installed-base state 6 reached through the host's own DDL: the first boot
+// publishes execution_since (AC-33b) and keeps the row, and from then on a
+// boot runs no DDL at all.
+func TestAdversarial_State6_HostCreatedAmendedTableSettles(t *testing.T) {
+	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
+		db.Host(t)
+		db.Exec(t, hostAmendedDDL("task_session_id, agent_execution_id, tool_call_id"))
+		require.True(t, observe(t, db).EndState.KeyBearing())
+
+		mustReconcile(t, db)
+		require.NotNil(t, readKeys(t, db).ExecutionSince)
+		require.Equal(t, 1, count(t, db, `SELECT COUNT(*) FROM task_session_subagents WHERE id = 'h1' AND agent_execution_id = '6f1c2a9e-0000-4000-8000-000000000001'`))
+
+		before := catalogVersion(t, db)
+		rep := mustReconcile(t, db)
+		for _, s := range rep.Steps {
+			require.Zero(t, s.Statements, "step %s ran statements", s.Name)
+		}
+		require.Equal(t, before, catalogVersion(t, db))
+	})
+}
+
+// AC-33b clause 2 names the columns in order: a unique over
+// (tool_call_id, agent_execution_id, task_session_id) is not it. With the
+// shape step failing, the key stays unwritten; once the step runs, the
+// declared key replaces it.
+func TestAdversarial_AC33b_ReorderedThreeColumnUniqueIsNotClause2(t *testing.T) {
+	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
+		db.Host(t)
+		db.Exec(t, hostAmendedDDL("tool_call_id, agent_execution_id, task_session_id"))
+		require.False(t, observe(t, db).EndState.ThreeColumnUnique)
+
+		rep, err := reconcile.Reconcile(ctx, db.DB, reconcile.WithFailpoint(func(p string) error {
+			if p == reconcile.FailpointShapeApplied {
+				return errors.New("injected: shape step fails")
+			}
+			return nil
+		}))
+		require.ErrorIs(t, err, reconcile.ErrStepFailed)
+		require.Equal(t, reconcile.Skipped, rep.Step(reconcile.StepExecutionSince).Status, describe(rep))
+		require.Nil(t, readKeys(t, db).ExecutionSince)
+
+		mustReconcile(t, db)
+		requireAC33(t, db, freshIndexSet(t, db.Dialect))
+	})
+}
