@@ -410,3 +410,26 @@ func TestAdversarial_AC33b_ReorderedThreeColumnUniqueIsNotClause2(t *testing.T) 
 		requireAC33(t, db, freshIndexSet(t, db.Dialect))
 	})
 }
+
+// A pre-amendment table on which agent_execution_id was already added as a
+// NULLABLE column (an ALTER TABLE … ADD COLUMN agent_execution_id TEXT with
+// nothing else of the amendment). Its rows carry NULL — no execution identity
+// — and tightening to NOT NULL failed on every boot on both dialects (SQLite's
+// copy inserted the NULL, PostgreSQL's SET NOT NULL met it). AC-31 and AC-33
+// clause 5: such a row ends with the shared 'unknown' sentinel; a real id
+// already present is kept.
+func TestAdversarial_AC33_NullableExecutionColumnFilledWithSentinel(t *testing.T) {
+	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
+		db.Host(t)
+		legacyWith(t, db, "ALTER TABLE task_session_subagents ADD COLUMN agent_execution_id TEXT")
+		seedLegacy(t, db)
+		db.Exec(t, `UPDATE task_session_subagents SET agent_execution_id = '6f1c2a9e-0000-4000-8000-000000000002' WHERE id = 'r3'`)
+		before := snapshot(t, db)
+
+		mustReconcile(t, db)
+		requireAC33(t, db, freshIndexSet(t, db.Dialect))
+		require.Equal(t, before, snapshot(t, db))
+		require.Equal(t, 2, count(t, db, `SELECT COUNT(*) FROM task_session_subagents WHERE id IN ('r1', 'r2') AND agent_execution_id = 'unknown'`))
+		require.Equal(t, 1, count(t, db, `SELECT COUNT(*) FROM task_session_subagents WHERE id = 'r3' AND agent_execution_id = '6f1c2a9e-0000-4000-8000-000000000002'`))
+	})
+}

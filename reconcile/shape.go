@@ -112,6 +112,9 @@ func planShape(ctx context.Context, drv migrate.Driver, d dialect.Dialect, q dia
 			if tp.Stmts, err = render(ctx, drv, []schema.Change{&schema.ModifyTable{T: want, Changes: changes}}); err != nil {
 				return nil, fmt.Errorf("plan %s: %w", want.Name, err)
 			}
+			if d == dialect.Postgres {
+				tp.Stmts = append(fillStatements(schemaName, lt, want), tp.Stmts...)
+			}
 			// Atlas takes its own copy path for more than needsCopy sees (a new
 			// column that an index covers, say). That path drops the table's
 			// triggers and skips the row-count and foreign-key checks: never run
@@ -126,6 +129,42 @@ func planShape(ctx context.Context, drv migrate.Driver, d dialect.Dialect, q dia
 		tp.Stmts = tp.Rebuild.statements()
 	}
 	return plan, nil
+}
+
+// fills maps each column the declaration makes NOT NULL with a DEFAULT, and
+// that is nullable live, to its default as SQL. A NULL there takes the
+// default before the column is tightened — otherwise the tightening fails on
+// every boot. For agent_execution_id that is AC-31's sentinel: a NULL carries
+// no execution identity, exactly what 'unknown' records (AC-33 clause 5).
+func fills(live, want *schema.Table) map[string]string {
+	out := map[string]string{}
+	for _, wc := range want.Columns {
+		lc, ok := live.Column(wc.Name)
+		lit, isLit := wc.Default.(*schema.Literal)
+		if !ok || !lc.Type.Null || wc.Type.Null || !isLit {
+			continue
+		}
+		v := lit.V
+		if _, isString := wc.Type.Type.(*schema.StringType); isString && !strings.HasPrefix(v, "'") {
+			v = "'" + strings.ReplaceAll(v, "'", "''") + "'"
+		}
+		out[wc.Name] = v
+	}
+	return out
+}
+
+// fillStatements are the UPDATEs that apply fills on PostgreSQL, run before
+// the ALTER in the same transaction.
+func fillStatements(schemaName string, live, want *schema.Table) []string {
+	var out []string
+	for _, c := range want.Columns {
+		if v, ok := fills(live, want)[c.Name]; ok {
+			col := dialect.QuoteIdent(c.Name)
+			out = append(out, fmt.Sprintf("UPDATE %s.%s SET %s = %s WHERE %s IS NULL",
+				dialect.QuoteIdent(schemaName), dialect.QuoteIdent(want.Name), col, v, col))
+		}
+	}
+	return out
 }
 
 // render asks Atlas for the SQL of a change set.

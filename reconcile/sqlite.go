@@ -227,14 +227,20 @@ func planRebuild(ctx context.Context, drv migrate.Driver, q dialect.Querier, liv
 	// Explicit column copy: every declared column that exists live keeps its
 	// stored value byte for byte; a new column takes its declared DEFAULT
 	// ('unknown' for agent_execution_id, AC-33 clause 5).
-	var cols []string
+	// A column tightened to NOT NULL takes its DEFAULT where it held NULL (fills).
+	var cols, exprs []string
+	fill := fills(live, want)
 	for _, c := range want.Columns {
 		if _, ok := live.Column(c.Name); ok {
-			cols = append(cols, dialect.QuoteIdent(c.Name))
+			q := dialect.QuoteIdent(c.Name)
+			cols = append(cols, q)
+			if v, ok := fill[c.Name]; ok {
+				q = fmt.Sprintf("COALESCE(%s, %s)", q, v)
+			}
+			exprs = append(exprs, q)
 		}
 	}
-	list := strings.Join(cols, ", ")
-	r.copy = fmt.Sprintf("INSERT INTO %s (%s) SELECT %s FROM %s", dialect.QuoteIdent(r.tmp), list, list, dialect.QuoteIdent(want.Name))
+	r.copy = fmt.Sprintf("INSERT INTO %s (%s) SELECT %s FROM %s", dialect.QuoteIdent(r.tmp), strings.Join(cols, ", "), strings.Join(exprs, ", "), dialect.QuoteIdent(want.Name))
 	for _, idx := range want.Indexes {
 		s, err := render(ctx, drv, []schema.Change{&schema.ModifyTable{T: want, Changes: []schema.Change{&schema.AddIndex{I: idx}}}})
 		if err != nil {
