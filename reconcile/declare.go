@@ -41,15 +41,23 @@ func (d *Declaration) Table(name string) *schema.Table {
 // LoadDeclaration reads and evaluates an HCL file for d; an empty path means
 // the schema.hcl built into this module.
 func LoadDeclaration(path string, d dialect.Dialect, schemaName string) (*Declaration, error) {
-	src, file := schemastate.SchemaHCL, "schema.hcl (built in)"
-	if path != "" {
-		b, err := os.ReadFile(path)
-		if err != nil {
-			return nil, fmt.Errorf("read declared shape: %w", err)
-		}
-		src, file = b, path
+	src, file, err := readDeclaration(path)
+	if err != nil {
+		return nil, err
 	}
 	return EvalDeclaration(src, file, d, schemaName)
+}
+
+// readDeclaration returns the HCL source and the name to cite it by.
+func readDeclaration(path string) (src []byte, file string, err error) {
+	if path == "" {
+		return schemastate.SchemaHCL, "schema.hcl (built in)", nil
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, "", fmt.Errorf("read declared shape: %w", err)
+	}
+	return b, path, nil
 }
 
 // EvalDeclaration evaluates HCL source for dialect d and binds every table to

@@ -1,0 +1,116 @@
+package reconcile_test
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/schemastate/schemastate"
+	"github.com/schemastate/schemastate/dialect"
+	"github.com/schemastate/schemastate/internal/dbtest"
+	"github.com/schemastate/schemastate/reconcile"
+)
+
+const certifiedDetail = "certified"
+
+// settle reconciles until a boot takes the certified fast path: the boot that
+// applies a change never certifies; the next full check that finds nothing to
+// change does.
+func settle(t *testing.T, db *dbtest.DB, opts ...reconcile.Option) *reconcile.Report {
+	t.Helper()
+	for i := 0; i < 3; i++ {
+		rep := mustReconcile(t, db, opts...)
+		if strings.Contains(rep.Step(reconcile.StepShape).Detail, certifiedDetail) {
+			return rep
+		}
+	}
+	t.Fatal("no certified boot after three reconciles")
+	return nil
+}
+
+// The steady state: a certified boot runs no DDL, writes nothing, and reports
+// the full end state and the keys.
+func TestReconcile_SteadyStateCertifiedBootWritesNothing(t *testing.T) {
+	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
+		db.Host(t).Legacy(t)
+		seedLegacy(t, db)
+		settle(t, db)
+		before, meta := catalogVersion(t, db), metaSnapshot(t, db)
+		rep := mustReconcile(t, db)
+		require.Contains(t, rep.Step(reconcile.StepShape).Detail, certifiedDetail)
+		require.True(t, rep.EndState.KeyBearing())
+		require.True(t, rep.EndState.IndexesMatchDeclaration)
+		require.NotNil(t, rep.Keys.ExecutionSince)
+		for _, s := range rep.Steps {
+			require.Zero(t, s.Statements, s.Name)
+			require.NotEqual(t, reconcile.Failed, s.Status, s.Name)
+		}
+		require.Equal(t, before, catalogVersion(t, db))
+		require.Equal(t, meta, metaSnapshot(t, db), "a certified boot writes nothing")
+	})
+}
+
+func metaSnapshot(t *testing.T, db *dbtest.DB) string {
+	var s string
+	require.NoError(t, db.QueryRow(`SELECT COALESCE(MAX(key || '=' || value), '') || ':' || COUNT(*) FROM kandev_meta`).Scan(&s))
+	return s
+}
+
+// Any live change after certification is seen: the fast path falls back to
+// the full check, which acts on it.
+func TestReconcile_CertificateNeverMasksALiveChange(t *testing.T) {
+	changes := map[string]func(d dialect.Dialect) string{
+		"a column added by hand": func(dialect.Dialect) string {
+			return `ALTER TABLE task_session_subagents ADD COLUMN extra TEXT`
+		},
+		"a declared index dropped": func(dialect.Dialect) string { return `DROP INDEX idx_subagents_task_id` },
+		"an undeclared index added": func(dialect.Dialect) string {
+			return `CREATE INDEX idx_subagents_model ON task_session_subagents (model)`
+		},
+		"a default changed": func(d dialect.Dialect) string {
+			if d == dialect.SQLite {
+				return "" // SQLite cannot alter a default in place
+			}
+			return `ALTER TABLE task_session_subagents ALTER COLUMN source SET DEFAULT 'other'`
+		},
+		"a key deleted": func(dialect.Dialect) string {
+			return `DELETE FROM kandev_meta WHERE key = 'subagent_context_execution_since'`
+		},
+	}
+	for name, change := range changes {
+		t.Run(name, func(t *testing.T) {
+			dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
+				stmt := change(db.Dialect)
+				if stmt == "" {
+					return
+				}
+				db.Host(t)
+				settle(t, db)
+				db.Exec(t, stmt)
+				rep, _ := reconcile.Reconcile(ctx, db.DB)
+				require.NotContains(t, rep.Step(reconcile.StepShape).Detail, certifiedDetail, describe(rep))
+				obs := observe(t, db)
+				require.True(t, obs.EndState.KeyBearing())
+				require.NotNil(t, obs.Keys.ExecutionSince)
+			})
+		})
+	}
+}
+
+// A declaration edit or another declaration file invalidates the certificate.
+func TestReconcile_CertificateBoundToTheDeclaration(t *testing.T) {
+	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
+		db.Host(t)
+		settle(t, db)
+		path := filepath.Join(t.TempDir(), "edited.hcl")
+		require.NoError(t, os.WriteFile(path, append(append([]byte{}, schemastate.SchemaHCL...), "\n# an edit\n"...), 0o644))
+		rep := mustReconcile(t, db, reconcile.WithSchemaFile(path))
+		require.NotContains(t, rep.Step(reconcile.StepShape).Detail, certifiedDetail)
+		settle(t, db, reconcile.WithSchemaFile(path))
+		rep = mustReconcile(t, db)
+		require.NotContains(t, rep.Step(reconcile.StepShape).Detail, certifiedDetail, "back to the built-in declaration")
+	})
+}

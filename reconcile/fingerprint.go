@@ -1,0 +1,235 @@
+package reconcile
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"runtime/debug"
+	"strings"
+
+	"github.com/schemastate/schemastate/dialect"
+	"github.com/schemastate/schemastate/keys"
+)
+
+// The steady-state fast path.
+//
+// A boot on a store already in its declared shape must be cheap: the host
+// boots often and replicas boot together. A full check — evaluating
+// schema.hcl and inspecting the owned tables with Atlas — costs milliseconds
+// on SQLite and tens of them on PostgreSQL. So when a full check finds nothing
+// to change, the reconcile records a certificate in kandev_meta: the hash of
+// the declaration and of the build that checked it, the owned and host table
+// names, and the hash of the live catalog entries of those tables (every
+// column, default, index, constraint, trigger and comment, as the catalog
+// itself renders them). The next boot reads the catalog in one query and,
+// when everything matches and all three activation keys are present, knows
+// the full check would find nothing: no Atlas, no DDL, no write. Any
+// difference — a declaration edit, a new build, a column or index added by
+// hand, a dropped host table — falls back to the full check, which is always
+// correct. A certificate is written only after a full check found no change
+// (never right after applying one), so a plan that did not converge is
+// checked again.
+
+// certificateKey is the kandev_meta row holding the certificate.
+const certificateKey = "schemastate_shape_certificate"
+
+// certificateVersion changes with the catalog rendering below.
+const certificateVersion = "1"
+
+// certificate is the parsed kandev_meta value.
+type certificate struct {
+	declaration string   // declarationHash
+	owned, host []string // table names the catalog hash covers
+	catalog     string   // catalogHash
+}
+
+func (c certificate) String() string {
+	return strings.Join([]string{"v" + certificateVersion, c.declaration, strings.Join(c.owned, ","), strings.Join(c.host, ","), c.catalog}, "|")
+}
+
+func parseCertificate(s string) (certificate, bool) {
+	f := strings.Split(s, "|")
+	if len(f) != 5 || f[0] != "v"+certificateVersion || f[2] == "" {
+		return certificate{}, false
+	}
+	c := certificate{declaration: f[1], owned: strings.Split(f[2], ","), catalog: f[4]}
+	if f[3] != "" {
+		c.host = strings.Split(f[3], ",")
+	}
+	return c, true
+}
+
+// declarationHash identifies what a certificate vouches for: the declaration
+// as evaluated for one dialect and schema, by one build (this module's and
+// Atlas's versions, and the host binary's own revision), so a new build
+// re-runs the full check once.
+func declarationHash(d dialect.Dialect, src []byte, schemaName string) string {
+	h := sha256.New()
+	fmt.Fprintf(h, "%s\x00%s\x00%s\x00", certificateVersion, d, schemaName)
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		fmt.Fprintf(h, "%s@%s\x00", bi.Main.Path, bi.Main.Version)
+		for _, s := range bi.Settings {
+			if strings.HasPrefix(s.Key, "vcs.") {
+				fmt.Fprintf(h, "%s=%s\x00", s.Key, s.Value)
+			}
+		}
+		for _, m := range bi.Deps {
+			if m.Path == "ariga.io/atlas" || m.Path == "github.com/schemastate/schemastate" {
+				fmt.Fprintf(h, "%s@%s%s\x00", m.Path, m.Version, m.Sum)
+			}
+		}
+	}
+	h.Write(src)
+	return hex.EncodeToString(h.Sum(nil))[:32]
+}
+
+// catalogHash hashes the live catalog entries of the owned tables, and the
+// presence of the host tables, in one query.
+func catalogHash(ctx context.Context, d dialect.Dialect, q dialect.Querier, owned, host []string) (string, error) {
+	args := make([]any, 0, len(owned)+len(host))
+	for _, n := range append(append([]string{}, owned...), host...) {
+		args = append(args, n)
+	}
+	ownedIn := placeholders(d, 1, len(owned))
+	hostIn := "NULL"
+	if len(host) > 0 {
+		hostIn = placeholders(d, len(owned)+1, len(host))
+	}
+	var query string
+	if d == dialect.SQLite {
+		query = `SELECT type || ':' || name || ':' || tbl_name || ':' || COALESCE(sql, '') FROM sqlite_master WHERE tbl_name IN (` + ownedIn + `)
+UNION ALL SELECT 'host:' || name FROM sqlite_master WHERE type = 'table' AND name IN (` + hostIn + `)
+ORDER BY 1`
+	} else {
+		query = `WITH rel AS (
+  SELECT c.oid, c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+  WHERE n.nspname = current_schema() AND c.relkind IN ('r', 'p') AND c.relname IN (` + ownedIn + `)
+)
+SELECT 'col:' || rel.relname || ':' || a.attnum::text || ':' || a.attname || ':' || format_type(a.atttypid, a.atttypmod) || ':' || a.attnotnull::text || ':' || a.attidentity::text || ':' || a.attgenerated::text || ':' || COALESCE(pg_get_expr(ad.adbin, ad.adrelid), '') || ':' || COALESCE(col_description(rel.oid, a.attnum), '')
+  FROM rel JOIN pg_attribute a ON a.attrelid = rel.oid AND a.attnum > 0 AND NOT a.attisdropped
+  LEFT JOIN pg_attrdef ad ON ad.adrelid = rel.oid AND ad.adnum = a.attnum
+UNION ALL SELECT 'idx:' || rel.relname || ':' || pg_get_indexdef(i.indexrelid) || ':' || i.indisvalid::text
+  FROM rel JOIN pg_index i ON i.indrelid = rel.oid
+UNION ALL SELECT 'con:' || rel.relname || ':' || con.conname || ':' || con.contype::text || ':' || pg_get_constraintdef(con.oid) || ':' || con.condeferrable::text
+  FROM rel JOIN pg_constraint con ON con.conrelid = rel.oid
+UNION ALL SELECT 'trg:' || rel.relname || ':' || pg_get_triggerdef(t.oid)
+  FROM rel JOIN pg_trigger t ON t.tgrelid = rel.oid AND NOT t.tgisinternal
+UNION ALL SELECT 'tbl:' || rel.relname || ':' || COALESCE(obj_description(rel.oid, 'pg_class'), '') FROM rel
+UNION ALL SELECT 'host:' || c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+  WHERE n.nspname = current_schema() AND c.relkind IN ('r', 'p') AND c.relname IN (` + hostIn + `)
+ORDER BY 1`
+	}
+	rows, err := q.QueryContext(ctx, query, args...)
+	if err != nil {
+		return "", err
+	}
+	defer rows.Close()
+	h := sha256.New()
+	n := 0
+	for rows.Next() {
+		var s string
+		if err := rows.Scan(&s); err != nil {
+			return "", err
+		}
+		h.Write([]byte(s))
+		h.Write([]byte{0})
+		n++
+	}
+	if err := rows.Err(); err != nil {
+		return "", err
+	}
+	return fmt.Sprintf("%d-%s", n, hex.EncodeToString(h.Sum(nil))[:32]), nil
+}
+
+func placeholders(d dialect.Dialect, from, n int) string {
+	ps := make([]string, n)
+	for i := range ps {
+		ps[i] = d.Param(from + i)
+	}
+	return strings.Join(ps, ", ")
+}
+
+// certified reports whether this boot can take the fast path: the stored
+// certificate matches this build's declaration and the live catalog, and all
+// three activation keys are present. Any error means "no": the full check runs.
+func (r *run) certified(ctx context.Context) (keys.Set, bool) {
+	q := r.sess.querier()
+	src, _, err := readDeclaration(r.o.schemaFile)
+	if err != nil {
+		return keys.Set{}, false
+	}
+	name, err := schemaName(ctx, r.o.dialect, q)
+	if err != nil {
+		return keys.Set{}, false
+	}
+	ks, err := keys.Read(ctx, q, r.o.dialect)
+	if err != nil || ks.CaptureSince == nil || ks.BackfillThrough == nil || ks.ExecutionSince == nil {
+		return ks, false
+	}
+	stored, ok, err := keys.Get(ctx, q, r.o.dialect, certificateKey)
+	if err != nil || !ok {
+		return ks, false
+	}
+	c, ok := parseCertificate(stored)
+	if !ok || c.declaration != declarationHash(r.o.dialect, src, name) {
+		return ks, false
+	}
+	live, err := catalogHash(ctx, r.o.dialect, q, c.owned, c.host)
+	if err != nil || live != c.catalog {
+		return ks, false
+	}
+	return ks, true
+}
+
+// certify records a certificate for the live catalog, after a full check in
+// this pass found no change to make and observed the whole end state. It is
+// bookkeeping for the next boot: a failure is logged and changes nothing.
+func (r *run) certify(ctx context.Context, q dialect.Querier) {
+	// In a savepoint of its own: on PostgreSQL a failed statement would
+	// otherwise abort the step's transaction and lose the key written in it.
+	if _, err := q.ExecContext(ctx, "SAVEPOINT schemastate_certificate"); err != nil {
+		return
+	}
+	if err := r.writeCertificate(ctx, q); err != nil {
+		r.o.logger.Info("shape certificate not recorded", "error", err)
+		_, _ = q.ExecContext(ctx, "ROLLBACK TO SAVEPOINT schemastate_certificate")
+	}
+	_, _ = q.ExecContext(ctx, "RELEASE SAVEPOINT schemastate_certificate")
+}
+
+func (r *run) writeCertificate(ctx context.Context, q dialect.Querier) error {
+	src, _, err := readDeclaration(r.o.schemaFile)
+	if err != nil {
+		return err
+	}
+	c := certificate{declaration: declarationHash(r.o.dialect, src, r.schema), host: r.decl.HostTables()}
+	for _, t := range r.decl.Owned {
+		c.owned = append(c.owned, t.Name)
+	}
+	if c.catalog, err = catalogHash(ctx, r.o.dialect, q, c.owned, c.host); err != nil {
+		return err
+	}
+	value := c.String()
+	stored, ok, err := keys.Get(ctx, q, r.o.dialect, certificateKey)
+	if err != nil || (ok && stored == value) {
+		return err
+	}
+	_, err = q.ExecContext(ctx, r.o.dialect.Rebind(`INSERT INTO kandev_meta (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value`), certificateKey, value)
+	return err
+}
+
+// fastPath records the steps of a certified boot: everything is as the last
+// full check left it.
+func (r *run) fastPath(ks keys.Set) {
+	r.rep.EndState = EndState{ExecutionColumnNotNull: true, ThreeColumnUnique: true, TwoColumnUniqueAbsent: true, IndexesMatchDeclaration: true}
+	r.rep.Keys = ks
+	for _, s := range []Step{
+		{Name: StepHostTables, Status: Unchanged, Detail: "present (certified)"},
+		{Name: StepShape, Status: Unchanged, Detail: "declared shape holds (certified: catalog unchanged since the last full check)"},
+		{Name: StepExecutionSince, Status: Unchanged, Detail: "key already present"},
+		{Name: StepBackfill, Status: Unchanged, Detail: "both backfill keys present"},
+	} {
+		r.record(s)
+	}
+}
