@@ -114,3 +114,24 @@ func TestReconcile_CertificateBoundToTheDeclaration(t *testing.T) {
 		require.NotContains(t, rep.Step(reconcile.StepShape).Detail, certifiedDetail, "back to the built-in declaration")
 	})
 }
+
+// A host-created amended table on PostgreSQL carries the three-column key
+// under its auto-generated name: the reconcile renames the constraint instead
+// of dropping it and building the unique index again under an exclusive lock,
+// and the table then matches a fresh database's index set.
+func TestReconcile_PostgresRenamesAutoNamedKeyInsteadOfRebuildingIt(t *testing.T) {
+	db := dbtest.Open(t, dialect.Postgres).Host(t)
+	db.Exec(t, hostAmendedDDL("task_session_id, agent_execution_id, tool_call_id"))
+	plan, err := reconcile.Plan(ctx, db.DB)
+	require.NoError(t, err)
+	joined := strings.Join(plan.Statements(), "\n")
+	require.Contains(t, joined, "RENAME CONSTRAINT")
+	require.NotContains(t, joined, "DROP CONSTRAINT")
+	require.NotContains(t, joined, "ADD CONSTRAINT")
+
+	mustReconcile(t, db)
+	obs := observe(t, db)
+	require.True(t, obs.EndState.KeyBearing())
+	require.Equal(t, freshIndexSet(t, db.Dialect), obs.Indexes["task_session_subagents"])
+	settle(t, db)
+}

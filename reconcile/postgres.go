@@ -1,6 +1,8 @@
 package reconcile
 
 import (
+	"ariga.io/atlas/sql/postgres"
+	"ariga.io/atlas/sql/schema"
 	"context"
 	"database/sql"
 	"database/sql/driver"
@@ -132,4 +134,55 @@ func withDetail(err error) error {
 		extra = strings.TrimSpace(extra + " " + pe.Hint)
 	}
 	return fmt.Errorf("%w: %s", err, extra)
+}
+
+// renameEquivalentUniques finds, on PostgreSQL, a live UNIQUE constraint that
+// is a declared one under another name — the host's own DDL leaves the
+// three-column key auto-named — and plans a RENAME CONSTRAINT instead of the
+// drop and re-add a name-based diff would plan (which rebuilds the unique
+// index under an ACCESS EXCLUSIVE lock). The live table is updated to the
+// declared name so the diff sees the same constraint. A partial index, a
+// plain unique index and a column order that differs are never equivalent.
+func renameEquivalentUniques(d dialect.Dialect, schemaName string, live, want *schema.Table) []string {
+	if d != dialect.Postgres {
+		return nil
+	}
+	var stmts []string
+	for _, idx := range live.Indexes {
+		if !isUniqueConstraint(idx) {
+			continue
+		}
+		if _, declared := want.Index(idx.Name); declared {
+			continue
+		}
+		for _, w := range want.Indexes {
+			if _, taken := live.Index(w.Name); taken || !w.Unique || !sameColumns(idx, w) || hasPredicate(idx) {
+				continue
+			}
+			stmts = append(stmts, fmt.Sprintf("ALTER TABLE %s.%s RENAME CONSTRAINT %s TO %s",
+				dialect.QuoteIdent(schemaName), dialect.QuoteIdent(live.Name), dialect.QuoteIdent(idx.Name), dialect.QuoteIdent(w.Name)))
+			idx.Name = w.Name
+			idx.Attrs = append([]schema.Attr(nil), w.Attrs...)
+			break
+		}
+	}
+	return stmts
+}
+
+func isUniqueConstraint(idx *schema.Index) bool {
+	for _, a := range idx.Attrs {
+		if c, ok := a.(*postgres.Constraint); ok && c.T == "u" {
+			return idx.Unique
+		}
+	}
+	return false
+}
+
+func hasPredicate(idx *schema.Index) bool {
+	for _, a := range idx.Attrs {
+		if _, ok := a.(*postgres.IndexPredicate); ok {
+			return true
+		}
+	}
+	return false
 }

@@ -92,11 +92,13 @@ func planShape(ctx context.Context, drv migrate.Driver, d dialect.Dialect, q dia
 		}
 		tp.Live = lt
 		normalizeLive(d, lt, want)
+		renames := renameEquivalentUniques(d, schemaName, lt, want)
 		changes, err := drv.TableDiff(lt, want)
 		if err != nil {
 			return nil, fmt.Errorf("diff %s: %w", want.Name, err)
 		}
 		if len(changes) == 0 {
+			tp.Stmts = renames
 			continue
 		}
 		tp.Changes = changes
@@ -113,7 +115,7 @@ func planShape(ctx context.Context, drv migrate.Driver, d dialect.Dialect, q dia
 				return nil, fmt.Errorf("plan %s: %w", want.Name, err)
 			}
 			if d == dialect.Postgres {
-				tp.Stmts = append(fillStatements(schemaName, lt, want), tp.Stmts...)
+				tp.Stmts = append(append(renames, fillStatements(schemaName, lt, want)...), tp.Stmts...)
 			}
 			// Atlas takes its own copy path for more than needsCopy sees (a new
 			// column that an index covers, say). That path drops the table's
