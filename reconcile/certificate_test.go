@@ -135,3 +135,18 @@ func TestReconcile_PostgresRenamesAutoNamedKeyInsteadOfRebuildingIt(t *testing.T
 	require.Equal(t, freshIndexSet(t, db.Dialect), obs.Indexes["task_session_subagents"])
 	settle(t, db)
 }
+
+// A DEFERRABLE three-column unique cannot arbitrate ON CONFLICT, so it is not
+// AC-33 clause 2 and execution_since is not published off it.
+func TestReconcile_PostgresDeferrableKeyIsNotClause2(t *testing.T) {
+	db := dbtest.Open(t, dialect.Postgres).Host(t)
+	mustReconcile(t, db)
+	db.Exec(t, `DELETE FROM kandev_meta WHERE key = 'subagent_context_execution_since';
+ALTER TABLE task_session_subagents DROP CONSTRAINT task_session_subagents_session_execution_tool_call_key;
+ALTER TABLE task_session_subagents ADD CONSTRAINT task_session_subagents_session_execution_tool_call_key UNIQUE (task_session_id, agent_execution_id, tool_call_id) DEFERRABLE INITIALLY DEFERRED`)
+	obs := observe(t, db)
+	require.False(t, obs.EndState.ThreeColumnUnique)
+	rep, _ := reconcile.Reconcile(ctx, db.DB)
+	require.NotEqual(t, reconcile.Applied, rep.Step(reconcile.StepExecutionSince).Status, describe(rep))
+	require.Nil(t, readKeys(t, db).ExecutionSince)
+}

@@ -186,3 +186,40 @@ func hasPredicate(idx *schema.Index) bool {
 	}
 	return false
 }
+
+// dropDeferrableUniques removes DEFERRABLE unique constraints from an
+// inspected PostgreSQL table before the end state is observed. Atlas does not
+// model deferrability, and INSERT … ON CONFLICT cannot use a deferrable
+// constraint as its arbiter, so such a constraint is not AC-33 clause 2: the
+// live upsert would fail against it, and execution_since must not be published.
+func dropDeferrableUniques(ctx context.Context, d dialect.Dialect, q dialect.Querier, live *schema.Table) error {
+	if d != dialect.Postgres || live == nil {
+		return nil
+	}
+	rows, err := q.QueryContext(ctx, `SELECT con.conname FROM pg_constraint con
+  JOIN pg_class c ON c.oid = con.conrelid JOIN pg_namespace n ON n.oid = c.relnamespace
+  WHERE n.nspname = current_schema() AND c.relname = $1 AND con.contype = 'u' AND con.condeferrable`, live.Name)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	deferrable := map[string]bool{}
+	for rows.Next() {
+		var name string
+		if err := rows.Scan(&name); err != nil {
+			return err
+		}
+		deferrable[name] = true
+	}
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	kept := live.Indexes[:0:0]
+	for _, idx := range live.Indexes {
+		if !deferrable[idx.Name] {
+			kept = append(kept, idx)
+		}
+	}
+	live.Indexes = kept
+	return nil
+}

@@ -464,6 +464,9 @@ func (r *run) observe(ctx context.Context, q dialect.Querier) (EndState, error) 
 		return EndState{}, err
 	}
 	lt, _ := live.Table(subagentsTable)
+	if err := dropDeferrableUniques(ctx, r.o.dialect, q, lt); err != nil {
+		return EndState{}, err
+	}
 	return observe(lt, r.decl.Table(subagentsTable)), nil
 }
 

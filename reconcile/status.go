@@ -59,6 +59,9 @@ func Observe(ctx context.Context, db *sql.DB, opts ...Option) (*Observation, err
 		obs.Indexes[t.Name] = IndexSet(t)
 	}
 	lt, _ := live.Table(subagentsTable)
+	if err := dropDeferrableUniques(ctx, o.dialect, db, lt); err != nil {
+		return nil, err
+	}
 	obs.EndState = observe(lt, decl.Table(subagentsTable))
 	if !contains(obs.MissingHostTables, keys.MetaTable) {
 		if obs.Keys, err = keys.Read(ctx, db, o.dialect); err != nil {
