@@ -537,15 +537,7 @@ func missingTables(ctx context.Context, d dialect.Dialect, q dialect.Querier, na
 // Plan is the dry run of the shape step: what Reconcile would execute now.
 // It takes no lock and changes nothing.
 func Plan(ctx context.Context, db *sql.DB, opts ...Option) (*ShapePlan, error) {
-	o, err := newOptions(db, opts)
-	if err != nil {
-		return nil, err
-	}
-	name, err := schemaName(ctx, o.dialect, db)
-	if err != nil {
-		return nil, err
-	}
-	decl, err := LoadDeclaration(o.schemaFile, o.dialect, name)
+	o, name, decl, err := readOnly(ctx, db, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -554,4 +546,22 @@ func Plan(ctx context.Context, db *sql.DB, opts ...Option) (*ShapePlan, error) {
 		return nil, err
 	}
 	return planShape(ctx, drv, o.dialect, db, decl, name)
+}
+
+// readOnly prepares a lock-free, read-only look (Plan, Observe): the options,
+// the live schema's name and the declaration evaluated for it.
+func readOnly(ctx context.Context, db *sql.DB, opts []Option) (*options, string, *Declaration, error) {
+	o, err := newOptions(db, opts)
+	if err != nil {
+		return nil, "", nil, err
+	}
+	name, err := schemaName(ctx, o.dialect, db)
+	if err != nil {
+		return nil, "", nil, err
+	}
+	decl, err := LoadDeclaration(o.schemaFile, o.dialect, name)
+	if err != nil {
+		return nil, "", nil, err
+	}
+	return o, name, decl, nil
 }

@@ -28,15 +28,7 @@ type Observation struct {
 // Observe inspects the declared tables and reads the keys. It takes no lock
 // and changes nothing.
 func Observe(ctx context.Context, db *sql.DB, opts ...Option) (*Observation, error) {
-	o, err := newOptions(db, opts)
-	if err != nil {
-		return nil, err
-	}
-	name, err := schemaName(ctx, o.dialect, db)
-	if err != nil {
-		return nil, err
-	}
-	decl, err := LoadDeclaration(o.schemaFile, o.dialect, name)
+	o, name, decl, err := readOnly(ctx, db, opts)
 	if err != nil {
 		return nil, err
 	}
