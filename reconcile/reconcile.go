@@ -394,7 +394,7 @@ func (r *run) shape(ctx context.Context, q dialect.Querier) Step {
 		}
 		r.progress(StepShape, "applying "+tp.Table)
 		if tp.Rebuild != nil {
-			k, err := tp.Rebuild.apply(ctx, q, r.o.fail)
+			k, err := tp.Rebuild.apply(ctx, q, r.o.fail, func(msg string) { r.progress(StepShape, msg) })
 			n += k
 			if err != nil {
 				return failed(fmt.Errorf("rebuild %s: %w", tp.Table, err))

@@ -461,5 +461,8 @@ func TestReconcile_ProgressReportsEachStep(t *testing.T) {
 		}))
 		require.Equal(t, map[string]string{"shape": "applied", "execution_since": "applied", "backfill": "applied"}, done)
 		require.Contains(t, messages, "shape: applying task_session_subagents")
+		if db.Dialect == dialect.SQLite {
+			require.Contains(t, messages, "shape: rebuilding task_session_subagents: copying 3 rows", "rows when known")
+		}
 	})
 }

@@ -259,7 +259,7 @@ func planRebuild(ctx context.Context, drv migrate.Driver, q dialect.Querier, liv
 
 // apply runs the rebuild and refuses to let it commit unless every row was
 // copied and no foreign-key violation appeared.
-func (r *rebuild) apply(ctx context.Context, q dialect.Querier, fail func(string) error) (int, error) {
+func (r *rebuild) apply(ctx context.Context, q dialect.Querier, fail func(string) error, say func(string)) (int, error) {
 	before, err := r.fkViolations(ctx, q)
 	if err != nil {
 		return 0, err
@@ -268,6 +268,7 @@ func (r *rebuild) apply(ctx context.Context, q dialect.Querier, fail func(string
 	if err := q.QueryRowContext(ctx, "SELECT COUNT(*) FROM "+dialect.QuoteIdent(r.table)).Scan(&rows); err != nil {
 		return 0, err
 	}
+	say(fmt.Sprintf("rebuilding %s: copying %d rows", r.table, rows))
 	// SQLite's RENAME re-parses every view and trigger in the schema; between
 	// the DROP and the RENAME a view or another table's trigger that names the
 	// table names nothing, and the RENAME fails. The legacy rename (SQLite's
