@@ -301,6 +301,46 @@ func TestBackfill_AC23b_MalformedMetadataNeverAborts(t *testing.T) {
 	})
 }
 
+// AC-21 / AC-23b: the plain text test that spares non-candidate rows the
+// JSON work never skips a qualifying document. The kind is spelled with each
+// of its letters as a \u00XX escape in turn (lower- and upper-case hex); every
+// one qualifies. Documents that hold other escapes, or name subagent_task
+// only outside normalized.kind, do not.
+func TestBackfill_AC21_EveryEscapedSpellingOfTheKindQualifies(t *testing.T) {
+	const kind = "subagent_task"
+	var docs []string
+	for i, c := range kind {
+		for _, hex := range []string{"%04x", "%04X"} {
+			spelled := kind[:i] + `\u` + fmt.Sprintf(hex, c) + kind[i+1:]
+			docs = append(docs, spelled)
+		}
+	}
+	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
+		declared(t, db)
+		for i, spelled := range docs {
+			seed(t, db, message{ID: fmt.Sprint("esc", i), Session: "s1", Task: "task-1", Turn: "t", Created: base,
+				// No subagent_task payload key: the escaped kind is the only spelling in the document.
+				Meta: fmt.Sprintf(`{"tool_call_id":"toolu_esc%02d","status":"\u003cdone\u003e","normalized":{"kind":"%s"}}`, i, spelled)})
+		}
+		for i, m := range []string{
+			`{"tool_call_id":"toolu_no1","normalized":{"kind":"tool_call","note":"subagent_task"}}`,
+			`{"tool_call_id":"toolu_no2","normalized":{"kind":"subagent\u003ctask"}}`,
+			`{"tool_call_id":"toolu_no3","normalized":{"kind":"\u00e9subagent_task"}}`,
+		} {
+			seed(t, db, message{ID: fmt.Sprint("no", i), Session: "s1", Task: "task-1", Turn: "t", Created: base.Add(time.Hour), Meta: m})
+		}
+		res := mustRun(t, db)
+		require.EqualValues(t, len(docs), res.Inserted)
+		got := rows(t, db)
+		for i := range docs {
+			r := got[fmt.Sprintf("toolu_esc%02d/unknown", i)]
+			require.NotNil(t, r, "spelling %s", docs[i])
+			require.Equal(t, "<done>", r.get("tool_status"), "spelling %s", docs[i])
+		}
+		require.Equal(t, keys.Format(base), res.BackfillThrough, "no non-qualifying document reaches the MAX")
+	})
+}
+
 // AC-24f: nothing qualifying → backfill_through is the ” sentinel, which is
 // never parsed as an instant; capture_since is still written.
 func TestBackfill_AC24f_EmptySentinelWhenNothingMatched(t *testing.T) {

@@ -28,6 +28,15 @@ type jsonPath []string
 
 // fragments are the dialect-specific pieces the shared text is built from.
 type fragments struct {
+	// candidate is a plain text test on message row m's raw metadata, run on
+	// every message before any JSON function: false only for a document that
+	// cannot qualify. A document whose normalized.kind parses to
+	// 'subagent_task' holds that text verbatim or spells one of its
+	// characters (a-z, _) as a \u00XX escape — no other JSON escape yields a
+	// letter — so every other row is skipped without being parsed. Both
+	// dialects' parsers accept only RFC 8259 escapes here, so this holds
+	// whatever else the document contains.
+	candidate string
 	// meta renders the normalized metadata document of message row m: the
 	// document when it is a JSON object, else an empty object. NULL, '',
 	// 'null', malformed text and non-object JSON ([1], "x", 5) all become {}
@@ -66,6 +75,10 @@ func statementsFor(d dialect.Dialect) statements {
 func sqliteStatements() statements {
 	path := func(p jsonPath) string { return "'$." + strings.Join(p, ".") + "'" }
 	f := fragments{
+		// GLOB after instr: the pattern runs only on the rare document that
+		// holds a \u00 escape at all.
+		candidate: `(instr(m.metadata, 'subagent_task') > 0 OR ` +
+			`(instr(m.metadata, '\u00') > 0 AND m.metadata GLOB '*\u00[5-7]*'))`,
 		meta: `CASE WHEN json_valid(m.metadata) THEN ` +
 			`CASE WHEN json_type(m.metadata) = 'object' THEN m.metadata ELSE '{}' END ` +
 			`ELSE '{}' END`,
@@ -126,13 +139,12 @@ func postgresStatements() statements {
 	path := func(p jsonPath) string { return "'{" + strings.Join(p, ",") + "}'" }
 	f := fragments{
 		// ::text so a host whose metadata column is json/jsonb works too.
-		// The guarded cast costs a subtransaction per row, so it runs only
-		// where a match is possible: a document whose normalized.kind parses
-		// to 'subagent_task' must hold that text verbatim or spell it with a
-		// \u escape (no other JSON escape can produce those letters). Every
-		// other row cannot qualify and reads as {} — the same outcome.
-		meta: `CASE WHEN strpos(m.metadata::text, 'subagent_task') > 0 OR strpos(m.metadata::text, '\u') > 0 ` +
-			`THEN ` + pgMetaFunc + `(m.metadata::text) ELSE '{}'::jsonb END`,
+		// The regular expression runs only on a document holding \u00.
+		candidate: `(strpos(m.metadata::text, 'subagent_task') > 0 OR ` +
+			`(strpos(m.metadata::text, '\u00') > 0 AND m.metadata::text ~ '\\u00[5-7]'))`,
+		// The guarded cast costs a subtransaction per row; the candidate
+		// test keeps it to the rows that can qualify.
+		meta: pgMetaFunc + `(m.metadata::text)`,
 		text: func(p jsonPath) string {
 			return fmt.Sprintf(`CASE WHEN jsonb_typeof(meta #> %[1]s) = 'string' THEN NULLIF(meta #>> %[1]s, '') END`, path(p))
 		},
@@ -174,13 +186,14 @@ func postgresStatements() statements {
 //     newest created_at as a timestamp, then greatest id (AC-21b).
 func build(f fragments, prepare, cleanup string) statements {
 	st := func(p ...string) jsonPath { return append(jsonPath{"normalized", "subagent_task"}, p...) }
-	ctes := `WITH msg AS (
+	ctes := `WITH msg AS MATERIALIZED (
 	SELECT m.id, m.task_session_id, m.task_id, m.turn_id,
 		` + f.timeKey("m.created_at") + ` AS created_key,
 		` + f.timeKey("m.updated_at") + ` AS updated_key,
 		` + f.meta + ` AS meta,
 		m.metadata AS doc
 	FROM task_session_messages m
+	WHERE ` + f.candidate + `
 ), src AS (
 	SELECT id AS message_id, task_session_id, task_id, turn_id, created_key,
 		COALESCE(updated_key, created_key) AS updated_key,
