@@ -6,8 +6,10 @@
 // Run does, in this order and inside the caller's transaction:
 //
 //	guard (both keys present → nothing to do)
-//	→ MAX(created_at) over the source predicate      (backfill_through)
-//	→ one unbounded INSERT … SELECT … ON CONFLICT DO NOTHING
+//	→ one unbounded scan of the source predicate: every key's winner,
+//	  into a private temp table
+//	→ MAX(created_at) over the winners               (backfill_through)
+//	→ INSERT … SELECT every winner … ON CONFLICT DO NOTHING
 //	→ sample the clock                               (capture_since)
 //	→ write both keys, write-once
 //
@@ -29,7 +31,8 @@ import (
 // Failpoints Run calls through WithFailpoint. An error returned there fails
 // Run exactly as a database error at that point would.
 const (
-	// PointMaxTaken runs after backfill_through is computed, before the INSERT.
+	// PointMaxTaken runs after the scan and backfill_through are computed,
+	// before the INSERT.
 	PointMaxTaken = "backfill.max_taken"
 	// PointInserted runs after the INSERT completes, before capture_since is sampled.
 	PointInserted = "backfill.inserted"
@@ -118,19 +121,29 @@ func Run(ctx context.Context, q dialect.Querier, d dialect.Dialect, opts ...Opti
 	res.Ran = true
 
 	stmts := statementsFor(d)
-	if stmts.prepare != "" {
-		if _, err := q.ExecContext(ctx, stmts.prepare); err != nil {
-			return res, fmt.Errorf("backfill: prepare metadata normalization: %w", err)
+	for _, p := range stmts.prepare {
+		if _, err := q.ExecContext(ctx, p); err != nil {
+			return res, fmt.Errorf("backfill: prepare: %w", err)
 		}
 	}
 
-	// AC-24d: the MAX is taken BEFORE the INSERT. On PostgreSQL's READ
-	// COMMITTED each statement has its own snapshot, so a MAX taken after the
-	// INSERT could name a message committed in between that the INSERT never
-	// saw. Taken first it can only under-claim. AC-24 point 1: it is the high-water
-	// mark of the source predicate, not of what this attempt inserted, so a
-	// replay that inserts nothing still publishes the true value.
-	o.report("computing backfill_through over task_session_messages")
+	// AC-23a: one unbounded scan, no LIMIT, no batching. It reads every
+	// message once, in one statement and so over one snapshot, and keeps the
+	// winner of each (task_session_id, tool_call_id) with every column derived.
+	o.report("computing backfill_through and the rows to copy over task_session_messages")
+	if _, err := q.ExecContext(ctx, stmts.winners); err != nil {
+		return res, fmt.Errorf("backfill: scan of the source predicate: %w", err)
+	}
+
+	// AC-24d: the MAX and the INSERT both read the winners, so the MAX is
+	// evaluated over the INSERT's own snapshot: it names exactly the newest
+	// message the INSERT covers, and a message committed after the scan is
+	// in neither (never after the INSERT, which on PostgreSQL's READ
+	// COMMITTED would see a later snapshot and could over-claim). The newest
+	// winner is the newest qualifying message: each key's winner is its
+	// newest. AC-24 point 1: it is the high-water mark of the source
+	// predicate, not of what this attempt inserted, so a replay that inserts
+	// nothing still publishes the true value.
 	var maxCol sql.NullString
 	if err := q.QueryRowContext(ctx, stmts.max).Scan(&maxCol); err != nil {
 		return res, fmt.Errorf("backfill: MAX(created_at) over the source predicate: %w", err)
@@ -146,7 +159,7 @@ func Run(ctx context.Context, q dialect.Querier, d dialect.Dialect, opts ...Opti
 		return res, err
 	}
 
-	// AC-23a: one unbounded INSERT … SELECT, no LIMIT, no batching.
+	// AC-23a: one INSERT … SELECT of every winner.
 	o.report("copying subagent invocations from task_session_messages")
 	r, err := q.ExecContext(ctx, stmts.insert)
 	if err != nil {
@@ -176,9 +189,9 @@ func Run(ctx context.Context, q dialect.Querier, d dialect.Dialect, opts ...Opti
 	if _, err := keys.WriteOnce(ctx, q, d, keys.CaptureSince, res.CaptureSince); err != nil {
 		return res, err
 	}
-	if stmts.cleanup != "" {
-		if _, err := q.ExecContext(ctx, stmts.cleanup); err != nil {
-			return res, fmt.Errorf("backfill: drop metadata normalization: %w", err)
+	for _, c := range stmts.cleanup {
+		if _, err := q.ExecContext(ctx, c); err != nil {
+			return res, fmt.Errorf("backfill: cleanup: %w", err)
 		}
 	}
 	if res.Keys, err = keys.Read(ctx, q, d); err != nil {

@@ -447,15 +447,18 @@ func TestBackfill_AC24d_MaxIsTakenBeforeTheInsert(t *testing.T) {
 	})
 }
 
-// AC-24d on PostgreSQL READ COMMITTED: a message committed by ANOTHER
-// connection between the MAX and the INSERT is seen by the INSERT (its own
-// snapshot) but not by the MAX, so the key under-claims — never over-claims.
-// (On SQLite the reconciler's BEGIN IMMEDIATE excludes any concurrent writer
-// for the whole pass; the trigger test above covers both dialects.)
+// AC-24d on PostgreSQL READ COMMITTED: the MAX and the INSERT both read the
+// one scan's snapshot. A qualifying message committed by ANOTHER connection
+// after that scan — after the MAX, before the INSERT, when a statement of its
+// own would see it — is neither inserted nor claimed: the key names exactly
+// the newest message the INSERT covered, never a later one. (On SQLite the
+// reconciler's BEGIN IMMEDIATE excludes any concurrent writer for the whole
+// pass; the trigger test above covers both dialects.)
 func TestBackfill_AC24d_ConcurrentCommitNeverAdvancesTheKey(t *testing.T) {
 	db := dbtest.Open(t, dialect.Postgres)
 	declared(t, db)
 	seed(t, db, message{ID: "a", Session: "s1", Task: "task-1", Turn: "t", Created: base, Meta: subagent("toolu_a", nil, nil)})
+	var visible int
 	res := mustRun(t, db, backfill.WithFailpoint(func(p string) error {
 		if p != backfill.PointMaxTaken {
 			return nil
@@ -463,10 +466,17 @@ func TestBackfill_AC24d_ConcurrentCommitNeverAdvancesTheKey(t *testing.T) {
 		// Autocommitted on another pooled connection while Run's transaction is open.
 		_, err := db.DB.Exec(`INSERT INTO task_session_messages (id, task_session_id, task_id, turn_id, content, metadata, created_at, updated_at)
 			VALUES ('b', 's1', 'task-1', 't', '', $1, $2, $2)`, subagent("toolu_b", nil, nil), keys.RowTime(db.Dialect, base.Add(time.Hour)))
-		return err
+		if err != nil {
+			return err
+		}
+		// Control: committed, so any snapshot taken from here on sees it.
+		return db.DB.QueryRow(`SELECT COUNT(*) FROM task_session_messages WHERE id = 'b'`).Scan(&visible)
 	}))
-	require.EqualValues(t, 2, res.Inserted, "the INSERT's own snapshot saw the concurrent commit")
-	require.Equal(t, keys.Format(base), *keySet(t, db).BackfillThrough, "the MAX, taken first, did not")
+	require.Equal(t, 1, visible, "the concurrent message was committed before the INSERT ran")
+	require.EqualValues(t, 1, res.Inserted, "the INSERT copies the scan's winners, not a later snapshot")
+	require.Contains(t, rows(t, db), "toolu_a/unknown")
+	require.NotContains(t, rows(t, db), "toolu_b/unknown")
+	require.Equal(t, keys.Format(base), *keySet(t, db).BackfillThrough, "the key names the newest message the INSERT covered")
 }
 
 // AC-24a/AC-24d at the package boundary: any failure returns an error and the
@@ -507,9 +517,10 @@ func TestBackfill_AC11_TerminalSetIsTheLiveWritersSet(t *testing.T) {
 	}
 }
 
-// The PostgreSQL metadata guard is a pg_temp function created and dropped by
-// each run; a second run on the same session (a pooled connection, with
-// pgx's statement cache) must find the new one, not a stale plan.
+// The scan's winners table (both dialects) and the PostgreSQL metadata guard
+// are private temp objects created and dropped by each run; a second run on
+// the same session (a pooled connection, with pgx's statement cache) must
+// find the new ones, not a stale plan, and none may outlive its run.
 func TestBackfill_RepeatedRunsOnOneSession(t *testing.T) {
 	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
 		declared(t, db)
@@ -527,6 +538,14 @@ func TestBackfill_RepeatedRunsOnOneSession(t *testing.T) {
 			require.EqualValues(t, 1, res.Inserted, "run %d", i+1)
 			_, err = conn.ExecContext(context.Background(), "COMMIT")
 			require.NoError(t, err)
+			// The scan's private table is gone with the run, on the session that made it.
+			left := `SELECT COUNT(*) FROM sqlite_temp_master WHERE name = 'schemastate_backfill_winners'`
+			if db.Dialect == dialect.Postgres {
+				left = `SELECT COUNT(*) FROM pg_class WHERE relname = 'schemastate_backfill_winners'`
+			}
+			var n int
+			require.NoError(t, conn.QueryRowContext(context.Background(), left).Scan(&n))
+			require.Zero(t, n, "run %d left its temp table", i+1)
 		}
 	})
 }

@@ -17,11 +17,20 @@ import (
 
 // statements are the SQL texts one Run executes, in order.
 type statements struct {
-	prepare string // optional, before the MAX
-	max     string // one row, one column: the newest qualifying created_at, normalized
-	insert  string
-	cleanup string // optional, after the key writes
+	prepare []string // before the scan: drop a leftover winners table; PostgreSQL's metadata guard
+	// winners is the one full scan of task_session_messages: CREATE TABLE
+	// <temp table> AS the per-key winners, every target column derived.
+	winners string
+	max     string   // one row, one column: the newest winner's created_at, normalized
+	insert  string   // INSERT … SELECT every winner … ON CONFLICT DO NOTHING
+	cleanup []string // after the key writes
 }
+
+// winnersTable is the private table the scan materializes: in SQLite's temp
+// database, or PostgreSQL's pg_temp schema. Either is visible only to this
+// connection, created inside the caller's transaction (so it rolls back with
+// it) and dropped after the key writes; nothing is added to the host's schema.
+const winnersTable = "schemastate_backfill_winners"
 
 // jsonPath is a path into the metadata document, e.g. {"normalized", "kind"}.
 type jsonPath []string
@@ -60,6 +69,8 @@ type fragments struct {
 	stored func(expr string) string
 	// max renders MAX over a timeKey column as keys.FromColumn reads it.
 	max func(col string) string
+	// temp is the schema-qualified name of winnersTable.
+	temp string
 }
 
 func statementsFor(d dialect.Dialect) statements {
@@ -98,8 +109,9 @@ func sqliteStatements() statements {
 		// trailing fractional zeros trimmed, no fraction on a whole second.
 		stored: func(expr string) string { return fmt.Sprintf(`rtrim(rtrim(%s, '0'), '.') || '+00:00'`, expr) },
 		max:    func(col string) string { return "MAX(" + col + ")" },
+		temp:   "temp." + winnersTable,
 	}
-	return build(f, "", "")
+	return build(f, nil, nil)
 }
 
 // PostgreSQL 15 has no IS JSON predicate and no pg_input_is_valid, and a cast
@@ -169,22 +181,31 @@ func postgresStatements() statements {
 		timeKey: func(col string) string { return keys.ColumnExpr(dialect.Postgres, col) },
 		stored:  func(expr string) string { return expr },
 		max:     func(col string) string { return keys.MaxExpr(dialect.Postgres, col) },
+		temp:    "pg_temp." + winnersTable,
 	}
-	return build(f, pgPrepare, pgCleanup)
+	return build(f, []string{pgPrepare}, []string{pgCleanup})
 }
 
-// build assembles the shared statement text from a dialect's fragments. The
-// CTEs, shared by the MAX and the INSERT so both read one predicate:
-//   - msg: every message, metadata normalized (AC-23b);
+// build assembles the shared statement text from a dialect's fragments.
+//
+// AC-23a, AC-24d: task_session_messages is scanned ONCE. That one statement
+// materializes the per-key winners into a private temp table; backfill_through
+// is the MAX over them and the INSERT copies all of them, so both derive from
+// the same rows of the same snapshot. The MAX over the winners is the MAX over
+// every qualifying message, because each key's winner is its newest message
+// (AC-21b orders by created_at first). The CTEs of that scan:
+//   - msg: the candidate messages (a plain text test first, see
+//     fragments.candidate), metadata normalized (AC-23b), materialized so
+//     the normalization runs once per row;
 //   - src: those whose metadata.normalized.kind is 'subagent_task', with every
 //     AC-21 column source extracted;
 //   - qualifying: src minus messages missing session id, task id or
 //     metadata.tool_call_id (AC-21a), and minus a created_at that is not a
 //     time at all (possible only in SQLite's untyped text; it could not
 //     become observed_at);
-//   - ranked (INSERT only): one winner per (task_session_id, tool_call_id),
-//     newest created_at as a timestamp, then greatest id (AC-21b).
-func build(f fragments, prepare, cleanup string) statements {
+//   - ranked: one winner per (task_session_id, tool_call_id), newest
+//     created_at as a timestamp, then greatest id (AC-21b).
+func build(f fragments, prepare, cleanup []string) statements {
 	st := func(p ...string) jsonPath { return append(jsonPath{"normalized", "subagent_task"}, p...) }
 	ctes := `WITH msg AS MATERIALIZED (
 	SELECT m.id, m.task_session_id, m.task_id, m.turn_id,
@@ -218,50 +239,60 @@ func build(f fragments, prepare, cleanup string) statements {
 		AND COALESCE(task_id, '') <> ''
 		AND tool_call_id IS NOT NULL
 		AND created_key IS NOT NULL
+), ranked AS (
+	SELECT qualifying.*,
+		ROW_NUMBER() OVER (PARTITION BY task_session_id, tool_call_id ORDER BY created_key DESC, message_id DESC) AS rn
+	FROM qualifying
 )`
 
 	// AC-11/AC-23a: the live writer's one terminal set; a row is settled only
 	// when its TOP-LEVEL tool status is in it, never on agent_status.
 	terminal := "'" + strings.Join(capture.TerminalToolStatuses, "', '") + "'"
-	insert := ctes + `, ranked AS (
-	SELECT qualifying.*,
-		ROW_NUMBER() OVER (PARTITION BY task_session_id, tool_call_id ORDER BY created_key DESC, message_id DESC) AS rn
-	FROM qualifying
-)
-INSERT INTO task_session_subagents (
-	id, task_session_id, task_id, turn_id, agent_execution_id, tool_call_id,
-	parent_tool_call_id, subagent_type, description, agent_id, child_session_id,
-	model, agent_status, tool_status, is_async, total_tokens, tool_use_count,
-	duration_ms, source, observed_at, settled_at, updated_at
-)
+	winners := `CREATE TABLE ` + f.temp + ` AS
+` + ctes + `
 SELECT
 	-- Deterministic, so a replay lands on the same row; derived from the key
 	-- (length-prefixed, hence injective), so an id can only collide where the
 	-- conflict target already does.
-	'backfill:' || length(task_session_id) || ':' || task_session_id || ':' || tool_call_id,
+	'backfill:' || length(task_session_id) || ':' || task_session_id || ':' || tool_call_id AS id,
 	task_session_id, task_id,
-	NULLIF(turn_id, ''),
-	'` + Unknown + `',
+	NULLIF(turn_id, '') AS turn_id,
+	'` + Unknown + `' AS agent_execution_id,
 	tool_call_id, parent_tool_call_id, subagent_type, description, agent_id,
 	child_session_id, model, agent_status, tool_status, is_async,
 	-- AC-7a: a reported 0 is "not reported" for these two; AC-9: a negative is not a measurement.
-	CASE WHEN total_tokens > 0 THEN total_tokens END,
+	CASE WHEN total_tokens > 0 THEN total_tokens END AS total_tokens,
 	-- AC-8: a reported 0 tool_use_count is a real 0.
-	CASE WHEN tool_use_count >= 0 THEN tool_use_count END,
-	CASE WHEN duration_ms > 0 THEN duration_ms END,
-	'` + Source + `',
-	` + f.stored("created_key") + `,
+	CASE WHEN tool_use_count >= 0 THEN tool_use_count END AS tool_use_count,
+	CASE WHEN duration_ms > 0 THEN duration_ms END AS duration_ms,
+	'` + Source + `' AS source,
+	` + f.stored("created_key") + ` AS observed_at,
 	-- AC-23a: settled only when the TOP-LEVEL metadata.status is terminal (AC-11).
-	CASE WHEN tool_status IN (` + terminal + `) THEN ` + f.stored("updated_key") + ` END,
-	` + f.stored("updated_key") + `
+	CASE WHEN tool_status IN (` + terminal + `) THEN ` + f.stored("updated_key") + ` END AS settled_at,
+	` + f.stored("updated_key") + ` AS updated_at,
+	created_key
 FROM ranked
-WHERE rn = 1
+WHERE rn = 1`
+
+	const columns = `id, task_session_id, task_id, turn_id, agent_execution_id, tool_call_id,
+	parent_tool_call_id, subagent_type, description, agent_id, child_session_id,
+	model, agent_status, tool_status, is_async, total_tokens, tool_use_count,
+	duration_ms, source, observed_at, settled_at, updated_at`
+	// WHERE true: SQLite would otherwise read ON CONFLICT as a join constraint.
+	insert := `INSERT INTO task_session_subagents (
+	` + columns + `
+)
+SELECT ` + columns + `
+FROM ` + f.temp + `
+WHERE true
 ON CONFLICT (task_session_id, agent_execution_id, tool_call_id) DO NOTHING`
 
+	drop := `DROP TABLE IF EXISTS ` + f.temp
 	return statements{
-		prepare: prepare,
-		max:     ctes + "\nSELECT " + f.max("created_key") + " FROM qualifying",
+		prepare: append([]string{drop}, prepare...),
+		winners: winners,
+		max:     "SELECT " + f.max("created_key") + " FROM " + f.temp,
 		insert:  insert,
-		cleanup: cleanup,
+		cleanup: append([]string{drop}, cleanup...),
 	}
 }
