@@ -74,19 +74,21 @@ type Option func(*options)
 
 type options struct {
 	dialect dialect.Dialect
-	// between runs after each statement of an evaluation, inside its read
-	// transaction (tests use it to commit writes mid-evaluation).
+	// between runs inside the read transaction after capture_since is read
+	// ("capture_since") and after the counts ("counts"); tests use it to
+	// commit writes mid-evaluation.
 	between func(statement string)
 }
 
 // WithDialect overrides driver-based dialect detection.
 func WithDialect(d dialect.Dialect) Option { return func(o *options) { o.dialect = d } }
 
-// Evaluate reads capture_since and, when it is present, runs the shortfall,
-// excess, collision and last-observed statements. Every number of one
-// evaluation comes from one read transaction — REPEATABLE READ READ ONLY on
-// PostgreSQL, a deferred read transaction on SQLite (one WAL snapshot) — so
-// the four agree with each other (AC-28b).
+// Evaluate reads capture_since and, when it is present, computes the
+// shortfall, excess, collision and last-observed numbers in one statement.
+// The key and the numbers come from one read transaction — REPEATABLE READ
+// READ ONLY on PostgreSQL, a deferred read transaction on SQLite (one WAL
+// snapshot) — so the four agree with each other and with the boundary they
+// were computed against (AC-28b).
 func Evaluate(ctx context.Context, db *sql.DB, opts ...Option) (*Report, error) {
 	o := &options{}
 	for _, opt := range opts {
@@ -131,29 +133,18 @@ func Evaluate(ctx context.Context, db *sql.DB, opts ...Option) (*Report, error) 
 		return nil, err
 	}
 
-	st := Queries(d)
-	arg := b.Arg()
-	counts := []struct {
-		name, query string
-		dst         **int64
-	}{
-		{"shortfall", st.Shortfall, &rep.Shortfall},
-		{"excess", st.Excess, &rep.Excess},
-		{"collisions", st.Collisions, &rep.Collisions},
-	}
-	for _, c := range counts {
-		var n int64
-		if err := tx.QueryRowContext(ctx, c.query, arg).Scan(&n); err != nil {
-			return nil, fmt.Errorf("health: %s: %w", c.name, err)
-		}
-		*c.dst = &n
-		o.hook(c.name)
-	}
+	o.hook("capture_since")
+
+	// One statement, one scan of the messages: both anti-joins, the
+	// collision count and the scoped MAX (see evaluation). Queries keeps the
+	// normative statements, which give the same numbers.
+	var shortfall, excess, collisions int64
 	var last sql.NullString
-	if err := tx.QueryRowContext(ctx, st.LastObservedAt, arg).Scan(&last); err != nil {
-		return nil, fmt.Errorf("health: last observed: %w", err)
+	if err := tx.QueryRowContext(ctx, evaluation(d), b.Arg()).Scan(&shortfall, &excess, &collisions, &last); err != nil {
+		return nil, fmt.Errorf("health: shortfall, excess, collisions and last observed: %w", err)
 	}
-	o.hook("last_observed_at")
+	o.hook("counts")
+	rep.Shortfall, rep.Excess, rep.Collisions = &shortfall, &excess, &collisions
 	if last.Valid {
 		v, err := keys.FromColumn(last.String)
 		if err != nil {

@@ -3,6 +3,8 @@ package health_test
 import (
 	"context"
 	"database/sql"
+	"fmt"
+	"math/rand"
 	"testing"
 	"time"
 
@@ -179,6 +181,73 @@ func TestHealth_AC28_AC19_QueriesRunVerbatim(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, *r.LastObservedAt, v)
 		require.Equal(t, keys.Format(k.Add(3*time.Second)), v)
+	})
+}
+
+// AC-28 / AC-28b: Evaluate computes its four numbers in one statement over one
+// scan; they equal what the normative statements Queries returns give when a
+// monitor runs them one by one. Checked over a store grown at random through
+// every shape the two anti-joins treat differently: identities missing or
+// empty (shortfall side only), tool_call_ids that are not strings, malformed
+// and non-subagent documents, duplicates, cross-execution reuse, orphan rows,
+// and messages and rows either side of the one-microsecond boundary.
+func TestHealth_AC28_EvaluateEqualsTheNormativeQueries(t *testing.T) {
+	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
+		s := newStore(t, db)
+		s.session("s2")
+		s.session("")
+		s.activate(k)
+		rng := rand.New(rand.NewSource(28))
+		pick := func(xs ...any) any { return xs[rng.Intn(len(xs))] }
+		when := func() time.Time {
+			return pick(k.Add(-time.Microsecond), k, k.Add(-time.Hour), k.Add(time.Duration(rng.Intn(3600))*time.Second)).(time.Time)
+		}
+		st := health.Queries(db.Dialect)
+		b, err := keys.NewBoundary(keys.Format(k))
+		require.NoError(t, err)
+		var seen counts
+		for round := 0; round < 8; round++ {
+			for i := 0; i < 12; i++ {
+				tc := fmt.Sprintf("tc-%d", rng.Intn(10))
+				sess := pick("s1", "s1", "s2", "").(string)
+				meta := pick(subagentMeta(tc), subagentMeta(tc), subagentMeta(tc), subagentMeta(tc), subagentMeta(tc), subagentMeta(""), nil, "", "{bad",
+					`{"tool_call_id":7,"normalized":{"kind":"subagent_task"}}`,
+					`{"tool_call_id":"`+tc+`","normalized":{"kind":"subagent\u005ftask"}}`,
+					`{"tool_call_id":"`+tc+`","normalized":{"kind":"tool_call"}}`)
+				s.rawMessage(sess, pick("task-"+sess, "task-"+sess, "task-"+sess, "", nil), meta, s.ts(when()))
+			}
+			for i := 0; i < 4; i++ {
+				s.n++
+				s.exec(`INSERT INTO task_session_subagents (id, task_session_id, task_id, agent_execution_id, tool_call_id, source, observed_at, updated_at)
+					VALUES (?, ?, 'task-x', ?, ?, 'live', ?, ?) ON CONFLICT DO NOTHING`,
+					fmt.Sprintf("r%04d", s.n), pick("s1", "s2").(string), pick("exec-1", "exec-2", "unknown").(string),
+					fmt.Sprintf("tc-%d", rng.Intn(12)), s.ts(when()), s.ts(when()))
+			}
+
+			r := s.eval()
+			want := map[string]int64{}
+			for name, q := range map[string]string{"shortfall": st.Shortfall, "excess": st.Excess, "collisions": st.Collisions} {
+				var n int64
+				require.NoError(t, db.QueryRowContext(s.ctx, q, b.Arg()).Scan(&n), name)
+				want[name] = n
+			}
+			require.Equal(t, want, map[string]int64{"shortfall": *r.Shortfall, "excess": *r.Excess, "collisions": *r.Collisions}, "round %d", round)
+			var last sql.NullString
+			require.NoError(t, db.QueryRowContext(s.ctx, st.LastObservedAt, b.Arg()).Scan(&last))
+			if !last.Valid {
+				require.Nil(t, r.LastObservedAt, "round %d", round)
+			} else {
+				v, err := keys.FromColumn(last.String)
+				require.NoError(t, err)
+				require.Equal(t, v, *r.LastObservedAt, "round %d", round)
+			}
+			seen.Shortfall += want["shortfall"]
+			seen.Excess += want["excess"]
+			seen.Collisions += want["collisions"]
+		}
+		require.Positive(t, seen.Shortfall, "the store must exercise the shortfall")
+		require.Positive(t, seen.Excess, "the store must exercise the excess")
+		require.Positive(t, seen.Collisions, "the store must exercise collisions")
 	})
 }
 

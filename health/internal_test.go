@@ -58,11 +58,12 @@ func meta(toolCallID string) string {
 	return `{"tool_call_id":"` + toolCallID + `","status":"completed","normalized":{"kind":"subagent_task","subagent_task":{"status":"completed"}}}`
 }
 
-// AC-28b: every number of one evaluation comes from one snapshot. Writes
-// committed by another connection between the statements — a missed message
-// captured late, a new missed message, an orphan row — are invisible to the
-// rest of that evaluation and visible to the next one. Under PostgreSQL's
-// default READ COMMITTED the later statements would see them.
+// AC-28b: every number of one evaluation comes from one snapshot, the one
+// capture_since was read in. Writes committed by another connection after the
+// key was read — a missed message captured late, a new missed message, an
+// orphan row, a cross-execution reuse — are invisible to that evaluation and
+// visible to the next one. Under PostgreSQL's default READ COMMITTED, or on
+// SQLite outside a read transaction, the counting statement would see them.
 func TestEvaluate_AC28b_OneSnapshotPerEvaluation(t *testing.T) {
 	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
 		ctx := setup(t, db)
@@ -73,7 +74,7 @@ func TestEvaluate_AC28b_OneSnapshotPerEvaluation(t *testing.T) {
 		var hooked []string
 		concurrent := func(statement string) {
 			hooked = append(hooked, statement)
-			if statement != "shortfall" {
+			if statement != "capture_since" {
 				return
 			}
 			insertRow(t, ctx, db, "r2", "exec-1", "tc-b", since.Add(3*time.Second))
@@ -83,7 +84,7 @@ func TestEvaluate_AC28b_OneSnapshotPerEvaluation(t *testing.T) {
 		}
 		r, err := Evaluate(ctx, db.DB, func(o *options) { o.between = concurrent })
 		require.NoError(t, err)
-		require.Equal(t, []string{"shortfall", "excess", "collisions", "last_observed_at"}, hooked)
+		require.Equal(t, []string{"capture_since", "counts"}, hooked)
 		require.Equal(t, Shortfall, r.Verdict)
 		require.Equal(t, int64(1), *r.Shortfall)
 		require.Equal(t, int64(0), *r.Excess, "the orphan row committed mid-evaluation")

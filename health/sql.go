@@ -33,29 +33,7 @@ type Statements struct {
 func Queries(d dialect.Dialect) Statements {
 	q := sqlFor(d)
 	since := func(col string) string { return keys.AtOrAfter(d, col, q.param) }
-
-	// The message side. The shortfall half carries exactly the identity
-	// predicates AC-2 and AC-21a skip on (empty session id, task id or
-	// tool_call_id), so a correctly skipped frame never reads as a dead writer.
-	expected := fmt.Sprintf(`SELECT msg.task_session_id, %[1]s AS tool_call_id
-  FROM msg
-  WHERE %[2]s = 'subagent_task'
-    AND %[3]s
-    AND COALESCE(msg.task_session_id, '') <> ''
-    AND COALESCE(msg.task_id, '') <> ''
-    AND COALESCE(%[1]s, '') <> ''
-  GROUP BY 1, 2`, q.toolCallID, q.kind, since("msg.created_at"))
-	// The excess half subtracts the WIDEST message set: no identity filter.
-	// A row whose message exists is accounted for even if that message's own
-	// task_id column is empty for an unrelated reason (AC-28, revision 4).
-	accounting := fmt.Sprintf(`SELECT msg.task_session_id, %[1]s
-  FROM msg
-  WHERE %[2]s = 'subagent_task'
-    AND %[3]s`, q.toolCallID, q.kind, since("msg.created_at"))
-	observed := fmt.Sprintf(`SELECT s.task_session_id, s.tool_call_id
-  FROM task_session_subagents s
-  WHERE %s`, since("s.observed_at"))
-
+	expected, accounting, observed := q.sides(d)
 	return Statements{
 		// EXCEPT is set-based on both dialects: a cross-execution collision
 		// contributes one key however many rows hold it, and two messages
@@ -74,6 +52,76 @@ WHERE %s`, since("s.observed_at")),
 FROM task_session_subagents s
 WHERE %s`, keys.MaxExpr(d, "s.observed_at"), since("s.observed_at")),
 	}
+}
+
+// sides renders the three sets the anti-joins compare, as SELECTs of
+// (task_session_id, tool_call_id) over the msg CTE and the subagent rows.
+func (q dialectSQL) sides(d dialect.Dialect) (expected, accounting, observed string) {
+	since := func(col string) string { return keys.AtOrAfter(d, col, q.param) }
+
+	// The message side. The shortfall half carries exactly the identity
+	// predicates AC-2 and AC-21a skip on (empty session id, task id or
+	// tool_call_id), so a correctly skipped frame never reads as a dead writer.
+	expected = fmt.Sprintf(`SELECT msg.task_session_id, %[1]s AS tool_call_id
+  FROM msg
+  WHERE %[2]s = 'subagent_task'
+    AND %[3]s
+    AND COALESCE(msg.task_session_id, '') <> ''
+    AND COALESCE(msg.task_id, '') <> ''
+    AND COALESCE(%[1]s, '') <> ''
+  GROUP BY 1, 2`, q.toolCallID, q.kind, since("msg.created_at"))
+	// The excess half subtracts the WIDEST message set: no identity filter.
+	// A row whose message exists is accounted for even if that message's own
+	// task_id column is empty for an unrelated reason (AC-28, revision 4).
+	accounting = fmt.Sprintf(`SELECT msg.task_session_id, %[1]s
+  FROM msg
+  WHERE %[2]s = 'subagent_task'
+    AND %[3]s`, q.toolCallID, q.kind, since("msg.created_at"))
+	observed = fmt.Sprintf(`SELECT s.task_session_id, s.tool_call_id
+  FROM task_session_subagents s
+  WHERE %s`, since("s.observed_at"))
+	return expected, accounting, observed
+}
+
+// evaluation is the one statement Evaluate runs: the shortfall, the excess,
+// the collision count and the scoped MAX(observed_at), in that column order,
+// with the bind parameter of Queries. It reads task_session_messages ONCE:
+// the subagent messages in the window are materialized (sub), each flagged
+// with whether it carries the identities the shortfall side requires, and
+// both anti-joins read that one set. They stay two directed EXCEPTs, each
+// counted on its own (AC-28: never netted); the window's rows (obs) are
+// materialized once for the other three numbers. Each number equals what the
+// corresponding Queries statement returns over the same snapshot: the sets
+// compared are the same predicates over the same msg CTE.
+func evaluation(d dialect.Dialect) string {
+	q := sqlFor(d)
+	since := func(col string) string { return keys.AtOrAfter(d, col, q.param) }
+	return q.msgCTE + fmt.Sprintf(`, sub AS MATERIALIZED (
+  SELECT msg.task_session_id, %[1]s AS tool_call_id,
+    CASE WHEN COALESCE(msg.task_session_id, '') <> ''
+      AND COALESCE(msg.task_id, '') <> ''
+      AND COALESCE(%[1]s, '') <> '' THEN 1 ELSE 0 END AS expected
+  FROM msg
+  WHERE %[2]s = 'subagent_task'
+    AND %[3]s
+), obs AS MATERIALIZED (
+  SELECT s.task_session_id, s.tool_call_id, s.observed_at
+  FROM task_session_subagents s
+  WHERE %[4]s
+)
+SELECT
+  (SELECT COUNT(*) FROM (
+    SELECT task_session_id, tool_call_id FROM sub WHERE expected = 1 GROUP BY 1, 2
+    EXCEPT
+    SELECT task_session_id, tool_call_id FROM obs
+  ) AS shortfall),
+  (SELECT COUNT(*) FROM (
+    SELECT task_session_id, tool_call_id FROM obs GROUP BY 1, 2
+    EXCEPT
+    SELECT task_session_id, tool_call_id FROM sub
+  ) AS excess),
+  (SELECT COUNT(*) - COUNT(DISTINCT task_session_id || ':' || tool_call_id) FROM obs),
+  (SELECT %[5]s FROM obs)`, q.toolCallID, q.kind, since("msg.created_at"), since("s.observed_at"), keys.MaxExpr(d, "observed_at"))
 }
 
 // FloorQuery is one full scan of the qualifying-message predicate with the
