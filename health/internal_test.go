@@ -101,8 +101,9 @@ func TestEvaluate_AC28b_OneSnapshotPerEvaluation(t *testing.T) {
 // The msg CTE's normalization against each dialect's own JSON parser: for
 // every document — a fixed corpus of edge cases plus mutations of a real
 // metadata document — the statements never raise, and meta is the document
-// exactly when it is a JSON object that parser accepts (and, on PostgreSQL,
-// could name subagent_task); otherwise '{}'.
+// exactly when it is a JSON object that parser accepts and that could name
+// subagent_task; otherwise '{}', or the row is left out of msg (it could never
+// match the kind predicate, so the anti-joins read it as '{}').
 func TestMsgCTE_MetadataNormalizationMatchesParser(t *testing.T) {
 	base := `{"tool_call_id":"toolu_01","status":"completed","normalized":{"kind":"subagent_task",` +
 		`"subagent_task":{"status":"completed","model":"m\u00e9 \"q\"","total_tokens":275717,"x":[1,-2.5e3,0.25,true,false,null,{}],"d":"\ud83d\ude00\n"}}}`
@@ -185,17 +186,21 @@ func TestMsgCTE_MetadataNormalizationMatchesParser(t *testing.T) {
 			got[id] = m
 		}
 		require.NoError(t, rows.Err())
-		require.Len(t, got, len(corpus))
+		require.Less(t, len(got), len(corpus), "the text test must leave rows out")
 
 		var accepted int
 		for i, c := range corpus {
 			want := "{}"
 			if parsed, ok := parseObject(t, ctx, db, c.doc); ok && !(c.conservative && db.Dialect == dialect.Postgres) &&
-				(db.Dialect == dialect.SQLite || strings.Contains(c.doc, "subagent_task") || mayNameKind.MatchString(c.doc)) {
+				(strings.Contains(c.doc, "subagent_task") || mayNameKind.MatchString(c.doc)) {
 				want = parsed
 				accepted++
 			}
-			if g := got[fmt.Sprintf("d%03d", i)]; g != want {
+			g, in := got[fmt.Sprintf("d%03d", i)]
+			if !in {
+				g = "{}"
+			}
+			if g != want {
 				t.Fatalf("document %d %.200q: msg CTE gave %.200q, want %.200q", i, c.doc, g, want)
 			}
 		}

@@ -167,9 +167,16 @@ func sqlFor(d dialect.Dialect) dialectSQL {
 // anti-joins read): any metadata that is not a JSON object — NULL, ”, 'null',
 // malformed text, an array, a scalar — becomes '{}', so no row can make
 // json_extract raise. The nested CASE is deliberate: SQLite does not promise
-// to short-circuit AND, and json_type raises on malformed input. The unary +
-// on task_session_id keeps SQLite from walking the messages table in
-// session-index order to feed the EXCEPT (random reads, ~2.5x slower than
+// to short-circuit AND, and json_type raises on malformed input.
+//
+// Only messages that can be subagent messages are in it: a JSON document
+// whose normalized.kind is "subagent_task" holds that text verbatim or spells
+// one of its characters (a-z, _) as a \u00XX escape, so a plain text test
+// leaves out, unparsed, every row that would read '{}' here and could never
+// match the anti-joins' kind predicate — the counts are those of the full set.
+//
+// The unary + on task_session_id keeps SQLite from walking the messages table
+// in session-index order to feed the EXCEPT (random reads, ~2.5x slower than
 // one sequential scan on a 20k-message store); it changes no value.
 const sqliteMsgCTE = `WITH msg AS (
   SELECT +m.task_session_id AS task_session_id, m.task_id, m.created_at,
@@ -177,6 +184,8 @@ const sqliteMsgCTE = `WITH msg AS (
       THEN (CASE WHEN json_type(m.metadata) = 'object' THEN m.metadata ELSE '{}' END)
       ELSE '{}' END) AS meta
   FROM task_session_messages m
+  WHERE instr(m.metadata, 'subagent_task') > 0
+    OR (instr(m.metadata, '\u00') > 0 AND (m.metadata GLOB '*\u00[67]*' OR m.metadata GLOB '*\u005[fF]*'))
 )`
 
 // PostgreSQL 15 has neither IS JSON nor pg_input_is_valid, and metadata::jsonb
@@ -188,7 +197,8 @@ const sqliteMsgCTE = `WITH msg AS (
 //  1. Only rows that can possibly be subagent messages are examined: a JSON
 //     document whose normalized.kind is "subagent_task" contains that literal,
 //     or spells one of its characters (a-z, _) as a \u00XX escape. Every other
-//     row is '{}' without further work.
+//     row is left out of msg without further work (as on SQLite: it could
+//     never match the kind predicate), and so are rows before :since.
 //  2. Strings, aligned: every string is found by a permissive pattern that
 //     cannot lose its place (a quote, then anything up to the first unescaped
 //     quote) and wrapped in < >; only wrapped strings whose body is valid for
@@ -208,9 +218,11 @@ const sqliteMsgCTE = `WITH msg AS (
 //     JSON object exactly when it started with { and reduced to the single
 //     token 0.
 //
-// Only rows that pass are cast; every other row is '{}'. candidate is
-// MATERIALIZED so the planner cannot push the regular expressions below the
-// cheap strpos prefilter and run them over every message.
+// Only rows that pass are cast and make up msg; a candidate that fails reads
+// '{}'. candidate is MATERIALIZED so the planner cannot push the regular
+// expressions below the cheap strpos prefilter and run them over every
+// message, and it carries the columns msg needs, so the messages table is
+// scanned once.
 const (
 	pgMayNameKind  = `\\u00(?:[67][0-9a-fA-F]|5[fF])`
 	pgAnyString    = `"[^"\\]*(?:\\.[^"\\]*)*"`
@@ -222,7 +234,7 @@ const (
 
 func postgresMsgCTE() string {
 	return fmt.Sprintf(`WITH RECURSIVE candidate AS MATERIALIZED (
-  SELECT m.id,
+  SELECT m.id, m.task_session_id, m.task_id, m.created_at, m.metadata,
     regexp_replace(regexp_replace(m.metadata,
       '%[1]s', '<\&>', 'g'),
       '%[2]s', '""', 'g') AS strings
@@ -243,8 +255,8 @@ func postgresMsgCTE() string {
 ), object_metadata AS (
   SELECT id FROM reduced WHERE tok = '0'
 ), msg AS (
-  SELECT m.task_session_id, m.task_id, m.created_at,
-    (CASE WHEN m.id IN (SELECT id FROM object_metadata) THEN m.metadata::jsonb ELSE '{}'::jsonb END) AS meta
-  FROM task_session_messages m
+  SELECT c.task_session_id, c.task_id, c.created_at,
+    (CASE WHEN c.id IN (SELECT id FROM object_metadata) THEN c.metadata::jsonb ELSE '{}'::jsonb END) AS meta
+  FROM candidate c
 )`, pgAnyString, pgValidWrapped, pgScalar, pgInnermost, pgMayNameKind, keys.AtOrAfter(dialect.Postgres, "m.created_at", "$1"))
 }
