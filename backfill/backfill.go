@@ -138,12 +138,13 @@ func Run(ctx context.Context, q dialect.Querier, d dialect.Dialect, opts ...Opti
 	// AC-24d: the MAX and the INSERT both read the winners, so the MAX is
 	// evaluated over the INSERT's own snapshot: it names exactly the newest
 	// message the INSERT covers, and a message committed after the scan is
-	// in neither (never after the INSERT, which on PostgreSQL's READ
-	// COMMITTED would see a later snapshot and could over-claim). The newest
-	// winner is the newest qualifying message: each key's winner is its
-	// newest. AC-24 point 1: it is the high-water mark of the source
-	// predicate, not of what this attempt inserted, so a replay that inserts
-	// nothing still publishes the true value.
+	// in neither. (A MAX re-read from the messages after the INSERT would,
+	// on PostgreSQL's READ COMMITTED, see a later snapshot and could name a
+	// message the INSERT never covered.) The newest winner is the newest
+	// qualifying message: each key's winner is its newest. AC-24 point 1:
+	// it is the high-water mark of the source predicate, not of what this
+	// attempt inserted, so a replay that inserts nothing still publishes the
+	// true value.
 	var maxCol sql.NullString
 	if err := q.QueryRowContext(ctx, stmts.max).Scan(&maxCol); err != nil {
 		return res, fmt.Errorf("backfill: MAX(created_at) over the source predicate: %w", err)

@@ -479,6 +479,33 @@ func TestBackfill_AC24d_ConcurrentCommitNeverAdvancesTheKey(t *testing.T) {
 	require.Equal(t, keys.Format(base), *keySet(t, db).BackfillThrough, "the key names the newest message the INSERT covered")
 }
 
+// AC-23a: the backfill performs ONE full scan of task_session_messages. On
+// PostgreSQL the transaction's own statistics count every scan of the table
+// (sequential or index) that Run's statements started; the seed and the
+// guard are outside them. There is one, however many messages qualify.
+func TestBackfill_AC23a_OneScanOfTheMessages(t *testing.T) {
+	db := dbtest.Open(t, dialect.Postgres)
+	declared(t, db)
+	for i := 0; i < 5; i++ {
+		seed(t, db, message{ID: fmt.Sprint("m", i), Session: "s1", Task: "task-1", Turn: "t", Created: base.Add(time.Duration(i) * time.Second), Meta: subagent(fmt.Sprint("toolu_", i%3), nil, nil)})
+	}
+	seed(t, db, message{ID: "plain", Session: "s1", Task: "task-1", Turn: "t", Created: base, Meta: `{}`})
+	ctx := context.Background()
+	tx, err := db.DB.BeginTx(ctx, nil)
+	require.NoError(t, err)
+	defer tx.Rollback() //nolint:errcheck // the test only reads its counters
+	scans := func() (n int64) {
+		require.NoError(t, tx.QueryRowContext(ctx, `SELECT pg_stat_get_xact_numscans('task_session_messages'::regclass)`).Scan(&n))
+		return n
+	}
+	before := scans()
+	res, err := backfill.Run(ctx, tx, db.Dialect)
+	require.NoError(t, err)
+	require.EqualValues(t, 3, res.Inserted)
+	require.Equal(t, keys.Format(base.Add(4*time.Second)), res.BackfillThrough)
+	require.EqualValues(t, 1, scans()-before)
+}
+
 // AC-24a/AC-24d at the package boundary: any failure returns an error and the
 // caller's rollback leaves neither rows nor keys.
 func TestBackfill_AC24d_FailureAtEveryPointLeavesNothing(t *testing.T) {
