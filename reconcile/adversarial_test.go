@@ -231,10 +231,10 @@ func TestAdversarial_RefusalNamesTypesInSQL(t *testing.T) {
 }
 
 // A host view over the metric columns. SQLite rebuilds under it. PostgreSQL
-// cannot widen a column a view reads (integer → bigint), so the swap fails
-// and rolls back on every boot until an operator acts — and the error used to
-// drop PostgreSQL's DETAIL, which is the only place the blocking view is
-// named. The step must name it; nothing may change.
+// cannot widen a column a view reads (integer → bigint); the widening fails
+// and rolls back on every boot until an operator acts, and its error must
+// name the view (PostgreSQL's DETAIL is the only place it appears). It must
+// not take the constraint swap down with it.
 func TestAdversarial_AC33a_ViewOverMetricsIsNamed(t *testing.T) {
 	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
 		db.Host(t).Legacy(t)
@@ -250,10 +250,33 @@ func TestAdversarial_AC33a_ViewOverMetricsIsNamed(t *testing.T) {
 			require.Equal(t, 275717, count(t, db, `SELECT tokens FROM subagent_tokens WHERE task_session_id = 's1'`))
 			return
 		}
+		// The widening is its own step: it fails, names the view and rolls
+		// back, while the key change it no longer holds hostage commits — the
+		// installation reaches AC-33, gets execution_since and its backfill.
 		require.ErrorIs(t, err, reconcile.ErrStepFailed)
-		require.Equal(t, reconcile.Failed, rep.Step(reconcile.StepShape).Status)
-		require.Contains(t, rep.Step(reconcile.StepShape).Detail, "subagent_tokens", "the blocking view is named")
-		requireLegacyIntact(t, db, before)
+		require.Equal(t, reconcile.Applied, rep.Step(reconcile.StepShape).Status, describe(rep))
+		require.Equal(t, reconcile.Failed, rep.Step(reconcile.StepWiden).Status)
+		require.Contains(t, rep.Step(reconcile.StepWiden).Detail, "subagent_tokens", "the blocking view is named")
+		require.Equal(t, reconcile.Applied, rep.Step(reconcile.StepExecutionSince).Status)
+		require.Equal(t, reconcile.Applied, rep.Step(reconcile.StepBackfill).Status)
+		obs := observe(t, db)
+		require.True(t, obs.EndState.KeyBearing())
+		require.Equal(t, before, snapshot(t, db))
+		var typ string
+		require.NoError(t, db.QueryRow(`SELECT data_type FROM information_schema.columns WHERE table_schema = current_schema() AND table_name = 'task_session_subagents' AND column_name = 'total_tokens'`).Scan(&typ))
+		require.Equal(t, "integer", typ, "the widening rolled back")
+
+		// Every boot retries the widening, and never certifies the shape
+		// while it is pending; once the view is gone it applies.
+		rep, err = reconcile.Reconcile(ctx, db.DB)
+		require.ErrorIs(t, err, reconcile.ErrStepFailed)
+		require.Equal(t, reconcile.Failed, rep.Step(reconcile.StepWiden).Status)
+		require.NotContains(t, rep.Step(reconcile.StepShape).Detail, "certified")
+		db.Exec(t, `DROP VIEW subagent_tokens`)
+		rep = mustReconcile(t, db)
+		require.Equal(t, reconcile.Applied, rep.Step(reconcile.StepWiden).Status)
+		requireAC33(t, db, freshIndexSet(t, db.Dialect))
+		require.Equal(t, before, snapshot(t, db))
 	})
 }
 

@@ -37,7 +37,10 @@ const (
 	StepShape      = "shape"
 	// StepRefused appears only when the declaration asks for a change that
 	// would destroy data; it names each one and changes nothing.
-	StepRefused        = "refused"
+	StepRefused = "refused"
+	// StepWiden appears only on PostgreSQL when a column's type is widened:
+	// its own transaction, after the shape step (see splitWidenings).
+	StepWiden          = "widen"
 	StepExecutionSince = "execution_since"
 	StepBackfill       = "backfill"
 )
@@ -230,9 +233,11 @@ type run struct {
 	// shapeClean: the shape step's full check found nothing to change and
 	// refused nothing, so the live catalog may be certified.
 	shapeClean bool
-	decl       *Declaration
-	schema     string
-	rep        *Report
+	// widen holds the widen step's statements, planned by the shape step.
+	widen  []string
+	decl   *Declaration
+	schema string
+	rep    *Report
 }
 
 // Reconcile brings the declared tables to their declared shape, writes
@@ -276,6 +281,9 @@ func (r *run) steps(ctx context.Context, db *sql.DB) {
 	if len(r.refused) > 0 {
 		err := fmt.Errorf("refused destructive change (never applied at boot): %s", strings.Join(r.refused, "; "))
 		r.record(Step{Name: StepRefused, Status: Failed, Detail: err.Error(), Err: err})
+	}
+	if len(r.widen) > 0 {
+		r.step(ctx, StepWiden, r.widenColumns)
 	}
 	r.step(ctx, StepExecutionSince, r.executionSince)
 	r.step(ctx, StepBackfill, r.backfill)
@@ -386,6 +394,7 @@ func (r *run) shape(ctx context.Context, q dialect.Querier) Step {
 	// A table with a destructive change is left exactly as it is; the other
 	// tables still reach their shape. The refusal is its own failed step.
 	r.refused = plan.Refused()
+	r.widen = plan.widenings()
 	n := 0
 	var did []string
 	for _, tp := range plan.tables {
@@ -418,10 +427,21 @@ func (r *run) shape(ctx context.Context, q dialect.Querier) Step {
 		return failed(err)
 	}
 	if n == 0 {
-		r.shapeClean = len(r.refused) == 0
+		r.shapeClean = len(r.refused) == 0 && len(r.widen) == 0
 		return Step{Status: Unchanged, Detail: "declared shape holds"}
 	}
 	return Step{Status: Applied, Statements: n, Detail: strings.Join(did, ", ")}
+}
+
+// widenColumns runs the type widenings the shape step set aside.
+func (r *run) widenColumns(ctx context.Context, q dialect.Querier) Step {
+	for i, stmt := range r.widen {
+		if _, err := q.ExecContext(ctx, stmt); err != nil {
+			return failed(fmt.Errorf("%s: %w", firstLine(stmt), withDetail(err)))
+		}
+		r.progress(StepWiden, fmt.Sprintf("widened %d of %d", i+1, len(r.widen)))
+	}
+	return Step{Status: Applied, Statements: len(r.widen), Detail: "widened column types"}
 }
 
 // executionSince observes AC-33 clauses 1–3 on the live schema and, when they

@@ -459,7 +459,11 @@ func TestReconcile_ProgressReportsEachStep(t *testing.T) {
 				messages = append(messages, p.Step+": "+p.Message)
 			}
 		}))
-		require.Equal(t, map[string]string{"shape": "applied", "execution_since": "applied", "backfill": "applied"}, done)
+		want := map[string]string{"shape": "applied", "execution_since": "applied", "backfill": "applied"}
+		if db.Dialect == dialect.Postgres {
+			want["widen"] = "applied" // the legacy metrics are integer; the declaration says bigint
+		}
+		require.Equal(t, want, done)
 		require.Contains(t, messages, "shape: applying task_session_subagents")
 		if db.Dialect == dialect.SQLite {
 			require.Contains(t, messages, "shape: rebuilding task_session_subagents: copying 3 rows", "rows when known")

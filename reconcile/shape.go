@@ -27,6 +27,9 @@ type tablePlan struct {
 	// copy-path sequence, which apply runs with its own row-count check.
 	Stmts   []string
 	Rebuild *rebuild
+	// Widen is PostgreSQL only: type widenings, run after the shape step in
+	// a transaction of their own (see splitWidenings).
+	Widen []string
 }
 
 // ShapePlan is the dry-run result of the shape step.
@@ -34,12 +37,24 @@ type ShapePlan struct {
 	tables []*tablePlan
 }
 
-// Statements lists every statement the shape step would run, in order.
+// Statements lists every statement the shape step, then the widen step,
+// would run, in order.
 func (p *ShapePlan) Statements() []string {
 	var out []string
 	for _, t := range p.tables {
 		if len(t.Refused) == 0 {
 			out = append(out, t.Stmts...)
+		}
+	}
+	return append(out, p.widenings()...)
+}
+
+// widenings are the statements of the widen step.
+func (p *ShapePlan) widenings() []string {
+	var out []string
+	for _, t := range p.tables {
+		if len(t.Refused) == 0 {
+			out = append(out, t.Widen...)
 		}
 	}
 	return out
@@ -110,9 +125,20 @@ func planShape(ctx context.Context, drv migrate.Driver, d dialect.Dialect, q dia
 		if len(tp.Refused) > 0 {
 			continue
 		}
+		if d == dialect.Postgres {
+			var widen []schema.Change
+			changes, widen = splitWidenings(changes)
+			if len(widen) > 0 {
+				if tp.Widen, err = render(ctx, drv, []schema.Change{&schema.ModifyTable{T: want, Changes: widen}}); err != nil {
+					return nil, fmt.Errorf("plan %s: %w", want.Name, err)
+				}
+			}
+		}
 		if d != dialect.SQLite || !needsCopy(changes) {
-			if tp.Stmts, err = render(ctx, drv, []schema.Change{&schema.ModifyTable{T: want, Changes: changes}}); err != nil {
-				return nil, fmt.Errorf("plan %s: %w", want.Name, err)
+			if len(changes) > 0 {
+				if tp.Stmts, err = render(ctx, drv, []schema.Change{&schema.ModifyTable{T: want, Changes: changes}}); err != nil {
+					return nil, fmt.Errorf("plan %s: %w", want.Name, err)
+				}
 			}
 			if d == dialect.Postgres {
 				tp.Stmts = append(append(renames, fillStatements(schemaName, lt, want)...), tp.Stmts...)
@@ -292,4 +318,23 @@ func IndexSet(t *schema.Table) []string {
 	}
 	sort.Strings(out)
 	return out
+}
+
+// splitWidenings separates, on PostgreSQL, the changes that only widen a
+// column's type (integer → bigint, timestamp(3) → timestamp) from the rest.
+// A widening rewrites the table and fails while a view reads the column; it
+// is not part of AC-33's end state, so it must not hold the key change back:
+// the shape step applies the rest (the constraint swap stays all-or-nothing,
+// AC-33a) and the widen step applies the widenings in a transaction of their
+// own, failing — named, rolled back, retried next boot — without costing the
+// installation its execution identity.
+func splitWidenings(changes []schema.Change) (rest, widen []schema.Change) {
+	for _, c := range changes {
+		if m, ok := c.(*schema.ModifyColumn); ok && m.Change == schema.ChangeType && widens(m.From.Type.Type, m.To.Type.Type) {
+			widen = append(widen, c)
+			continue
+		}
+		rest = append(rest, c)
+	}
+	return rest, widen
 }
