@@ -64,6 +64,30 @@ func playRole(role string) int {
 			fmt.Println("error:", err)
 		}
 		return 0
+	case "append-fsize":
+		// arg is a file-size limit in bytes: appends past it fail with EFBIG
+		// (RLIMIT_FSIZE; the Go runtime ignores SIGXFSZ), even as root. The
+		// batch is three ~1 KiB events, so the limit can fall inside it.
+		var limit uint64
+		fmt.Sscan(arg, &limit)
+		if err := syscall.Setrlimit(syscall.RLIMIT_FSIZE, &syscall.Rlimit{Cur: limit, Max: ^uint64(0)}); err != nil {
+			fmt.Println("setrlimit:", err)
+			return 3
+		}
+		pad := strings.Repeat("y", 1000)
+		err := s.Append(ctx, sess, agent,
+			transcript.Event{Type: transcript.AssistantMessage, Text: "batch-1 " + pad},
+			transcript.Event{Type: transcript.AssistantMessage, Text: "batch-2 " + pad},
+			transcript.Event{Type: transcript.AssistantMessage, Text: "batch-3 " + pad})
+		switch {
+		case err == nil:
+			fmt.Println("appended")
+		case errors.Is(err, syscall.EFBIG):
+			fmt.Println("efbig")
+		default:
+			fmt.Println("error:", err)
+		}
+		return 0
 	case "append-loop":
 		// Append forever; the parent kills this process with SIGKILL.
 		pad := strings.Repeat("x", 3000)

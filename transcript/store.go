@@ -246,15 +246,33 @@ func (s *Store) append(p Paths, events []Event) error {
 		buf.Write(b)
 		buf.WriteByte('\n')
 	}
+	fi, err := f.Stat()
+	if err != nil {
+		return err
+	}
 	// One write of whole lines: a crash can tear only the last line, which
-	// readers ignore and the next append cuts off.
+	// readers ignore and the next append cuts off. A write or fsync that
+	// fails (EFBIG, ENOSPC, EIO) may have left whole lines of the batch
+	// behind; they are cut off again, so a failed append leaves none of its
+	// events for readers to see or the caller's retry to duplicate.
 	if _, err := f.Write(buf.Bytes()); err != nil {
-		return fmt.Errorf("append to %s: %w", p.Log, err)
+		return undoAppend(f, fi.Size(), fmt.Errorf("append to %s: %w", p.Log, err))
 	}
 	if err := f.Sync(); err != nil {
-		return fmt.Errorf("fsync %s: %w", p.Log, err)
+		return undoAppend(f, fi.Size(), fmt.Errorf("fsync %s: %w", p.Log, err))
 	}
 	return nil
+}
+
+// undoAppend cuts the log back to size after a failed append.
+func undoAppend(f *os.File, size int64, err error) error {
+	if terr := f.Truncate(size); terr != nil {
+		return errors.Join(err, fmt.Errorf("cut failed append off %s: %w", f.Name(), terr))
+	}
+	if serr := f.Sync(); serr != nil {
+		return errors.Join(err, fmt.Errorf("fsync %s: %w", f.Name(), serr))
+	}
+	return err
 }
 
 // End is a transcript's terminal record.
