@@ -2,12 +2,16 @@ package transcript_test
 
 import (
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/schemastate/schemastate/dialect"
+	"github.com/schemastate/schemastate/internal/dbtest"
 	"github.com/schemastate/schemastate/transcript"
 )
 
@@ -49,4 +53,71 @@ func TestTranscript_AppendFailingMidBatchLeavesNoneOfIt(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, []string{"before", "after"}, texts(tr))
 	require.Equal(t, int64(2), tr.LastSeq)
+}
+
+// lockLifecycle holds background_agent_log's write lock from another
+// connection (SQLite: an IMMEDIATE transaction; PostgreSQL: LOCK TABLE …
+// EXCLUSIVE, which still admits readers) until the returned func is called.
+func lockLifecycle(t *testing.T, db *dbtest.DB) func() {
+	t.Helper()
+	tx, err := db.DB.BeginTx(ctx, nil)
+	require.NoError(t, err)
+	q := `DELETE FROM background_agent_log WHERE 1 = 0`
+	if db.Dialect == dialect.Postgres {
+		q = `LOCK TABLE background_agent_log IN EXCLUSIVE MODE`
+	}
+	_, err = tx.ExecContext(ctx, q)
+	require.NoError(t, err)
+	released := false
+	release := func() {
+		if !released {
+			released = true
+			require.NoError(t, tx.Rollback())
+		}
+	}
+	t.Cleanup(release)
+	return release
+}
+
+// Recover running while a child is being created — its lifecycle row not yet
+// written — must not finish the live child's transcript as "interrupted": the
+// execution is alive from the moment its transcript exists. Otherwise every
+// later append and the child's own finish are refused, its lifecycle row stays
+// 'running' for ever, and transcript_status still says 'ok'.
+func TestTranscript_RecoverDuringCreateLeavesTheLiveChildAlone(t *testing.T) {
+	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
+		l := lifecycleDB(t, db)
+		root := filepath.Join(t.TempDir(), "conversation")
+		s, err := transcript.NewStore(root, transcript.WithLifecycle(l, "/ws"))
+		require.NoError(t, err)
+		p, _ := s.PathsFor("sess-cr", "agent-cr")
+
+		release := lockLifecycle(t, db)
+		created := make(chan error, 1)
+		go func() { created <- s.Create(ctx, header("sess-cr", "agent-cr", transcript.KindRunInBackground)) }()
+		// Give Create time to get as far as it can while the table is locked.
+		deadline := time.Now().Add(500 * time.Millisecond)
+		for time.Now().Before(deadline) {
+			if _, err := os.Stat(p.Log); err == nil {
+				break
+			}
+			time.Sleep(time.Millisecond)
+		}
+		rep, err := transcript.Recover(ctx, root, l, "")
+		require.NoError(t, err)
+		release()
+		require.NoError(t, <-created)
+		require.Empty(t, rep.Finished, "recover finished a child that was being created")
+
+		require.NoError(t, s.Append(ctx, "sess-cr", "agent-cr", msg(transcript.UserMessage, "work"), msg(transcript.AssistantMessage, "done")))
+		require.NoError(t, s.Finish(ctx, "sess-cr", "agent-cr", transcript.End{Status: transcript.Completed}))
+		tr, err := s.Load("sess-cr", "agent-cr")
+		require.NoError(t, err)
+		require.Equal(t, transcript.Completed, tr.Status)
+		require.Equal(t, []string{"work", "done"}, texts(tr))
+		e, err := l.Get(ctx, transcript.Identity{WorkspacePath: "/ws", SessionID: "sess-cr", AgentID: "agent-cr"})
+		require.NoError(t, err)
+		require.Equal(t, "completed", e.Status)
+		require.Equal(t, "ok", e.TranscriptStatus)
+	})
 }

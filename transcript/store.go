@@ -161,6 +161,17 @@ func (s *Store) Create(ctx context.Context, h Header) error {
 	}
 	h.StartedAt = h.StartedAt.UTC()
 	p, err := s.PathsFor(h.ParentSessionID, h.AgentID)
+	// The lifecycle row is written first: from the moment the transcript
+	// exists its execution is alive per background_agent_log, so a Recover
+	// running concurrently never finishes a child that is being created.
+	var startErr error
+	if s.life != nil {
+		startErr = s.life.Start(ctx, Entry{
+			WorkspacePath: s.workspace, SessionID: h.ParentSessionID, AgentID: h.AgentID,
+			ExecutionID: h.ExecutionID, Kind: string(h.Kind), Provider: h.Provider, Model: h.Model,
+			Status: string(Running), StartedAt: h.StartedAt,
+		})
+	}
 	if err == nil {
 		err = s.create(p, h)
 	}
@@ -168,13 +179,7 @@ func (s *Store) Create(ctx context.Context, h Header) error {
 		// The transcript that is there is intact; nothing to record.
 		return err
 	}
-	return s.record(ctx, "create", h.ParentSessionID, h.AgentID, p.Transcript, err, func(l *Lifecycle) error {
-		return l.Start(ctx, Entry{
-			WorkspacePath: s.workspace, SessionID: h.ParentSessionID, AgentID: h.AgentID,
-			ExecutionID: h.ExecutionID, Kind: string(h.Kind), Provider: h.Provider, Model: h.Model,
-			Status: string(Running), StartedAt: h.StartedAt,
-		})
-	})
+	return s.record(ctx, "create", h.ParentSessionID, h.AgentID, p.Transcript, err, func(*Lifecycle) error { return startErr })
 }
 
 func (s *Store) create(p Paths, h Header) error {
