@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -118,6 +119,112 @@ func TestTranscript_RecoverDuringCreateLeavesTheLiveChildAlone(t *testing.T) {
 		e, err := l.Get(ctx, transcript.Identity{WorkspacePath: "/ws", SessionID: "sess-cr", AgentID: "agent-cr"})
 		require.NoError(t, err)
 		require.Equal(t, "completed", e.Status)
+		require.Equal(t, "ok", e.TranscriptStatus)
+	})
+}
+
+// kill -9 after finish published the document but before the lifecycle row
+// was ended (the row's lock held by another connection keeps the process
+// there). The transcript is terminal and says so; the row still says
+// 'running'. ls must name the disagreement, and recover must carry the
+// transcript's terminal record over to the row — nothing else ever will: the
+// host's retry of Finish is answered "already finished".
+func TestTranscript_KillNineBetweenDocumentAndLifecycleEnd(t *testing.T) {
+	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
+		l := lifecycleDB(t, db)
+		root := filepath.Join(t.TempDir(), "conversation")
+		s, err := transcript.NewStore(root, transcript.WithLifecycle(l, "/ws"))
+		require.NoError(t, err)
+		require.NoError(t, s.Create(ctx, header("sess-k9", "agent-k9", transcript.KindScheduled)))
+		require.NoError(t, s.Append(ctx, "sess-k9", "agent-k9", msg(transcript.UserMessage, "work"), msg(transcript.AssistantMessage, "done")))
+		p, _ := s.PathsFor("sess-k9", "agent-k9")
+		id := transcript.Identity{WorkspacePath: "/ws", SessionID: "sess-k9", AgentID: "agent-k9"}
+
+		release := lockLifecycle(t, db)
+		cmd := child(t, "finish-db", root, "sess-k9", "agent-k9", db.DSN)
+		require.NoError(t, cmd.Start())
+		require.Eventually(t, func() bool { _, err := os.Stat(p.Transcript); return err == nil }, 20*time.Second, time.Millisecond)
+		require.NoError(t, cmd.Process.Signal(syscall.SIGKILL))
+		_ = cmd.Wait()
+		release()
+
+		tr, err := s.Load("sess-k9", "agent-k9")
+		require.NoError(t, err)
+		require.Equal(t, transcript.Completed, tr.Status)
+		e, err := l.Get(ctx, id)
+		require.NoError(t, err)
+		require.Equal(t, "running", e.Status, "the crash left the row behind")
+
+		idx, err := transcript.Index(ctx, s, l, "", "sess-k9")
+		require.NoError(t, err)
+		require.Len(t, idx, 1)
+		require.Contains(t, strings.Join(idx[0].Problems, "\n"), "still says running")
+
+		// The host's own retry is told the transcript is finished…
+		require.ErrorIs(t, s.Finish(ctx, "sess-k9", "agent-k9", transcript.End{Status: transcript.Completed}), transcript.ErrFinished)
+		// …and recover ends the row as the transcript ended.
+		rep, err := transcript.Recover(ctx, root, l, "")
+		require.NoError(t, err)
+		require.Empty(t, rep.Finished)
+		require.Empty(t, rep.Problems)
+		e, err = l.Get(ctx, id)
+		require.NoError(t, err)
+		require.Equal(t, "completed", e.Status)
+		require.NotNil(t, e.CompletedAt)
+		require.Equal(t, tr.EndedAt.Truncate(time.Microsecond), *e.CompletedAt)
+		require.Equal(t, "ok", e.TranscriptStatus)
+		idx, err = transcript.Index(ctx, s, l, "", "sess-k9")
+		require.NoError(t, err)
+		require.Empty(t, idx[0].Problems)
+	})
+}
+
+// refuseStatusChange makes every change of background_agent_log.status fail
+// (a trigger that raises) until the returned func drops it.
+func refuseStatusChange(t *testing.T, db *dbtest.DB) func() {
+	t.Helper()
+	if db.Dialect == dialect.Postgres {
+		db.Exec(t, `CREATE FUNCTION refuse_status() RETURNS trigger LANGUAGE plpgsql AS $$
+			BEGIN RAISE EXCEPTION 'lifecycle store refused the status change'; END $$;
+			CREATE TRIGGER refuse_status BEFORE UPDATE OF status ON background_agent_log
+			FOR EACH ROW EXECUTE FUNCTION refuse_status();`)
+		return func() {
+			db.Exec(t, `DROP TRIGGER refuse_status ON background_agent_log; DROP FUNCTION refuse_status();`)
+		}
+	}
+	db.Exec(t, `CREATE TRIGGER refuse_status BEFORE UPDATE OF status ON background_agent_log
+		BEGIN SELECT RAISE(ABORT, 'lifecycle store refused the status change'); END;`)
+	return func() { db.Exec(t, `DROP TRIGGER refuse_status`) }
+}
+
+// The lifecycle write failing after the document was published: Finish
+// reports ErrLifecycle, and the host's retry — once the database accepts
+// writes again — must end the row as the transcript ended, not leave it
+// 'running' behind an "already finished".
+func TestTranscript_FinishRetryEndsTheRowAfterALifecycleFailure(t *testing.T) {
+	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
+		l := lifecycleDB(t, db)
+		s := newStore(t, transcript.WithLifecycle(l, "/ws"))
+		require.NoError(t, s.Create(ctx, header("sess-rt", "agent-rt", transcript.KindTodoDelegate)))
+		id := transcript.Identity{WorkspacePath: "/ws", SessionID: "sess-rt", AgentID: "agent-rt"}
+
+		allow := refuseStatusChange(t, db)
+		err := s.Finish(ctx, "sess-rt", "agent-rt", transcript.End{Status: transcript.TimedOut, Error: "deadline 10m"})
+		require.ErrorIs(t, err, transcript.ErrLifecycle)
+		require.ErrorContains(t, err, "refused the status change")
+		e, err := l.Get(ctx, id)
+		require.NoError(t, err)
+		require.Equal(t, "running", e.Status)
+		allow()
+
+		require.ErrorIs(t, s.Finish(ctx, "sess-rt", "agent-rt", transcript.End{Status: transcript.TimedOut, Error: "deadline 10m"}), transcript.ErrFinished)
+		tr, err := s.Load("sess-rt", "agent-rt")
+		require.NoError(t, err)
+		e, err = l.Get(ctx, id)
+		require.NoError(t, err)
+		require.Equal(t, "timed_out", e.Status)
+		require.Equal(t, "deadline 10m", e.Error)
+		require.Equal(t, tr.EndedAt.Truncate(time.Microsecond), *e.CompletedAt)
 		require.Equal(t, "ok", e.TranscriptStatus)
 	})
 }

@@ -83,6 +83,9 @@ func diagnose(e *IndexEntry, haveLifecycle bool) []string {
 			}
 		}
 	}
+	if t != nil && t.Status.Terminal() && alive {
+		p = append(p, "transcript is "+string(t.Status)+" but "+LifecycleTable+" still says running; run recover")
+	}
 	if haveLifecycle && t != nil && t.Status == Running && !alive {
 		p = append(p, "transcript still running but its execution is not alive per "+LifecycleTable+"; run recover")
 	}

@@ -2,6 +2,7 @@ package transcript_test
 
 import (
 	"bufio"
+	"database/sql"
 	"errors"
 	"fmt"
 	"os"
@@ -87,6 +88,32 @@ func playRole(role string) int {
 		default:
 			fmt.Println("error:", err)
 		}
+		return 0
+	case "finish-db":
+		// arg is a database DSN: finish as completed with the lifecycle in
+		// workspace /ws. The parent holds the table's lock, so this blocks
+		// after the document is published, and kills the process there.
+		driver := "sqlite"
+		if strings.HasPrefix(arg, "postgres") {
+			driver = "pgx"
+		}
+		db, err := sql.Open(driver, arg)
+		if err != nil {
+			fmt.Println("open:", err)
+			return 3
+		}
+		l, err := transcript.NewLifecycle(db)
+		if err != nil {
+			fmt.Println("lifecycle:", err)
+			return 3
+		}
+		s, err = transcript.NewStore(os.Getenv(envRoot), transcript.WithLifecycle(l, "/ws"))
+		if err != nil {
+			fmt.Println(err)
+			return 3
+		}
+		err = s.Finish(ctx, sess, agent, transcript.End{Status: transcript.Completed})
+		fmt.Println("returned:", err)
 		return 0
 	case "append-loop":
 		// Append forever; the parent kills this process with SIGKILL.

@@ -28,6 +28,10 @@ type Problem struct {
 // RecoverReport is what one Recover found and did.
 type RecoverReport struct {
 	Finished []Recovered `json:"finished"`
+	// RowsEnded are finished transcripts whose lifecycle row was still not
+	// terminal (the finisher died, or its lifecycle write failed, after the
+	// document was published); the row was ended as the transcript ended.
+	RowsEnded []Recovered `json:"rows_ended"`
 	// Alive are running transcripts whose execution is alive; left alone.
 	Alive    []Summary `json:"alive"`
 	Problems []Problem `json:"problems"`
@@ -58,7 +62,7 @@ func Recover(ctx context.Context, root string, l *Lifecycle, workspace string) (
 	if err != nil {
 		return nil, err
 	}
-	rep := &RecoverReport{Finished: []Recovered{}, Alive: []Summary{}, Problems: []Problem{}}
+	rep := &RecoverReport{Finished: []Recovered{}, RowsEnded: []Recovered{}, Alive: []Summary{}, Problems: []Problem{}}
 	for _, session := range sessions {
 		sums, err := s.List(session)
 		if err != nil {
@@ -70,6 +74,11 @@ func Recover(ctx context.Context, root string, l *Lifecycle, workspace string) (
 				continue
 			}
 			if sum.Status != Running {
+				ended, err := endRowsAsTranscript(ctx, s, l, workspace, session, sum.AgentID)
+				if err != nil {
+					return nil, err
+				}
+				rep.RowsEnded = append(rep.RowsEnded, ended...)
 				continue
 			}
 			rows, err := l.Find(ctx, workspace, session, sum.AgentID)
@@ -106,6 +115,37 @@ func Recover(ctx context.Context, root string, l *Lifecycle, workspace string) (
 		}
 	}
 	return rep, nil
+}
+
+// endRowsAsTranscript ends every non-terminal lifecycle row of a finished
+// transcript as the transcript ended.
+func endRowsAsTranscript(ctx context.Context, s *Store, l *Lifecycle, workspace, session, agent string) ([]Recovered, error) {
+	rows, err := l.Find(ctx, workspace, session, agent)
+	if err != nil {
+		return nil, err
+	}
+	var t *Transcript
+	var out []Recovered
+	for _, r := range rows {
+		if !r.Alive() {
+			continue
+		}
+		if t == nil {
+			if t, err = s.Load(session, agent); err != nil {
+				return nil, err
+			}
+		}
+		id := Identity{WorkspacePath: r.WorkspacePath, SessionID: r.SessionID, AgentID: r.AgentID}
+		changed, err := endRow(ctx, l, id, t)
+		if err != nil {
+			return nil, err
+		}
+		if changed {
+			out = append(out, Recovered{session, agent, t.Path, r.Status,
+				fmt.Sprintf("%s row was still %s; ended as the transcript ended (%s)", LifecycleTable, r.Status, t.Status)})
+		}
+	}
+	return out, nil
 }
 
 func describe(rows []Entry) string {

@@ -305,6 +305,14 @@ func (s *Store) Finish(ctx context.Context, session, agent string, end End) erro
 		err = s.finish(p, end)
 	}
 	if errors.Is(err, ErrFinished) {
+		// The row of a finished transcript may still be running: its
+		// finisher died, or its lifecycle write failed, after the document
+		// was published. A retry carries the document's terminal record over.
+		if s.life != nil {
+			if lerr := s.endRowAsDocument(ctx, p, session, agent); lerr != nil {
+				return errors.Join(err, fmt.Errorf("%w: %v", ErrLifecycle, lerr))
+			}
+		}
 		return err
 	}
 	return s.record(ctx, "finish", session, agent, p.Transcript, err, func(l *Lifecycle) error {
@@ -334,6 +342,26 @@ func (s *Store) finish(p Paths, end End) error {
 		return err
 	}
 	return publish(filepath.Dir(p.Transcript), filepath.Base(p.Transcript), append(b, '\n'), ErrFinished)
+}
+
+// endRowAsDocument ends the lifecycle row of a finished transcript as the
+// document ended, if the row is not terminal yet.
+func (s *Store) endRowAsDocument(ctx context.Context, p Paths, session, agent string) error {
+	t, err := load(p)
+	if err != nil {
+		return err
+	}
+	_, err = endRow(ctx, s.life, Identity{WorkspacePath: s.workspace, SessionID: session, AgentID: agent}, t)
+	return err
+}
+
+// endRow moves a non-terminal lifecycle row to the finished transcript t's
+// terminal status, end time and error; a terminal row is left alone.
+func endRow(ctx context.Context, l *Lifecycle, id Identity, t *Transcript) (bool, error) {
+	if !t.Status.Terminal() || t.EndedAt == nil {
+		return false, nil
+	}
+	return l.End(ctx, id, t.Status, *t.EndedAt, t.Error)
 }
 
 // openLocked opens the log of a created transcript and takes its exclusive

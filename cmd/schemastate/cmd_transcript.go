@@ -31,7 +31,8 @@ const transcriptUsage = `usage: schemastate transcript <subcommand> [flags]
         finish, as failed/"interrupted", every running transcript whose execution is not
         alive: alive means a background_agent_log row for its (session, agent) — in
         --workspace when given — with a non-terminal status; a terminal row or no row
-        is not alive
+        is not alive; end, as its transcript ended, a lifecycle row still running
+        whose transcript is finished
   record --root DIR --session S --agent A --provider P [--kind K] [--execution E]
          [--model M] [--prompt TEXT] [--db DSN --workspace W] < provider-stream
         record a provider event stream (claude, opencode, codex) as a transcript: create,
@@ -308,15 +309,18 @@ func transcriptRecover(ctx context.Context, e *env, args []string) int {
 		for _, r := range rep.Finished {
 			fmt.Fprintf(e.stdout, "finished %s/%s as failed: %s\n", r.SessionID, r.AgentID, r.Reason)
 		}
+		for _, r := range rep.RowsEnded {
+			fmt.Fprintf(e.stdout, "ended    %s/%s: %s\n", r.SessionID, r.AgentID, r.Reason)
+		}
 		for _, a := range rep.Alive {
 			fmt.Fprintf(e.stdout, "alive    %s/%s (left running)\n", a.SessionID, a.AgentID)
 		}
 		for _, p := range rep.Problems {
 			fmt.Fprintf(e.stdout, "problem  %s/%s: %s\n", p.SessionID, p.AgentID, p.Error)
 		}
-		fmt.Fprintf(e.stdout, "%d finished, %d alive, %d problems\n", len(rep.Finished), len(rep.Alive), len(rep.Problems))
+		fmt.Fprintf(e.stdout, "%d finished, %d rows ended, %d alive, %d problems\n", len(rep.Finished), len(rep.RowsEnded), len(rep.Alive), len(rep.Problems))
 	}
-	if len(rep.Finished) > 0 || len(rep.Problems) > 0 {
+	if len(rep.Finished) > 0 || len(rep.RowsEnded) > 0 || len(rep.Problems) > 0 {
 		return exitFoundWrong
 	}
 	return exitOK

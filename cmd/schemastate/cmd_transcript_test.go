@@ -250,7 +250,7 @@ func TestCLI_Transcript_UsageAndDatabaseErrorsExit2(t *testing.T) {
 		reconciled(t, db)
 		code, out, errOut := transcriptCLI(t, "", "recover", "--root", t.TempDir(), "--db", db.CLIDSN)
 		require.Equal(t, exitOK, code, errOut)
-		require.Contains(t, out, "0 finished, 0 alive, 0 problems")
+		require.Contains(t, out, "0 finished, 0 rows ended, 0 alive, 0 problems")
 	})
 }
 
