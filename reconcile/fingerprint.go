@@ -154,28 +154,43 @@ func placeholders(d dialect.Dialect, from, n int) string {
 // certificate matches this build's declaration and the live catalog, and all
 // three activation keys are present. Any error means "no": the full check runs.
 func (r *run) certified(ctx context.Context) (keys.Set, bool) {
-	q := r.sess.querier()
 	src, _, err := readDeclaration(r.o.schemaFile)
 	if err != nil {
 		return keys.Set{}, false
 	}
-	name, err := schemaName(ctx, r.o.dialect, q)
+	// The three keys and the certificate in one round trip.
+	rows, err := r.sess.querier().QueryContext(ctx, r.o.dialect.Rebind(`SELECT key, value FROM kandev_meta WHERE key IN (?, ?, ?, ?)`),
+		keys.CaptureSince, keys.BackfillThrough, keys.ExecutionSince, certificateKey)
 	if err != nil {
 		return keys.Set{}, false
 	}
-	ks, err := keys.Read(ctx, q, r.o.dialect)
-	if err != nil || ks.CaptureSince == nil || ks.BackfillThrough == nil || ks.ExecutionSince == nil {
+	var ks keys.Set
+	var stored *string
+	for rows.Next() {
+		var k, v string
+		if err := rows.Scan(&k, &v); err != nil {
+			rows.Close()
+			return keys.Set{}, false
+		}
+		switch k {
+		case keys.CaptureSince:
+			ks.CaptureSince = &v
+		case keys.BackfillThrough:
+			ks.BackfillThrough = &v
+		case keys.ExecutionSince:
+			ks.ExecutionSince = &v
+		case certificateKey:
+			stored = &v
+		}
+	}
+	if rows.Close() != nil || rows.Err() != nil || stored == nil || ks.CaptureSince == nil || ks.BackfillThrough == nil || ks.ExecutionSince == nil {
 		return ks, false
 	}
-	stored, ok, err := keys.Get(ctx, q, r.o.dialect, certificateKey)
-	if err != nil || !ok {
+	c, ok := parseCertificate(*stored)
+	if !ok || c.declaration != declarationHash(r.o.dialect, src, r.sess.schemaName()) {
 		return ks, false
 	}
-	c, ok := parseCertificate(stored)
-	if !ok || c.declaration != declarationHash(r.o.dialect, src, name) {
-		return ks, false
-	}
-	live, err := catalogHash(ctx, r.o.dialect, q, c.owned, c.host)
+	live, err := catalogHash(ctx, r.o.dialect, r.sess.querier(), c.owned, c.host)
 	if err != nil || live != c.catalog {
 		return ks, false
 	}

@@ -29,10 +29,11 @@ import (
 // a session-mode pool.
 
 type pgSession struct {
-	conn *sql.Conn
-	key  int64
-	tx   *sql.Tx
-	o    *options
+	conn   *sql.Conn
+	schema string // current_schema(), where the reconcile works
+	key    int64
+	tx     *sql.Tx
+	o      *options
 }
 
 func openPostgres(ctx context.Context, db *sql.DB, o *options) (*pgSession, error) {
@@ -41,11 +42,12 @@ func openPostgres(ctx context.Context, db *sql.DB, o *options) (*pgSession, erro
 		return nil, err
 	}
 	s := &pgSession{conn: conn, o: o}
-	var ident string
-	if err := conn.QueryRowContext(ctx, `SELECT current_database() || '.' || current_schema()`).Scan(&ident); err != nil {
+	var database string
+	if err := conn.QueryRowContext(ctx, `SELECT current_database(), current_schema()`).Scan(&database, &s.schema); err != nil {
 		conn.Close()
 		return nil, err
 	}
+	ident := database + "." + s.schema
 	h := fnv.New64a()
 	h.Write([]byte("schemastate/reconcile:" + ident))
 	s.key = int64(h.Sum64())
@@ -73,6 +75,8 @@ func openPostgres(ctx context.Context, db *sql.DB, o *options) (*pgSession, erro
 }
 
 func (s *pgSession) querier() dialect.Querier { return s.conn }
+
+func (s *pgSession) schemaName() string { return s.schema }
 
 func (s *pgSession) begin(ctx context.Context, step string) (dialect.Querier, error) {
 	tx, err := s.conn.BeginTx(ctx, nil)

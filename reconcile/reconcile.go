@@ -192,6 +192,9 @@ func (o *options) fail(point string) error {
 // a per-step transaction scope. sqlite.go and postgres.go implement it.
 type session interface {
 	querier() dialect.Querier
+	// schemaName is the schema the reconcile works in: main on SQLite, the
+	// connection's current_schema() on PostgreSQL.
+	schemaName() string
 	begin(ctx context.Context, step string) (dialect.Querier, error)
 	end(ctx context.Context, ok bool) error
 	close(ctx context.Context) error
@@ -306,11 +309,9 @@ func (r *run) steps(ctx context.Context, db *sql.DB) {
 // prepare loads the declaration and checks the host tables exist.
 func (r *run) prepare(ctx context.Context) bool {
 	q := r.sess.querier()
-	name, err := schemaName(ctx, r.o.dialect, q)
-	if err == nil {
-		r.schema = name
-		r.decl, err = LoadDeclaration(r.o.schemaFile, r.o.dialect, name)
-	}
+	r.schema = r.sess.schemaName()
+	var err error
+	r.decl, err = LoadDeclaration(r.o.schemaFile, r.o.dialect, r.schema)
 	if err != nil {
 		r.record(Step{Name: StepHostTables, Status: Failed, Detail: err.Error(), Err: err})
 		r.skipRest(StepShape, "declaration not loaded")

@@ -69,6 +69,8 @@ func openSQLite(ctx context.Context, db *sql.DB, o *options) (*sqliteSession, er
 
 func (s *sqliteSession) querier() dialect.Querier { return s.conn }
 
+func (s *sqliteSession) schemaName() string { return "main" }
+
 func (s *sqliteSession) begin(ctx context.Context, step string) (dialect.Querier, error) {
 	s.step = savepointName(step)
 	if _, err := s.conn.ExecContext(ctx, "SAVEPOINT "+s.step); err != nil {
