@@ -228,3 +228,37 @@ func TestTranscript_FinishRetryEndsTheRowAfterALifecycleFailure(t *testing.T) {
 		require.Equal(t, "ok", e.TranscriptStatus)
 	})
 }
+
+// Provider output is not always clean text: a failure detail (a tool's
+// stderr, a provider error) or a model name may carry NUL or bytes that are
+// not UTF-8. PostgreSQL refuses both in a text column, so such a value must
+// not keep the lifecycle row from reaching its terminal status or the
+// outcome from being recorded. The transcript document keeps the text as
+// JSON can carry it.
+func TestTranscript_NULAndInvalidUTF8ReachTheLifecycleRow(t *testing.T) {
+	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
+		l := lifecycleDB(t, db)
+		s := newStore(t, transcript.WithLifecycle(l, "/ws"))
+		h := header("sess-nul", "agent-nul", transcript.KindRunInBackground)
+		h.Model = "model\x00x"
+		require.NoError(t, s.Create(ctx, h))
+		id := transcript.Identity{WorkspacePath: "/ws", SessionID: "sess-nul", AgentID: "agent-nul"}
+		e, err := l.Get(ctx, id)
+		require.NoError(t, err)
+		require.NotNil(t, e, "the row was not written")
+		require.Equal(t, `model\x00x`, e.Model)
+
+		errText := "exit status 2: \x00\xff\xfe binary stderr"
+		require.NoError(t, s.Finish(ctx, "sess-nul", "agent-nul", transcript.End{Status: transcript.Failed, Error: errText}))
+		e, err = l.Get(ctx, id)
+		require.NoError(t, err)
+		require.Equal(t, "failed", e.Status)
+		require.Equal(t, `exit status 2: \x00\xff\xfe binary stderr`, e.Error)
+		require.Equal(t, "ok", e.TranscriptStatus)
+
+		tr, err := s.Load("sess-nul", "agent-nul")
+		require.NoError(t, err)
+		require.Equal(t, transcript.Failed, tr.Status)
+		require.Equal(t, "exit status 2: \x00\ufffd\ufffd binary stderr", tr.Error)
+	})
+}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/schemastate/schemastate/dialect"
 	"github.com/schemastate/schemastate/keys"
@@ -79,7 +80,28 @@ func nullable(s string) any {
 	if s == "" {
 		return nil
 	}
-	return s
+	return dbText(s)
+}
+
+// dbText is s as a text column can hold it on both dialects: PostgreSQL
+// refuses NUL and bytes that are not UTF-8 (and would fail the whole write),
+// so each such byte is spelled \xHH. Clean text is unchanged.
+func dbText(s string) string {
+	if utf8.ValidString(s) && strings.IndexByte(s, 0) < 0 {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); {
+		r, n := utf8.DecodeRuneInString(s[i:])
+		if r == 0 || r == utf8.RuneError && n == 1 {
+			fmt.Fprintf(&b, `\x%02x`, s[i])
+			i++
+			continue
+		}
+		b.WriteString(s[i : i+n])
+		i += n
+	}
+	return b.String()
 }
 
 // Start inserts the row for a new execution with its lifecycle fields. A row
@@ -92,8 +114,8 @@ func (l *Lifecycle) Start(ctx context.Context, e Entry) error {
 		(workspace_path, session_id, agent_id, execution_id, kind, provider, model, status, started_at)
 		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
 		ON CONFLICT (workspace_path, session_id, agent_id) DO NOTHING`),
-		e.WorkspacePath, e.SessionID, e.AgentID, nullable(e.ExecutionID), e.Kind,
-		nullable(e.Provider), nullable(e.Model), e.Status, keys.RowTime(l.d, e.StartedAt))
+		dbText(e.WorkspacePath), dbText(e.SessionID), dbText(e.AgentID), nullable(e.ExecutionID), dbText(e.Kind),
+		nullable(e.Provider), nullable(e.Model), dbText(e.Status), keys.RowTime(l.d, e.StartedAt))
 	if err != nil {
 		return fmt.Errorf("%s: start %s/%s: %w", LifecycleTable, e.SessionID, e.AgentID, err)
 	}
@@ -106,7 +128,7 @@ func (l *Lifecycle) End(ctx context.Context, id Identity, status Status, at time
 	res, err := l.q.ExecContext(ctx, l.d.Rebind(`UPDATE background_agent_log
 		SET status = ?, completed_at = ?, error = ?
 		WHERE workspace_path = ? AND session_id = ? AND agent_id = ? AND status NOT IN `+terminalList),
-		string(status), keys.RowTime(l.d, at), nullable(errText), id.WorkspacePath, id.SessionID, id.AgentID)
+		string(status), keys.RowTime(l.d, at), nullable(errText), dbText(id.WorkspacePath), dbText(id.SessionID), dbText(id.AgentID))
 	if err != nil {
 		return false, fmt.Errorf("%s: end %s/%s: %w", LifecycleTable, id.SessionID, id.AgentID, err)
 	}
@@ -123,7 +145,7 @@ func (l *Lifecycle) RecordTranscript(ctx context.Context, id Identity, path, sta
 		SET transcript_path = COALESCE(?, transcript_path), transcript_status = ?
 		WHERE workspace_path = ? AND session_id = ? AND agent_id = ?
 		  AND (transcript_status IS NULL OR transcript_status = 'ok')`),
-		nullable(path), status, id.WorkspacePath, id.SessionID, id.AgentID)
+		nullable(path), dbText(status), dbText(id.WorkspacePath), dbText(id.SessionID), dbText(id.AgentID))
 	if err != nil {
 		return fmt.Errorf("%s: record transcript status of %s/%s: %w", LifecycleTable, id.SessionID, id.AgentID, err)
 	}
@@ -161,6 +183,11 @@ func (l *Lifecycle) List(ctx context.Context, workspace, session string) ([]Entr
 }
 
 func (l *Lifecycle) query(ctx context.Context, where string, args ...any) ([]Entry, error) {
+	for i, a := range args {
+		if s, ok := a.(string); ok {
+			args[i] = dbText(s)
+		}
+	}
 	rows, err := l.q.QueryContext(ctx, l.d.Rebind(`SELECT `+entryColumns+` FROM background_agent_log `+where), args...)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", LifecycleTable, err)
