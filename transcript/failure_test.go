@@ -262,3 +262,23 @@ func TestTranscript_NULAndInvalidUTF8ReachTheLifecycleRow(t *testing.T) {
 		require.Equal(t, "exit status 2: \x00\ufffd\ufffd binary stderr", tr.Error)
 	})
 }
+
+// An id that is not UTF-8 is a valid Linux file name, but JSON cannot carry
+// it: the header would name the agent "agent-\ufffd" while the file is
+// "agent-\xff", so the transcript's identity would differ from its place, and
+// two such ids would render alike. It is refused like any other id that
+// cannot be one path component.
+func TestTranscript_NonUTF8IDIsRefused(t *testing.T) {
+	s := newStore(t)
+	for _, c := range []struct{ session, agent, want string }{
+		{"sess", "agent-\xff", `agent id "agent-\xff"`},
+		{"sess-\xc3", "agent", `session id "sess-\xc3"`},
+	} {
+		err := s.Create(ctx, header(c.session, c.agent, transcript.KindRunInBackground))
+		require.ErrorIs(t, err, transcript.ErrInvalidID)
+		require.ErrorContains(t, err, c.want)
+		require.ErrorContains(t, err, "UTF-8")
+	}
+	_, err := os.Stat(s.Root())
+	require.True(t, os.IsNotExist(err), "nothing may be created for an invalid id")
+}

@@ -38,6 +38,7 @@ import (
 	"strings"
 	"syscall"
 	"time"
+	"unicode/utf8"
 )
 
 // Sentinel errors; test with errors.Is.
@@ -110,8 +111,8 @@ func NewStore(root string, opts ...Option) (*Store, error) {
 func (s *Store) Root() string { return s.root }
 
 // ValidateID checks that id can be one path component: non-empty, at most 200
-// bytes, not starting with '.' (which also excludes "." and ".."), and free of
-// '/', '\\', NUL and other control characters.
+// bytes of UTF-8, not starting with '.' (which also excludes "." and ".."),
+// and free of '/', '\\', NUL and other control characters.
 func ValidateID(what, id string) error {
 	bad := func(why string) error { return fmt.Errorf("%w: %s %q %s", ErrInvalidID, what, id, why) }
 	switch {
@@ -123,6 +124,8 @@ func ValidateID(what, id string) error {
 		return bad("must not start with '.' (path traversal)")
 	case strings.ContainsAny(id, `/\`):
 		return bad("must not contain a path separator")
+	case !utf8.ValidString(id):
+		return bad("is not UTF-8 (JSON could not carry it as named)")
 	}
 	for _, r := range id {
 		if r < 0x20 || r == 0x7f {
