@@ -282,3 +282,27 @@ func TestTranscript_NonUTF8IDIsRefused(t *testing.T) {
 	_, err := os.Stat(s.Root())
 	require.True(t, os.IsNotExist(err), "nothing may be created for an invalid id")
 }
+
+// An event that arrives after the transcript's terminal record (an
+// asynchronous event path racing the finish, or a child still running after
+// recover finished it) is refused and therefore missing from the transcript:
+// the lifecycle row must not go on saying the transcript is 'ok'.
+func TestTranscript_AppendAfterFinishIsRecordedAsMissing(t *testing.T) {
+	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
+		l := lifecycleDB(t, db)
+		s := newStore(t, transcript.WithLifecycle(l, "/ws"))
+		require.NoError(t, s.Create(ctx, header("sess-late", "agent-late", transcript.KindRunInBackground)))
+		require.NoError(t, s.Finish(ctx, "sess-late", "agent-late", transcript.End{Status: transcript.Completed}))
+		err := s.Append(ctx, "sess-late", "agent-late", call("toolu_late", "Bash", `{"command":"true"}`))
+		require.ErrorIs(t, err, transcript.ErrFinished)
+		require.NotErrorIs(t, err, transcript.ErrLifecycle)
+
+		e, err := l.Get(ctx, transcript.Identity{WorkspacePath: "/ws", SessionID: "sess-late", AgentID: "agent-late"})
+		require.NoError(t, err)
+		require.Equal(t, "completed", e.Status)
+		require.True(t, strings.HasPrefix(e.TranscriptStatus, "error: append: "), e.TranscriptStatus)
+		require.Contains(t, e.TranscriptStatus, "already finished")
+		// A second finish is not a lost event: nothing more is recorded.
+		require.ErrorIs(t, s.Finish(ctx, "sess-late", "agent-late", transcript.End{Status: transcript.Completed}), transcript.ErrFinished)
+	})
+}

@@ -205,16 +205,15 @@ func (s *Store) create(p Paths, h Header) error {
 
 // Append durably adds events, in order, to a running transcript: when it
 // returns nil every event is on disk (fsynced). An id that was never created
-// yields ErrNotFound, a finished transcript ErrFinished; neither writes.
+// yields ErrNotFound, a finished transcript ErrFinished; neither writes, and
+// both are recorded as the transcript missing events.
 func (s *Store) Append(ctx context.Context, session, agent string, events ...Event) error {
 	p, err := s.PathsFor(session, agent)
 	if err == nil {
 		err = s.append(p, events)
 	}
-	if errors.Is(err, ErrFinished) {
-		// The transcript is complete as of its terminal record.
-		return err
-	}
+	// ErrFinished is recorded like any other failure: the refused events
+	// happened and are not in the transcript.
 	if err == nil {
 		// 'ok' was recorded at create and cannot change on success.
 		return nil
