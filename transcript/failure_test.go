@@ -306,3 +306,25 @@ func TestTranscript_AppendAfterFinishIsRecordedAsMissing(t *testing.T) {
 		require.ErrorIs(t, s.Finish(ctx, "sess-late", "agent-late", transcript.End{Status: transcript.Completed}), transcript.ErrFinished)
 	})
 }
+
+// A lifecycle row with no transcript anywhere and nothing recorded about one
+// — the process died between writing the row and linking the transcript, or
+// the host wrote its row and never created one — is a background execution
+// without durable evidence. ls must say so, not list it as fine.
+func TestTranscript_IndexNamesARowWithoutAnyTranscript(t *testing.T) {
+	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
+		l := lifecycleDB(t, db)
+		s := newStore(t, transcript.WithLifecycle(l, "/ws"))
+		require.NoError(t, l.Start(ctx, transcript.Entry{WorkspacePath: "/ws", SessionID: "sess-nt", AgentID: "agent-nt",
+			Kind: "run_in_background", StartedAt: time.Now()}))
+		_, err := l.End(ctx, transcript.Identity{WorkspacePath: "/ws", SessionID: "sess-nt", AgentID: "agent-nt"}, transcript.Completed, time.Now(), "")
+		require.NoError(t, err)
+
+		idx, err := transcript.Index(ctx, s, l, "", "sess-nt")
+		require.NoError(t, err)
+		require.Len(t, idx, 1)
+		require.Nil(t, idx[0].Transcript)
+		require.Len(t, idx[0].Problems, 1)
+		require.Contains(t, idx[0].Problems[0], "no transcript")
+	})
+}

@@ -25,8 +25,9 @@ type IndexEntry struct {
 // directory and, when l is not nil, from background_agent_log (restricted to
 // one workspace when workspace is not ""), and names what is wrong with each:
 // an unreadable transcript, a recorded persistence failure, a row claiming a
-// transcript that does not exist, a running transcript whose execution is no
-// longer alive.
+// transcript that does not exist, a row with no transcript at all, a running
+// transcript whose execution is no longer alive, a finished transcript whose
+// row is not terminal.
 func Index(ctx context.Context, s *Store, l *Lifecycle, workspace, session string) ([]IndexEntry, error) {
 	sums, err := s.List(session)
 	if err != nil {
@@ -75,6 +76,8 @@ func diagnose(e *IndexEntry, haveLifecycle bool) []string {
 		switch {
 		case strings.HasPrefix(r.TranscriptStatus, "error:"):
 			p = append(p, "persistence failure recorded in "+LifecycleTable+": "+r.TranscriptStatus)
+		case r.TranscriptStatus == "" && t == nil:
+			p = append(p, LifecycleTable+" has a row for it (status "+r.Status+") but no transcript exists and none was recorded")
 		case r.TranscriptStatus == "ok" && t == nil:
 			p = append(p, LifecycleTable+" says transcript ok but none exists at "+r.TranscriptPath)
 		case r.TranscriptStatus == "ok" && r.TranscriptPath != "":
