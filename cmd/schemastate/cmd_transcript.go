@@ -79,19 +79,24 @@ func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, int, bool) {
 	}
 }
 
-// openLifecycle opens --db when it is set; nil when it is not.
+// openLifecycle opens --db when it is set (nil when it is not) and checks,
+// before anything is read or written, that it holds background_agent_log; an
+// error names the database.
 func openLifecycle(ctx context.Context, e *env, dsn string) (*transcript.Lifecycle, func(), bool) {
 	if dsn == "" {
 		return nil, func() {}, true
 	}
-	db, _, ok := openDB(ctx, e, dsn)
+	db, target, ok := openDB(ctx, e, dsn)
 	if !ok {
 		return nil, nil, false
 	}
 	l, err := transcript.NewLifecycle(db)
+	if err == nil {
+		err = l.Check(ctx)
+	}
 	if err != nil {
 		db.Close()
-		fmt.Fprintf(e.stderr, "schemastate: %v\n", err)
+		fmt.Fprintf(e.stderr, "schemastate: %s: %v\n", target.Display, err)
 		return nil, nil, false
 	}
 	return l, func() { db.Close() }, true
@@ -291,6 +296,10 @@ func transcriptRecover(ctx context.Context, e *env, args []string) int {
 	}
 	if *root == "" || fs.NArg() > 0 {
 		fs.Usage()
+		return exitUsage
+	}
+	if *dsn == "" {
+		fmt.Fprintln(e.stderr, "schemastate: transcript recover needs --db: whether an execution is alive is read from background_agent_log")
 		return exitUsage
 	}
 	l, closeDB, ok := openLifecycle(ctx, e, *dsn)

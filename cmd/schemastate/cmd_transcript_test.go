@@ -15,6 +15,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/schemastate/schemastate/dialect"
 	"github.com/schemastate/schemastate/internal/dbtest"
 	"github.com/schemastate/schemastate/reconcile"
 	"github.com/schemastate/schemastate/transcript"
@@ -272,5 +273,34 @@ func TestCLI_Transcript_LsReportsRecordedWriteFailure(t *testing.T) {
 		require.Nil(t, ls.Agents[0].Transcript)
 		require.Equal(t, "completed", ls.Agents[0].Lifecycle[0].Status)
 		require.Contains(t, strings.Join(ls.Agents[0].Problems, "\n"), "persistence failure recorded")
+	})
+}
+
+// A database error says what and where: --db given empty is refused (it used
+// to reach the lifecycle as nil and panic), and a --db without
+// background_agent_log is named — which database, which table — before
+// anything is read or written, by every subcommand that takes --db.
+func TestCLI_Transcript_DatabaseErrorsNameTheDatabase(t *testing.T) {
+	root := t.TempDir()
+	code, _, errOut := transcriptCLI(t, "", "recover", "--root", root, "--db", "")
+	require.Equal(t, exitUsage, code)
+	require.Contains(t, errOut, "--db")
+
+	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
+		target, err := dialect.Parse(db.CLIDSN)
+		require.NoError(t, err)
+		root := filepath.Join(t.TempDir(), "conv")
+		for name, args := range map[string][]string{
+			"ls":      {"ls", "--root", root, "--session", "s", "--db", db.CLIDSN},
+			"recover": {"recover", "--root", root, "--db", db.CLIDSN},
+			"record":  {"record", "--root", root, "--session", "s", "--agent", "a", "--provider", "codex", "--db", db.CLIDSN, "--workspace", "/ws"},
+		} {
+			code, _, errOut := transcriptCLI(t, string(readFixture(t, "codex_success.jsonl")), args...)
+			require.Equal(t, exitUsage, code, name)
+			require.Contains(t, errOut, target.Display, name)
+			require.Contains(t, errOut, "background_agent_log", name)
+		}
+		_, err = os.Stat(root)
+		require.True(t, os.IsNotExist(err), "record wrote a transcript whose lifecycle it could not record")
 	})
 }
