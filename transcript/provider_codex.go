@@ -114,13 +114,16 @@ func (c *codexNormalizer) completed(it *codexItem) ([]Event, error) {
 		return []Event{assistantMessage(it.Text)}, nil
 	case "command_execution":
 		out := c.call(it)
-		failed := it.Status == "failed" || it.ExitCode != nil && *it.ExitCode != 0
+		failed := notCompleted(it.Status) || it.ExitCode != nil && *it.ExitCode != 0
 		errText := ""
-		if failed {
+		switch {
+		case !failed:
+		case it.ExitCode != nil && *it.ExitCode != 0:
+			errText = fmt.Sprintf("exit code %d", *it.ExitCode)
+		case it.Status != "" && it.Status != "failed":
+			errText = "command " + it.Status
+		default:
 			errText = "command failed"
-			if it.ExitCode != nil {
-				errText = fmt.Sprintf("exit code %d", *it.ExitCode)
-			}
 		}
 		return append(out, toolResult(it.ID, it.AggregatedOutput, failed, errText)), nil
 	case "mcp_tool_call":
@@ -133,9 +136,11 @@ func (c *codexNormalizer) completed(it *codexItem) ([]Event, error) {
 				}
 			}
 		}
-		failed, errText := it.Status == "failed" || it.Error != nil, ""
+		failed, errText := notCompleted(it.Status) || it.Error != nil, ""
 		if it.Error != nil {
 			errText = it.Error.Message
+		} else if failed {
+			errText = "tool call " + it.Status
 		}
 		return append(out, toolResult(it.ID, strings.Join(parts, "\n"), failed, errText)), nil
 	case "file_change":
@@ -144,10 +149,13 @@ func (c *codexNormalizer) completed(it *codexItem) ([]Event, error) {
 		for _, ch := range it.Changes {
 			lines = append(lines, ch.Kind+" "+ch.Path)
 		}
-		failed := it.Status == "failed"
+		failed := notCompleted(it.Status)
 		errText := ""
 		if failed {
 			errText = "patch failed to apply"
+			if it.Status != "failed" {
+				errText = "patch " + it.Status
+			}
 		}
 		return append(out, toolResult(it.ID, strings.Join(lines, "\n"), failed, errText)), nil
 	case "web_search":
@@ -156,6 +164,12 @@ func (c *codexNormalizer) completed(it *codexItem) ([]Event, error) {
 	}
 	return nil, nil
 }
+
+// notCompleted reports whether a completed item's status says it did not
+// succeed: "failed", "declined" (refused by the approval policy, never run),
+// or any other status than "completed". An item without a status is judged by
+// its other fields.
+func notCompleted(status string) bool { return status != "" && status != "completed" }
 
 // codexTool names a tool item and its input; ok is false for non-tool items.
 func codexTool(it *codexItem) (string, json.RawMessage, bool) {
