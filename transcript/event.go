@@ -195,26 +195,54 @@ const headerType EventType = "header"
 
 // render builds the readable transcript from a log's lines: tool results are
 // folded into their calls (the last result for a call wins: it is the final
-// one), and a result whose call is unknown stays a standalone event.
+// one). A result appended before its call (events reaching the store on
+// separate paths) is folded into that call when it arrives; a result whose
+// call never appears stays a standalone event.
 func render(h Header, events []Event) *Transcript {
 	t := &Transcript{Format: Format, Header: h, Status: Running, Events: []Event{}}
-	calls := map[string]int{} // call id → index in t.Events
+	calls := map[string]int{}   // call id → index in t.Events
+	early := map[string][]int{} // call id → indexes of results still without a call
+	drop := map[int]bool{}
+	fold := func(i int, e Event) {
+		r := *e.Result
+		r.Seq = e.Seq
+		at := e.At
+		r.At = &at
+		t.Events[i].Result = &r
+	}
 	for _, e := range events {
 		t.LastSeq = e.Seq
 		if e.Type == ToolResult {
 			if i, ok := calls[e.Result.CallID]; ok {
-				r := *e.Result
-				r.Seq = e.Seq
-				at := e.At
-				r.At = &at
-				t.Events[i].Result = &r
+				fold(i, e)
 				continue
 			}
+			early[e.Result.CallID] = append(early[e.Result.CallID], len(t.Events))
 		}
 		if e.Type == ToolCall {
 			calls[e.Call.ID] = len(t.Events)
+			if rs := early[e.Call.ID]; len(rs) > 0 {
+				last := t.Events[rs[len(rs)-1]]
+				e.Result = nil
+				t.Events = append(t.Events, e)
+				fold(len(t.Events)-1, last)
+				for _, j := range rs {
+					drop[j] = true
+				}
+				delete(early, e.Call.ID)
+				continue
+			}
 		}
 		t.Events = append(t.Events, e)
+	}
+	if len(drop) > 0 {
+		kept := t.Events[:0]
+		for i, e := range t.Events {
+			if !drop[i] {
+				kept = append(kept, e)
+			}
+		}
+		t.Events = kept
 	}
 	return t
 }

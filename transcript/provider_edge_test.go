@@ -50,3 +50,35 @@ func TestTranscript_CodexDeclinedCommandIsAFailedToolResult(t *testing.T) {
 	}
 	require.Equal(t, "I could not clean the build directory.", tr.FinalResponse())
 }
+
+// A host whose tool events reach the store on separate paths can append a
+// tool's result before its call. The rendered transcript (running or
+// finished) still pairs them: the call carries the result and no unpaired
+// result is left over; the call keeps its own place in the order.
+func TestTranscript_ResultAppendedBeforeItsCallIsStillPaired(t *testing.T) {
+	s := newStore(t)
+	require.NoError(t, s.Create(ctx, header("sess-ooo", "agent-ooo", transcript.KindRunInBackground)))
+	require.NoError(t, s.Append(ctx, "sess-ooo", "agent-ooo", msg(transcript.UserMessage, "go")))
+	require.NoError(t, s.Append(ctx, "sess-ooo", "agent-ooo", result("c1", "42 files", false, "")))
+	require.NoError(t, s.Append(ctx, "sess-ooo", "agent-ooo", call("c1", "Glob", `{"pattern":"**"}`), msg(transcript.AssistantMessage, "42")))
+	check := func(tr *transcript.Transcript) {
+		t.Helper()
+		var types []transcript.EventType
+		for _, e := range tr.Events {
+			types = append(types, e.Type)
+		}
+		require.Equal(t, []transcript.EventType{transcript.UserMessage, transcript.ToolCall, transcript.AssistantMessage}, types)
+		c := tr.ToolCalls()[0]
+		require.NotNil(t, c.Result, "the call lost its result")
+		require.Equal(t, "42 files", c.Result.Output)
+		require.Equal(t, int64(2), c.Result.Seq)
+		require.Equal(t, int64(4), tr.LastSeq)
+	}
+	tr, err := s.Load("sess-ooo", "agent-ooo")
+	require.NoError(t, err)
+	check(tr)
+	require.NoError(t, s.Finish(ctx, "sess-ooo", "agent-ooo", transcript.End{Status: transcript.Completed}))
+	tr, err = s.Load("sess-ooo", "agent-ooo")
+	require.NoError(t, err)
+	check(tr)
+}
