@@ -328,3 +328,21 @@ func TestTranscript_IndexNamesARowWithoutAnyTranscript(t *testing.T) {
 		require.Contains(t, idx[0].Problems[0], "no transcript")
 	})
 }
+
+// show PATH with the log of an agent whose id ends in ".json" must read that
+// agent's transcript, not the one of the id without the suffix.
+func TestTranscript_LoadPathOfAnAgentIDEndingInJSON(t *testing.T) {
+	s := newStore(t)
+	for _, a := range []string{"report", "report.json"} {
+		require.NoError(t, s.Create(ctx, header("sess-lp", a, transcript.KindRunInBackground)))
+		require.NoError(t, s.Append(ctx, "sess-lp", a, msg(transcript.UserMessage, "prompt of "+a)))
+	}
+	require.NoError(t, s.Finish(ctx, "sess-lp", "report", transcript.End{Status: transcript.Completed}))
+	p, _ := s.PathsFor("sess-lp", "report.json")
+	for _, path := range []string{p.Log, p.Transcript} {
+		tr, err := transcript.LoadPath(path)
+		require.NoError(t, err, path)
+		require.Equal(t, "report.json", tr.AgentID, path)
+		require.Equal(t, []string{"prompt of report.json"}, texts(tr))
+	}
+}

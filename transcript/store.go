@@ -443,7 +443,14 @@ func (s *Store) Load(session, agent string) (*Transcript, error) {
 // LoadPath reads a transcript from a path naming its .json document, its
 // .events.jsonl log, or their common stem.
 func LoadPath(path string) (*Transcript, error) {
-	base := strings.TrimSuffix(strings.TrimSuffix(path, logSuffix), finalSuffix)
+	// One suffix only: the log of agent "x.json" is "x.json.events.jsonl".
+	base := path
+	switch {
+	case strings.HasSuffix(path, logSuffix):
+		base = strings.TrimSuffix(path, logSuffix)
+	case strings.HasSuffix(path, finalSuffix):
+		base = strings.TrimSuffix(path, finalSuffix)
+	}
 	return load(Paths{Transcript: base + finalSuffix, Log: base + logSuffix})
 }
 
