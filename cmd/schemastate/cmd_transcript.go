@@ -375,8 +375,11 @@ func transcriptRecord(ctx context.Context, e *env, args []string) int {
 	}
 	h := transcript.Header{ParentSessionID: *session, AgentID: *agent, ExecutionID: *execution,
 		Kind: transcript.Kind(*kind), Provider: *provider, Model: *model}
-	failed := false
+	// failed: something went wrong (exit 1); lost: a transcript write
+	// itself failed, not only its record in background_agent_log.
+	failed, lost := false, false
 	if err := s.Create(ctx, h); err != nil {
+		lost = fileFailed(err)
 		fmt.Fprintf(e.stderr, "schemastate: %v\n", err)
 		switch {
 		case errors.Is(err, transcript.ErrInvalidID):
@@ -391,7 +394,7 @@ func transcriptRecord(ctx context.Context, e *env, args []string) int {
 	appendOr := func(evs ...transcript.Event) {
 		if err := s.Append(ctx, *session, *agent, evs...); err != nil {
 			fmt.Fprintf(e.stderr, "schemastate: %v\n", err)
-			failed = true
+			failed, lost = true, lost || fileFailed(err)
 		}
 	}
 	if *prompt != "" {
@@ -421,12 +424,32 @@ func transcriptRecord(ctx context.Context, e *env, args []string) int {
 	}
 	if err := s.Finish(ctx, *session, *agent, end); err != nil {
 		fmt.Fprintf(e.stderr, "schemastate: %v\n", err)
-		failed = true
+		failed, lost = true, lost || fileFailed(err)
 	}
 	p, _ := s.PathsFor(*session, *agent)
-	fmt.Fprintf(e.stdout, "%s %s\n", end.Status, p.Transcript)
+	note := ""
+	if lost {
+		note = " (transcript NOT written: see the errors above)"
+		if t, err := s.Load(*session, *agent); err == nil && t.Status.Terminal() {
+			note = " (transcript incomplete: see the errors above)"
+		}
+	}
+	fmt.Fprintf(e.stdout, "%s %s%s\n", end.Status, p.Transcript, note)
 	if failed {
 		return exitFoundWrong
 	}
 	return exitOK
+}
+
+// fileFailed reports whether err is more than a failure to record an outcome
+// in background_agent_log (transcript.ErrLifecycle alone): a transcript write
+// itself failed.
+func fileFailed(err error) bool {
+	if err == nil {
+		return false
+	}
+	if j, ok := err.(interface{ Unwrap() []error }); ok && len(j.Unwrap()) > 1 {
+		return true
+	}
+	return !errors.Is(err, transcript.ErrLifecycle)
 }

@@ -304,3 +304,22 @@ func TestCLI_Transcript_DatabaseErrorsNameTheDatabase(t *testing.T) {
 		require.True(t, os.IsNotExist(err), "record wrote a transcript whose lifecycle it could not record")
 	})
 }
+
+// record's one line of output must not present a transcript that was not
+// written as if it were there: when persistence failed, the line says so.
+func TestCLI_Transcript_RecordSaysWhenTheTranscriptWasNotWritten(t *testing.T) {
+	blocker := filepath.Join(t.TempDir(), "file")
+	require.NoError(t, os.WriteFile(blocker, nil, 0o644))
+	root := filepath.Join(blocker, "conv")
+	code, out, errOut := transcriptCLI(t, string(readFixture(t, "codex_success.jsonl")), "record", "--root", root,
+		"--session", "s", "--agent", "a", "--provider", "codex")
+	require.Equal(t, exitFoundWrong, code)
+	require.Contains(t, errOut, "not a directory")
+	require.Equal(t, "completed "+filepath.Join(root, "background", "s", "a.json")+" (transcript NOT written: see the errors above)\n", out)
+
+	root = t.TempDir()
+	code, out, errOut = transcriptCLI(t, string(readFixture(t, "codex_success.jsonl")), "record", "--root", root,
+		"--session", "s", "--agent", "a", "--provider", "codex")
+	require.Equal(t, exitOK, code, errOut)
+	require.Equal(t, "completed "+filepath.Join(root, "background", "s", "a.json")+"\n", out)
+}
