@@ -346,3 +346,26 @@ func TestTranscript_LoadPathOfAnAgentIDEndingInJSON(t *testing.T) {
 		require.Equal(t, []string{"prompt of report.json"}, texts(tr))
 	}
 }
+
+// An outcome recorded against no row at all — the finisher names the
+// workspace differently from the creator ("/ws/" for "/ws"), or the row was
+// never written — must not pass for recorded: the UPDATE matches nothing, the
+// creator's row stays 'running' for ever, and Finish returned nil.
+func TestTranscript_RecordingAgainstNoRowIsReported(t *testing.T) {
+	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
+		l := lifecycleDB(t, db)
+		root := filepath.Join(t.TempDir(), "conversation")
+		creator, err := transcript.NewStore(root, transcript.WithLifecycle(l, "/ws"))
+		require.NoError(t, err)
+		finisher, err := transcript.NewStore(root, transcript.WithLifecycle(l, "/ws/"))
+		require.NoError(t, err)
+		require.NoError(t, creator.Create(ctx, header("sess-nr", "agent-nr", transcript.KindRunInBackground)))
+
+		err = finisher.Finish(ctx, "sess-nr", "agent-nr", transcript.End{Status: transcript.Completed})
+		require.ErrorIs(t, err, transcript.ErrLifecycle)
+		require.ErrorContains(t, err, `no background_agent_log row for workspace "/ws/" session "sess-nr" agent "agent-nr"`)
+		tr, err := creator.Load("sess-nr", "agent-nr")
+		require.NoError(t, err)
+		require.Equal(t, transcript.Completed, tr.Status, "the file operation stands")
+	})
+}

@@ -141,13 +141,25 @@ func (l *Lifecycle) End(ctx context.Context, id Identity, status Status, at time
 // error overwrites an 'error: …', because a transcript that once missed a
 // write is never again fully auditable (requirement 5).
 func (l *Lifecycle) RecordTranscript(ctx context.Context, id Identity, path, status string) error {
-	_, err := l.q.ExecContext(ctx, l.d.Rebind(`UPDATE background_agent_log
+	res, err := l.q.ExecContext(ctx, l.d.Rebind(`UPDATE background_agent_log
 		SET transcript_path = COALESCE(?, transcript_path), transcript_status = ?
 		WHERE workspace_path = ? AND session_id = ? AND agent_id = ?
 		  AND (transcript_status IS NULL OR transcript_status = 'ok')`),
 		nullable(path), dbText(status), dbText(id.WorkspacePath), dbText(id.SessionID), dbText(id.AgentID))
 	if err != nil {
 		return fmt.Errorf("%s: record transcript status of %s/%s: %w", LifecycleTable, id.SessionID, id.AgentID, err)
+	}
+	// No row changed: either an earlier error is kept, or there is no row
+	// to record in — which must not pass for recorded.
+	if n, err := res.RowsAffected(); err == nil && n == 0 {
+		e, err := l.Get(ctx, id)
+		if err != nil {
+			return err
+		}
+		if e == nil {
+			return fmt.Errorf("no %s row for workspace %q session %q agent %q; outcome %q not recorded",
+				LifecycleTable, id.WorkspacePath, id.SessionID, id.AgentID, status)
+		}
 	}
 	return nil
 }
