@@ -82,3 +82,24 @@ func TestTranscript_ResultAppendedBeforeItsCallIsStillPaired(t *testing.T) {
 	require.NoError(t, err)
 	check(tr)
 }
+
+// OpenCode announces a tool call as "pending" before it runs. A session that
+// fails (or a stream that ends) before the call leaves pending still made
+// that call: it stays in the transcript, without a result, and none is
+// invented.
+func TestTranscript_OpenCodePendingToolCallSurvivesAFailure(t *testing.T) {
+	tr, out := feed(t, transcript.ProviderOpenCode,
+		`{"type":"message.updated","properties":{"info":{"id":"m1","role":"user"}}}`,
+		`{"type":"message.part.updated","properties":{"part":{"id":"p1","messageID":"m1","type":"text","text":"Delete the build directory."}}}`,
+		`{"type":"message.updated","properties":{"info":{"id":"m2","role":"assistant","modelID":"gpt-5"}}}`,
+		`{"type":"message.part.updated","properties":{"part":{"id":"p2","messageID":"m2","type":"tool","callID":"call_1","tool":"bash","state":{"status":"pending","input":{"command":"rm -rf build"}}}}}`,
+		`{"type":"session.error","properties":{"error":{"name":"MessageAbortedError","data":{"message":"aborted"}}}}`)
+	require.Equal(t, transcript.Failed, out.Status)
+	require.Contains(t, out.Error, "MessageAbortedError")
+	calls := tr.ToolCalls()
+	require.Len(t, calls, 1, "the pending call was lost")
+	require.Equal(t, "bash", calls[0].Call.Name)
+	require.Equal(t, "call_1", calls[0].Call.ID)
+	require.JSONEq(t, `{"command":"rm -rf build"}`, string(calls[0].Call.Input))
+	require.Nil(t, calls[0].Result)
+}

@@ -25,6 +25,8 @@ type openCodeNormalizer struct {
 	emitted map[string]bool
 	called  map[string]bool
 	results map[string]bool
+	pending map[string]*ocPart // call id → latest part seen while pending
+	pendOrd []string           // call ids in first-seen pending order
 	out     Outcome
 	failed  bool
 	idle    bool
@@ -32,7 +34,8 @@ type openCodeNormalizer struct {
 
 func newOpenCodeNormalizer() *openCodeNormalizer {
 	return &openCodeNormalizer{roles: map[string]string{}, texts: map[string]*ocPart{},
-		emitted: map[string]bool{}, called: map[string]bool{}, results: map[string]bool{}}
+		emitted: map[string]bool{}, called: map[string]bool{}, results: map[string]bool{},
+		pending: map[string]*ocPart{}}
 }
 
 type ocError struct {
@@ -144,6 +147,12 @@ func (o *openCodeNormalizer) part(p *ocPart) ([]Event, error) {
 		}
 		var out []Event
 		s := p.State
+		if s.Status == "pending" && !o.called[p.CallID] {
+			if _, seen := o.pending[p.CallID]; !seen {
+				o.pendOrd = append(o.pendOrd, p.CallID)
+			}
+			o.pending[p.CallID] = p
+		}
 		if s.Status != "pending" && !o.called[p.CallID] {
 			o.called[p.CallID] = true
 			out = append(out, toolCall(p.CallID, p.Tool, s.Input))
@@ -181,6 +190,14 @@ func (o *openCodeNormalizer) flushTexts() []Event {
 
 func (o *openCodeNormalizer) Close() ([]Event, Outcome) {
 	out := o.flushTexts()
+	// A call still pending when the stream ended was made but never ran:
+	// it is kept, without a result.
+	for _, id := range o.pendOrd {
+		if p := o.pending[id]; !o.called[id] {
+			o.called[id] = true
+			out = append(out, toolCall(id, p.Tool, p.State.Input))
+		}
+	}
 	res := o.out
 	for i := len(o.order) - 1; i >= 0; i-- {
 		if p := o.texts[o.order[i]]; o.roles[p.MessageID] == "assistant" && p.Text != "" {
