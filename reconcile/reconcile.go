@@ -4,11 +4,15 @@
 //
 // The sequence, in the spec's order:
 //
-//	lock → host tables → shape (inspect, diff, plan, apply) →
-//	execution_since (observe the end state, write the key) → backfill
+//	lock → host tables → shape (inspect, diff, plan, apply) → [refused] →
+//	[widen, PostgreSQL] → execution_since (observe the end state, write the
+//	key) → backfill
 //
-// Reconcile never aborts the host's boot: a failed step is logged at WARN with
-// its name, rolled back whole, reported, and tried again on the next call.
+// Right after the lock, a boot whose live catalog and declaration match the
+// certificate the last full check recorded takes the fast path and runs none
+// of the later steps (fingerprint.go). Reconcile never aborts the host's
+// boot: a failed step is logged at WARN with its name, rolled back whole,
+// reported, and tried again on the next call.
 package reconcile
 
 import (
