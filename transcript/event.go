@@ -86,6 +86,14 @@ type Event struct {
 	// Result is a tool_result's payload, or — in a rendered transcript — the
 	// final result folded into its tool_call (nil while none arrived).
 	Result *Result `json:"result,omitempty"`
+	// ParentToolCallID is set on an event that is not the child's own but
+	// belongs to a sub-agent the child started: it is the id of the child's
+	// tool call that started that sub-agent (a Claude Task call, say), so
+	// the sub-agent's prompt, messages and tool calls are kept but read apart
+	// from the child's. Empty on the child's own events. Providers that
+	// report sub-agent traffic inside the child's stream set it; the field
+	// means the same whichever provider produced the event.
+	ParentToolCallID string `json:"parent_tool_call_id,omitempty"`
 }
 
 // Call is a tool invocation.
@@ -126,10 +134,11 @@ type Transcript struct {
 	Path string `json:"-"`
 }
 
-// FinalResponse is the text of the last assistant message ("" if none).
+// FinalResponse is the text of the child's own last assistant message ("" if
+// none); a sub-agent's message (ParentToolCallID set) is never its response.
 func (t *Transcript) FinalResponse() string {
 	for i := len(t.Events) - 1; i >= 0; i-- {
-		if t.Events[i].Type == AssistantMessage {
+		if t.Events[i].Type == AssistantMessage && t.Events[i].ParentToolCallID == "" {
 			return t.Events[i].Text
 		}
 	}
@@ -137,7 +146,8 @@ func (t *Transcript) FinalResponse() string {
 }
 
 // ToolCalls returns the tool_call events, each carrying its final result
-// (Result nil when the call never got one).
+// (Result nil when the call never got one); a sub-agent's calls are among
+// them, marked by ParentToolCallID.
 func (t *Transcript) ToolCalls() []Event {
 	var out []Event
 	for _, e := range t.Events {

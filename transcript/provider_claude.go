@@ -13,6 +13,12 @@ import (
 //	{"type":"assistant","message":{"content":[{"type":"text",…}|{"type":"tool_use","id":…,"name":…,"input":…}|{"type":"thinking",…}]}}
 //	{"type":"stream_event",…}   partial deltas (--include-partial-messages); the complete assistant record follows
 //	{"type":"result","subtype":"success"|"error_max_turns"|"error_during_execution","is_error":…,"result":…}
+//
+// A user or assistant record whose parent_tool_use_id is set is not the
+// child's own: it belongs to a sub-agent the child started with its Task
+// tool (that call's id). Its events are kept with ParentToolCallID set to
+// that id, so the sub-agent's prompt is not read as one delivered to the
+// child. The final response is the result record's, which is the child's.
 type claudeNormalizer struct {
 	out  Outcome
 	done bool
@@ -30,10 +36,11 @@ type claudeBlock struct {
 }
 
 type claudeRecord struct {
-	Type    string `json:"type"`
-	Subtype string `json:"subtype"`
-	Model   string `json:"model"`
-	Message *struct {
+	Type            string `json:"type"`
+	Subtype         string `json:"subtype"`
+	Model           string `json:"model"`
+	ParentToolUseID string `json:"parent_tool_use_id"` // null on the child's own records
+	Message         *struct {
 		Content json.RawMessage `json:"content"`
 	} `json:"message"`
 	IsError bool     `json:"is_error"`
@@ -63,7 +70,11 @@ func (c *claudeNormalizer) Feed(b []byte) ([]Event, error) {
 		if err != nil {
 			return nil, err
 		}
-		return c.blocks(r.Type, blocks), nil
+		evs := c.blocks(r.Type, blocks)
+		for i := range evs {
+			evs[i].ParentToolCallID = r.ParentToolUseID
+		}
+		return evs, nil
 	case "result":
 		c.done = true
 		c.out.FinalText = r.Result
