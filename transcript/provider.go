@@ -42,10 +42,27 @@ const (
 	ProviderCodex    = "codex"    // Codex exec JSONL (codex exec --json)
 )
 
-var normalizers = map[string]func() Normalizer{
-	ProviderClaude:   func() Normalizer { return &claudeNormalizer{} },
-	ProviderOpenCode: func() Normalizer { return newOpenCodeNormalizer() },
-	ProviderCodex:    func() Normalizer { return &codexNormalizer{started: map[string]bool{}} },
+var normalizers = map[string]func(normalizerConfig) Normalizer{
+	ProviderClaude:   func(normalizerConfig) Normalizer { return &claudeNormalizer{} },
+	ProviderOpenCode: func(c normalizerConfig) Normalizer { return newOpenCodeNormalizer(c.session) },
+	ProviderCodex:    func(normalizerConfig) Normalizer { return &codexNormalizer{started: map[string]bool{}} },
+}
+
+// NormalizerOption configures NewNormalizer and Normalize.
+type NormalizerOption func(*normalizerConfig)
+
+type normalizerConfig struct {
+	session string
+}
+
+// WithSession names the child's own session in a provider stream that
+// carries several sessions: the OpenCode server's /event stream carries
+// every session the server runs, and only events of this session (by the
+// sessionID the event carries) are the child's. Without it an OpenCode
+// normalizer keeps the events of every session. Claude and Codex streams
+// are the child process's own and ignore it.
+func WithSession(id string) NormalizerOption {
+	return func(c *normalizerConfig) { c.session = id }
 }
 
 // Providers lists the supported provider stream shapes.
@@ -59,17 +76,21 @@ func Providers() []string {
 }
 
 // NewNormalizer returns a normalizer for provider.
-func NewNormalizer(provider string) (Normalizer, error) {
+func NewNormalizer(provider string, opts ...NormalizerOption) (Normalizer, error) {
 	f, ok := normalizers[provider]
 	if !ok {
 		return nil, fmt.Errorf("transcript: unknown provider %q (supported: %s)", provider, strings.Join(Providers(), ", "))
 	}
-	return f(), nil
+	var c normalizerConfig
+	for _, o := range opts {
+		o(&c)
+	}
+	return f(c), nil
 }
 
 // Normalize runs a whole provider stream through its normalizer.
-func Normalize(provider string, r io.Reader) ([]Event, Outcome, error) {
-	n, err := NewNormalizer(provider)
+func Normalize(provider string, r io.Reader, opts ...NormalizerOption) ([]Event, Outcome, error) {
+	n, err := NewNormalizer(provider, opts...)
 	if err != nil {
 		return nil, Outcome{}, err
 	}

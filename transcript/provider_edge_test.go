@@ -12,10 +12,16 @@ import (
 // the store would, so pairing is checked as a reader sees it.
 func feed(t *testing.T, provider string, lines ...string) (*transcript.Transcript, transcript.Outcome) {
 	t.Helper()
-	s := newStore(t)
-	require.NoError(t, s.Create(ctx, header("sess-edge", "agent-"+provider, transcript.KindRunInBackground)))
 	n, err := transcript.NewNormalizer(provider)
 	require.NoError(t, err)
+	return feedTo(t, provider, n, lines...)
+}
+
+// feedTo is feed through a normalizer the caller built (with options).
+func feedTo(t *testing.T, provider string, n transcript.Normalizer, lines ...string) (*transcript.Transcript, transcript.Outcome) {
+	t.Helper()
+	s := newStore(t)
+	require.NoError(t, s.Create(ctx, header("sess-edge", "agent-"+provider, transcript.KindRunInBackground)))
 	for i, l := range lines {
 		evs, err := n.Feed([]byte(l))
 		require.NoError(t, err, "line %d", i+1)

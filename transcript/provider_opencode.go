@@ -14,11 +14,22 @@ import (
 //	{"type":"session.error","properties":{"error":{"name":…,"data":{"message":…}}}}
 //	{"type":"session.idle","properties":{"sessionID":…}}
 //
+// The stream carries the events of every session the server runs. Given the
+// child's session id (WithSession), an event that names another session —
+// properties.sessionID, properties.info.sessionID of a message, or
+// properties.part.sessionID of a part — is not the child's and is dropped.
+// An event that names no session (server.connected; a session.error the
+// server raises outside any session, such as a skill that fails to parse) is
+// kept: it may concern the child, and a failure is never dropped into a
+// success. Without a session id every session's events are kept, so a
+// server shared by several children mixes them.
+//
 // Parts are re-sent whole on every update. A text part is emitted once, when
 // its time.end arrives (or at session.idle / Close if it never does); a tool
 // part's call is emitted when its input is known (running or later), its
 // result when the state is completed or error.
 type openCodeNormalizer struct {
+	session string            // the child's session id; "" keeps every session
 	roles   map[string]string // message id → role
 	texts   map[string]*ocPart
 	order   []string // text part ids, first-seen order
@@ -32,8 +43,8 @@ type openCodeNormalizer struct {
 	idle    bool
 }
 
-func newOpenCodeNormalizer() *openCodeNormalizer {
-	return &openCodeNormalizer{roles: map[string]string{}, texts: map[string]*ocPart{},
+func newOpenCodeNormalizer(session string) *openCodeNormalizer {
+	return &openCodeNormalizer{session: session, roles: map[string]string{}, texts: map[string]*ocPart{},
 		emitted: map[string]bool{}, called: map[string]bool{}, results: map[string]bool{},
 		pending: map[string]*ocPart{}}
 }
@@ -61,9 +72,10 @@ type ocPart struct {
 	Time      *struct {
 		End *int64 `json:"end"`
 	} `json:"time"`
-	CallID string `json:"callID"`
-	Tool   string `json:"tool"`
-	State  *struct {
+	SessionID string `json:"sessionID"`
+	CallID    string `json:"callID"`
+	Tool      string `json:"tool"`
+	State     *struct {
 		Status string          `json:"status"`
 		Input  json.RawMessage `json:"input"`
 		Output string          `json:"output"`
@@ -74,11 +86,13 @@ type ocPart struct {
 type ocEvent struct {
 	Type       string `json:"type"`
 	Properties struct {
-		Info *struct {
-			ID      string   `json:"id"`
-			Role    string   `json:"role"`
-			ModelID string   `json:"modelID"`
-			Error   *ocError `json:"error"`
+		SessionID string `json:"sessionID"`
+		Info      *struct {
+			ID        string   `json:"id"`
+			SessionID string   `json:"sessionID"`
+			Role      string   `json:"role"`
+			ModelID   string   `json:"modelID"`
+			Error     *ocError `json:"error"`
 		} `json:"info"`
 		Part  *ocPart  `json:"part"`
 		Error *ocError `json:"error"`
@@ -93,6 +107,9 @@ func (o *openCodeNormalizer) Feed(b []byte) ([]Event, error) {
 	var ev ocEvent
 	if err := json.Unmarshal(b, &ev); err != nil {
 		return nil, err
+	}
+	if sid := ev.sessionID(); o.session != "" && sid != "" && sid != o.session {
+		return nil, nil // another session's event on the same server
 	}
 	switch ev.Type {
 	case "message.updated":
@@ -120,6 +137,21 @@ func (o *openCodeNormalizer) Feed(b []byte) ([]Event, error) {
 		return o.flushTexts(), nil
 	}
 	return nil, nil
+}
+
+// sessionID is the session an event names, wherever its shape carries it
+// ("" if it names none).
+func (ev *ocEvent) sessionID() string {
+	p := ev.Properties
+	switch {
+	case p.SessionID != "":
+		return p.SessionID
+	case p.Info != nil && p.Info.SessionID != "":
+		return p.Info.SessionID
+	case p.Part != nil:
+		return p.Part.SessionID
+	}
+	return ""
 }
 
 func (o *openCodeNormalizer) fail(msg string) {
