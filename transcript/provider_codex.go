@@ -19,6 +19,15 @@ import (
 // A tool item becomes a tool_call when it starts (or completes, if it never
 // reported a start) and a tool_result when it completes. Reasoning items are
 // not transcript content.
+//
+// A top-level "error" record is an error the run reported. Codex prints one
+// for a fatal error (the turn then ends turn.failed) and for a stream error
+// it retries (the turn may then end turn.completed), and the JSONL does not
+// say which. A run that reported an error is never recorded as completed:
+// "error" followed by turn.completed is a failed outcome whose error names
+// the first reported error. Non-fatal notices (deprecations, config
+// warnings) come as items of type "error", not as this record, and do not
+// change the outcome.
 type codexNormalizer struct {
 	started map[string]bool
 	out     Outcome
@@ -80,7 +89,14 @@ func (c *codexNormalizer) Feed(b []byte) ([]Event, error) {
 			return c.completed(ev.Item)
 		}
 	case "turn.completed":
-		c.done, c.out.Status = true, Completed
+		c.done = true
+		switch {
+		case c.out.Error == "":
+			c.out.Status = Completed
+		case c.out.Status != Failed: // an error was reported, and no turn failed yet
+			c.out.Status = Failed
+			c.out.Error = "error before turn.completed: " + c.out.Error
+		}
 	case "turn.failed":
 		c.done, c.out.Status = true, Failed
 		if ev.Error != nil {
