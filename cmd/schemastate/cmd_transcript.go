@@ -347,6 +347,7 @@ func transcriptRecord(ctx context.Context, e *env, args []string) int {
 	prompt := fs.String("prompt", "", "prompt delivered to the child, for streams that do not echo it")
 	dsn := fs.String("db", "", "database holding background_agent_log (optional)")
 	workspace := fs.String("workspace", "", "workspace_path of the lifecycle row")
+	providerSession := fs.String("provider-session", "", "the child's own session id in the provider's stream (OpenCode: keep only this session's events on a shared server)")
 	if code, ok := parse(fs, args); !ok {
 		return code
 	}
@@ -354,7 +355,11 @@ func transcriptRecord(ctx context.Context, e *env, args []string) int {
 		fs.Usage()
 		return exitUsage
 	}
-	n, err := transcript.NewNormalizer(*provider)
+	var nopts []transcript.NormalizerOption
+	if *providerSession != "" {
+		nopts = append(nopts, transcript.WithSession(*providerSession))
+	}
+	n, err := transcript.NewNormalizer(*provider, nopts...)
 	if err != nil {
 		fmt.Fprintf(e.stderr, "schemastate: %v\n", err)
 		return exitUsage

@@ -323,3 +323,17 @@ func TestCLI_Transcript_RecordSaysWhenTheTranscriptWasNotWritten(t *testing.T) {
 	require.Equal(t, exitOK, code, errOut)
 	require.Equal(t, "completed "+filepath.Join(root, "background", "s", "a.json")+"\n", out)
 }
+
+// --provider-session keeps only the child's own events when an OpenCode
+// server is shared: the other child's failure no longer ends this one.
+func TestCLI_Transcript_RecordProviderSessionFiltersASharedServer(t *testing.T) {
+	stream := string(readFixture(t, "opencode_shared_server.jsonl"))
+	record := func(extra ...string) string {
+		root := t.TempDir()
+		args := append([]string{"record", "--root", root, "--session", "s", "--agent", "a", "--provider", "opencode"}, extra...)
+		_, out, _ := transcriptCLI(t, stream, args...)
+		return out
+	}
+	require.True(t, strings.HasPrefix(record("--provider-session", "ses_4e7b2c9d1aa0Kq3wE5rT7yU9iO"), "completed "))
+	require.False(t, strings.HasPrefix(record(), "completed "), "without the filter the other child's failure lands here")
+}
