@@ -3,7 +3,6 @@ package reconcile_test
 import (
 	"context"
 	"database/sql"
-	"errors"
 	"net/url"
 	"strings"
 	"testing"
@@ -131,12 +130,7 @@ func TestAdversarial_AC33b_PartialThreeColumnUniqueIsNotClause2(t *testing.T) {
 			"    tool_call_id TEXT NOT NULL,", "    agent_execution_id TEXT NOT NULL DEFAULT 'unknown',\n    tool_call_id TEXT NOT NULL,")
 		require.False(t, observe(t, db).EndState.ThreeColumnUnique, "a partial index is not clause 2")
 
-		rep, err := reconcile.Reconcile(ctx, db.DB, reconcile.WithFailpoint(func(p string) error {
-			if p == reconcile.FailpointShapeApplied {
-				return errors.New("injected: shape step fails")
-			}
-			return nil
-		}))
+		rep, err := reconcile.Reconcile(ctx, db.DB, failAt(reconcile.FailpointShapeApplied))
 		require.ErrorIs(t, err, reconcile.ErrStepFailed)
 		require.Equal(t, reconcile.Skipped, rep.Step(reconcile.StepExecutionSince).Status, describe(rep))
 		require.Equal(t, reconcile.Skipped, rep.Step(reconcile.StepBackfill).Status, "AC-33c")
@@ -419,12 +413,7 @@ func TestAdversarial_AC33b_ReorderedThreeColumnUniqueIsNotClause2(t *testing.T) 
 		db.Exec(t, hostAmendedDDL("tool_call_id, agent_execution_id, task_session_id"))
 		require.False(t, observe(t, db).EndState.ThreeColumnUnique)
 
-		rep, err := reconcile.Reconcile(ctx, db.DB, reconcile.WithFailpoint(func(p string) error {
-			if p == reconcile.FailpointShapeApplied {
-				return errors.New("injected: shape step fails")
-			}
-			return nil
-		}))
+		rep, err := reconcile.Reconcile(ctx, db.DB, failAt(reconcile.FailpointShapeApplied))
 		require.ErrorIs(t, err, reconcile.ErrStepFailed)
 		require.Equal(t, reconcile.Skipped, rep.Step(reconcile.StepExecutionSince).Status, describe(rep))
 		require.Nil(t, readKeys(t, db).ExecutionSince)

@@ -1,7 +1,6 @@
 package reconcile_test
 
 import (
-	"errors"
 	"fmt"
 	"log/slog"
 	"testing"
@@ -78,15 +77,6 @@ func raiseOnInsert(t *testing.T, db *dbtest.DB, name, table, when string) func()
 		_, err := db.DB.Exec(drop)
 		require.NoError(t, err)
 	}
-}
-
-func failAt(point string) reconcile.Option {
-	return reconcile.WithFailpoint(func(p string) error {
-		if p == point {
-			return errors.New("forced failure at " + p)
-		}
-		return nil
-	})
 }
 
 func bfRows(t *testing.T, db *dbtest.DB) int {

@@ -2,6 +2,7 @@ package reconcile_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -118,4 +119,14 @@ func freshIndexSet(t *testing.T, d dialect.Dialect) []string {
 	set := observe(t, fresh).Indexes["task_session_subagents"]
 	require.Len(t, set, 4)
 	return set
+}
+
+// failAt fails the reconcile at one named failpoint, as a database error would.
+func failAt(point string) reconcile.Option {
+	return reconcile.WithFailpoint(func(p string) error {
+		if p == point {
+			return errors.New("forced failure at " + p)
+		}
+		return nil
+	})
 }

@@ -3,7 +3,6 @@ package reconcile_test
 import (
 	"bytes"
 	"database/sql"
-	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -129,13 +128,7 @@ func TestReconcile_AC33a_FailedRebuildLeavesLegacyShape(t *testing.T) {
 		before := snapshot(t, db)
 		var logs bytes.Buffer
 		logger := slog.New(slog.NewTextHandler(&logs, nil))
-		boom := errors.New("injected: rebuild interrupted")
-		rep, err := reconcile.Reconcile(ctx, db.DB, reconcile.WithLogger(logger), reconcile.WithFailpoint(func(p string) error {
-			if p == reconcile.FailpointShapeApplied {
-				return boom
-			}
-			return nil
-		}))
+		rep, err := reconcile.Reconcile(ctx, db.DB, reconcile.WithLogger(logger), failAt(reconcile.FailpointShapeApplied))
 		require.ErrorIs(t, err, reconcile.ErrStepFailed)
 		require.Equal(t, reconcile.Failed, rep.Step(reconcile.StepShape).Status)
 		requireLegacyIntact(t, db, before)
@@ -213,12 +206,7 @@ func TestReconcile_AC33b_SelfHealsMissingKey(t *testing.T) {
 	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
 		db.Host(t).Legacy(t)
 		seedLegacy(t, db)
-		rep, err := reconcile.Reconcile(ctx, db.DB, reconcile.WithFailpoint(func(p string) error {
-			if p == reconcile.FailpointExecutionSinceWrite {
-				return errors.New("injected: key write failed")
-			}
-			return nil
-		}))
+		rep, err := reconcile.Reconcile(ctx, db.DB, failAt(reconcile.FailpointExecutionSinceWrite))
 		require.ErrorIs(t, err, reconcile.ErrStepFailed)
 		require.Equal(t, reconcile.Applied, rep.Step(reconcile.StepShape).Status)
 		require.Equal(t, reconcile.Failed, rep.Step(reconcile.StepExecutionSince).Status)
