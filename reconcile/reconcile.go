@@ -540,19 +540,33 @@ func deref(s *string) string {
 }
 
 func missingTables(ctx context.Context, d dialect.Dialect, q dialect.Querier, names []string) ([]string, error) {
-	var missing []string
-	for _, n := range names {
-		var query string
-		if d == dialect.Postgres {
-			query = `SELECT COUNT(*) FROM information_schema.tables WHERE table_schema = current_schema() AND table_name = $1`
-		} else {
-			query = `SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND name = ?`
-		}
-		var c int
-		if err := q.QueryRowContext(ctx, query, n).Scan(&c); err != nil {
+	query := `SELECT name FROM sqlite_master WHERE type = 'table' AND name IN (` + placeholders(d, 1, len(names)) + `)`
+	if d == dialect.Postgres {
+		query = `SELECT table_name FROM information_schema.tables WHERE table_schema = current_schema() AND table_name IN (` + placeholders(d, 1, len(names)) + `)`
+	}
+	args := make([]any, len(names))
+	for i, n := range names {
+		args[i] = n
+	}
+	rows, err := q.QueryContext(ctx, query, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	present := map[string]bool{}
+	for rows.Next() {
+		var n string
+		if err := rows.Scan(&n); err != nil {
 			return nil, err
 		}
-		if c == 0 {
+		present[n] = true
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	var missing []string
+	for _, n := range names {
+		if !present[n] {
 			missing = append(missing, n)
 		}
 	}
