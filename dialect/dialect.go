@@ -10,11 +10,14 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"regexp"
 	"strconv"
 	"strings"
 
 	_ "github.com/jackc/pgx/v5/stdlib" // registers "pgx"
 	_ "modernc.org/sqlite"             // registers "sqlite"
+
+	"github.com/schemastate/schemastate/internal/redact"
 )
 
 // Dialect is "sqlite" or "postgres".
@@ -87,26 +90,65 @@ type Target struct {
 // working directory.
 const DefaultDSN = "sqlite:kandev.db"
 
+// Supported names the --db forms, for messages that refuse one.
+const Supported = "sqlite:PATH, a plain file path (SQLite), or a postgres:// or postgresql:// URL"
+
+// scheme matches a URL scheme followed by "//". A one-letter scheme is a
+// Windows drive (C://…), read as a path.
+var scheme = regexp.MustCompile(`^([A-Za-z][A-Za-z0-9+.\-]+)://`)
+
+// keywordDSN matches a libpq keyword/value connection string
+// ("host=… dbname=…"): a supported-looking key followed by '='.
+var keywordDSN = regexp.MustCompile(`(?i)^\s*(host|hostaddr|port|dbname|user|password|sslmode|service|connect_timeout)\s*=`)
+
 // Parse reads a DSN: "sqlite:PATH", a plain path (SQLite), or a
-// postgres:// / postgresql:// URL.
+// postgres:// / postgresql:// URL (the scheme in any case, RFC 3986 §3.1).
+// Anything else that looks like a URL or a libpq keyword string is refused
+// naming the supported forms: it is never taken for a SQLite file name. No
+// error repeats the DSN; Display is safe to print.
 func Parse(dsn string) (Target, error) {
-	switch {
-	case dsn == "":
-		return Target{}, errors.New("empty --db")
-	case strings.HasPrefix(dsn, "postgres://"), strings.HasPrefix(dsn, "postgresql://"):
-		u, err := url.Parse(dsn)
-		if err != nil {
-			return Target{}, fmt.Errorf("--db: not a PostgreSQL URL: %v", redactErr(err, dsn))
-		}
-		return Target{Dialect: Postgres, DriverName: "pgx", DSN: dsn, Display: u.Redacted()}, nil
-	default:
-		path := strings.TrimPrefix(dsn, "sqlite:")
-		path = strings.TrimPrefix(path, "file:")
-		if path == "" {
-			return Target{}, errors.New("--db: sqlite: needs a file path")
-		}
-		return Target{Dialect: SQLite, DriverName: "sqlite", DSN: SQLiteDSN(path), Display: "sqlite:" + path}, nil
+	if dsn == "" {
+		return Target{}, fmt.Errorf("empty --db: use %s", Supported)
 	}
+	if m := scheme.FindStringSubmatch(dsn); m != nil {
+		switch strings.ToLower(m[1]) {
+		case "postgres", "postgresql":
+			return parsePostgres(dsn)
+		}
+		return Target{}, fmt.Errorf("--db: unsupported scheme %q: use %s", m[1], Supported)
+	}
+	if keywordDSN.MatchString(dsn) {
+		return Target{}, fmt.Errorf("--db: a keyword/value connection string (host=… dbname=…) is not accepted: use %s", Supported)
+	}
+	path := strings.TrimPrefix(dsn, "sqlite:")
+	path = strings.TrimPrefix(path, "file:")
+	if path == "" {
+		return Target{}, errors.New("--db: sqlite: needs a file path")
+	}
+	return Target{Dialect: SQLite, DriverName: "sqlite", DSN: SQLiteDSN(path), Display: "sqlite:" + path}, nil
+}
+
+func parsePostgres(dsn string) (Target, error) {
+	u, err := url.Parse(dsn)
+	if err != nil {
+		// url.Error quotes the whole URL, password included: keep only
+		// what is wrong with it.
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err
+		}
+		return Target{}, fmt.Errorf("--db: not a valid PostgreSQL URL: %s", redact.String(err.Error(), redact.Secrets(dsn)...))
+	}
+	if p := u.Port(); p != "" {
+		if n, err := strconv.Atoi(p); err != nil || n < 1 || n > 65535 {
+			return Target{}, fmt.Errorf("--db: not a valid PostgreSQL URL: port %q is not a number from 1 to 65535", p)
+		}
+	}
+	// pgx accepts only the lower-case schemes; the rest is passed as written.
+	lower := strings.ToLower(u.Scheme)
+	dsn = lower + dsn[len(lower):]
+	u.Scheme = lower
+	return Target{Dialect: Postgres, DriverName: "pgx", DSN: dsn, Display: redact.String(u.Redacted())}, nil
 }
 
 // SQLiteDSN is the modernc DSN schemastate uses for a SQLite file: foreign keys
@@ -133,13 +175,7 @@ func (t Target) Open(ctx context.Context) (*sql.DB, error) {
 }
 
 func redactErr(err error, dsn string) string {
-	msg := err.Error()
-	if u, perr := url.Parse(dsn); perr == nil && u.User != nil {
-		if p, ok := u.User.Password(); ok && p != "" {
-			msg = strings.ReplaceAll(msg, p, "xxxxx")
-		}
-	}
-	return msg
+	return redact.String(err.Error(), redact.Secrets(dsn)...)
 }
 
 // Querier is what every statement-running function here takes: a *sql.DB,

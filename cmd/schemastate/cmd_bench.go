@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"time"
 
 	"github.com/schemastate/schemastate/bench"
@@ -41,11 +40,9 @@ func runBench(ctx context.Context, e *env, args []string) int {
 	defer db.Close()
 	cfg := bench.Config{ScaleMB: *scale, Population: *population, Seed: *seed, Runs: *runs, Frames: *frames}
 	if !*asJSON {
-		if f, ok := e.stderr.(*os.File); ok {
-			if st, err := f.Stat(); err == nil && st.Mode()&os.ModeCharDevice != 0 {
-				cfg.Progress = func(msg string) { fmt.Fprintf(f, "\r\033[Kbench: %s", msg) }
-				defer fmt.Fprint(f, "\r\033[K")
-			}
+		if terminal(e.stderr) {
+			cfg.Progress = func(msg string) { fmt.Fprintf(e.stderr, "\r\033[Kbench: %s", msg) }
+			defer fmt.Fprint(e.stderr, "\r\033[K")
 		}
 	}
 	rep, err := bench.Run(ctx, db, cfg)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"time"
 
 	"github.com/schemastate/schemastate/gen"
@@ -71,13 +70,10 @@ func runGenerate(ctx context.Context, e *env, args []string) int {
 
 // generateProgress reports on a terminal only; piped stderr stays quiet.
 func generateProgress(e *env) func(gen.Progress) {
-	f, ok := e.stderr.(*os.File)
-	if !ok {
+	if !terminal(e.stderr) {
 		return nil
 	}
-	if st, err := f.Stat(); err != nil || st.Mode()&os.ModeCharDevice == 0 {
-		return nil
-	}
+	f := e.stderr
 	return func(p gen.Progress) {
 		fmt.Fprintf(f, "\r\033[Kgenerate: %d/%d messages, %.0f/%.0f MiB (%s)", p.Messages, p.PlannedMessage,
 			float64(p.Bytes)/(1<<20), float64(p.TargetBytes)/(1<<20), p.Elapsed.Round(100*time.Millisecond))

@@ -4,7 +4,6 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"os"
 	"strings"
 	"time"
 
@@ -110,13 +109,10 @@ func printKeys(e *env, k keys.Set) {
 // progressPrinter reports long steps on a terminal, and stays quiet when
 // stderr is not one.
 func progressPrinter(e *env) func(reconcile.Progress) {
-	f, ok := e.stderr.(*os.File)
-	if !ok {
+	if !terminal(e.stderr) {
 		return nil
 	}
-	if st, err := f.Stat(); err != nil || st.Mode()&os.ModeCharDevice == 0 {
-		return nil
-	}
+	f := e.stderr
 	return func(p reconcile.Progress) {
 		fmt.Fprintf(f, "\r\033[K%s: %s (%s)", p.Step, p.Message, p.Elapsed.Round(100*time.Millisecond))
 		if p.Done {

@@ -18,6 +18,9 @@ import (
 	"sort"
 	"strings"
 	"syscall"
+
+	"github.com/schemastate/schemastate/dialect"
+	"github.com/schemastate/schemastate/internal/redact"
 )
 
 // command is one subcommand. Each lives in its own cmd_*.go file and
@@ -53,6 +56,17 @@ func main() {
 }
 
 func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	// Every byte the CLI prints goes through redact: the passwords of every
+	// DSN on the command line and of PGPASSWORD are masked wherever a message
+	// repeats them (a driver error, a parser quoting a malformed URL, JSON).
+	var secrets []string
+	for _, a := range args {
+		secrets = append(secrets, redact.Secrets(a)...)
+	}
+	if pw := os.Getenv("PGPASSWORD"); pw != "" {
+		secrets = append(secrets, pw)
+	}
+	stdout, stderr = redact.NewWriter(stdout, secrets), redact.NewWriter(stderr, secrets)
 	e := &env{stdin: stdin, stdout: stdout, stderr: stderr,
 		logger: slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: logLevel()}))}
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
@@ -95,7 +109,7 @@ func usage(w io.Writer) {
 		fmt.Fprintf(w, "  %-12s %s\n", n, commands[n].summary)
 	}
 	fmt.Fprintln(w)
-	fmt.Fprintln(w, "--db takes sqlite:PATH, a plain path, or a postgres:// URL (default sqlite:kandev.db).")
+	fmt.Fprintf(w, "--db takes %s (default %s).\n", dialect.Supported, dialect.DefaultDSN)
 	fmt.Fprintln(w, "Run 'schemastate <command> -h' for a command's flags.")
 }
 
@@ -120,6 +134,22 @@ func parse(fs *flag.FlagSet, args []string) (int, bool) {
 		return exitUsage, false
 	}
 	return 0, true
+}
+
+// terminal reports whether w (or the writer it wraps) is a terminal: progress
+// lines are for people, and stay off a pipe or a file.
+func terminal(w io.Writer) bool {
+	for {
+		if f, ok := w.(*os.File); ok {
+			st, err := f.Stat()
+			return err == nil && st.Mode()&os.ModeCharDevice != 0
+		}
+		u, ok := w.(interface{ Unwrap() io.Writer })
+		if !ok {
+			return false
+		}
+		w = u.Unwrap()
+	}
 }
 
 // writeJSON prints v as one indented JSON object.
