@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -149,4 +150,69 @@ ALTER TABLE task_session_subagents ADD CONSTRAINT task_session_subagents_session
 	rep, _ := reconcile.Reconcile(ctx, db.DB)
 	require.NotEqual(t, reconcile.Applied, rep.Step(reconcile.StepExecutionSince).Status, describe(rep))
 	require.Nil(t, readKeys(t, db).ExecutionSince)
+}
+
+// editedDeclaration writes the built-in schema.hcl with a trailing comment: the
+// same shape, another declaration, so a boot with it is never certified by the
+// built-in declaration's certificate and takes the lock.
+func editedDeclaration(t *testing.T) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "edited.hcl")
+	require.NoError(t, os.WriteFile(path, append(append([]byte{}, schemastate.SchemaHCL...), "\n# an edit\n"...), 0o644))
+	return path
+}
+
+// A steady-state boot checks the certificate before it takes the lock: a host
+// writer holding SQLite's write lock (BEGIN IMMEDIATE), or another replica
+// mid-reconcile holding the cross-replica lock, does not hold it up. The lock
+// wait is far shorter than the hold, so a boot that waited for the lock would
+// fail; the control boot, which has work, does fail on it.
+func TestReconcile_SteadyStateBootTakesNoLock(t *testing.T) {
+	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
+		db.Host(t)
+		settle(t, db)
+		shortWait := reconcile.WithLockWait(100 * time.Millisecond)
+
+		if db.Dialect == dialect.SQLite {
+			host, err := db.Conn(ctx)
+			require.NoError(t, err)
+			_, err = host.ExecContext(ctx, "BEGIN IMMEDIATE")
+			require.NoError(t, err)
+			_, err = host.ExecContext(ctx, "UPDATE task_sessions SET state = state")
+			require.NoError(t, err)
+
+			rep := mustReconcile(t, db, shortWait)
+			require.Contains(t, rep.Step(reconcile.StepShape).Detail, certifiedDetail, describe(rep))
+			rep, err = reconcile.Reconcile(ctx, db.DB, shortWait, reconcile.WithSchemaFile(editedDeclaration(t)))
+			require.Error(t, err, "control: a boot with work waits for the host writer")
+			require.Equal(t, reconcile.Failed, rep.Step(reconcile.StepLock).Status, describe(rep))
+
+			_, err = host.ExecContext(ctx, "ROLLBACK")
+			require.NoError(t, err)
+			require.NoError(t, host.Close())
+		}
+
+		// Another replica holds the lock, stopped inside its shape step.
+		holding, release := make(chan struct{}), make(chan struct{})
+		done := make(chan error, 1)
+		go func() {
+			_, err := reconcile.Reconcile(ctx, db.DB, reconcile.WithSchemaFile(editedDeclaration(t)),
+				reconcile.WithFailpoint(func(p string) error {
+					if p == reconcile.FailpointShapeApplied {
+						close(holding)
+						<-release
+					}
+					return nil
+				}))
+			done <- err
+		}()
+		<-holding
+		rep := mustReconcile(t, db, shortWait)
+		require.Contains(t, rep.Step(reconcile.StepShape).Detail, certifiedDetail, describe(rep))
+		rep, err := reconcile.Reconcile(ctx, db.DB, shortWait, reconcile.WithSchemaFile(editedDeclaration(t)))
+		require.Error(t, err, "control: a boot with work waits for the replica")
+		require.Equal(t, reconcile.Failed, rep.Step(reconcile.StepLock).Status, describe(rep))
+		close(release)
+		require.NoError(t, <-done)
+	})
 }

@@ -27,11 +27,17 @@ import (
 // Session advisory locks do not survive a transaction-mode connection pooler
 // (the session is not the client's); point the reconcile at the server or at
 // a session-mode pool.
+//
+// The certificate is checked before the lock is taken, so a steady-state boot
+// never waits for another replica's reconcile; a boot with work takes the
+// lock and checks again under it.
 
 type pgSession struct {
 	conn   *sql.Conn
 	schema string // current_schema(), where the reconcile works
+	ident  string // database.schema, named when the lock is not acquired
 	key    int64
+	locked bool
 	tx     *sql.Tx
 	o      *options
 }
@@ -50,25 +56,28 @@ func openPostgres(ctx context.Context, db *sql.DB, o *options) (*pgSession, erro
 	ident := database + "." + s.schema
 	h := fnv.New64a()
 	h.Write([]byte("schemastate/reconcile:" + ident))
-	s.key = int64(h.Sum64())
-	deadline := time.Now().Add(o.lockWait)
+	s.key, s.ident = int64(h.Sum64()), ident
+	return s, nil
+}
+
+// lock takes the advisory lock, polling for up to the lock wait.
+func (s *pgSession) lock(ctx context.Context) error {
+	deadline := time.Now().Add(s.o.lockWait)
 	for {
 		var got bool
-		if err := conn.QueryRowContext(ctx, `SELECT pg_try_advisory_lock($1)`, s.key).Scan(&got); err != nil {
-			conn.Close()
-			return nil, err
+		if err := s.conn.QueryRowContext(ctx, `SELECT pg_try_advisory_lock($1)`, s.key).Scan(&got); err != nil {
+			return err
 		}
 		if got {
-			return s, nil
+			s.locked = true
+			return nil
 		}
 		if time.Now().After(deadline) {
-			conn.Close()
-			return nil, fmt.Errorf("another reconcile holds the lock on %s; gave up after %s", ident, o.lockWait)
+			return fmt.Errorf("another reconcile holds the lock on %s; gave up after %s", s.ident, s.o.lockWait)
 		}
 		select {
 		case <-ctx.Done():
-			conn.Close()
-			return nil, ctx.Err()
+			return ctx.Err()
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
@@ -118,6 +127,10 @@ func (s *pgSession) abort() {
 }
 
 func (s *pgSession) unlock() {
+	if !s.locked {
+		s.conn.Close()
+		return
+	}
 	if _, err := s.conn.ExecContext(context.Background(), `SELECT pg_advisory_unlock($1)`, s.key); err != nil {
 		s.o.logger.Warn("reconcile lock: unlock failed; connection discarded, which releases the lock", "error", err)
 		_ = s.conn.Raw(func(any) error { return driver.ErrBadConn })

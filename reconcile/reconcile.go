@@ -192,9 +192,11 @@ func (o *options) fail(point string) error {
 	return o.failpoint(point)
 }
 
-// session is one reconcile's hold on the database: the cross-replica lock and
-// a per-step transaction scope. sqlite.go and postgres.go implement it.
+// session is one reconcile's hold on the database: a pinned connection, the
+// cross-replica lock once taken, and a per-step transaction scope. sqlite.go and postgres.go implement it.
 type session interface {
+	// lock takes the cross-replica lock; until then the session only reads.
+	lock(ctx context.Context) error
 	querier() dialect.Querier
 	// schemaName is the schema the reconcile works in: main on SQLite, the
 	// connection's current_schema() on PostgreSQL.
@@ -271,8 +273,24 @@ func (r *run) steps(ctx context.Context, db *sql.DB) {
 		return
 	}
 	r.sess = sess
+	// The certificate first, without the lock: a boot with nothing to do
+	// never waits for a host writer or another replica.
+	if ks, ok := r.certified(ctx); ok {
+		r.record(Step{Name: StepLock, Status: Unchanged, Detail: "not taken: the certificate holds", Duration: time.Since(start)})
+		r.fastPath(ks)
+		if err := sess.close(ctx); err != nil {
+			r.warn(StepLock, err)
+		}
+		return
+	}
+	if err := sess.lock(ctx); err != nil {
+		sess.abort()
+		r.record(Step{Name: StepLock, Status: Failed, Detail: err.Error(), Err: err, Duration: time.Since(start)})
+		r.skipRest(StepHostTables, "lock not acquired")
+		return
+	}
 	r.record(Step{Name: StepLock, Status: Applied, Detail: fmt.Sprintf("acquired in %s", time.Since(start).Round(time.Millisecond)), Duration: time.Since(start)})
-
+	// Under the lock, again: a replica that waited finds the work done.
 	if ks, ok := r.certified(ctx); ok {
 		r.fastPath(ks)
 		if err := sess.close(ctx); err != nil {

@@ -13,10 +13,14 @@ import (
 	"github.com/schemastate/schemastate/dialect"
 )
 
-// SQLite: the lock is SQLite's own write lock. The whole reconcile runs on one
-// pinned connection inside one BEGIN IMMEDIATE transaction, each step inside a
-// SAVEPOINT, so a failed step rolls back to exactly the state before it and a
-// crash at any instant commits nothing. Foreign keys are switched off on that
+// SQLite: the lock is SQLite's own write lock. The session opens in a plain
+// (deferred) read transaction, in which the certificate is checked: a
+// steady-state boot reads, finds nothing to do, and never waits behind a host
+// writer. Only when there is work does lock end that read and take the write
+// lock, and the reconcile then runs on that one pinned connection inside one
+// BEGIN IMMEDIATE transaction, each step inside a SAVEPOINT, so a failed step
+// rolls back to exactly the state before it and a crash at any instant
+// commits nothing. Foreign keys are switched off on that
 // connection BEFORE the transaction (the pragma is a no-op inside one) and
 // verified off: with them on, the rebuild's DROP TABLE would fire ON DELETE
 // CASCADE in every referencing table and silently delete their rows.
@@ -59,12 +63,27 @@ func openSQLite(ctx context.Context, db *sql.DB, o *options) (*sqliteSession, er
 		s.release(ctx)
 		return nil, fmt.Errorf("could not switch foreign keys off on the reconcile connection (foreign_keys=%d, %v)", fk, err)
 	}
-	start := time.Now()
-	if _, err := conn.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
+	// A deferred BEGIN takes no lock until its first read, and then only a
+	// shared one, which a host writer's RESERVED lock (BEGIN IMMEDIATE) does
+	// not block.
+	if _, err := conn.ExecContext(ctx, "BEGIN"); err != nil {
 		s.release(ctx)
-		return nil, fmt.Errorf("take the write lock (waited %s): %w", time.Since(start).Round(time.Millisecond), err)
+		return nil, err
 	}
 	return s, nil
+}
+
+// lock ends the read transaction and takes the write lock, waiting up to the
+// lock wait (the connection's busy timeout).
+func (s *sqliteSession) lock(ctx context.Context) error {
+	if _, err := s.conn.ExecContext(ctx, "ROLLBACK"); err != nil {
+		return err
+	}
+	start := time.Now()
+	if _, err := s.conn.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
+		return fmt.Errorf("take the write lock (waited %s): %w", time.Since(start).Round(time.Millisecond), err)
+	}
+	return nil
 }
 
 func (s *sqliteSession) querier() dialect.Querier { return s.conn }
