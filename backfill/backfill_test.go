@@ -576,3 +576,50 @@ func TestBackfill_RepeatedRunsOnOneSession(t *testing.T) {
 		}
 	})
 }
+
+// AC-19, AC-21: one rule on both dialects for a member a document names
+// twice — the last one is the value, at every level (README, design notes).
+// SQLite's json_extract reads the first and PostgreSQL the last, so without
+// the rule the same history backfills different rows on the two dialects.
+func TestBackfill_AC21_DuplicatedMemberLastWinsOnBothDialects(t *testing.T) {
+	task := `"normalized":{"kind":"subagent_task","subagent_task":{"model":"m1"}}`
+	docs := map[string]string{
+		// The identity itself: the row is b's, never a's.
+		"m-id": `{"tool_call_id":"a","status":"completed",` + task + `,"tool_call_id":"b"}`,
+		// A whole duplicated object: the later one replaces the earlier, it is not merged.
+		"m-obj": `{"tool_call_id":"tc-obj","normalized":{"kind":"subagent_task","subagent_task":{"model":"first","agent_id":"gone"}},` +
+			`"normalized":{"kind":"subagent_task","subagent_task":{"model":"second"}}}`,
+		// Inside subagent_task, and a later value of another JSON type.
+		"m-task": `{"tool_call_id":"tc-task","status":"in_progress","status":"completed","normalized":{"kind":"subagent_task",` +
+			`"subagent_task":{"model":"m1","model":"m2","total_tokens":5,"total_tokens":"5","is_async":true,"is_async":false,` +
+			`"tool_use_count":"x","tool_use_count":7,"status":"started","status":"completed"}}}`,
+		// The kind: a later non-subagent kind disqualifies, a later subagent kind qualifies.
+		"m-kind-out": `{"tool_call_id":"tc-kind-out","normalized":{"kind":"subagent_task","kind":"read"}}`,
+		"m-kind-in":  `{"tool_call_id":"tc-kind-in","normalized":{"kind":"read"},"normalized":{"kind":"subagent_task"}}`,
+		// A later non-string identity: the message has no tool_call_id (AC-21a).
+		"m-id-null": `{"tool_call_id":"tc-null","tool_call_id":null,` + task + `}`,
+	}
+	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
+		declared(t, db)
+		for id, doc := range docs {
+			seed(t, db, message{ID: id, Session: "s1", Task: "task-1", Turn: "t", Created: base, Meta: doc})
+		}
+		res := mustRun(t, db)
+		require.EqualValues(t, 4, res.Inserted)
+		got := rows(t, db)
+		require.ElementsMatch(t, []string{"b/unknown", "tc-obj/unknown", "tc-task/unknown", "tc-kind-in/unknown"}, mapKeys(got))
+		require.Equal(t, []any{"completed", "m1"}, []any{got["b/unknown"].get("tool_status"), got["b/unknown"].get("model")})
+		require.Equal(t, []any{"second", nil}, []any{got["tc-obj/unknown"].get("model"), got["tc-obj/unknown"].get("agent_id")})
+		r := got["tc-task/unknown"]
+		require.Equal(t, []any{"completed", "completed", "m2", nil, "0", "7", stored(db.Dialect, base)},
+			[]any{r.get("tool_status"), r.get("agent_status"), r.get("model"), r.get("total_tokens"), r.get("is_async"), r.get("tool_use_count"), r.get("settled_at")})
+	})
+}
+
+func mapKeys[V any](m map[string]V) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	return out
+}

@@ -6,6 +6,7 @@ import (
 
 	"github.com/schemastate/schemastate/capture"
 	"github.com/schemastate/schemastate/dialect"
+	"github.com/schemastate/schemastate/internal/jsonfield"
 	"github.com/schemastate/schemastate/keys"
 )
 
@@ -80,11 +81,15 @@ func statementsFor(d dialect.Dialect) statements {
 	return sqliteStatements()
 }
 
-// SQLite: json_valid guards every extraction (json_extract on ” or on
-// malformed text raises "malformed JSON"); typeof() after json_extract tells
-// an int64 from a number SQLite had to turn into a REAL.
+// SQLite: json_valid guards every extraction (json_each on ” or on
+// malformed text raises "malformed JSON"). Every field is read through
+// jsonfield, so a member named twice reads its LAST value, as PostgreSQL
+// reads it; typeof() of an 'integer' member tells an int64 from a number
+// SQLite had to turn into a REAL.
 func sqliteStatements() statements {
-	path := func(p jsonPath) string { return "'$." + strings.Join(p, ".") + "'" }
+	field := func(p jsonPath, pick func(typ, val string) string) string {
+		return jsonfield.SQLite("meta", p, pick)
+	}
 	f := fragments{
 		// GLOB after instr: the pattern runs only on the rare document that
 		// holds a \u00 escape at all.
@@ -94,13 +99,19 @@ func sqliteStatements() statements {
 			`CASE WHEN json_type(m.metadata) = 'object' THEN m.metadata ELSE '{}' END ` +
 			`ELSE '{}' END`,
 		text: func(p jsonPath) string {
-			return fmt.Sprintf(`CASE WHEN json_type(meta, %[1]s) = 'text' THEN NULLIF(json_extract(meta, %[1]s), '') END`, path(p))
+			return field(p, func(typ, val string) string {
+				return fmt.Sprintf(`CASE WHEN %s = 'text' THEN NULLIF(%s, '') END`, typ, val)
+			})
 		},
 		integer: func(p jsonPath) string {
-			return fmt.Sprintf(`CASE WHEN json_type(meta, %[1]s) = 'integer' AND typeof(json_extract(meta, %[1]s)) = 'integer' THEN json_extract(meta, %[1]s) END`, path(p))
+			return field(p, func(typ, val string) string {
+				return fmt.Sprintf(`CASE WHEN %s = 'integer' AND typeof(%s) = 'integer' THEN %[2]s END`, typ, val)
+			})
 		},
 		isTrue: func(p jsonPath) string {
-			return fmt.Sprintf(`CASE WHEN json_type(meta, %s) = 'true' THEN 1 ELSE 0 END`, path(p))
+			return `COALESCE(` + field(p, func(typ, _ string) string {
+				return fmt.Sprintf(`CASE WHEN %s = 'true' THEN 1 ELSE 0 END`, typ)
+			}) + `, 0)`
 		},
 		// keys.ColumnExpr: "YYYY-MM-DD HH:MM:SS.ffffff" in UTC, whatever offset
 		// and fraction width the stored text has; NULL when it is not a time.

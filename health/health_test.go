@@ -466,3 +466,21 @@ func TestHealth_MissingTablesAreNamed(t *testing.T) {
 		require.NotContains(t, err.Error(), "task_session_messages")
 	})
 }
+
+// AC-19, AC-28: a member named twice reads its last value on both dialects,
+// as the backfill reads it (README, design notes): the message names tool
+// call b, so b's row accounts for it and no key a is expected; a later kind
+// decides whether the message is a subagent message at all.
+func TestHealth_AC28_DuplicatedMemberLastWinsOnBothDialects(t *testing.T) {
+	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
+		s := newStore(t, db)
+		s.activate(k)
+		at := s.ts(k.Add(time.Second))
+		s.rawMessage("s1", "task-s1", `{"tool_call_id":"a","normalized":{"kind":"subagent_task"},"tool_call_id":"b"}`, at)
+		s.row("s1", "exec-1", "b", "live", k.Add(time.Second))
+		s.rawMessage("s1", "task-s1", `{"tool_call_id":"c","normalized":{"kind":"subagent_task","kind":"read"}}`, at)
+		s.rawMessage("s1", "task-s1", `{"tool_call_id":"d","normalized":{"kind":"read"},"normalized":{"kind":"subagent_task"}}`, at)
+		s.rawMessage("s1", "task-s1", `{"tool_call_id":"e","tool_call_id":7,"normalized":{"kind":"subagent_task"}}`, at)
+		require.Equal(t, counts{health.Shortfall, 1, 0, 0}, countsOf(s.eval()), "only d is expected and missing")
+	})
+}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/schemastate/schemastate/dialect"
+	"github.com/schemastate/schemastate/internal/jsonfield"
 	"github.com/schemastate/schemastate/keys"
 )
 
@@ -155,11 +156,14 @@ func sqlFor(d dialect.Dialect) dialectSQL {
 			toolCallID: "(CASE WHEN jsonb_typeof(msg.meta -> 'tool_call_id') = 'string' THEN msg.meta ->> 'tool_call_id' END)",
 		}
 	}
+	// Through jsonfield, as the backfill reads them: a member named twice
+	// reads its last value, as on PostgreSQL.
+	str := func(typ, val string) string { return fmt.Sprintf("CASE WHEN %s = 'text' THEN %s END", typ, val) }
 	return dialectSQL{
 		param:      "?1",
 		msgCTE:     sqliteMsgCTE,
-		kind:       "json_extract(msg.meta, '$.normalized.kind')",
-		toolCallID: "(CASE WHEN json_type(msg.meta, '$.tool_call_id') = 'text' THEN json_extract(msg.meta, '$.tool_call_id') END)",
+		kind:       jsonfield.SQLite("msg.meta", []string{"normalized", "kind"}, str),
+		toolCallID: jsonfield.SQLite("msg.meta", []string{"tool_call_id"}, str),
 	}
 }
 

@@ -1,0 +1,40 @@
+// Package jsonfield holds the one rule both dialects follow when a metadata
+// document names a member twice ({"tool_call_id":"a", …, "tool_call_id":"b"}):
+// the LAST member of that name is the value, at every level of the path.
+//
+// That is what PostgreSQL reads natively (jsonb keeps only the last member,
+// and json's operators read the last), what the host's Go readers
+// (encoding/json) and JavaScript's JSON.parse read, and the only rule that
+// can be applied to a host whose metadata column is jsonb, where the earlier
+// member was discarded on insert. SQLite's json_extract reads the first
+// member, so on SQLite every field is read through json_each instead, whose
+// rows come in document order.
+package jsonfield
+
+import (
+	"fmt"
+	"strings"
+)
+
+// SQLite renders a scalar subquery reading the field at path of the JSON
+// object doc (an SQL expression holding valid JSON object text): the last
+// member named path[0], then, when that is an object, its last member named
+// path[1], and so on. pick renders the value from the json_each columns of
+// the chosen member, given their qualified names (typ: 'text', 'integer',
+// 'real', 'true', 'false', 'null', 'object', 'array'; val: its SQL value).
+// The subquery is NULL when a member is absent or a step is not an object.
+// Path elements are identifiers of this module, never input.
+func SQLite(doc string, path []string, pick func(typ, val string) string) string {
+	obj := doc
+	for _, p := range path[:len(path)-1] {
+		obj = member(obj, p, "CASE WHEN j.type = 'object' THEN j.value END")
+	}
+	return member(obj, path[len(path)-1], pick("j.type", "j.value"))
+}
+
+func member(obj, name, sel string) string {
+	if strings.ContainsAny(name, `'"`) {
+		panic(fmt.Sprintf("jsonfield: member name %q is not an identifier", name))
+	}
+	return fmt.Sprintf(`(SELECT %s FROM json_each(%s) AS j WHERE j.key = '%s' ORDER BY j.id DESC LIMIT 1)`, sel, obj, name)
+}
