@@ -23,57 +23,102 @@ import (
 // An absent field is "not reported", as on the wire; "tool_use_count" absent
 // (or null) is not the same as 0 (AC-8). Unknown fields are ignored.
 type wireFrame struct {
-	SessionID        string       `json:"session_id"`
-	TaskID           string       `json:"task_id"`
-	TurnID           string       `json:"turn_id"`
-	ExecutionID      string       `json:"execution_id"`
-	ToolCallID       string       `json:"tool_call_id"`
-	ParentToolCallID string       `json:"parent_tool_call_id"`
-	ToolStatus       string       `json:"tool_status"`
+	SessionID        wireText     `json:"session_id"`
+	TaskID           wireText     `json:"task_id"`
+	TurnID           wireText     `json:"turn_id"`
+	ExecutionID      wireText     `json:"execution_id"`
+	ToolCallID       wireText     `json:"tool_call_id"`
+	ParentToolCallID wireText     `json:"parent_tool_call_id"`
+	ToolStatus       wireText     `json:"tool_status"`
 	ObservedAt       *string      `json:"observed_at"`
 	SubagentTask     *wireSubtask `json:"subagent_task"`
 }
 
 type wireSubtask struct {
-	Description       string `json:"description"`
-	Prompt            string `json:"prompt"`
-	SubagentType      string `json:"subagent_type"`
-	Status            string `json:"status"`
-	AgentID           string `json:"agent_id"`
-	Model             string `json:"model"`
-	ChildSessionID    string `json:"child_session_id"`
-	DurationMs        int64  `json:"duration_ms"`
-	TotalTokens       int64  `json:"total_tokens"`
-	ToolUseCount      *int   `json:"tool_use_count"`
-	ResultText        string `json:"result_text"`
-	IsAsync           bool   `json:"is_async"`
-	OutputFile        string `json:"output_file"`
-	CanReadOutputFile bool   `json:"can_read_output_file"`
+	Description       wireText `json:"description"`
+	Prompt            string   `json:"prompt"`
+	SubagentType      wireText `json:"subagent_type"`
+	Status            wireText `json:"status"`
+	AgentID           wireText `json:"agent_id"`
+	Model             wireText `json:"model"`
+	ChildSessionID    wireText `json:"child_session_id"`
+	DurationMs        int64    `json:"duration_ms"`
+	TotalTokens       int64    `json:"total_tokens"`
+	ToolUseCount      *int     `json:"tool_use_count"`
+	ResultText        string   `json:"result_text"`
+	IsAsync           bool     `json:"is_async"`
+	OutputFile        string   `json:"output_file"`
+	CanReadOutputFile bool     `json:"can_read_output_file"`
+}
+
+// wireText is a stored text field as it arrived: its decoded value and, when
+// the raw literal holds what the databases cannot store exactly (a NUL,
+// bytes that are not UTF-8, a lone surrogate escape), why. Decoding never
+// fails on that, so the frame's check can name the field.
+type wireText struct {
+	s, bad string
+	raw    []byte // the literal's body, kept only when bad, for the report
+}
+
+func (t *wireText) UnmarshalJSON(raw []byte) error {
+	if err := json.Unmarshal(raw, &t.s); err != nil {
+		return err // *json.UnmarshalTypeError: the decoder adds the field name
+	}
+	if len(raw) > 0 && raw[0] == '"' {
+		if t.bad = rawTextProblem(raw); t.bad != "" {
+			t.raw = raw[1 : len(raw)-1]
+		}
+	}
+	return nil
 }
 
 // ParseFrame reads one ingest line. An absent observed_at leaves
-// Frame.ObservedAt zero (the writer then uses its clock).
+// Frame.ObservedAt zero (the writer then uses its clock). A stored text field
+// holding a NUL, bytes that are not UTF-8 or a lone surrogate makes the line
+// malformed (ErrUnstorableText), as Record refuses such a frame: the JSON
+// decoder would otherwise turn the bytes into U+FFFD and merge distinct ids.
 func ParseFrame(line []byte) (Frame, error) {
 	var w wireFrame
 	if err := json.Unmarshal(line, &w); err != nil {
 		var te *json.UnmarshalTypeError
 		if errors.As(err, &te) && te.Field != "" {
-			return Frame{}, fmt.Errorf("field %s: %s is not %s", te.Field, te.Value, te.Type)
+			return Frame{}, fmt.Errorf("field %s: %s is not %s", te.Field, clip(te.Value, excerptLen), te.Type)
 		}
 		return Frame{}, fmt.Errorf("not a JSON object: %w", err)
 	}
 	if w.SubagentTask == nil {
 		return Frame{}, errors.New("no subagent_task object")
 	}
+	p := w.SubagentTask
+	for _, t := range []struct {
+		name string
+		v    wireText
+	}{
+		{"session_id", w.SessionID}, {"task_id", w.TaskID}, {"turn_id", w.TurnID},
+		{"execution_id", w.ExecutionID}, {"tool_call_id", w.ToolCallID},
+		{"parent_tool_call_id", w.ParentToolCallID}, {"tool_status", w.ToolStatus},
+		{"subagent_task.description", p.Description}, {"subagent_task.subagent_type", p.SubagentType},
+		{"subagent_task.status", p.Status}, {"subagent_task.agent_id", p.AgentID},
+		{"subagent_task.model", p.Model}, {"subagent_task.child_session_id", p.ChildSessionID},
+	} {
+		if t.v.bad != "" {
+			return Frame{}, fmt.Errorf("%w: field %s %s: %s", ErrUnstorableText, t.name, excerpt(string(t.v.raw)), t.v.bad)
+		}
+	}
 	f := Frame{
-		SessionID: w.SessionID, TaskID: w.TaskID, TurnID: w.TurnID, ExecutionID: w.ExecutionID,
-		ToolCallID: w.ToolCallID, ParentToolCallID: w.ParentToolCallID, ToolStatus: w.ToolStatus,
-		Subagent: SubagentTask(*w.SubagentTask),
+		SessionID: w.SessionID.s, TaskID: w.TaskID.s, TurnID: w.TurnID.s, ExecutionID: w.ExecutionID.s,
+		ToolCallID: w.ToolCallID.s, ParentToolCallID: w.ParentToolCallID.s, ToolStatus: w.ToolStatus.s,
+		Subagent: SubagentTask{
+			Description: p.Description.s, Prompt: p.Prompt, SubagentType: p.SubagentType.s, Status: p.Status.s,
+			AgentID: p.AgentID.s, Model: p.Model.s, ChildSessionID: p.ChildSessionID.s,
+			DurationMs: p.DurationMs, TotalTokens: p.TotalTokens, ToolUseCount: p.ToolUseCount,
+			ResultText: p.ResultText, IsAsync: p.IsAsync, OutputFile: p.OutputFile, CanReadOutputFile: p.CanReadOutputFile,
+		},
 	}
 	if w.ObservedAt != nil {
 		t, err := time.Parse(time.RFC3339Nano, *w.ObservedAt)
 		if err != nil {
-			return Frame{}, fmt.Errorf("observed_at %q is not an RFC3339 instant", *w.ObservedAt)
+			return Frame{}, fmt.Errorf("observed_at %s is not an RFC3339 instant", excerpt(*w.ObservedAt))
 		}
 		f.ObservedAt = t
 	}
@@ -83,43 +128,78 @@ func ParseFrame(line []byte) (Frame, error) {
 // Malformed is an ingest line that is not a valid frame.
 type Malformed struct {
 	Line   int
-	Reason string
+	Length int64  // the line's length in bytes, without its newline
+	Reason string // at most a short excerpt of any bad value (under 1 KiB in all)
 }
 
 // IngestResult is what one Ingest did.
 type IngestResult struct {
 	Lines     int      `json:"lines"`     // lines read, blank ones included
 	Frames    int      `json:"frames"`    // lines that parsed and reached the writer
-	Malformed int      `json:"malformed"` // lines that did not parse
+	Malformed int      `json:"malformed"` // lines that did not parse, or were too long
 	Counters  Counters `json:"counters"`  // this Writer's counters after the run
 }
 
+// DefaultMaxLine is the longest line Ingest reads as a frame (16 MiB).
+const DefaultMaxLine = 16 << 20
+
+// maxReason bounds a Malformed reason, whatever the decoder said.
+const maxReason = 512
+
+// IngestOption configures one Ingest.
+type IngestOption func(*ingestConfig)
+
+type ingestConfig struct{ maxLine int }
+
+// WithMaxLine sets the longest line, in bytes without its newline, that
+// Ingest reads as a frame (default DefaultMaxLine). A longer line is skipped
+// as it streams past, never held whole, and reported malformed.
+func WithMaxLine(n int) IngestOption {
+	return func(c *ingestConfig) {
+		if n > 0 {
+			c.maxLine = n
+		}
+	}
+}
+
 // Ingest reads newline-delimited frames from r and records each in order. A
-// line that does not parse is passed to onMalformed and skipped; blank lines
-// are ignored. Lines are read one at a time, so input of any size streams.
-// The error is a read error or ctx's; a failed write is not an error here —
-// it is counted as failed, as on the live path.
-func (w *Writer) Ingest(ctx context.Context, r io.Reader, onMalformed func(Malformed)) (IngestResult, error) {
+// line that does not parse, or is longer than the maximum line length, is
+// passed to onMalformed and skipped; blank lines are ignored; a UTF-8
+// byte-order mark before the first line is ignored. Memory per line is
+// bounded by the maximum line length, so input of any size streams. The error
+// is a read error or ctx's; a failed write is not an error here — it is
+// counted as failed, as on the live path, and its WARN names the line.
+func (w *Writer) Ingest(ctx context.Context, r io.Reader, onMalformed func(Malformed), opts ...IngestOption) (IngestResult, error) {
+	cfg := ingestConfig{maxLine: DefaultMaxLine}
+	for _, o := range opts {
+		o(&cfg)
+	}
 	var res IngestResult
-	br := bufio.NewReaderSize(r, 64<<10)
+	lr := newLineReader(r, cfg.maxLine)
+	malformed := func(length int64, reason string) {
+		res.Malformed++
+		if onMalformed != nil {
+			onMalformed(Malformed{Line: res.Lines, Length: length, Reason: clip(reason, maxReason)})
+		}
+	}
 	for {
 		if err := ctx.Err(); err != nil {
 			res.Counters = w.Counters()
 			return res, err
 		}
-		line, readErr := br.ReadBytes('\n')
-		if len(line) > 0 {
+		l, ok, readErr := lr.next()
+		if ok {
 			res.Lines++
-			if trimmed := bytes.TrimSpace(line); len(trimmed) > 0 {
-				f, err := ParseFrame(trimmed)
-				if err != nil {
-					res.Malformed++
-					if onMalformed != nil {
-						onMalformed(Malformed{Line: res.Lines, Reason: err.Error()})
-					}
+			switch trimmed := bytes.TrimSpace(l.b); {
+			case l.tooLong:
+				malformed(l.length, fmt.Sprintf("line of %d bytes is longer than the maximum line length (%d bytes)", l.length, cfg.maxLine))
+			case len(trimmed) == 0:
+			default:
+				if f, err := ParseFrame(trimmed); err != nil {
+					malformed(l.length, err.Error())
 				} else {
 					res.Frames++
-					_ = w.Record(ctx, f) // counted and logged by Record (AC-27)
+					_ = w.record(ctx, f, res.Lines) // counted and logged by record (AC-27)
 				}
 			}
 		}
@@ -133,4 +213,73 @@ func (w *Writer) Ingest(ctx context.Context, r io.Reader, onMalformed func(Malfo
 	}
 	res.Counters = w.Counters()
 	return res, nil
+}
+
+// lineReader yields lines of at most max bytes. A longer line is read past in
+// buffer-sized pieces and only its length is kept.
+type lineReader struct {
+	br    *bufio.Reader
+	max   int
+	buf   []byte
+	first bool
+}
+
+func newLineReader(r io.Reader, max int) *lineReader {
+	return &lineReader{br: bufio.NewReaderSize(r, 64<<10), max: max, first: true}
+}
+
+// utf8BOM is the byte-order mark some editors put before the first line.
+var utf8BOM = []byte{0xEF, 0xBB, 0xBF}
+
+// inputLine is one line of input without its newline.
+type inputLine struct {
+	b       []byte // the line; valid until the next read; nil when tooLong
+	length  int64  // its length in bytes
+	tooLong bool   // longer than the maximum: read past, not kept
+}
+
+// next reads the next line. ok is false when nothing was left to read; err
+// is the read error (io.EOF at the end), which may come with a last line.
+func (lr *lineReader) next() (l inputLine, ok bool, err error) {
+	if cap(lr.buf) > 1<<20 {
+		lr.buf = nil // a long line does not pin its memory for the rest of the stream
+	}
+	lr.buf = lr.buf[:0]
+	for {
+		chunk, err := lr.br.ReadSlice('\n')
+		ok = ok || len(chunk) > 0
+		if lr.first {
+			lr.first = false
+			chunk = bytes.TrimPrefix(chunk, utf8BOM)
+		}
+		body := bytes.TrimSuffix(chunk, []byte{'\n'})
+		l.length += int64(len(body))
+		if !l.tooLong {
+			if len(lr.buf)+len(body) > lr.max {
+				l.tooLong = true
+				lr.buf = nil
+			} else {
+				lr.buf = appendBounded(lr.buf, body, lr.max)
+			}
+		}
+		if errors.Is(err, bufio.ErrBufferFull) {
+			continue
+		}
+		if !l.tooLong {
+			l.b = lr.buf
+		}
+		return l, ok, err
+	}
+}
+
+// appendBounded appends b to buf, growing it by doubling but never past limit
+// bytes, so a line just under the limit costs at most limit bytes of buffer.
+func appendBounded(buf, b []byte, limit int) []byte {
+	if need := len(buf) + len(b); need > cap(buf) {
+		c := min(max(2*cap(buf), need, 4096), limit)
+		nb := make([]byte, len(buf), c)
+		copy(nb, buf)
+		buf = nb
+	}
+	return append(buf, b...)
 }

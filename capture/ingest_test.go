@@ -53,3 +53,153 @@ func TestIngest_StopsOnCancel(t *testing.T) {
 		require.Equal(t, 0, s.count(t, "1 = 1"))
 	})
 }
+
+// ingestLines runs Ingest over lines joined by newlines and returns the
+// result and every malformed report.
+func ingestLines(t *testing.T, s *store, lines []string, opts ...capture.IngestOption) (capture.IngestResult, []capture.Malformed) {
+	t.Helper()
+	var bad []capture.Malformed
+	res, err := s.w.Ingest(context.Background(), strings.NewReader(strings.Join(lines, "\n")+"\n"),
+		func(m capture.Malformed) { bad = append(bad, m) }, opts...)
+	require.NoError(t, err)
+	return res, bad
+}
+
+// wire is one sessA/execE frame line with the given raw tool_call_id and
+// description literals (JSON string bodies, spliced in unescaped).
+func wire(toolCallID, description string) string {
+	return `{"session_id":"sess-a","task_id":"task-a","execution_id":"` + execE + `","tool_call_id":"` + toolCallID +
+		`","subagent_task":{"description":"` + description + `","result_text":"not stored \u0000"}}`
+}
+
+// Text the databases cannot hold exactly is one rule on both dialects: the
+// frame is malformed, reported with its line, and nothing is written. Raw
+// bytes that are not UTF-8 and lone surrogate escapes are seen before the
+// JSON decoder turns them into U+FFFD, so tc-\xff and tc-\xfe never merge
+// (before, they upserted one row). A real U+FFFD, a surrogate pair and a NUL
+// in a field that is never stored are fine.
+func TestIngest_UnstorableTextIsMalformedAndNeverMerges(t *testing.T) {
+	lines := []string{
+		wire("tc-\xff", "first agent"),         // 1: raw invalid byte in an identity
+		wire("tc-\xfe", "second agent"),        // 2
+		wire(`tc-\ud800`, "third agent"),       // 3: lone high surrogate
+		wire(`tc-\udfff`, "fourth agent"),      // 4: lone low surrogate
+		wire(`tc-\ud800x`, "fifth agent"),      // 5: high surrogate not followed by a low one
+		wire("tc-nul", `before\u0000after`),    // 6: NUL in a stored text
+		wire("tc-desc", "bad \xc3\x28 byte"),   // 7: invalid UTF-8 in a stored text
+		wire(`tc-\ufffd`, "replacement char"),  // 8: a real U+FFFD is valid
+		wire("tc-\xef\xbf\xbd", "raw U+FFFD"),  // 9: the same id, raw: merges with 8, as it should
+		wire(`tc-\ud83d\ude00`, "emoji"),       // 10: a surrogate pair
+		wire("tc-ok", `tab\tand \\u0000 text`), // 11: an escaped backslash is not an escape
+	}
+	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
+		s := newStore(t, db)
+		res, bad := ingestLines(t, s, lines)
+		var badLines []int
+		for _, m := range bad {
+			badLines = append(badLines, m.Line)
+		}
+		require.Equal(t, []int{1, 2, 3, 4, 5, 6, 7}, badLines, "%+v", bad)
+		require.Contains(t, bad[0].Reason, "field tool_call_id")
+		require.Contains(t, bad[0].Reason, "byte 0xff")
+		require.Contains(t, bad[1].Reason, "byte 0xfe")
+		require.Contains(t, bad[2].Reason, `lone surrogate \ud800`)
+		require.Contains(t, bad[3].Reason, `lone surrogate \udfff`)
+		require.Contains(t, bad[5].Reason, "field subagent_task.description")
+		require.Contains(t, bad[5].Reason, "NUL")
+		require.Contains(t, bad[6].Reason, "byte 0xc3")
+		require.Equal(t, capture.Counters{Attempted: 4, Persisted: 4}, res.Counters)
+
+		require.Equal(t, 3, s.count(t, "1 = 1"))
+		require.Equal(t, "raw U+FFFD", *s.one(t, execE, "tc-\ufffd").Description)
+		require.Equal(t, "emoji", *s.one(t, execE, "tc-\U0001F600").Description)
+		require.Equal(t, "tab\tand \\u0000 text", *s.one(t, execE, "tc-ok").Description)
+	})
+}
+
+// Record follows the same rule for a Go string: a NUL or bytes that are not
+// UTF-8 in any stored text are refused with ErrUnstorableText, counted
+// failed and logged, on both dialects alike (before, SQLite stored the NUL
+// and PostgreSQL refused it; SQLite stored the raw bytes).
+func TestRecord_UnstorableTextIsRefusedOnBothDialects(t *testing.T) {
+	frames := []capture.Frame{
+		frame("tc-\xff", at(0)),
+		frame("tc-nul", at(0), func(f *capture.Frame) { f.Subagent.Description = "a\x00b" }),
+		frame("tc-model", at(0), func(f *capture.Frame) { f.Subagent.Model = "m\xed\xa0\x80" }), // an encoded surrogate
+		frame("tc-turn", at(0), func(f *capture.Frame) { f.TurnID = "\x00" }),
+	}
+	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
+		s := newStore(t, db)
+		for _, f := range frames {
+			require.ErrorIs(t, s.w.Record(context.Background(), f), capture.ErrUnstorableText, f.ToolCallID)
+		}
+		s.record(t, frame("tc-fine", at(0), func(f *capture.Frame) { f.Subagent.Prompt = "never stored \x00\xff" }))
+		require.Equal(t, capture.Counters{Attempted: 5, Persisted: 1, Failed: 4}, s.w.Counters())
+		require.Equal(t, 1, s.count(t, "1 = 1"))
+		warns := 0
+		for _, r := range s.log.records(t) {
+			if r["level"] == "WARN" {
+				warns++
+				require.Contains(t, r["error"], "NUL or is not UTF-8")
+			}
+		}
+		require.Equal(t, 4, warns)
+	})
+}
+
+// A line longer than the maximum is read past without being held, reported
+// with its number and length, and the lines after it are recorded. A
+// byte-order mark before the first line is ignored.
+func TestIngest_OverLongLineIsSkippedAndReported(t *testing.T) {
+	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
+		s := newStore(t, db)
+		long := wire("tc-long", strings.Repeat("d", 300<<10)) // several reader buffers
+		atLimit := wire("tc-4", "")
+		atLimit = wire("tc-4", strings.Repeat("e", 1024-len(atLimit))) // exactly the limit: kept
+		require.Len(t, atLimit, 1024)
+		res, bad := ingestLines(t, s, []string{
+			"\xef\xbb\xbf" + wire("tc-1", "after the BOM"),
+			long,
+			wire("tc-3", "after the long line"),
+			atLimit,
+		}, capture.WithMaxLine(1024))
+		require.Len(t, bad, 1, "%+v", bad)
+		require.Equal(t, 2, bad[0].Line)
+		require.Equal(t, int64(len(long)), bad[0].Length)
+		require.Contains(t, bad[0].Reason, "longer than the maximum line length (1024 bytes)")
+		require.Equal(t, 4, res.Lines)
+		require.Equal(t, capture.Counters{Attempted: 3, Persisted: 3}, res.Counters)
+		require.Equal(t, "after the BOM", *s.one(t, execE, "tc-1").Description)
+		require.Equal(t, "after the long line", *s.one(t, execE, "tc-3").Description)
+		require.Equal(t, 0, s.count(t, "tool_call_id = 'tc-long'"))
+	})
+}
+
+// A bad value of 1 MB is quoted as a short excerpt: every report stays under
+// 1 KiB, whatever part of the frame it was in.
+func TestIngest_MalformedReportsQuoteAShortExcerpt(t *testing.T) {
+	mb := strings.Repeat("7", 1<<20)
+	lines := []string{
+		`{"session_id":"sess-a","task_id":"task-a","tool_call_id":"c","observed_at":"` + mb + `","subagent_task":{}}`,
+		`{"session_id":"sess-a","task_id":"task-a","tool_call_id":"c","subagent_task":{"total_tokens":` + mb + `}}`,
+		`{"session_id":"sess-a","task_id":"task-a","tool_call_id":"c","subagent_task":{"tool_use_count":` + mb + `.5}}`,
+		wire(mb+"\xff", "d"),
+		wire("c", mb+`\u0000`),
+		`{"session_id":"sess-a","task_id":"task-a","tool_call_id":"c","subagent_task":{"description":` + mb + `}}`,
+		`{"session_id":` + mb + `x}`,
+	}
+	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
+		s := newStore(t, db)
+		_, bad := ingestLines(t, s, lines)
+		require.Len(t, bad, len(lines))
+		for i, m := range bad {
+			require.Equal(t, i+1, m.Line)
+			require.Less(t, len(m.Reason), 1024, "line %d: %.200s", m.Line, m.Reason)
+			require.NotEmpty(t, m.Reason)
+		}
+		require.Contains(t, bad[0].Reason, "observed_at")
+		require.Contains(t, bad[0].Reason, "(1048576 bytes)")
+		require.Contains(t, bad[3].Reason, "field tool_call_id")
+		require.Equal(t, 0, s.count(t, "1 = 1"))
+	})
+}

@@ -79,14 +79,27 @@ func (w *Writer) Check(ctx context.Context) error {
 // Record never panics and never needs handling: telemetry never breaks the
 // product path (AC-27). A write that fails is logged at WARN with the session
 // and tool-call ids and counted as failed; the returned error repeats that
-// outcome for callers that want it (ErrNoIdentity for an AC-2 skip, the
-// database error for a failed write) and may be ignored.
-func (w *Writer) Record(ctx context.Context, f Frame) error {
+// outcome for callers that want it (ErrNoIdentity for an AC-2 skip,
+// ErrUnstorableText for text no dialect can hold exactly, the database error
+// for a failed write) and may be ignored.
+func (w *Writer) Record(ctx context.Context, f Frame) error { return w.record(ctx, f, 0) }
+
+// record is Record for a frame read from input line line (0: none), which
+// the WARN of a failed write names.
+func (w *Writer) record(ctx context.Context, f Frame, line int) error {
 	// AC-2: identity first, before any metric is looked at, so a skipped frame
 	// counts skipped_no_identity and nothing else.
 	if f.SessionID == "" || f.TaskID == "" || f.ToolCallID == "" {
 		w.count(outcome{skipped: true})
 		return ErrNoIdentity
+	}
+	// The same frame must have the same outcome on both dialects, and no
+	// identity may be altered: a NUL or non-UTF-8 text is refused, never
+	// stored on one dialect and lost on the other (see ErrUnstorableText).
+	if err := checkText(f); err != nil {
+		w.count(outcome{failed: true})
+		w.warn(ctx, f, line, "", err)
+		return err
 	}
 	r := w.row(f)
 	_, err := w.db.ExecContext(ctx, w.upsert, r.args()...)
@@ -97,16 +110,38 @@ func (w *Writer) Record(ctx context.Context, f Frame) error {
 	if err != nil {
 		o.failed = true
 		w.count(o)
-		w.logger.LogAttrs(ctx, slog.LevelWarn, "subagent context write failed",
-			slog.String("session_id", f.SessionID),
-			slog.String("tool_call_id", f.ToolCallID),
-			slog.String("agent_execution_id", r.executionID),
-			slog.String("error", err.Error()))
-		return fmt.Errorf("capture: upsert %s/%s: %w", f.SessionID, f.ToolCallID, err)
+		w.warn(ctx, f, line, r.executionID, err)
+		return fmt.Errorf("capture: upsert %s/%s: %w", excerpt(f.SessionID), excerpt(f.ToolCallID), err)
 	}
 	o.persisted, o.unknown = true, r.unknownExecution
 	w.count(o)
 	return nil
+}
+
+// warn logs a frame that was not written. Values are quoted as excerpts, so
+// a huge or binary id cannot flood the log.
+func (w *Writer) warn(ctx context.Context, f Frame, line int, executionID string, err error) {
+	attrs := []slog.Attr{
+		slog.String("session_id", logText(f.SessionID)),
+		slog.String("tool_call_id", logText(f.ToolCallID)),
+	}
+	if executionID != "" {
+		attrs = append(attrs, slog.String("agent_execution_id", logText(executionID)))
+	}
+	if line > 0 {
+		attrs = append(attrs, slog.Int("line", line))
+	}
+	attrs = append(attrs, slog.String("error", clip(err.Error(), maxReason)))
+	w.logger.LogAttrs(ctx, slog.LevelWarn, "subagent context write failed", attrs...)
+}
+
+// logText is s as a log attribute: verbatim when short and printable as
+// UTF-8 without a NUL, else its quoted excerpt.
+func logText(s string) string {
+	if len(s) <= excerptLen && goTextProblem(s) == "" {
+		return s
+	}
+	return excerpt(s)
 }
 
 func (w *Writer) count(o outcome) {

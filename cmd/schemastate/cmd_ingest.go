@@ -24,17 +24,19 @@ func init() {
 }
 
 // runIngest feeds frames through capture.Writer exactly as the live path
-// does. Exit 0: every line parsed. 1: some line was malformed (reported on
-// stderr with its number; nothing else is lost). 2: usage, an unreachable
+// does. Exit 0: every line parsed. 1: some line was malformed — not JSON, a
+// stored text holding a NUL or bytes that are not UTF-8, longer than
+// --max-line — (reported on stderr with its number; nothing else is lost). 2: usage, an unreachable
 // database, a table not in its declared shape, a failed write, or a read error.
 func runIngest(ctx context.Context, e *env, args []string) int {
-	fs := flags(e, "ingest", "[--db DSN] [--json] [FILE|-]")
+	fs := flags(e, "ingest", "[--db DSN] [--json] [--max-line BYTES] [FILE|-]")
 	db := dbFlag(fs)
 	asJSON := fs.Bool("json", false, "print the counters as one JSON object on stdout")
+	maxLine := fs.Int("max-line", capture.DefaultMaxLine, "longest line read as a frame, in bytes; a longer one is skipped and reported malformed")
 	if code, ok := parse(fs, args); !ok {
 		return code
 	}
-	if fs.NArg() > 1 {
+	if fs.NArg() > 1 || *maxLine <= 0 {
 		fs.Usage()
 		return exitUsage
 	}
@@ -63,7 +65,7 @@ func runIngest(ctx context.Context, e *env, args []string) int {
 
 	res, err := w.Ingest(ctx, in, func(m capture.Malformed) {
 		fmt.Fprintf(e.stderr, "%s:%d: malformed frame, skipped: %s\n", name, m.Line, m.Reason)
-	})
+	}, capture.WithMaxLine(*maxLine))
 	printIngestSummary(e, res, *asJSON)
 	switch {
 	case err != nil && errors.Is(err, context.Canceled):

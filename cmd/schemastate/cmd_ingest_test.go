@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"log/slog"
 	"path/filepath"
 	"strings"
@@ -239,5 +240,64 @@ func TestIngest_ExitTwoOnUsageAndDatabaseErrors(t *testing.T) {
 		require.Contains(t, errOut, "WARN")
 		require.Contains(t, errOut, "1 frame(s) failed")
 		require.Equal(t, capture.Counters{Attempted: 1, Failed: 1}, decodeSummary(t, out).Counters)
+	})
+}
+
+// The NUL frame has the same outcome on both dialects: line 2 is reported
+// malformed, nothing of it is written, the other frames are, exit 1 (before:
+// a row on SQLite; on PostgreSQL a failed write, exit 2, on every replay).
+// Distinct non-UTF-8 ids are reported the same way and never share a row.
+func TestIngest_NULFrameSameOutcomeOnBothDialects(t *testing.T) {
+	frame := func(tc, desc string) string {
+		return `{"session_id":"s1","task_id":"t1","tool_call_id":"` + tc + `","subagent_task":{"description":"` + desc + `"}}`
+	}
+	in := strings.Join([]string{
+		frame("tc-1", "fine"),
+		frame("tc-nul", `a\u0000b`),
+		frame("tc-\xff", "first agent"),
+		frame("tc-\xfe", "second agent"),
+		frame("tc-2", "fine"),
+	}, "\n")
+	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
+		ingestStore(t, db, map[string]string{"s1": "t1"})
+		code, out, errOut := ingestCLI(t, in, "--db", db.CLIDSN, "--json")
+		require.Equal(t, exitIngestMalformed, code, errOut)
+		require.Contains(t, errOut, `stdin:2: malformed frame, skipped: capture: frame text holds a NUL or is not UTF-8: field subagent_task.description "a\\u0000b": \u0000 (NUL) at byte 1`)
+		require.Contains(t, errOut, `stdin:3: malformed frame, skipped: capture: frame text holds a NUL or is not UTF-8: field tool_call_id "tc-\xff"`)
+		require.Contains(t, errOut, `stdin:4: malformed frame, skipped: capture: frame text holds a NUL or is not UTF-8: field tool_call_id "tc-\xfe"`)
+		require.Equal(t, 3, strings.Count(errOut, "malformed frame"), errOut)
+		require.Equal(t, ingestSummary{Counters: capture.Counters{Attempted: 2, Persisted: 2, UnknownExecution: 2}, Malformed: 3}, decodeSummary(t, out))
+		var ids []string
+		rows, err := db.DB.Query(`SELECT tool_call_id FROM task_session_subagents ORDER BY tool_call_id`)
+		require.NoError(t, err)
+		defer rows.Close()
+		for rows.Next() {
+			var id string
+			require.NoError(t, rows.Scan(&id))
+			ids = append(ids, id)
+		}
+		require.NoError(t, rows.Err())
+		require.Equal(t, []string{"tc-1", "tc-2"}, ids)
+	})
+}
+
+// --max-line sets the limit; a longer line is reported with its number and
+// length and the stream goes on. A non-positive limit is a usage error.
+func TestIngest_MaxLineFlag(t *testing.T) {
+	line := func(tc string) string {
+		return `{"session_id":"s1","task_id":"t1","tool_call_id":"` + tc + `","subagent_task":{}}`
+	}
+	long := `{"session_id":"s1","task_id":"t1","tool_call_id":"long","subagent_task":{"description":"` + strings.Repeat("x", 5000) + `"}}`
+	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
+		ingestStore(t, db, map[string]string{"s1": "t1"})
+		code, out, errOut := ingestCLI(t, line("a")+"\n"+long+"\n"+line("b")+"\n", "--db", db.CLIDSN, "--max-line", "4096", "--json")
+		require.Equal(t, exitIngestMalformed, code, errOut)
+		require.Contains(t, errOut, fmt.Sprintf("stdin:2: malformed frame, skipped: line of %d bytes is longer than the maximum line length (4096 bytes)", len(long)))
+		require.Equal(t, int64(2), decodeSummary(t, out).Persisted)
+
+		code, _, errOut = ingestCLI(t, line("a")+"\n"+long+"\n", "--db", db.CLIDSN)
+		require.Equal(t, exitOK, code, "the default limit is 16 MiB: %s", errOut)
+		code, _, _ = ingestCLI(t, line("a"), "--db", db.CLIDSN, "--max-line", "0")
+		require.Equal(t, exitUsage, code)
 	})
 }
