@@ -40,6 +40,25 @@ func LegacyFixture(dialect string) (string, error) {
 	return fixture("testdata/legacy/task_session_subagents.sql")
 }
 
+// HostAmendedFixture returns task_session_subagents as a host's own DDL
+// creates it after the amendment (an inline three-column UNIQUE), with one
+// row: installed-base state 6 reached without this module.
+func HostAmendedFixture(dialect string) (string, error) {
+	if err := known(dialect); err != nil {
+		return "", err
+	}
+	return fixture("testdata/host/task_session_subagents_amended.sql")
+}
+
+// LifecycleLegacyFixture returns background_agent_log as the host deployed it
+// before transcripts existed (no transcript_path, no transcript_status).
+func LifecycleLegacyFixture(dialect string) (string, error) {
+	if err := known(dialect); err != nil {
+		return "", err
+	}
+	return fixture("testdata/host/background_agent_log_legacy.sql")
+}
+
 func known(dialect string) error {
 	if dialect != "sqlite" && dialect != "postgres" {
 		return fmt.Errorf("no fixture for dialect %q", dialect)

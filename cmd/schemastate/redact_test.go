@@ -42,6 +42,8 @@ func dbCommands(root string) map[string][]string {
 		"demo":               {"demo"},
 		"generate":           {"generate", "--scale-mb", "1"},
 		"bench":              {"bench", "--scale-mb", "1", "--runs", "1"},
+		"parity":             {"parity"},
+		"parity --against":   {"parity", "--against"},
 		"transcript ls":      {"transcript", "ls", "--root", root, "--session", "s"},
 		"transcript record":  {"transcript", "record", "--root", root, "--session", "s", "--agent", "a", "--provider", "claude"},
 		"transcript recover": {"transcript", "recover", "--root", root},

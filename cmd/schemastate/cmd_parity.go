@@ -1,0 +1,111 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+
+	"github.com/schemastate/schemastate/dialect"
+	"github.com/schemastate/schemastate/parity"
+)
+
+// Exit codes of parity: 0 identical, 1 different, 2 error.
+const exitDifferent = 1
+
+func init() {
+	register(&command{name: "parity", summary: "CI check: fresh, pre-amendment and host-DDL stores reconciled end identical; --against: drift of a live database", run: runParity})
+}
+
+const parityUsage = `[--db POSTGRES_URL] [--schema FILE] [--json]
+       schemastate parity --against DSN [--db POSTGRES_URL] [--schema FILE] [--json]
+
+Builds a fresh store, a pre-amendment store and a store amended by the host's own
+DDL, reconciles each, and compares every owned table of the other two with the
+fresh one: columns (name, type, nullability, default), primary key, indexes (name,
+uniqueness, columns, order; a SQLite autoindex by uniqueness, columns and order),
+unique and foreign-key constraints. Without --db the stores are temporary SQLite
+files; with --db they are temporary schemas on that PostgreSQL server, dropped
+afterwards.
+
+--against compares a live database's owned tables with a fresh store instead, and
+only reads the live database. On PostgreSQL the fresh store is a temporary schema
+on the --db server (default: the live database's own server).
+
+exit: 0 identical, 1 different, 2 usage or error`
+
+func runParity(ctx context.Context, e *env, args []string) int {
+	fs := flags(e, "parity", parityUsage)
+	server := fs.String("db", "", "PostgreSQL server to build the stores on (default: none, SQLite temporary files)")
+	against := fs.String("against", "", "live database to compare with a fresh reconcile (read-only)")
+	schemaFile := fs.String("schema", "", "declared shape to use instead of the built-in schema.hcl")
+	asJSON := fs.Bool("json", false, "print the report as one JSON object")
+	if code, ok := parse(fs, args); !ok {
+		return code
+	}
+	if *server != "" {
+		t, err := dialect.Parse(*server)
+		if err != nil {
+			fmt.Fprintf(e.stderr, "schemastate parity: %v\n", err)
+			return exitUsage
+		}
+		if t.Dialect != dialect.Postgres {
+			fmt.Fprintln(e.stderr, "schemastate parity: --db names a PostgreSQL server; SQLite stores are always temporary files (leave --db out)")
+			return exitUsage
+		}
+	}
+	cfg := parity.Config{Server: *server, SchemaFile: *schemaFile, Logger: e.logger}
+	var (
+		rep *parity.Report
+		err error
+	)
+	if *against != "" {
+		db, t, ok := openDB(ctx, e, *against)
+		if !ok {
+			return exitUsage
+		}
+		defer db.Close()
+		if t.Dialect == dialect.SQLite && *server != "" {
+			fmt.Fprintf(e.stderr, "schemastate parity: %s is SQLite: its fresh store is a temporary file, --db does not apply\n", t.Display)
+			return exitUsage
+		}
+		if cfg.Server == "" && t.Dialect == dialect.Postgres {
+			cfg.Server = *against
+		}
+		rep, err = parity.Against(ctx, db, cfg)
+	} else {
+		rep, err = parity.Run(ctx, cfg)
+	}
+	if err != nil {
+		fmt.Fprintf(e.stderr, "schemastate parity: %v\n", err)
+		return exitUsage
+	}
+	if *asJSON {
+		writeJSON(e.stdout, rep)
+	} else {
+		printParity(e, rep)
+	}
+	if !rep.Identical {
+		return exitDifferent
+	}
+	return exitOK
+}
+
+func printParity(e *env, r *parity.Report) {
+	names := make([]string, 0, len(r.Reference.Tables))
+	for n := range r.Reference.Tables {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	fmt.Fprintf(e.stdout, "%s: reference %s (tables %s)\n", r.Dialect, parity.Fresh, strings.Join(names, ", "))
+	for _, c := range r.Comparisons {
+		if c.Identical {
+			fmt.Fprintf(e.stdout, "%-14s identical to %s\n", c.Store, c.Against)
+			continue
+		}
+		fmt.Fprintf(e.stdout, "%-14s DIFFERENT from %s: %d difference(s)\n", c.Store, c.Against, len(c.Differences))
+		for _, d := range c.Differences {
+			fmt.Fprintf(e.stdout, "  %s %s %s\n    %-14s %s\n    %-14s %s\n", d.Table, d.Kind, d.Name, c.Against+":", d.Want, c.Store+":", d.Got)
+		}
+	}
+}

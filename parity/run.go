@@ -1,0 +1,269 @@
+package parity
+
+import (
+	"context"
+	"crypto/rand"
+	"database/sql"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/schemastate/schemastate"
+	"github.com/schemastate/schemastate/dialect"
+	"github.com/schemastate/schemastate/reconcile"
+)
+
+// The stores Run builds. Each starts from an installed-base state
+// (host-context.md) and is reconciled once.
+const (
+	// Fresh: the host tables only; the reconcile creates every owned table.
+	Fresh = "fresh"
+	// PreAmendment: the pre-amendment task_session_subagents with rows and
+	// second-precision keys (states 3 and 4), and background_agent_log as
+	// deployed before transcripts: the SQLite rebuild / PostgreSQL swap path.
+	PreAmendment = "pre-amendment"
+	// HostDDL: the amended table as the host's own DDL creates it (an inline
+	// three-column UNIQUE), reached without this module (state 6).
+	HostDDL = "host-ddl"
+	// Live names the database given to Against.
+	Live = "live"
+)
+
+// Config says where the stores are built and which declaration is reconciled.
+type Config struct {
+	// Server is a PostgreSQL server URL: each store is a temporary schema
+	// there, dropped afterwards. Empty: SQLite, each store a temporary file.
+	Server string
+	// SchemaFile is the declaration to reconcile (empty: the built-in one).
+	SchemaFile string
+	// Logger receives the reconciles' logs (default: discarded).
+	Logger *slog.Logger
+}
+
+// Comparison is one store compared with the reference (the fresh store).
+type Comparison struct {
+	Store       string       `json:"store"`
+	Against     string       `json:"against"`
+	Identical   bool         `json:"identical"`
+	Differences []Difference `json:"differences"`
+}
+
+// Report is the result of Run or Against.
+type Report struct {
+	Dialect     dialect.Dialect `json:"dialect"`
+	Identical   bool            `json:"identical"`
+	Comparisons []Comparison    `json:"comparisons"`
+	// Reference is the fresh store's shape, the one every other is held to.
+	Reference *Snapshot `json:"reference"`
+}
+
+// ErrReconcile is wrapped when a store's reconcile fails: the comparison
+// would say nothing about parity.
+var ErrReconcile = errors.New("parity: reconcile failed")
+
+// Run builds a fresh, a pre-amendment and a host-DDL store, reconciles each,
+// and compares the other two with the fresh one.
+func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
+	sc, err := newScratch(ctx, cfg.Server)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { err = errors.Join(err, sc.close()) }()
+	ref, err := build(ctx, sc, Fresh, cfg)
+	if err != nil {
+		return nil, err
+	}
+	rep = &Report{Dialect: sc.d, Identical: true, Reference: ref}
+	for _, store := range []string{PreAmendment, HostDDL} {
+		got, err := build(ctx, sc, store, cfg)
+		if err != nil {
+			return nil, err
+		}
+		rep.add(store, got)
+	}
+	return rep, nil
+}
+
+// Against compares live's owned tables with those of a fresh store reconciled
+// from the same declaration. It only reads live. The fresh store is a
+// temporary file on SQLite; on PostgreSQL a temporary schema on cfg.Server,
+// which must be set (it may be live's own server).
+func Against(ctx context.Context, live *sql.DB, cfg Config) (rep *Report, err error) {
+	d, err := dialect.Detect(live)
+	if err != nil {
+		return nil, err
+	}
+	got, err := Read(ctx, live, cfg.SchemaFile)
+	if err != nil {
+		return nil, fmt.Errorf("read the live database: %w", err)
+	}
+	if d == dialect.SQLite {
+		cfg.Server = ""
+	} else if cfg.Server == "" {
+		return nil, errors.New("parity: a PostgreSQL database is compared with a fresh store built on a PostgreSQL server: Config.Server is empty")
+	}
+	sc, err := newScratch(ctx, cfg.Server)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { err = errors.Join(err, sc.close()) }()
+	ref, err := build(ctx, sc, Fresh, cfg)
+	if err != nil {
+		return nil, err
+	}
+	rep = &Report{Dialect: d, Identical: true, Reference: ref}
+	rep.add(Live, got)
+	return rep, nil
+}
+
+func (r *Report) add(store string, got *Snapshot) {
+	diffs := Compare(r.Reference, got)
+	if diffs == nil {
+		diffs = []Difference{}
+	}
+	r.Comparisons = append(r.Comparisons, Comparison{Store: store, Against: Fresh, Identical: len(diffs) == 0, Differences: diffs})
+	r.Identical = r.Identical && len(diffs) == 0
+}
+
+// build seeds one store from its fixtures, reconciles it and reads it back.
+func build(ctx context.Context, sc *scratch, store string, cfg Config) (*Snapshot, error) {
+	db, err := sc.open(ctx, store)
+	if err != nil {
+		return nil, err
+	}
+	d := string(sc.d)
+	scripts := []func() (string, error){func() (string, error) { return schemastate.HostFixture(d) }}
+	switch store {
+	case PreAmendment:
+		scripts = append(scripts,
+			func() (string, error) { return schemastate.LegacyFixture(d) },
+			func() (string, error) { return schemastate.LifecycleLegacyFixture(d) },
+			schemastate.DemoFixture)
+	case HostDDL:
+		scripts = append(scripts,
+			func() (string, error) { return schemastate.HostAmendedFixture(d) },
+			func() (string, error) { return schemastate.LifecycleLegacyFixture(d) })
+	}
+	for _, s := range scripts {
+		script, err := s()
+		if err == nil {
+			err = schemastate.ApplyScript(ctx, db, script)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("parity: seed the %s store: %w", store, err)
+		}
+	}
+	opts := []reconcile.Option{reconcile.WithLogger(cfg.logger())}
+	if cfg.SchemaFile != "" {
+		opts = append(opts, reconcile.WithSchemaFile(cfg.SchemaFile))
+	}
+	if _, err := reconcile.Reconcile(ctx, db, opts...); err != nil {
+		return nil, fmt.Errorf("%w on the %s store: %w", ErrReconcile, store, err)
+	}
+	s, err := Read(ctx, db, cfg.SchemaFile)
+	if err != nil {
+		return nil, fmt.Errorf("parity: read the %s store: %w", store, err)
+	}
+	return s, nil
+}
+
+func (c Config) logger() *slog.Logger {
+	if c.Logger != nil {
+		return c.Logger
+	}
+	return slog.New(slog.DiscardHandler)
+}
+
+// scratch creates empty databases and removes them all on close: files in a
+// temporary directory (SQLite) or schemas on a server (PostgreSQL).
+type scratch struct {
+	d       dialect.Dialect
+	dir     string
+	server  string
+	admin   *sql.DB
+	prefix  string
+	schemas []string
+	dbs     []*sql.DB
+}
+
+func newScratch(ctx context.Context, server string) (*scratch, error) {
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	sc := &scratch{d: dialect.SQLite, prefix: "schemastate_parity_" + hex.EncodeToString(b[:])}
+	if server == "" {
+		dir, err := os.MkdirTemp("", sc.prefix)
+		if err != nil {
+			return nil, fmt.Errorf("parity: temporary directory: %w", err)
+		}
+		sc.dir = dir
+		return sc, nil
+	}
+	t, err := dialect.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+	if t.Dialect != dialect.Postgres {
+		return nil, fmt.Errorf("parity: the scratch server must be PostgreSQL, not %s", t.Display)
+	}
+	admin, err := t.Open(ctx)
+	if err != nil {
+		return nil, err
+	}
+	sc.d, sc.server, sc.admin = dialect.Postgres, t.DSN, admin
+	return sc, nil
+}
+
+func (sc *scratch) open(ctx context.Context, store string) (*sql.DB, error) {
+	var dsn, driver string
+	if sc.d == dialect.SQLite {
+		dsn, driver = dialect.SQLiteDSN(filepath.Join(sc.dir, store+".db")), "sqlite"
+	} else {
+		name := sc.prefix + "_" + map[string]string{Fresh: "fresh", PreAmendment: "pre", HostDDL: "host"}[store]
+		if _, err := sc.admin.ExecContext(ctx, "CREATE SCHEMA "+dialect.QuoteIdent(name)); err != nil {
+			return nil, fmt.Errorf("parity: create schema %s: %w", name, err)
+		}
+		sc.schemas = append(sc.schemas, name)
+		u, err := url.Parse(sc.server)
+		if err != nil {
+			return nil, fmt.Errorf("parity: server URL: %w", err)
+		}
+		q := u.Query()
+		q.Set("search_path", name)
+		u.RawQuery = q.Encode()
+		dsn, driver = u.String(), "pgx"
+	}
+	db, err := sql.Open(driver, dsn)
+	if err != nil {
+		return nil, fmt.Errorf("parity: open the %s store: %w", store, err)
+	}
+	sc.dbs = append(sc.dbs, db)
+	return db, nil
+}
+
+// close removes every store, also when the context was cancelled: the drops
+// run on a context of their own, bounded.
+func (sc *scratch) close() error {
+	var errs []error
+	for _, db := range sc.dbs {
+		db.Close()
+	}
+	if sc.dir != "" {
+		errs = append(errs, os.RemoveAll(sc.dir))
+	}
+	if sc.admin != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		for _, s := range sc.schemas {
+			if _, err := sc.admin.ExecContext(ctx, "DROP SCHEMA IF EXISTS "+dialect.QuoteIdent(s)+" CASCADE"); err != nil {
+				errs = append(errs, fmt.Errorf("parity: drop schema %s: %w", s, err))
+			}
+		}
+		errs = append(errs, sc.admin.Close())
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,279 @@
+// Package parity checks the design's central promise: a database migrated
+// from any installed-base state ends with the same owned tables as a fresh
+// one. It builds stores (fresh, pre-amendment, amended by the host's own DDL),
+// reconciles each, reads every owned table back through Atlas's inspector, and
+// compares columns, primary keys, index sets, unique and foreign-key
+// constraints. It also compares a live database with a fresh reconcile (a
+// drift report that reads the live database and changes nothing in it).
+package parity
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"sort"
+	"strings"
+
+	"ariga.io/atlas/sql/migrate"
+	"ariga.io/atlas/sql/postgres"
+	"ariga.io/atlas/sql/schema"
+	"ariga.io/atlas/sql/sqlite"
+
+	"github.com/schemastate/schemastate/dialect"
+	"github.com/schemastate/schemastate/reconcile"
+)
+
+// Snapshot is the shape of every owned table of one database, as its catalog
+// reports it. A declared table the database does not have is absent from
+// Tables.
+type Snapshot struct {
+	Dialect dialect.Dialect   `json:"dialect"`
+	Tables  map[string]*Table `json:"tables"`
+}
+
+// Table is one owned table's shape, each list sorted so that two snapshots
+// compare element by element.
+type Table struct {
+	Columns     []Column     `json:"columns"`
+	PrimaryKey  []string     `json:"primary_key"`
+	Indexes     []Index      `json:"indexes"`
+	ForeignKeys []ForeignKey `json:"foreign_keys"`
+}
+
+// Column is a column's name, type (as the dialect spells it; case-folded on
+// SQLite, where type names are case-insensitive), nullability and default.
+type Column struct {
+	Name     string  `json:"name"`
+	Type     string  `json:"type"`
+	Nullable bool    `json:"nullable"`
+	Default  *string `json:"default"`
+}
+
+// Index is an index or a unique constraint (both are inspected as indexes).
+type Index struct {
+	// Name is empty for a SQLite autoindex (an inline UNIQUE constraint):
+	// SQLite names it sqlite_autoindex_<table>_N, which is no name of its
+	// own, so it is compared by uniqueness, columns and order only.
+	Name   string `json:"name"`
+	Unique bool   `json:"unique"`
+	// Constraint: a PostgreSQL UNIQUE constraint, not only a unique index.
+	// (On SQLite an inline UNIQUE is an autoindex: see Name.)
+	Constraint bool `json:"constraint"`
+	// Columns in index order; a descending part ends in " DESC", an
+	// expression is written as the catalog renders it.
+	Columns   []string `json:"columns"`
+	Predicate string   `json:"predicate,omitempty"`
+}
+
+// ForeignKey is a foreign-key constraint. Name is empty on SQLite when the
+// constraint was declared without one; such a key is compared by what it
+// covers and references.
+type ForeignKey struct {
+	Name       string   `json:"name"`
+	Columns    []string `json:"columns"`
+	RefTable   string   `json:"ref_table"`
+	RefColumns []string `json:"ref_columns"`
+	OnUpdate   string   `json:"on_update"`
+	OnDelete   string   `json:"on_delete"`
+}
+
+// Read inspects db's owned tables — those the declaration names (schemaFile,
+// or the built-in schema.hcl when empty) — in the connection's schema. It
+// only reads.
+func Read(ctx context.Context, db *sql.DB, schemaFile string) (*Snapshot, error) {
+	d, err := dialect.Detect(db)
+	if err != nil {
+		return nil, err
+	}
+	name := "main"
+	if d == dialect.Postgres {
+		if err := db.QueryRowContext(ctx, "SELECT current_schema()").Scan(&name); err != nil {
+			return nil, fmt.Errorf("read the current schema: %w", err)
+		}
+	}
+	decl, err := reconcile.LoadDeclaration(schemaFile, d, name)
+	if err != nil {
+		return nil, err
+	}
+	var drv migrate.Driver
+	if d == dialect.Postgres {
+		drv, err = postgres.Open(db)
+	} else {
+		drv, err = sqlite.Open(db)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("open the inspector: %w", err)
+	}
+	var names []string
+	for _, t := range decl.Owned {
+		names = append(names, t.Name)
+	}
+	live, err := drv.InspectSchema(ctx, name, &schema.InspectOptions{Tables: names})
+	if err != nil {
+		return nil, fmt.Errorf("inspect %s: %w", strings.Join(names, ", "), err)
+	}
+	s := &Snapshot{Dialect: d, Tables: map[string]*Table{}}
+	for _, t := range live.Tables {
+		if s.Tables[t.Name], err = readTable(d, t); err != nil {
+			return nil, fmt.Errorf("table %s: %w", t.Name, err)
+		}
+	}
+	return s, nil
+}
+
+func readTable(d dialect.Dialect, t *schema.Table) (*Table, error) {
+	out := &Table{Columns: []Column{}, PrimaryKey: []string{}, Indexes: []Index{}, ForeignKeys: []ForeignKey{}}
+	for _, c := range t.Columns {
+		typ, err := formatType(d, c.Type)
+		if err != nil {
+			return nil, fmt.Errorf("column %s: %w", c.Name, err)
+		}
+		out.Columns = append(out.Columns, Column{Name: c.Name, Type: typ, Nullable: c.Type.Null, Default: exprString(c.Default)})
+	}
+	sort.Slice(out.Columns, func(i, j int) bool { return out.Columns[i].Name < out.Columns[j].Name })
+	if t.PrimaryKey != nil {
+		out.PrimaryKey = parts(t.PrimaryKey)
+	}
+	for _, idx := range t.Indexes {
+		x := Index{Name: idx.Name, Unique: idx.Unique, Columns: parts(idx)}
+		for _, a := range idx.Attrs {
+			switch a := a.(type) {
+			case *postgres.Constraint:
+				x.Constraint = a.T == "u"
+			case *postgres.IndexPredicate:
+				x.Predicate = a.P
+			case *sqlite.IndexPredicate:
+				x.Predicate = a.P
+			}
+		}
+		if d == dialect.SQLite && strings.HasPrefix(idx.Name, "sqlite_autoindex_") {
+			x.Name = ""
+		}
+		out.Indexes = append(out.Indexes, x)
+	}
+	sort.Slice(out.Indexes, func(i, j int) bool { return out.Indexes[i].key() < out.Indexes[j].key() })
+	for _, fk := range t.ForeignKeys {
+		f := ForeignKey{Name: fk.Symbol, OnUpdate: string(fk.OnUpdate), OnDelete: string(fk.OnDelete)}
+		if d == dialect.SQLite && strings.Trim(fk.Symbol, "0123456789") == "" {
+			// An unnamed SQLite constraint: Atlas numbers it by its position.
+			f.Name = ""
+		}
+		for _, c := range fk.Columns {
+			f.Columns = append(f.Columns, c.Name)
+		}
+		if fk.RefTable != nil {
+			f.RefTable = fk.RefTable.Name
+		}
+		for _, c := range fk.RefColumns {
+			f.RefColumns = append(f.RefColumns, c.Name)
+		}
+		out.ForeignKeys = append(out.ForeignKeys, f)
+	}
+	sort.Slice(out.ForeignKeys, func(i, j int) bool { return out.ForeignKeys[i].key() < out.ForeignKeys[j].key() })
+	return out, nil
+}
+
+func formatType(d dialect.Dialect, ct *schema.ColumnType) (string, error) {
+	if ct == nil || ct.Type == nil {
+		return "", nil
+	}
+	if d == dialect.Postgres {
+		return postgres.FormatType(ct.Type)
+	}
+	s, err := sqlite.FormatType(ct.Type)
+	return strings.ToLower(s), err
+}
+
+func exprString(e schema.Expr) *string {
+	var s string
+	switch e := e.(type) {
+	case nil:
+		return nil
+	case *schema.Literal:
+		s = e.V
+	case *schema.RawExpr:
+		s = e.X
+	default:
+		s = fmt.Sprintf("%v", e)
+	}
+	return &s
+}
+
+func parts(idx *schema.Index) []string {
+	out := []string{}
+	for _, p := range idx.Parts {
+		c := "?"
+		switch {
+		case p.C != nil:
+			c = p.C.Name
+		case p.X != nil:
+			c = "(" + fmt.Sprint(exprText(p.X)) + ")"
+		}
+		if p.Desc {
+			c += " DESC"
+		}
+		out = append(out, c)
+	}
+	return out
+}
+
+func exprText(x schema.Expr) string {
+	if r, ok := x.(*schema.RawExpr); ok {
+		return r.X
+	}
+	return fmt.Sprint(x)
+}
+
+// key identifies an index for pairing across snapshots: by name, or for a
+// nameless SQLite autoindex by what it covers.
+func (x Index) key() string {
+	if x.Name != "" {
+		return x.Name
+	}
+	return "(unnamed) " + x.describe()
+}
+
+func (x Index) describe() string {
+	kind := "index"
+	switch {
+	case x.Unique && x.Constraint:
+		kind = "unique constraint"
+	case x.Unique:
+		kind = "unique index"
+	}
+	s := fmt.Sprintf("%s (%s)", kind, strings.Join(x.Columns, ", "))
+	if x.Predicate != "" {
+		s += " WHERE " + x.Predicate
+	}
+	return s
+}
+
+func (f ForeignKey) key() string {
+	if f.Name != "" {
+		return f.Name
+	}
+	return "(unnamed) " + f.describe()
+}
+
+func (f ForeignKey) describe() string {
+	return fmt.Sprintf("(%s) REFERENCES %s (%s) ON UPDATE %s ON DELETE %s", strings.Join(f.Columns, ", "),
+		f.RefTable, strings.Join(f.RefColumns, ", "), orDefault(f.OnUpdate), orDefault(f.OnDelete))
+}
+
+func orDefault(s string) string {
+	if s == "" {
+		return "NO ACTION"
+	}
+	return s
+}
+
+func (c Column) describe() string {
+	s := c.Type + " NULL"
+	if !c.Nullable {
+		s = c.Type + " NOT NULL"
+	}
+	if c.Default != nil {
+		s += " DEFAULT " + *c.Default
+	}
+	return s
+}
