@@ -11,9 +11,9 @@ import (
 
 // publish makes data appear at dir/name complete or not at all, and never over
 // an existing file: it writes and fsyncs a temporary file in the same
-// directory, hard-links it to the final name (link(2) fails with EEXIST where
-// rename(2) would replace), removes the temporary name and fsyncs the
-// directory. existsErr is returned, wrapped, when the name is taken.
+// directory, then gives it the final name with placeNew (a hard link and a
+// directory fsync on unix, a no-replace write-through move on Windows).
+// existsErr is returned, wrapped, when the name is taken.
 func publish(dir, name string, data []byte, existsErr error) error {
 	tmp, err := os.CreateTemp(dir, "."+name+".*.tmp")
 	if err != nil {
@@ -32,16 +32,13 @@ func publish(dir, name string, data []byte, existsErr error) error {
 		return err
 	}
 	final := filepath.Join(dir, name)
-	if err := os.Link(tmp.Name(), final); err != nil {
+	if err := placeNew(dir, tmp.Name(), final); err != nil {
 		if errors.Is(err, os.ErrExist) {
 			return fmt.Errorf("%w: %s", existsErr, final)
 		}
 		return err
 	}
-	if err := os.Remove(tmp.Name()); err != nil {
-		return err
-	}
-	return syncDir(dir)
+	return nil
 }
 
 // mkdirAllSynced creates dir and its missing parents, fsyncing each parent
@@ -63,18 +60,6 @@ func mkdirAllSynced(dir string) error {
 		return err
 	}
 	return syncDir(parent)
-}
-
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil {
-		return fmt.Errorf("fsync directory %s: %w", dir, err)
-	}
-	return nil
 }
 
 // lastSeq returns the seq of the log's last whole line. A torn last line (no

@@ -71,7 +71,7 @@ func playRole(role string) int {
 		// batch is three ~1 KiB events, so the limit can fall inside it.
 		var limit uint64
 		fmt.Sscan(arg, &limit)
-		if err := syscall.Setrlimit(syscall.RLIMIT_FSIZE, &syscall.Rlimit{Cur: limit, Max: ^uint64(0)}); err != nil {
+		if err := limitFileSize(limit); err != nil {
 			fmt.Println("setrlimit:", err)
 			return 3
 		}

@@ -13,8 +13,9 @@
 // second finisher — in any process — cannot replace it). Its existence is the
 // commit point of finish: once it exists the transcript is immutable.
 //
-// Appends and finish serialize on an OS file lock (flock) on the log, so they
-// are safe across processes, not only goroutines. A crash at any instant
+// Appends and finish serialize on an OS file lock on the log (flock on unix,
+// LockFileEx on Windows), so they are safe across processes, not only
+// goroutines. A crash at any instant
 // leaves either no transcript (before the header is linked), a running one
 // whose log ends at the last whole line (a torn last line is ignored on read
 // and cut off by the next append), or the finished document.
@@ -36,7 +37,6 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
-	"syscall"
 	"time"
 	"unicode/utf8"
 )
@@ -234,7 +234,7 @@ func (s *Store) append(p Paths, events []Event) error {
 	if err != nil {
 		return err
 	}
-	defer f.Close()
+	defer closeLocked(f)
 	last, err := lastSeq(f)
 	if err != nil {
 		return err
@@ -328,7 +328,7 @@ func (s *Store) finish(p Paths, end End) error {
 	if err != nil {
 		return err
 	}
-	defer f.Close()
+	defer closeLocked(f)
 	if _, err := f.Seek(0, io.SeekStart); err != nil {
 		return err
 	}
@@ -367,8 +367,8 @@ func endRow(ctx context.Context, l *Lifecycle, id Identity, t *Transcript) (bool
 }
 
 // openLocked opens the log of a created transcript and takes its exclusive
-// lock, then checks it is not finished. The caller closes the file (which
-// releases the lock).
+// lock, then checks it is not finished. The caller releases it with
+// closeLocked.
 func (s *Store) openLocked(p Paths) (*os.File, error) {
 	f, err := os.OpenFile(p.Log, os.O_RDWR|os.O_APPEND, 0)
 	if errors.Is(err, os.ErrNotExist) {
@@ -380,18 +380,25 @@ func (s *Store) openLocked(p Paths) (*os.File, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := flock(f); err != nil {
+	if err := lockFile(f); err != nil {
 		f.Close()
 		return nil, fmt.Errorf("lock %s: %w", p.Log, err)
 	}
 	if _, err := os.Lstat(p.Transcript); err == nil {
-		f.Close()
+		closeLocked(f)
 		return nil, fmt.Errorf("%w: %s", ErrFinished, p.Transcript)
 	} else if !errors.Is(err, os.ErrNotExist) {
-		f.Close()
+		closeLocked(f)
 		return nil, err
 	}
 	return f, nil
+}
+
+// closeLocked releases openLocked's lock and closes the file. Closing alone
+// releases it on unix, but on Windows only whenever the system gets to it.
+func closeLocked(f *os.File) {
+	_ = unlockFile(f)
+	f.Close()
 }
 
 // record writes the outcome of op into background_agent_log when the store
@@ -620,16 +627,4 @@ func (s *Store) Sessions() ([]string, error) {
 		}
 	}
 	return out, nil
-}
-
-// flock takes an exclusive OS lock on f, held until f is closed. It is
-// per open file description, so it excludes other processes and other opens
-// in this process alike.
-func flock(f *os.File) error {
-	for {
-		err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX)
-		if !errors.Is(err, syscall.EINTR) {
-			return err
-		}
-	}
 }
