@@ -13,8 +13,9 @@ import (
 // Attempted == SkippedNoIdentity + Persisted + Failed holds exactly in every
 // snapshot, because a frame's attempt and its outcome are counted together.
 // AnomalousValue (frames that reached the write carrying a negative metric,
-// AC-9) and UnknownExecution (rows written with the 'unknown' sentinel, AC-31)
-// are qualifiers that overlap the outcomes.
+// AC-9), UnknownExecution (rows written with the 'unknown' sentinel, AC-31)
+// and Retried (frames that needed more than one attempt, whatever their
+// outcome) are qualifiers that overlap the outcomes.
 type Counters struct {
 	Attempted         int64 `json:"attempted"`
 	Persisted         int64 `json:"persisted"`
@@ -22,11 +23,12 @@ type Counters struct {
 	Failed            int64 `json:"failed"`
 	AnomalousValue    int64 `json:"anomalous_value"`
 	UnknownExecution  int64 `json:"unknown_execution"`
+	Retried           int64 `json:"retried"`
 }
 
 // outcome is what one Record did, applied to the counters in one step.
 type outcome struct {
-	skipped, persisted, failed, anomalous, unknown bool
+	skipped, persisted, failed, anomalous, unknown, retried bool
 }
 
 func (c *Counters) add(o outcome) {
@@ -45,6 +47,9 @@ func (c *Counters) add(o outcome) {
 	}
 	if o.unknown {
 		c.UnknownExecution++
+	}
+	if o.retried {
+		c.Retried++
 	}
 }
 
@@ -68,7 +73,7 @@ func (s *counterSet) snapshot() Counters {
 }
 
 // ExpvarName is the expvar variable under which the process-wide counters of
-// every Writer are published, as one JSON object with the six counter names
+// every Writer are published, as one JSON object with the seven counter names
 // as keys (the routing_* / subproc_* convention).
 const ExpvarName = "subagent_context_writer"
 

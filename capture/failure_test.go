@@ -141,6 +141,7 @@ func TestCounters_AC26_Identity(t *testing.T) {
 			Failed:            globalAfter.Failed - globalBefore.Failed,
 			AnomalousValue:    globalAfter.AnomalousValue - globalBefore.AnomalousValue,
 			UnknownExecution:  globalAfter.UnknownExecution - globalBefore.UnknownExecution,
+			Retried:           globalAfter.Retried - globalBefore.Retried,
 		})
 		require.Equal(t, globalAfter, capture.GlobalCounters())
 	})
@@ -153,7 +154,7 @@ func expvarCounters(t *testing.T) capture.Counters {
 	require.NotNil(t, v, "published under %s", capture.ExpvarName)
 	var m map[string]int64
 	require.NoError(t, json.Unmarshal([]byte(v.String()), &m))
-	require.Len(t, m, 6)
+	require.Len(t, m, 7)
 	return capture.Counters{Attempted: m["attempted"], Persisted: m["persisted"], SkippedNoIdentity: m["skipped_no_identity"],
-		Failed: m["failed"], AnomalousValue: m["anomalous_value"], UnknownExecution: m["unknown_execution"]}
+		Failed: m["failed"], AnomalousValue: m["anomalous_value"], UnknownExecution: m["unknown_execution"], Retried: m["retried"]}
 }

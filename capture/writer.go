@@ -35,6 +35,7 @@ type Writer struct {
 	logger   *slog.Logger
 	now      func() time.Time
 	upsert   string
+	retry    RetryPolicy
 	counters counterSet
 }
 
@@ -50,7 +51,7 @@ func WithClock(now func() time.Time) Option { return func(w *Writer) { w.now = n
 
 // NewWriter returns a Writer over db, whose dialect is d.
 func NewWriter(db *sql.DB, d dialect.Dialect, opts ...Option) *Writer {
-	w := &Writer{db: db, d: d, logger: slog.Default(), now: time.Now, upsert: d.Rebind(upsertSQL)}
+	w := &Writer{db: db, d: d, logger: slog.Default(), now: time.Now, upsert: d.Rebind(upsertSQL), retry: DefaultRetryPolicy}
 	for _, o := range opts {
 		o(w)
 	}
@@ -82,6 +83,10 @@ func (w *Writer) Check(ctx context.Context) error {
 // outcome for callers that want it (ErrNoIdentity for an AC-2 skip,
 // ErrUnstorableText for text no dialect can hold exactly, the database error
 // for a failed write) and may be ignored.
+//
+// A write that fails for a transient reason is sent again under the
+// Writer's RetryPolicy (WithRetry): it is counted failed only after its last
+// attempt, and Record returns within the policy's Budget (15 s by default).
 func (w *Writer) Record(ctx context.Context, f Frame) error { return w.record(ctx, f, 0) }
 
 // record is Record for a frame read from input line line (0: none), which
@@ -98,19 +103,24 @@ func (w *Writer) record(ctx context.Context, f Frame, line int) error {
 	// stored on one dialect and lost on the other (see ErrUnstorableText).
 	if err := checkText(f); err != nil {
 		w.count(outcome{failed: true})
-		w.warn(ctx, f, line, "", err)
+		w.warn(ctx, f, line, "", 0, err)
 		return err
 	}
 	r := w.row(f)
-	_, err := w.db.ExecContext(ctx, w.upsert, r.args()...)
+	// The upsert is idempotent, so sending it again after an attempt whose
+	// outcome is unknown (a dropped connection) cannot double anything.
+	attempts, err := w.retry.do(ctx, func(ctx context.Context) error {
+		_, err := w.db.ExecContext(ctx, w.upsert, r.args()...)
+		return err
+	})
 	// AC-9: anomalous_value counts every frame that reached the write.
 	// AC-31: unknown_execution counts rows written with the sentinel, so only
 	// a write that committed.
-	o := outcome{anomalous: r.anomalous}
+	o := outcome{anomalous: r.anomalous, retried: attempts > 1}
 	if err != nil {
 		o.failed = true
 		w.count(o)
-		w.warn(ctx, f, line, r.executionID, err)
+		w.warn(ctx, f, line, r.executionID, attempts, err)
 		return fmt.Errorf("capture: upsert %s/%s: %w", excerpt(f.SessionID), excerpt(f.ToolCallID), err)
 	}
 	o.persisted, o.unknown = true, r.unknownExecution
@@ -120,7 +130,7 @@ func (w *Writer) record(ctx context.Context, f Frame, line int) error {
 
 // warn logs a frame that was not written. Values are quoted as excerpts, so
 // a huge or binary id cannot flood the log.
-func (w *Writer) warn(ctx context.Context, f Frame, line int, executionID string, err error) {
+func (w *Writer) warn(ctx context.Context, f Frame, line int, executionID string, attempts int, err error) {
 	attrs := []slog.Attr{
 		slog.String("session_id", logText(f.SessionID)),
 		slog.String("tool_call_id", logText(f.ToolCallID)),
@@ -130,6 +140,9 @@ func (w *Writer) warn(ctx context.Context, f Frame, line int, executionID string
 	}
 	if line > 0 {
 		attrs = append(attrs, slog.Int("line", line))
+	}
+	if attempts > 0 {
+		attrs = append(attrs, slog.Int("attempts", attempts))
 	}
 	attrs = append(attrs, slog.String("error", clip(err.Error(), maxReason)))
 	w.logger.LogAttrs(ctx, slog.LevelWarn, "subagent context write failed", attrs...)

@@ -83,7 +83,7 @@ func runIngest(ctx context.Context, e *env, args []string) int {
 	return exitOK
 }
 
-// ingestSummary is what ingest prints: the six writer counters and the
+// ingestSummary is what ingest prints: the seven writer counters and the
 // malformed-line count.
 type ingestSummary struct {
 	capture.Counters
@@ -104,5 +104,6 @@ func printIngestSummary(e *env, res capture.IngestResult, asJSON bool) {
 	row(out, "failed", s.Failed)
 	row(out, "anomalous_value", s.AnomalousValue)
 	row(out, "unknown_execution", s.UnknownExecution)
+	row(out, "retried", s.Retried)
 	row(out, "malformed", int64(s.Malformed))
 }

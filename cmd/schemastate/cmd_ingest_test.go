@@ -3,9 +3,12 @@ package main
 import (
 	"bytes"
 	"context"
+	"database/sql"
 	"encoding/json"
 	"fmt"
+	"io"
 	"log/slog"
+	"net/url"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -14,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/schemastate/schemastate/capture"
+	"github.com/schemastate/schemastate/dialect"
 	"github.com/schemastate/schemastate/internal/dbtest"
 	"github.com/schemastate/schemastate/reconcile"
 )
@@ -238,6 +242,7 @@ func TestIngest_ExitTwoOnUsageAndDatabaseErrors(t *testing.T) {
 		code, out, errOut := ingestCLI(t, line, "--db", db.CLIDSN, "--json")
 		require.Equal(t, exitUsage, code, errOut)
 		require.Contains(t, errOut, "WARN")
+		require.Contains(t, errOut, "line=1 ", "the failure WARN names the input line")
 		require.Contains(t, errOut, "1 frame(s) failed")
 		require.Equal(t, capture.Counters{Attempted: 1, Failed: 1}, decodeSummary(t, out).Counters)
 	})
@@ -300,4 +305,111 @@ func TestIngest_MaxLineFlag(t *testing.T) {
 		code, _, _ = ingestCLI(t, line("a"), "--db", db.CLIDSN, "--max-line", "0")
 		require.Equal(t, exitUsage, code)
 	})
+}
+
+// scriptedInput hands ingest one line per Read and runs before(i) before
+// line i is handed over, so a test can act between two frames' writes.
+type scriptedInput struct {
+	lines  []string
+	next   int
+	before func(i int)
+}
+
+func (s *scriptedInput) Read(p []byte) (int, error) {
+	if s.next == len(s.lines) {
+		return 0, io.EOF
+	}
+	if s.before != nil {
+		s.before(s.next)
+	}
+	l := s.lines[s.next] + "\n"
+	if len(p) < len(l) {
+		return 0, io.ErrShortBuffer
+	}
+	s.next++
+	return copy(p, l), nil
+}
+
+func retryFrames(n int) []string {
+	var lines []string
+	for i := range n {
+		lines = append(lines, fmt.Sprintf(`{"session_id":"s1","task_id":"t1","tool_call_id":"tc-%d","subagent_task":{}}`, i))
+	}
+	return lines
+}
+
+// A SQLite write lock taken between two frames and held 2 s past the busy
+// timeout of the CLI's DSN (10 s): the frame that meets it is retried, every
+// frame persists, exit 0 (before: that frame failed, exit 2).
+func TestIngest_SQLiteLockHeldPastBusyTimeoutLosesNothing(t *testing.T) {
+	if testing.Short() {
+		t.Skip("holds a lock for 12 s")
+	}
+	db := dbtest.Open(t, dialect.SQLite)
+	ingestStore(t, db, map[string]string{"s1": "t1"})
+	holder, err := sql.Open("sqlite", db.DSN)
+	require.NoError(t, err)
+	defer holder.Close()
+	released := make(chan struct{})
+	in := &scriptedInput{lines: retryFrames(6), before: func(i int) {
+		if i != 3 {
+			return
+		}
+		conn, err := holder.Conn(context.Background())
+		require.NoError(t, err)
+		_, err = conn.ExecContext(context.Background(), `BEGIN IMMEDIATE`)
+		require.NoError(t, err)
+		go func() {
+			defer close(released)
+			time.Sleep(12 * time.Second)
+			_, _ = conn.ExecContext(context.Background(), `COMMIT`)
+			conn.Close()
+		}()
+	}}
+	var out, errb bytes.Buffer
+	code := run(context.Background(), []string{"ingest", "--db", db.CLIDSN, "--json"}, in, &out, &errb)
+	<-released
+	require.Equal(t, exitOK, code, errb.String())
+	s := decodeSummary(t, out.String())
+	require.Equal(t, int64(6), s.Persisted)
+	require.Equal(t, int64(1), s.Retried)
+	require.Zero(t, s.Failed)
+	var n int
+	require.NoError(t, db.DB.QueryRow(`SELECT COUNT(*) FROM task_session_subagents`).Scan(&n))
+	require.Equal(t, 6, n)
+}
+
+// pg_terminate_backend of ingest's connection between two frames: the next
+// frame meets the terminated backend (57P01), is retried on a new connection,
+// every frame persists, exit 0 (before: that frame failed, exit 2).
+func TestIngest_BackendTerminatedLosesNothing(t *testing.T) {
+	db := dbtest.Open(t, dialect.Postgres)
+	ingestStore(t, db, map[string]string{"s1": "t1"})
+	u, err := url.Parse(db.CLIDSN)
+	require.NoError(t, err)
+	q := u.Query()
+	q.Set("application_name", "ingest-terminated")
+	u.RawQuery = q.Encode()
+	terminated := 0
+	in := &scriptedInput{lines: retryFrames(8), before: func(i int) {
+		if i != 4 {
+			return
+		}
+		require.NoError(t, db.DB.QueryRow(`SELECT COUNT(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = 'ingest-terminated'`).Scan(&terminated))
+		require.Eventually(t, func() bool {
+			var n int
+			require.NoError(t, db.DB.QueryRow(`SELECT COUNT(*) FROM pg_stat_activity WHERE application_name = 'ingest-terminated'`).Scan(&n))
+			return n == 0
+		}, 5*time.Second, 5*time.Millisecond)
+	}}
+	var out, errb bytes.Buffer
+	code := run(context.Background(), []string{"ingest", "--db", u.String(), "--json"}, in, &out, &errb)
+	require.Equal(t, exitOK, code, errb.String())
+	require.Positive(t, terminated)
+	s := decodeSummary(t, out.String())
+	require.Equal(t, int64(8), s.Persisted)
+	require.Equal(t, int64(1), s.Retried)
+	var n int
+	require.NoError(t, db.DB.QueryRow(`SELECT COUNT(*) FROM task_session_subagents`).Scan(&n))
+	require.Equal(t, 8, n)
 }

@@ -1,0 +1,209 @@
+package capture_test
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/schemastate/schemastate/capture"
+	"github.com/schemastate/schemastate/dialect"
+	"github.com/schemastate/schemastate/internal/dbtest"
+)
+
+// holdSQLiteLock takes the write lock of db's file on its own connection and
+// releases it after d. It returns once the lock is held.
+func holdSQLiteLock(t *testing.T, db *dbtest.DB, d time.Duration) <-chan struct{} {
+	t.Helper()
+	holder, err := sql.Open("sqlite", db.DSN)
+	require.NoError(t, err)
+	t.Cleanup(func() { holder.Close() })
+	conn, err := holder.Conn(context.Background())
+	require.NoError(t, err)
+	_, err = conn.ExecContext(context.Background(), `BEGIN IMMEDIATE`)
+	require.NoError(t, err)
+	released := make(chan struct{})
+	go func() {
+		defer close(released)
+		time.Sleep(d)
+		_, _ = conn.ExecContext(context.Background(), `COMMIT`)
+		conn.Close()
+	}()
+	return released
+}
+
+// sqliteWithBusyTimeout opens the store's file again with a shorter busy
+// timeout, so a test can hold the lock past it in little time.
+func sqliteWithBusyTimeout(t *testing.T, db *dbtest.DB, ms int) *sql.DB {
+	t.Helper()
+	dsn := strings.Replace(db.DSN, "busy_timeout(10000)", fmt.Sprintf("busy_timeout(%d)", ms), 1)
+	require.NotEqual(t, db.DSN, dsn)
+	short, err := sql.Open("sqlite", dsn)
+	require.NoError(t, err)
+	t.Cleanup(func() { short.Close() })
+	return short
+}
+
+// A SQLite write lock held 2 s past the busy timeout: eight concurrent
+// Records wait it out through retries and every frame persists (before, each
+// was counted failed and lost when the busy timeout ran out).
+func TestRecord_RetriesThroughSQLiteLockHeldPastBusyTimeout(t *testing.T) {
+	db := dbtest.Open(t, dialect.SQLite)
+	s := newStore(t, db)
+	const busy = 300
+	w := capture.NewWriter(sqliteWithBusyTimeout(t, db, busy), db.Dialect, capture.WithLogger(slog.New(slog.NewJSONHandler(s.log, nil))))
+
+	released := holdSQLiteLock(t, db, busy*time.Millisecond+2*time.Second)
+	var wg sync.WaitGroup
+	errs := make([]error, 8)
+	for i := range errs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = w.Record(context.Background(), frame(fmt.Sprintf("toolu_%d", i), at(0)))
+		}()
+	}
+	wg.Wait()
+	<-released
+	for _, err := range errs {
+		require.NoError(t, err)
+	}
+	c := w.Counters()
+	require.Equal(t, int64(8), c.Attempted)
+	require.Equal(t, int64(8), c.Persisted)
+	require.Zero(t, c.Failed)
+	require.Positive(t, c.Retried, "the lock outlasted the busy timeout: some frame needed a second attempt")
+	require.Equal(t, c.Attempted, c.SkippedNoIdentity+c.Persisted+c.Failed)
+	require.Equal(t, 8, s.count(t, "1 = 1"))
+	for _, r := range s.log.records(t) {
+		require.NotEqual(t, "WARN", r["level"], r)
+	}
+}
+
+// The live path's retries are bounded by the policy's budget: with the lock
+// held far longer, Record gives up after several attempts, counts the frame
+// failed (and retried), and returns long before the lock is released.
+func TestRecord_RetryBudgetBoundsTheLivePath(t *testing.T) {
+	db := dbtest.Open(t, dialect.SQLite)
+	s := newStore(t, db)
+	w := capture.NewWriter(sqliteWithBusyTimeout(t, db, 200), db.Dialect, capture.WithLogger(slog.New(slog.NewJSONHandler(s.log, nil))),
+		capture.WithRetry(capture.RetryPolicy{Budget: 1500 * time.Millisecond}))
+
+	const hold = 4500 * time.Millisecond
+	start := time.Now()
+	released := holdSQLiteLock(t, db, hold)
+	err := w.Record(context.Background(), frame("toolu_1", at(0)))
+	returned := time.Since(start)
+	require.Error(t, err)
+	require.Less(t, returned, hold-2*time.Second, "Record returned within its budget, not when the lock went")
+	require.Equal(t, capture.Counters{Attempted: 1, Failed: 1, Retried: 1}, w.Counters())
+	var warn map[string]any
+	for _, r := range s.log.records(t) {
+		if r["level"] == "WARN" {
+			warn = r
+		}
+	}
+	require.NotNil(t, warn)
+	require.Greater(t, warn["attempts"], float64(1))
+	<-released
+}
+
+// PostgreSQL serialization failures (40001) and deadlocks (40P01) raised by
+// the server are retried: concurrent Records all persist, and retried counts
+// the frames that needed it.
+func TestRecord_RetriesSerializationFailureAndDeadlock(t *testing.T) {
+	db := dbtest.Open(t, dialect.Postgres)
+	s := newStore(t, db)
+	// The first six writes fail, alternating 40001 and 40P01; a sequence
+	// counts them because it is not rolled back with the failing statement.
+	for _, stmt := range []string{`CREATE SEQUENCE fail_seq`,
+		`CREATE FUNCTION fail_first() RETURNS trigger LANGUAGE plpgsql AS $$
+		DECLARE n bigint := nextval('fail_seq');
+		BEGIN
+			IF n <= 6 THEN
+				IF n % 2 = 0 THEN RAISE EXCEPTION 'forced deadlock' USING ERRCODE = '40P01'; END IF;
+				RAISE EXCEPTION 'forced serialization failure' USING ERRCODE = '40001';
+			END IF;
+			RETURN NEW;
+		END $$`,
+		`CREATE TRIGGER fail_first BEFORE INSERT ON task_session_subagents FOR EACH ROW EXECUTE FUNCTION fail_first()`,
+	} {
+		_, err := db.DB.Exec(stmt)
+		require.NoError(t, err)
+	}
+	var wg sync.WaitGroup
+	errs := make([]error, 4)
+	for i := range errs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = s.w.Record(context.Background(), frame(fmt.Sprintf("toolu_%d", i), at(0)))
+		}()
+	}
+	wg.Wait()
+	for _, err := range errs {
+		require.NoError(t, err)
+	}
+	c := s.w.Counters()
+	require.Equal(t, int64(4), c.Persisted)
+	require.Zero(t, c.Failed)
+	require.GreaterOrEqual(t, c.Retried, int64(2), "six failures over four frames of at most one attempt each... need retries")
+	require.Equal(t, 4, s.count(t, "1 = 1"))
+	var n int64
+	require.NoError(t, db.DB.QueryRow(`SELECT last_value FROM fail_seq`).Scan(&n))
+	require.Equal(t, int64(10), n, "4 successes after 6 failures: every failure was followed by another attempt")
+}
+
+// withAppName is db's DSN with an application_name, so a test can find the
+// writer's own backends in pg_stat_activity.
+func withAppName(t *testing.T, dsn, name string) string {
+	t.Helper()
+	u, err := url.Parse(dsn)
+	require.NoError(t, err)
+	q := u.Query()
+	q.Set("application_name", name)
+	u.RawQuery = q.Encode()
+	return u.String()
+}
+
+// terminateBackends ends every backend of application name (from another
+// connection) and waits until they are gone.
+func terminateBackends(t *testing.T, admin *sql.DB, name string) {
+	t.Helper()
+	var n int
+	require.NoError(t, admin.QueryRow(`SELECT COUNT(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = $1`, name).Scan(&n))
+	require.Positive(t, n)
+	require.Eventually(t, func() bool {
+		require.NoError(t, admin.QueryRow(`SELECT COUNT(*) FROM pg_stat_activity WHERE application_name = $1`, name).Scan(&n))
+		return n == 0
+	}, 5*time.Second, 5*time.Millisecond)
+}
+
+// pg_terminate_backend of the writer's connection (57P01) while frames are
+// flowing: the next Record gets a new connection from the pool and persists
+// (before, it was counted failed and lost). database/sql pings a pooled
+// connection only when it was last used over a second ago, so a busy
+// writer's next statement is the one that meets the terminated backend.
+func TestRecord_RetriesAfterBackendTerminated(t *testing.T) {
+	db := dbtest.Open(t, dialect.Postgres)
+	s := newStore(t, db)
+	pool, err := sql.Open("pgx", withAppName(t, db.DSN, "capture-terminated"))
+	require.NoError(t, err)
+	t.Cleanup(func() { pool.Close() })
+	pool.SetMaxOpenConns(1)
+	w := capture.NewWriter(pool, db.Dialect, capture.WithLogger(slog.New(slog.NewJSONHandler(s.log, nil))))
+	ctx := context.Background()
+	require.NoError(t, w.Record(ctx, frame("toolu_1", at(0))))
+	require.NoError(t, w.Record(ctx, frame("toolu_2", at(0))))
+	terminateBackends(t, db.DB, "capture-terminated")
+	require.NoError(t, w.Record(ctx, frame("toolu_3", at(0))))
+	require.Equal(t, capture.Counters{Attempted: 3, Persisted: 3, Retried: 1}, w.Counters())
+	require.Equal(t, 3, s.count(t, "1 = 1"))
+}
