@@ -4,10 +4,10 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/schemastate/schemastate/capture"
 	"github.com/schemastate/schemastate/dialect"
 	"github.com/schemastate/schemastate/internal/jsonfield"
 	"github.com/schemastate/schemastate/keys"
+	"github.com/schemastate/schemastate/toolstatus"
 )
 
 // The dialect differences of the backfill live here, and only here: how the
@@ -258,7 +258,7 @@ func build(f fragments, prepare, cleanup []string) statements {
 
 	// AC-11/AC-23a: the live writer's one terminal set; a row is settled only
 	// when its TOP-LEVEL tool status is in it, never on agent_status.
-	terminal := "'" + strings.Join(capture.TerminalToolStatuses, "', '") + "'"
+	terminal := toolstatus.SQLList()
 	winners := `CREATE TABLE ` + f.temp + ` AS
 ` + ctes + `
 SELECT

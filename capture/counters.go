@@ -2,7 +2,6 @@ package capture
 
 import (
 	"encoding/json"
-	"expvar"
 	"sync"
 )
 
@@ -72,24 +71,29 @@ func (s *counterSet) snapshot() Counters {
 	return s.c
 }
 
-// ExpvarName is the expvar variable under which the process-wide counters of
-// every Writer are published, as one JSON object with the seven counter names
-// as keys (the routing_* / subproc_* convention).
+// ExpvarName is the name under which a host publishes the process-wide
+// counters of every Writer with expvar, as one JSON object with the counter
+// names as keys (the routing_* / subproc_* convention):
+//
+//	expvar.Publish(capture.ExpvarName, capture.CountersVar{})
+//
+// Nothing is published on import: importing expvar registers /debug/vars
+// (command line, memstats) on http.DefaultServeMux, which is the host's to
+// decide. This package does not import expvar at all.
 const ExpvarName = "subagent_context_writer"
 
 // global sums every Writer in the process.
 var global = &counterSet{}
 
-func init() { expvar.Publish(ExpvarName, expvarMap{global}) }
+// CountersVar renders a consistent snapshot of the process-wide counters as
+// JSON; it satisfies expvar.Var.
+type CountersVar struct{}
 
-// expvarMap renders a consistent snapshot of the process-wide counters.
-type expvarMap struct{ s *counterSet }
-
-func (m expvarMap) String() string {
-	b, _ := json.Marshal(m.s.snapshot())
+func (CountersVar) String() string {
+	b, _ := json.Marshal(global.snapshot())
 	return string(b)
 }
 
-// GlobalCounters is a snapshot of the process-wide counters (what expvar
-// publishes under ExpvarName).
+// GlobalCounters is a snapshot of the process-wide counters (what CountersVar
+// renders), for a host that wires them into its own metrics.
 func GlobalCounters() Counters { return global.snapshot() }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"expvar"
 	"log/slog"
+	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -147,9 +148,13 @@ func TestCounters_AC26_Identity(t *testing.T) {
 	})
 }
 
+// publishCounters publishes the counters the way ExpvarName tells a host to.
+var publishCounters sync.Once
+
 // expvarCounters reads the published map the way /debug/vars renders it.
 func expvarCounters(t *testing.T) capture.Counters {
 	t.Helper()
+	publishCounters.Do(func() { expvar.Publish(capture.ExpvarName, capture.CountersVar{}) })
 	v := expvar.Get(capture.ExpvarName)
 	require.NotNil(t, v, "published under %s", capture.ExpvarName)
 	var m map[string]int64

@@ -59,7 +59,8 @@ func NewWriter(db *sql.DB, d dialect.Dialect, opts ...Option) *Writer {
 }
 
 // Counters is a snapshot of this Writer's own counters (the process-wide sum
-// is GlobalCounters and the expvar variable ExpvarName).
+// is GlobalCounters, published with expvar only when the host asks: see
+// ExpvarName).
 func (w *Writer) Counters() Counters { return w.counters.snapshot() }
 
 // Check verifies that the writer's statement can run against the live table:
