@@ -125,10 +125,18 @@ func (l *Lifecycle) Start(ctx context.Context, e Entry) error {
 // End moves a running row to a terminal status, once: a row already terminal
 // is left alone. It reports whether it changed the row.
 func (l *Lifecycle) End(ctx context.Context, id Identity, status Status, at time.Time, errText string) (bool, error) {
+	return l.end(ctx, id, status, at, errText, "")
+}
+
+// end is End that also records model — the model the provider stream
+// reported — in a row that has none: a model the host gave is never
+// overwritten. Status and model change in one statement.
+func (l *Lifecycle) end(ctx context.Context, id Identity, status Status, at time.Time, errText, model string) (bool, error) {
 	res, err := l.q.ExecContext(ctx, l.d.Rebind(`UPDATE background_agent_log
-		SET status = ?, completed_at = ?, error = ?
+		SET status = ?, completed_at = ?, error = ?, model = COALESCE(model, ?)
 		WHERE workspace_path = ? AND session_id = ? AND agent_id = ? AND status NOT IN `+terminalList),
-		string(status), keys.RowTime(l.d, at), nullable(errText), dbText(id.WorkspacePath), dbText(id.SessionID), dbText(id.AgentID))
+		string(status), keys.RowTime(l.d, at), nullable(errText), nullable(model),
+		dbText(id.WorkspacePath), dbText(id.SessionID), dbText(id.AgentID))
 	if err != nil {
 		return false, fmt.Errorf("%s: end %s/%s: %w", LifecycleTable, id.SessionID, id.AgentID, err)
 	}

@@ -55,6 +55,9 @@ var (
 	ErrFinished = errors.New("transcript: already finished")
 	// ErrCorrupt: a transcript file holds something this package never writes.
 	ErrCorrupt = errors.New("transcript: corrupt")
+	// ErrNotTranscript: LoadPath was given a file that is not a transcript
+	// at all (another name, another document, a provider stream).
+	ErrNotTranscript = errors.New("transcript: not a transcript")
 	// ErrInvalidEvent: an event does not satisfy the normalized contract.
 	ErrInvalidEvent = errors.New("transcript: invalid event")
 	// ErrLifecycle wraps a failure to record an outcome in
@@ -163,7 +166,16 @@ func (s *Store) Create(ctx context.Context, h Header) error {
 		h.StartedAt = s.now()
 	}
 	h.StartedAt = h.StartedAt.UTC()
+	// Ids and header are checked before anything is written: a row started
+	// for a transcript that can never exist would stay running for ever,
+	// and no Recover would ever see it.
 	p, err := s.PathsFor(h.ParentSessionID, h.AgentID)
+	if err != nil {
+		return err
+	}
+	if h.Kind == "" {
+		return fmt.Errorf("%w: header needs a kind", ErrInvalidEvent)
+	}
 	// The lifecycle row is written first: from the moment the transcript
 	// exists its execution is alive per background_agent_log, so a Recover
 	// running concurrently never finishes a child that is being created.
@@ -175,9 +187,7 @@ func (s *Store) Create(ctx context.Context, h Header) error {
 			Status: string(Running), StartedAt: h.StartedAt,
 		})
 	}
-	if err == nil {
-		err = s.create(p, h)
-	}
+	err = s.create(p, h)
 	if errors.Is(err, ErrExists) {
 		// The transcript that is there is intact; nothing to record.
 		return err
@@ -186,9 +196,6 @@ func (s *Store) Create(ctx context.Context, h Header) error {
 }
 
 func (s *Store) create(p Paths, h Header) error {
-	if h.Kind == "" {
-		return fmt.Errorf("%w: header needs a kind", ErrInvalidEvent)
-	}
 	dir := filepath.Dir(p.Log)
 	if err := mkdirAllSynced(dir); err != nil {
 		return err
@@ -287,6 +294,10 @@ type End struct {
 	Status Status
 	// Error is the failure detail (failed, cancelled, timed_out).
 	Error string
+	// Model is the model the provider stream reported. It is recorded, in
+	// the document and in the lifecycle row, only where the host gave none
+	// (Header.Model empty, the row's model NULL).
+	Model string
 	// At is the end time; zero means now.
 	At time.Time
 }
@@ -318,7 +329,7 @@ func (s *Store) Finish(ctx context.Context, session, agent string, end End) erro
 		return err
 	}
 	return s.record(ctx, "finish", session, agent, p.Transcript, err, func(l *Lifecycle) error {
-		_, err := l.End(ctx, Identity{WorkspacePath: s.workspace, SessionID: session, AgentID: agent}, end.Status, end.At, end.Error)
+		_, err := l.end(ctx, Identity{WorkspacePath: s.workspace, SessionID: session, AgentID: agent}, end.Status, end.At, end.Error, end.Model)
 		return err
 	})
 }
@@ -337,6 +348,9 @@ func (s *Store) finish(p Paths, end End) error {
 		return err
 	}
 	t.Status, t.Error = end.Status, end.Error
+	if t.Model == "" {
+		t.Model = end.Model
+	}
 	at := end.At
 	t.EndedAt = &at
 	b, err := json.MarshalIndent(t, "", "  ")
@@ -363,7 +377,7 @@ func endRow(ctx context.Context, l *Lifecycle, id Identity, t *Transcript) (bool
 	if !t.Status.Terminal() || t.EndedAt == nil {
 		return false, nil
 	}
-	return l.End(ctx, id, t.Status, *t.EndedAt, t.Error)
+	return l.end(ctx, id, t.Status, *t.EndedAt, t.Error, t.Model)
 }
 
 // openLocked opens the log of a created transcript and takes its exclusive
@@ -449,16 +463,57 @@ func (s *Store) Load(session, agent string) (*Transcript, error) {
 
 // LoadPath reads a transcript from a path naming its .json document, its
 // .events.jsonl log, or their common stem.
+//
+// A file that exists but is not a transcript — named otherwise, a directory,
+// or a .json / .events.jsonl this package did not write — is ErrNotTranscript,
+// not ErrNotFound: the reader pointed at something, and it is not one.
 func LoadPath(path string) (*Transcript, error) {
 	// One suffix only: the log of agent "x.json" is "x.json.events.jsonl".
-	base := path
+	base, named := path, true
 	switch {
 	case strings.HasSuffix(path, logSuffix):
 		base = strings.TrimSuffix(path, logSuffix)
 	case strings.HasSuffix(path, finalSuffix):
 		base = strings.TrimSuffix(path, finalSuffix)
+	default:
+		named = false
 	}
-	return load(Paths{Transcript: base + finalSuffix, Log: base + logSuffix})
+	fi, statErr := os.Stat(path)
+	if statErr == nil && (!named || fi.IsDir()) {
+		return nil, fmt.Errorf("%w: %s (a transcript is <agent-id>%s or <agent-id>%s below <root>/%s/<session-id>/)",
+			ErrNotTranscript, path, finalSuffix, logSuffix, backgroundDir)
+	}
+	t, err := load(Paths{Transcript: base + finalSuffix, Log: base + logSuffix})
+	if errors.Is(err, ErrCorrupt) && statErr == nil && !ours(path) {
+		return nil, fmt.Errorf("%w: %s holds no %s document or event log", ErrNotTranscript, path, Format)
+	}
+	return t, err
+}
+
+// ours reports whether the file at path was written by this package, as far
+// as its start tells: a .json document naming Format (or one too damaged to
+// say), an event log whose first line is a header. A damaged transcript is
+// corrupt; a file that never was one is not a transcript.
+func ours(path string) bool {
+	f, err := os.Open(path)
+	if err != nil {
+		return true
+	}
+	defer f.Close()
+	if strings.HasSuffix(path, logSuffix) {
+		line, _ := bufio.NewReaderSize(f, 64<<10).ReadBytes('\n')
+		var l logLine
+		return json.Unmarshal(line, &l) == nil && l.Type == headerType && l.Header != nil
+	}
+	var doc struct {
+		Format *string `json:"format"`
+	}
+	if err := json.NewDecoder(f).Decode(&doc); err != nil {
+		var syn *json.SyntaxError
+		// Not JSON at all is damage; JSON of another shape is not ours.
+		return errors.As(err, &syn) || errors.Is(err, io.ErrUnexpectedEOF)
+	}
+	return doc.Format != nil && *doc.Format == Format
 }
 
 func load(p Paths) (*Transcript, error) {
