@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"sort"
@@ -15,12 +16,16 @@ import (
 // Append. Consumers never see a provider format (requirement 3).
 type Normalizer interface {
 	// Feed consumes one record of the provider stream (one JSON line; an SSE
-	// "data: " prefix is accepted) and returns the events it completes. A
-	// line that is not a JSON object (blank, SSE "event:"/comment framing)
-	// is skipped; a JSON object that does not parse is an error.
+	// "data: " prefix is accepted) and returns the events it completes.
+	// Blank lines and SSE framing ("event:", "id:", "retry:", ":" comments)
+	// are skipped; any other line that is not one of the provider's records
+	// (plain text, a JSON object of another shape) is ignored and counted
+	// in Outcome.Ignored; a JSON object that does not parse is an error.
 	Feed(record []byte) ([]Event, error)
 	// Close ends the stream: it returns events still buffered and how the
-	// provider said the run ended.
+	// provider said the run ended. A stream with no record of the provider
+	// at all is Failed with an error saying how many lines were ignored —
+	// never an empty run that merely lacks its terminal record.
 	Close() ([]Event, Outcome)
 }
 
@@ -32,13 +37,22 @@ type Outcome struct {
 	Error  string `json:"error,omitempty"`
 	// FinalText is the provider's own final response, where it reports one.
 	FinalText string `json:"final_text,omitempty"`
-	Model     string `json:"model,omitempty"`
+	// Model is the model the stream reported ("" when it reported none).
+	Model string `json:"model,omitempty"`
+	// Records counts the lines that were records of the provider (whether
+	// or not they produced events); Ignored the lines that were not.
+	Records int `json:"records"`
+	Ignored int `json:"ignored,omitempty"`
 }
+
+// ErrNoRecords: a provider stream held no record of its provider (the wrong
+// --provider, or output that is not the provider's JSON stream).
+var ErrNoRecords = errors.New("transcript: no provider record in the stream")
 
 // Provider names accepted by NewNormalizer.
 const (
 	ProviderClaude   = "claude"   // Claude Code stream-json (claude -p --output-format stream-json)
-	ProviderOpenCode = "opencode" // OpenCode server event bus (GET /event)
+	ProviderOpenCode = "opencode" // OpenCode `run --format json` output, or its server's event bus (GET /event, /global/event)
 	ProviderCodex    = "codex"    // Codex exec JSONL (codex exec --json)
 )
 
@@ -110,20 +124,77 @@ func Normalize(provider string, r io.Reader, opts ...NormalizerOption) ([]Event,
 		return nil, Outcome{}, err
 	}
 	evs, o := n.Close()
+	if o.Records == 0 {
+		return append(out, evs...), o, fmt.Errorf("%w: %s", ErrNoRecords, o.Error)
+	}
 	return append(out, evs...), o, nil
 }
 
-// record trims a stream record; ok is false for blank lines and SSE framing
-// that carries no data.
-func record(b []byte) ([]byte, bool) {
+// lineKind is what one line of a stream is before a normalizer reads it.
+type lineKind int
+
+const (
+	lineSkip   lineKind = iota // blank, or SSE framing that carries no data
+	lineOther                  // text that is not a JSON object: ignored
+	lineObject                 // a JSON object (after any SSE "data:" prefix)
+)
+
+// record trims a stream line and says what it is.
+func record(b []byte) ([]byte, lineKind) {
 	b = bytes.TrimSpace(b)
 	if bytes.HasPrefix(b, []byte("data:")) {
 		b = bytes.TrimSpace(b[len("data:"):])
+	} else {
+		for _, f := range []string{"event:", "id:", "retry:", ":"} {
+			if bytes.HasPrefix(b, []byte(f)) {
+				return nil, lineSkip
+			}
+		}
 	}
-	if len(b) == 0 || b[0] != '{' {
-		return nil, false
+	switch {
+	case len(b) == 0:
+		return nil, lineSkip
+	case b[0] != '{':
+		return nil, lineOther
 	}
-	return b, true
+	return b, lineObject
+}
+
+// tally counts a stream's recognized and ignored lines (Outcome.Records,
+// Outcome.Ignored); every normalizer embeds one.
+type tally struct{ records, ignored int }
+
+// line classifies a raw line: ok is true for a JSON object to decode, and
+// a non-object line is counted as ignored.
+func (t *tally) line(b []byte) ([]byte, bool) {
+	b, k := record(b)
+	if k == lineOther {
+		t.ignored++
+	}
+	return b, k == lineObject
+}
+
+// seen counts a decoded object as one of the provider's records or not.
+func (t *tally) seen(recognized bool) {
+	if recognized {
+		t.records++
+	} else {
+		t.ignored++
+	}
+}
+
+// outcome stamps the counts on o; with no record at all the stream was
+// not the provider's, whatever o said.
+func (t *tally) outcome(provider string, o Outcome) Outcome {
+	o.Records, o.Ignored = t.records, t.ignored
+	if t.records == 0 {
+		o.Status = Failed
+		o.Error = fmt.Sprintf("no %s record in the stream: %d line(s) ignored", provider, t.ignored)
+		if t.ignored > 0 {
+			o.Error += " (is the provider right?)"
+		}
+	}
+	return o
 }
 
 func userMessage(text string) Event { return Event{Type: UserMessage, Text: text} }

@@ -29,6 +29,7 @@ import (
 // warnings) come as items of type "error", not as this record, and do not
 // change the outcome.
 type codexNormalizer struct {
+	tally
 	started map[string]bool
 	out     Outcome
 	done    bool
@@ -71,7 +72,7 @@ type codexEvent struct {
 }
 
 func (c *codexNormalizer) Feed(b []byte) ([]Event, error) {
-	b, ok := record(b)
+	b, ok := c.line(b)
 	if !ok {
 		return nil, nil
 	}
@@ -79,6 +80,7 @@ func (c *codexNormalizer) Feed(b []byte) ([]Event, error) {
 	if err := json.Unmarshal(b, &ev); err != nil {
 		return nil, err
 	}
+	c.seen(ev.Type == "error" || strings.HasPrefix(ev.Type, "thread.") || strings.HasPrefix(ev.Type, "turn.") || strings.HasPrefix(ev.Type, "item."))
 	switch ev.Type {
 	case "item.started":
 		if ev.Item != nil {
@@ -210,7 +212,7 @@ func (c *codexNormalizer) Close() ([]Event, Outcome) {
 			o.Error = c.out.Error
 		}
 		o.FinalText = c.out.FinalText
-		return nil, o
+		return nil, c.outcome(ProviderCodex, o)
 	}
-	return nil, c.out
+	return nil, c.outcome(ProviderCodex, c.out)
 }

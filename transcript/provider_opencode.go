@@ -5,8 +5,24 @@ import (
 	"fmt"
 )
 
-// openCodeNormalizer reads the OpenCode server's event bus (GET /event, one
-// JSON payload per SSE data line):
+// openCodeNormalizer reads the two shapes OpenCode writes. The first is what
+// `opencode run --format json` prints, one line per finished part or error
+// of its own session (the part is the bus's part, below):
+//
+//	{"type":"step_start","timestamp":…,"sessionID":…,"part":{"type":"step-start",…}}
+//	{"type":"text","timestamp":…,"sessionID":…,"part":{"type":"text","text":…,"time":{"end":…},…}}
+//	{"type":"tool_use","timestamp":…,"sessionID":…,"part":{"type":"tool","callID":…,"tool":…,"state":{"status":"completed"|"error",…}}}
+//	{"type":"step_finish","timestamp":…,"sessionID":…,"part":{"type":"step-finish","reason":"stop"|"tool-calls"|…,…}}
+//	{"type":"error","timestamp":…,"sessionID":…,"error":{"name":"APIError","data":{"message":…,"statusCode":…}}}
+//
+// `opencode run` has no terminal line: the run completed when its last step
+// finished for a reason other than "tool-calls" and no error was printed; a
+// stream that stops inside a step, or after a step that asked for tools, was
+// cut off.
+//
+// The second is the OpenCode server's event bus (GET /event, one JSON
+// payload per SSE data line; GET /global/event wraps each as
+// {"directory":…,"payload":{…}}, unwrapped here):
 //
 //	{"type":"message.updated","properties":{"info":{"id":…,"role":"user"|"assistant","modelID":…,"error":…}}}
 //	{"type":"message.part.updated","properties":{"part":{"id":…,"messageID":…,"type":"text","text":…,"time":{"end":…}},"delta":…}}
@@ -29,6 +45,7 @@ import (
 // part's call is emitted when its input is known (running or later), its
 // result when the state is completed or error.
 type openCodeNormalizer struct {
+	tally
 	session string            // the child's session id; "" keeps every session
 	roles   map[string]string // message id → role
 	texts   map[string]*ocPart
@@ -41,6 +58,11 @@ type openCodeNormalizer struct {
 	out     Outcome
 	failed  bool
 	idle    bool
+	// run: a `opencode run --format json` line was seen; stepOpen: a step
+	// started and has not finished; lastFinish: the last step's reason.
+	run        bool
+	stepOpen   bool
+	lastFinish string
 }
 
 func newOpenCodeNormalizer(session string) *openCodeNormalizer {
@@ -52,15 +74,23 @@ func newOpenCodeNormalizer(session string) *openCodeNormalizer {
 type ocError struct {
 	Name string `json:"name"`
 	Data struct {
-		Message string `json:"message"`
+		Message    string `json:"message"`
+		StatusCode int    `json:"statusCode"`
 	} `json:"data"`
 }
 
 func (e *ocError) String() string {
-	if e.Data.Message == "" {
-		return e.Name
+	s := e.Name
+	if s == "" {
+		s = "error"
 	}
-	return e.Name + ": " + e.Data.Message
+	if e.Data.Message != "" {
+		s += ": " + e.Data.Message
+	}
+	if e.Data.StatusCode != 0 {
+		s += fmt.Sprintf(" (status %d)", e.Data.StatusCode)
+	}
+	return s
 }
 
 type ocPart struct {
@@ -75,6 +105,7 @@ type ocPart struct {
 	SessionID string `json:"sessionID"`
 	CallID    string `json:"callID"`
 	Tool      string `json:"tool"`
+	Reason    string `json:"reason"` // step-finish
 	State     *struct {
 		Status string          `json:"status"`
 		Input  json.RawMessage `json:"input"`
@@ -84,8 +115,13 @@ type ocPart struct {
 }
 
 type ocEvent struct {
-	Type       string `json:"type"`
-	Properties struct {
+	Type string `json:"type"`
+	// SessionID, Part and Error are `opencode run --format json`'s.
+	SessionID  string          `json:"sessionID"`
+	Part       *ocPart         `json:"part"`
+	Error      *ocError        `json:"error"`
+	Payload    json.RawMessage `json:"payload"` // /global/event's wrapper
+	Properties *struct {
 		SessionID string `json:"sessionID"`
 		Info      *struct {
 			ID        string   `json:"id"`
@@ -99,8 +135,11 @@ type ocEvent struct {
 	} `json:"properties"`
 }
 
+// ocRunTypes are the line types `opencode run --format json` prints.
+var ocRunTypes = map[string]bool{"step_start": true, "step_finish": true, "text": true, "tool_use": true, "reasoning": true, "error": true}
+
 func (o *openCodeNormalizer) Feed(b []byte) ([]Event, error) {
-	b, ok := record(b)
+	b, ok := o.line(b)
 	if !ok {
 		return nil, nil
 	}
@@ -108,8 +147,25 @@ func (o *openCodeNormalizer) Feed(b []byte) ([]Event, error) {
 	if err := json.Unmarshal(b, &ev); err != nil {
 		return nil, err
 	}
+	if len(ev.Payload) > 0 && ev.Type == "" && ev.Properties == nil {
+		// {"directory":…,"payload":{…}}: a bus event of /global/event.
+		if b, ok := record(ev.Payload); ok == lineObject {
+			ev = ocEvent{}
+			if err := json.Unmarshal(b, &ev); err != nil {
+				return nil, fmt.Errorf("payload: %w", err)
+			}
+		}
+	}
+	isRun := ocRunTypes[ev.Type] && (ev.SessionID != "" || ev.Part != nil || ev.Error != nil)
+	o.seen(isRun || ev.Type != "" && ev.Properties != nil)
 	if sid := ev.sessionID(); o.session != "" && sid != "" && sid != o.session {
 		return nil, nil // another session's event on the same server
+	}
+	if isRun {
+		return o.runLine(&ev)
+	}
+	if ev.Properties == nil {
+		return nil, nil
 	}
 	switch ev.Type {
 	case "message.updated":
@@ -139,10 +195,44 @@ func (o *openCodeNormalizer) Feed(b []byte) ([]Event, error) {
 	return nil, nil
 }
 
+// runLine reads one line of `opencode run --format json`.
+func (o *openCodeNormalizer) runLine(ev *ocEvent) ([]Event, error) {
+	o.run = true
+	switch ev.Type {
+	case "step_start":
+		o.stepOpen = true
+	case "step_finish":
+		o.stepOpen = false
+		if ev.Part != nil {
+			o.lastFinish = ev.Part.Reason
+		}
+	case "error":
+		if ev.Error != nil {
+			o.fail(ev.Error.String())
+		} else {
+			o.fail("error")
+		}
+	case "text", "tool_use":
+		if ev.Part != nil {
+			return o.part(ev.Part)
+		}
+	}
+	return nil, nil
+}
+
 // sessionID is the session an event names, wherever its shape carries it
 // ("" if it names none).
 func (ev *ocEvent) sessionID() string {
+	if ev.SessionID != "" {
+		return ev.SessionID
+	}
+	if ev.Part != nil && ev.Part.SessionID != "" {
+		return ev.Part.SessionID
+	}
 	p := ev.Properties
+	if p == nil {
+		return ""
+	}
 	switch {
 	case p.SessionID != "":
 		return p.SessionID
@@ -232,7 +322,7 @@ func (o *openCodeNormalizer) Close() ([]Event, Outcome) {
 	}
 	res := o.out
 	for i := len(o.order) - 1; i >= 0; i-- {
-		if p := o.texts[o.order[i]]; o.roles[p.MessageID] == "assistant" && p.Text != "" {
+		if p := o.texts[o.order[i]]; o.roles[p.MessageID] != "user" && p.Text != "" {
 			res.FinalText = p.Text
 			break
 		}
@@ -242,9 +332,14 @@ func (o *openCodeNormalizer) Close() ([]Event, Outcome) {
 		res.Status = Failed
 	case o.idle:
 		res.Status = Completed
+	case o.run && !o.stepOpen && o.lastFinish != "" && o.lastFinish != "tool-calls":
+		res.Status = Completed
 	default:
 		u := unterminated(ProviderOpenCode)
 		res.Status, res.Error = u.Status, u.Error
+		if o.run {
+			res.Error = "opencode run stream ended before its last step finished"
+		}
 	}
-	return out, res
+	return out, o.outcome(ProviderOpenCode, res)
 }

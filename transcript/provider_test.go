@@ -2,6 +2,7 @@ package transcript_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -41,10 +42,11 @@ func TestTranscript_AT4_EveryProviderFixtureYieldsTheSameContract(t *testing.T) 
 		provider, fixture string
 		hostPrompt        bool // the stream does not echo the prompt; the host appends it
 		final             string
+		model             string // the model the stream reports
 		calls             []pairedCall
 	}{
 		{
-			provider: transcript.ProviderClaude, fixture: "claude_success.jsonl",
+			provider: transcript.ProviderClaude, fixture: "claude_success.jsonl", model: "claude-sonnet-4-5-20250929",
 			final: "There are 2 Go files under ./keys (instant.go, keys.go). `go vet ./keys` does not pass: it reports unreachable code at keys/keys.go:42:2.",
 			calls: []pairedCall{
 				{Name: "Glob", Input: `{"pattern":"keys/*.go"}`, Output: "/work/main/keys/instant.go\n/work/main/keys/keys.go"},
@@ -54,12 +56,46 @@ func TestTranscript_AT4_EveryProviderFixtureYieldsTheSameContract(t *testing.T) 
 			},
 		},
 		{
-			provider: transcript.ProviderOpenCode, fixture: "opencode_success.jsonl",
+			provider: transcript.ProviderOpenCode, fixture: "opencode_success.jsonl", model: "claude-sonnet-4-5",
 			final: "There are 2 Go files under ./keys (instant.go, keys.go), and `go vet ./keys` passes.",
 			calls: []pairedCall{
 				{Name: "glob", Input: `{"pattern":"keys/*.go"}`, Output: "/work/main/keys/instant.go\n/work/main/keys/keys.go"},
 				{Name: "read", Input: `{"filePath":"/work/main/keys/doc.go"}`, IsError: true, Error: "Error: File not found: /work/main/keys/doc.go"},
 				{Name: "bash", Input: `{"command":"go vet ./keys","description":"Vet the keys package"}`},
+			},
+		},
+		{
+			// The same run as the server's /global/event stream: every bus
+			// event wrapped as {"directory":…,"payload":{…}}.
+			provider: transcript.ProviderOpenCode, fixture: "opencode_global_event.jsonl", model: "claude-sonnet-4-5",
+			final: "There are 2 Go files under ./keys (instant.go, keys.go), and `go vet ./keys` passes.",
+			calls: []pairedCall{
+				{Name: "glob", Input: `{"pattern":"keys/*.go"}`, Output: "/work/main/keys/instant.go\n/work/main/keys/keys.go"},
+				{Name: "read", Input: `{"filePath":"/work/main/keys/doc.go"}`, IsError: true, Error: "Error: File not found: /work/main/keys/doc.go"},
+				{Name: "bash", Input: `{"command":"go vet ./keys","description":"Vet the keys package"}`},
+			},
+		},
+		{
+			// `opencode run --format json`: the transport users run from a
+			// shell. It does not echo the prompt, nor name the model.
+			provider: transcript.ProviderOpenCode, fixture: "opencode_run_success.jsonl", hostPrompt: true,
+			final: "There are 2 Go files under ./keys (instant.go, keys.go), and `go vet ./keys` passes.",
+			calls: []pairedCall{
+				{Name: "glob", Input: `{"pattern":"keys/*.go"}`, Output: "/work/main/keys/instant.go\n/work/main/keys/keys.go"},
+				{Name: "bash", Input: `{"command":"go vet ./keys","description":"Vet the keys package"}`},
+			},
+		},
+		{
+			// claude --json-schema: the answer is a StructuredOutput tool
+			// call, then result.result; no assistant text follows the call.
+			provider: transcript.ProviderClaude, fixture: "claude_structured_output.jsonl", model: "claude-sonnet-4-5-20250929",
+			final: `{"go_files":["instant.go","keys.go"],"count":2,"vet_passes":false,"vet_findings":["keys/keys.go:42:2: unreachable code"]}`,
+			calls: []pairedCall{
+				{Name: "Bash", Input: `{"command":"ls keys/*.go; go vet ./keys","description":"List and vet the keys package"}`,
+					Output:  "Exit code 1\nkeys/instant.go\nkeys/keys.go\n# github.com/schemastate/schemastate/keys\nkeys/keys.go:42:2: unreachable code",
+					IsError: true, Error: "Exit code 1\nkeys/instant.go\nkeys/keys.go\n# github.com/schemastate/schemastate/keys\nkeys/keys.go:42:2: unreachable code"},
+				{Name: "StructuredOutput", Input: `{"go_files":["instant.go","keys.go"],"count":2,"vet_passes":false,"vet_findings":["keys/keys.go:42:2: unreachable code"]}`,
+					Output: "Structured output provided successfully"},
 			},
 		},
 		{
@@ -75,9 +111,9 @@ func TestTranscript_AT4_EveryProviderFixtureYieldsTheSameContract(t *testing.T) 
 	require.Equal(t, []string{"claude", "codex", "opencode"}, transcript.Providers(), "every supported provider has a case here")
 	s := newStore(t)
 	for _, c := range cases {
-		t.Run(c.provider, func(t *testing.T) {
-			h := header("sess-providers", "agent-"+c.provider, transcript.KindRunInBackground)
-			h.Provider = c.provider
+		t.Run(c.fixture, func(t *testing.T) {
+			h := header("sess-providers", "agent-"+strings.TrimSuffix(c.fixture, ".jsonl"), transcript.KindRunInBackground)
+			h.Provider, h.Model = c.provider, "" // the host gave no model
 			require.NoError(t, s.Create(ctx, h))
 			if c.hostPrompt {
 				require.NoError(t, s.Append(ctx, h.ParentSessionID, h.AgentID, msg(transcript.UserMessage, prompt)))
@@ -95,11 +131,13 @@ func TestTranscript_AT4_EveryProviderFixtureYieldsTheSameContract(t *testing.T) 
 			require.NoError(t, s.Append(ctx, h.ParentSessionID, h.AgentID, rest...))
 			require.Equal(t, transcript.Completed, out.Status, out.Error)
 			require.Equal(t, c.final, out.FinalText)
-			require.NoError(t, s.Finish(ctx, h.ParentSessionID, h.AgentID, transcript.End{Status: out.Status, Error: out.Error}))
+			require.Equal(t, c.model, out.Model)
+			require.NoError(t, s.Finish(ctx, h.ParentSessionID, h.AgentID, transcript.End{Status: out.Status, Error: out.Error, Model: out.Model}))
 
 			tr, err := s.Load(h.ParentSessionID, h.AgentID)
 			require.NoError(t, err)
 			require.Equal(t, transcript.Completed, tr.Status)
+			require.Equal(t, c.model, tr.Model, "the stream's model, the host having given none")
 			require.Equal(t, transcript.UserMessage, tr.Events[0].Type)
 			require.Equal(t, prompt, tr.Events[0].Text)
 			require.Equal(t, c.final, tr.FinalResponse(), "final assistant response")
@@ -129,13 +167,19 @@ func TestTranscript_ProviderFailureFixtures(t *testing.T) {
 		{transcript.ProviderClaude, "claude_failure.jsonl", "error_max_turns", "Command timed out after 2m 0.0s", 0},
 		{transcript.ProviderOpenCode, "opencode_failure.jsonl", "APIError: Rate limit reached for gpt-5", "", 1},
 		{transcript.ProviderCodex, "codex_failure.jsonl", "stream disconnected before completion", "tool call failed: connection refused (127.0.0.1:7077)", 0},
+		// `opencode run --format json`: the provider's own APIError, status
+		// and message, not a generic "ended without a terminal record".
+		{transcript.ProviderOpenCode, "opencode_run_api_error.jsonl", "APIError: Internal server error (status 500)", "", 0},
+		// subtype "success" with is_error: an API error naming its status.
+		{transcript.ProviderClaude, "claude_api_error_429.jsonl", "API error (status 429): API Error: 429 {", "", 0},
 	}
 	for _, c := range cases {
-		t.Run(c.provider, func(t *testing.T) {
+		t.Run(c.fixture, func(t *testing.T) {
 			evs, out, err := transcript.Normalize(c.provider, fixture(t, c.fixture))
 			require.NoError(t, err)
 			require.Equal(t, transcript.Failed, out.Status)
 			require.Contains(t, out.Error, c.errContains)
+			require.False(t, strings.HasPrefix(out.Error, "success"), out.Error)
 
 			s := newStore(t)
 			h := header("sess-fail", "agent-"+c.provider, transcript.KindScheduled)
@@ -165,6 +209,11 @@ func TestTranscript_ProviderFailureFixtures(t *testing.T) {
 func TestTranscript_NormalizerRejectsUnknownProviderAndBadRecords(t *testing.T) {
 	_, err := transcript.NewNormalizer("cursor")
 	require.ErrorContains(t, err, `unknown provider "cursor"`)
+	first := map[string]string{
+		transcript.ProviderClaude:   `{"type":"system","subtype":"init","session_id":"s1","model":"m"}`,
+		transcript.ProviderOpenCode: `{"type":"server.connected","properties":{}}`,
+		transcript.ProviderCodex:    `{"type":"thread.started","thread_id":"t1"}`,
+	}
 	for _, p := range transcript.Providers() {
 		n, err := transcript.NewNormalizer(p)
 		require.NoError(t, err)
@@ -173,11 +222,39 @@ func TestTranscript_NormalizerRejectsUnknownProviderAndBadRecords(t *testing.T) 
 		require.Empty(t, evs)
 		_, err = n.Feed([]byte(`{"type": `))
 		require.Error(t, err, p)
+		_, err = n.Feed([]byte(first[p]))
+		require.NoError(t, err, p)
 		// A stream cut off before its terminal record is a failure, never a success.
 		_, out := n.Close()
 		require.Equal(t, transcript.Failed, out.Status, p)
 		require.Contains(t, out.Error, "without a terminal record")
+		require.Equal(t, 1, out.Records, p)
 	}
+}
+
+// A stream with no record of its provider — the wrong --provider, or plain
+// text — is a loud failure naming how many lines were ignored, never an
+// empty run that merely ended early; blank lines and SSE framing are not
+// counted.
+func TestTranscript_StreamWithNoProviderRecordIsAnError(t *testing.T) {
+	for _, c := range []struct{ provider, fixture string }{
+		{transcript.ProviderOpenCode, "claude_success.jsonl"},
+		{transcript.ProviderClaude, "opencode_success.jsonl"},
+		{transcript.ProviderCodex, "opencode_run_success.jsonl"},
+		{transcript.ProviderClaude, "codex_success.jsonl"},
+	} {
+		lines := fixtureLines(t, c.fixture)
+		evs, out, err := transcript.Normalize(c.provider, strings.NewReader(strings.Join(lines, "\n")+"\n\n: keep-alive\n"))
+		require.ErrorIs(t, err, transcript.ErrNoRecords, c.provider+" < "+c.fixture)
+		require.Empty(t, evs)
+		require.Equal(t, transcript.Failed, out.Status)
+		require.Equal(t, 0, out.Records)
+		require.Equal(t, len(lines), out.Ignored)
+		require.Contains(t, out.Error, fmt.Sprintf("no %s record in the stream: %d line(s) ignored", c.provider, len(lines)))
+	}
+	_, out, err := transcript.Normalize(transcript.ProviderClaude, strings.NewReader("Hello, I am Claude.\nDone.\n"))
+	require.ErrorIs(t, err, transcript.ErrNoRecords)
+	require.Equal(t, 2, out.Ignored)
 }
 
 // An SSE "data: " frame is accepted as is (OpenCode's /event endpoint).
