@@ -372,3 +372,52 @@ func TestTranscript_RecordingAgainstNoRowIsReported(t *testing.T) {
 		require.Equal(t, transcript.Completed, tr.Status, "the file operation stands")
 	})
 }
+
+// A Create refused for its ids (or its header) writes nothing: no lifecycle
+// row left 'running' for ever with an error no Recover would ever see.
+func TestTranscript_CreateWithInvalidIDWritesNoRow(t *testing.T) {
+	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
+		l := lifecycleDB(t, db)
+		root := filepath.Join(t.TempDir(), "conversation")
+		s, err := transcript.NewStore(root, transcript.WithLifecycle(l, "/ws"))
+		require.NoError(t, err)
+		for _, h := range []transcript.Header{
+			header("sess", "../../x", transcript.KindRunInBackground),
+			header("..", "agent", transcript.KindRunInBackground),
+			header("sess", strings.Repeat("a", 300), transcript.KindRunInBackground),
+		} {
+			require.ErrorIs(t, s.Create(ctx, h), transcript.ErrInvalidID)
+		}
+		require.ErrorIs(t, s.Create(ctx, header("sess", "agent", "")), transcript.ErrInvalidEvent)
+		var n int
+		require.NoError(t, db.QueryRow(`SELECT COUNT(*) FROM background_agent_log`).Scan(&n))
+		require.Zero(t, n)
+		_, err = os.Stat(root)
+		require.True(t, os.IsNotExist(err))
+	})
+}
+
+// The model a stream reports fills in a model the host did not give, in the
+// document and the row, and never replaces one it gave.
+func TestTranscript_FinishRecordsTheStreamsModelOnlyWhereNoneWasGiven(t *testing.T) {
+	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
+		l := lifecycleDB(t, db)
+		s, err := transcript.NewStore(t.TempDir(), transcript.WithLifecycle(l, "/ws"))
+		require.NoError(t, err)
+		given := header("sess-m", "given", transcript.KindRunInBackground)
+		none := header("sess-m", "none", transcript.KindRunInBackground)
+		none.Model = ""
+		for _, h := range []transcript.Header{given, none} {
+			require.NoError(t, s.Create(ctx, h))
+			require.NoError(t, s.Finish(ctx, h.ParentSessionID, h.AgentID, transcript.End{Status: transcript.Completed, Model: "stream-model"}))
+		}
+		for agent, want := range map[string]string{"given": given.Model, "none": "stream-model"} {
+			tr, err := s.Load("sess-m", agent)
+			require.NoError(t, err)
+			require.Equal(t, want, tr.Model, agent)
+			e, err := l.Get(ctx, transcript.Identity{WorkspacePath: "/ws", SessionID: "sess-m", AgentID: agent})
+			require.NoError(t, err)
+			require.Equal(t, want, e.Model, agent)
+		}
+	})
+}
