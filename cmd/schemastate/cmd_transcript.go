@@ -6,7 +6,10 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
+	"os"
 	"strings"
+	"time"
 
 	"github.com/schemastate/schemastate/transcript"
 )
@@ -34,9 +37,11 @@ const transcriptUsage = `usage: schemastate transcript <subcommand> [flags]
         is not alive; end, as its transcript ended, a lifecycle row still running
         whose transcript is finished
   record --root DIR --session S --agent A --provider P [--kind K] [--execution E]
-         [--model M] [--prompt TEXT] [--db DSN --workspace W] < provider-stream
+         [--model M] [--prompt TEXT] [--provider-session ID] [--timeout D]
+         [--db DSN --workspace W] < provider-stream
         record a provider event stream (claude, opencode, codex) as a transcript: create,
-        append as each record arrives, finish with the provider's outcome
+        append as each record arrives, finish with the provider's outcome; SIGTERM or
+        SIGINT ends it as cancelled, --timeout as timed_out (transcript and row alike)
 
 exit: 0 ok, 1 something found wrong, 2 usage or database error
 `
@@ -227,6 +232,9 @@ func transcriptLs(ctx context.Context, e *env, args []string) int {
 		return exitUsage
 	}
 	defer closeDB()
+	if !rootExists(e, *root) {
+		return exitUsage
+	}
 	idx, err := transcript.Index(ctx, s, l, *workspace, *session)
 	if err != nil {
 		fmt.Fprintf(e.stderr, "schemastate: %v\n", err)
@@ -307,6 +315,9 @@ func transcriptRecover(ctx context.Context, e *env, args []string) int {
 		return exitUsage
 	}
 	defer closeDB()
+	if !rootExists(e, *root) {
+		return exitUsage
+	}
 	rep, err := transcript.Recover(ctx, *root, l, *workspace)
 	if err != nil {
 		fmt.Fprintf(e.stderr, "schemastate: %v\n", err)
@@ -336,24 +347,38 @@ func transcriptRecover(ctx context.Context, e *env, args []string) int {
 }
 
 func transcriptRecord(ctx context.Context, e *env, args []string) int {
-	fs := flags(e, "transcript record", "--root DIR --session S --agent A --provider P [--kind K] [--execution E] [--model M] [--prompt TEXT] [--db DSN --workspace W] < stream")
+	fs := flags(e, "transcript record", "--root DIR --session S --agent A --provider P [--kind K] [--execution E] [--model M] [--prompt TEXT] [--provider-session ID] [--timeout D] [--db DSN --workspace W] < stream")
 	root := fs.String("root", "", "conversation-storage root")
 	session := fs.String("session", "", "parent session id")
 	agent := fs.String("agent", "", "agent (child) id")
 	provider := fs.String("provider", "", "stream shape: "+strings.Join(transcript.Providers(), ", "))
 	kind := fs.String("kind", string(transcript.KindRunInBackground), "run_in_background, todo_delegate, scheduled, …")
 	execution := fs.String("execution", "", "execution id")
-	model := fs.String("model", "", "model, as known before the first provider turn")
+	model := fs.String("model", "", "model, as known before the first provider turn (when not given: the model the stream reports)")
 	prompt := fs.String("prompt", "", "prompt delivered to the child, for streams that do not echo it")
 	dsn := fs.String("db", "", "database holding background_agent_log (optional)")
 	workspace := fs.String("workspace", "", "workspace_path of the lifecycle row")
 	providerSession := fs.String("provider-session", "", "the child's own session id in the provider's stream (OpenCode: keep only this session's events on a shared server)")
+	timeout := fs.Duration("timeout", 0, "end the child as timed_out when its stream has not ended after this long (0: no limit)")
 	if code, ok := parse(fs, args); !ok {
 		return code
 	}
 	if *root == "" || *session == "" || *agent == "" || *provider == "" || fs.NArg() > 0 {
 		fs.Usage()
 		return exitUsage
+	}
+	if *timeout < 0 {
+		fmt.Fprintf(e.stderr, "schemastate: --timeout %v is negative\n", *timeout)
+		return exitUsage
+	}
+	// Ids are checked before the database is opened or anything written: a
+	// lifecycle row for a transcript that can never exist would stay
+	// running for ever.
+	for _, id := range [][2]string{{"session id", *session}, {"agent id", *agent}} {
+		if err := transcript.ValidateID(id[0], id[1]); err != nil {
+			fmt.Fprintf(e.stderr, "schemastate: %v\n", err)
+			return exitUsage
+		}
 	}
 	var nopts []transcript.NormalizerOption
 	if *providerSession != "" {
@@ -378,12 +403,27 @@ func transcriptRecord(ctx context.Context, e *env, args []string) int {
 		fmt.Fprintf(e.stderr, "schemastate: %v\n", err)
 		return exitUsage
 	}
+	// Cancellation (SIGTERM/SIGINT, or --timeout) stops the reading of the
+	// stream, never a write: every create, append and finish runs on a
+	// context cancellation does not reach, bounded on its own, so the
+	// transcript and its lifecycle row reach the same terminal status.
+	write := func(op func(context.Context) error) error {
+		wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), finalWriteTimeout)
+		defer cancel()
+		return op(wctx)
+	}
+	readCtx := ctx
+	if *timeout > 0 {
+		var cancel context.CancelFunc
+		readCtx, cancel = context.WithTimeout(ctx, *timeout)
+		defer cancel()
+	}
 	h := transcript.Header{ParentSessionID: *session, AgentID: *agent, ExecutionID: *execution,
 		Kind: transcript.Kind(*kind), Provider: *provider, Model: *model}
 	// failed: something went wrong (exit 1); lost: a transcript write
 	// itself failed, not only its record in background_agent_log.
 	failed, lost := false, false
-	if err := s.Create(ctx, h); err != nil {
+	if err := write(func(c context.Context) error { return s.Create(c, h) }); err != nil {
 		lost = fileFailed(err)
 		fmt.Fprintf(e.stderr, "schemastate: %v\n", err)
 		switch {
@@ -397,7 +437,7 @@ func transcriptRecord(ctx context.Context, e *env, args []string) int {
 		failed = true
 	}
 	appendOr := func(evs ...transcript.Event) {
-		if err := s.Append(ctx, *session, *agent, evs...); err != nil {
+		if err := write(func(c context.Context) error { return s.Append(c, *session, *agent, evs...) }); err != nil {
 			fmt.Fprintf(e.stderr, "schemastate: %v\n", err)
 			failed, lost = true, lost || fileFailed(err)
 		}
@@ -405,29 +445,17 @@ func transcriptRecord(ctx context.Context, e *env, args []string) int {
 	if *prompt != "" {
 		appendOr(transcript.Event{Type: transcript.UserMessage, Text: *prompt})
 	}
-	sc := bufio.NewScanner(e.stdin)
-	sc.Buffer(make([]byte, 64<<10), 16<<20)
-	line := 0
-	var streamErr error
-	for sc.Scan() && streamErr == nil {
-		line++
-		evs, err := n.Feed(sc.Bytes())
-		if err != nil {
-			streamErr = fmt.Errorf("%s stream line %d: %w", *provider, line, err)
-			break
-		}
-		appendOr(evs...)
-	}
-	if streamErr == nil {
-		streamErr = sc.Err()
-	}
+	streamErr, stopped := readStream(readCtx, e.stdin, *provider, n, appendOr)
 	rest, out := n.Close()
 	appendOr(rest...)
-	end := transcript.End{Status: out.Status, Error: out.Error}
-	if streamErr != nil {
-		end = transcript.End{Status: transcript.Failed, Error: "reading the provider stream: " + streamErr.Error()}
+	end := outcomeEnd(out, streamErr, stopped, *timeout)
+	if stopped == nil && streamErr == nil && out.Records == 0 {
+		// Not one line was the provider's: a loud error, never a quiet
+		// transcript that reads like a run that merely ended early.
+		fmt.Fprintf(e.stderr, "schemastate: %s\n", out.Error)
+		failed = true
 	}
-	if err := s.Finish(ctx, *session, *agent, end); err != nil {
+	if err := write(func(c context.Context) error { return s.Finish(c, *session, *agent, end) }); err != nil {
 		fmt.Fprintf(e.stderr, "schemastate: %v\n", err)
 		failed, lost = true, lost || fileFailed(err)
 	}
@@ -444,6 +472,94 @@ func transcriptRecord(ctx context.Context, e *env, args []string) int {
 		return exitFoundWrong
 	}
 	return exitOK
+}
+
+// finalWriteTimeout bounds each transcript write of record, which runs on a
+// context that cancellation does not reach.
+const finalWriteTimeout = 30 * time.Second
+
+// readStream feeds the provider stream, line by line as it arrives, to n and
+// each record's events to appendFn, until the stream ends (streamErr: a read
+// or parse error, nil at EOF) or ctx is done (stopped: ctx's error). A read
+// blocked on a stream that stays open does not delay a stop: the read goes
+// on in its own goroutine, which is abandoned.
+func readStream(ctx context.Context, r io.Reader, provider string, n transcript.Normalizer, appendFn func(...transcript.Event)) (streamErr, stopped error) {
+	lines := make(chan []byte)
+	done := make(chan error, 1)
+	quit := make(chan struct{})
+	defer close(quit)
+	go func() {
+		sc := bufio.NewScanner(r)
+		sc.Buffer(make([]byte, 64<<10), 16<<20)
+		for sc.Scan() {
+			select {
+			case lines <- append([]byte(nil), sc.Bytes()...):
+			case <-quit:
+				return
+			}
+		}
+		done <- sc.Err()
+	}()
+	for line := 1; ; {
+		// A stop already signalled wins over lines still arriving.
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		select {
+		case b := <-lines:
+			evs, err := n.Feed(b)
+			if err != nil {
+				return fmt.Errorf("%s stream line %d: %w", provider, line, err), nil
+			}
+			appendFn(evs...)
+			line++
+		case err := <-done:
+			// A stream that ended as the stop came (a process group
+			// signalled at once: the provider died of it too) was stopped.
+			return err, ctx.Err()
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+}
+
+// outcomeEnd is the transcript's terminal record, decided once. A stream
+// that could not be read ends failed. A record stopped by a signal or by its
+// --timeout ends cancelled or timed_out — unless the provider had already
+// reported its run completed: that work was done.
+func outcomeEnd(out transcript.Outcome, streamErr, stopped error, timeout time.Duration) transcript.End {
+	end := transcript.End{Status: out.Status, Error: out.Error, Model: out.Model}
+	switch {
+	case streamErr != nil:
+		end.Status, end.Error = transcript.Failed, "reading the provider stream: "+streamErr.Error()
+	case stopped != nil && out.Status != transcript.Completed:
+		end.Status, end.Error = transcript.Cancelled, "cancelled: a signal stopped the recording before the provider stream ended"
+		if errors.Is(stopped, context.DeadlineExceeded) {
+			end.Status, end.Error = transcript.TimedOut, fmt.Sprintf("timed out: the provider stream had not ended after --timeout %v", timeout)
+		}
+		if out.Records > 0 && out.Error != "" {
+			end.Error += " (the stream so far: " + out.Error + ")"
+		}
+	}
+	return end
+}
+
+// rootExists reports whether --root names a directory, and says so when it
+// does not: a mistyped root must not read as "no transcripts".
+func rootExists(e *env, root string) bool {
+	fi, err := os.Stat(root)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		fmt.Fprintf(e.stderr, "schemastate: --root %s: no such directory\n", root)
+		return false
+	case err != nil:
+		fmt.Fprintf(e.stderr, "schemastate: --root %s: %v\n", root, err)
+		return false
+	case !fi.IsDir():
+		fmt.Fprintf(e.stderr, "schemastate: --root %s: not a directory\n", root)
+		return false
+	}
+	return true
 }
 
 // fileFailed reports whether err is more than a failure to record an outcome
