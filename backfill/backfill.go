@@ -53,6 +53,13 @@ type Result struct {
 	Ran bool
 	// Inserted is the number of rows the INSERT wrote (0 on a replay: AC-22).
 	Inserted int64
+	// UnreadableCreatedAt is the number of messages that qualify (AC-21,
+	// AC-21a) but whose created_at is not a time: no instant to order them
+	// by (AC-21b) or to store as observed_at, so no row was derived from
+	// them. Only SQLite's untyped text can hold one. FirstUnreadable is the
+	// least id among them ("" when there is none).
+	UnreadableCreatedAt int64
+	FirstUnreadable     string
 	// BackfillThrough is the value computed this run: the newest created_at
 	// matching the source predicate, or "" when nothing matched (AC-24f).
 	BackfillThrough string
@@ -145,8 +152,8 @@ func Run(ctx context.Context, q dialect.Querier, d dialect.Dialect, opts ...Opti
 	// it is the high-water mark of the source predicate, not of what this
 	// attempt inserted, so a replay that inserts nothing still publishes the
 	// true value.
-	var maxCol sql.NullString
-	if err := q.QueryRowContext(ctx, stmts.max).Scan(&maxCol); err != nil {
+	var maxCol, firstUnreadable sql.NullString
+	if err := q.QueryRowContext(ctx, stmts.max).Scan(&maxCol, &res.UnreadableCreatedAt, &firstUnreadable); err != nil {
 		return res, fmt.Errorf("backfill: MAX(created_at) over the source predicate: %w", err)
 	}
 	if maxCol.Valid && maxCol.String != "" {
@@ -156,6 +163,11 @@ func Run(ctx context.Context, q dialect.Querier, d dialect.Dialect, opts ...Opti
 		}
 		res.BackfillThrough = v
 	} // AC-24f: else '' — the sentinel, never parsed as an instant.
+	res.FirstUnreadable = firstUnreadable.String
+	if res.UnreadableCreatedAt > 0 {
+		o.report(fmt.Sprintf("%d qualifying messages have a created_at that is not a time (first: %s); no row is derived from them",
+			res.UnreadableCreatedAt, res.FirstUnreadable))
+	}
 	if err := o.fail(PointMaxTaken); err != nil {
 		return res, err
 	}

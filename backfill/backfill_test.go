@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"testing"
 	"time"
 
@@ -14,6 +15,7 @@ import (
 	"github.com/schemastate/schemastate/dialect"
 	"github.com/schemastate/schemastate/internal/dbtest"
 	"github.com/schemastate/schemastate/keys"
+	"github.com/schemastate/schemastate/reconcile"
 )
 
 // AC-21: every column from its named source; in particular tool_status from
@@ -622,4 +624,46 @@ func mapKeys[V any](m map[string]V) []string {
 		out = append(out, k)
 	}
 	return out
+}
+
+// AC-21, AC-21b: a qualifying message whose created_at is not a time cannot
+// be ordered nor become observed_at, so no row is derived from it — and it
+// is counted and named, in Run's result and in the reconcile's backfill
+// step, never dropped unseen. Only SQLite's untyped text can hold such a
+// value (PostgreSQL's timestamp column refuses it on insert), so this is a
+// SQLite test; the differential test pins the count at 0 on PostgreSQL.
+func TestBackfill_AC21_UnreadableCreatedAtIsCountedNotDropped(t *testing.T) {
+	db := dbtest.Open(t, dialect.SQLite)
+	declared(t, db)
+	seed(t, db,
+		message{ID: "m-ok", Session: "s1", Task: "task-1", Turn: "t", Created: base, Meta: subagent("tc-ok", nil, map[string]any{"model": "ok"})},
+		message{ID: "m-bad1", Session: "s1", Task: "task-1", Turn: "t", CreatedRaw: "last tuesday", Meta: subagent("tc-bad1", nil, nil)},
+		message{ID: "m-bad2", Session: "s1", Task: "task-1", Turn: "t", CreatedRaw: "2026-13-45 99:99:99", Meta: subagent("tc-bad2", nil, nil)},
+		// Same key as m-ok: the row is still m-ok's, and this one is counted.
+		message{ID: "m-dup-bad", Session: "s1", Task: "task-1", Turn: "t", CreatedRaw: "x", Meta: subagent("tc-ok", nil, map[string]any{"model": "bad"})},
+		// Not qualifying (no tool_call_id): skipped by AC-21a, not counted here.
+		message{ID: "m-bad-noid", Session: "s1", Task: "task-1", Turn: "t", CreatedRaw: "x", Meta: subagent("", nil, nil)},
+	)
+	_, err := db.DB.Exec(`UPDATE task_session_messages SET created_at = '' WHERE id = 'm-bad2'`)
+	require.NoError(t, err)
+
+	res, err := run(t, db)
+	require.NoError(t, err)
+	require.EqualValues(t, 1, res.Inserted)
+	require.EqualValues(t, 3, res.UnreadableCreatedAt)
+	require.Equal(t, "m-bad1", res.FirstUnreadable)
+	require.Equal(t, keys.Format(base), res.BackfillThrough)
+	got := rows(t, db)
+	require.Equal(t, []string{"tc-ok/unknown"}, mapKeys(got))
+	require.Equal(t, "ok", got["tc-ok/unknown"].get("model"))
+
+	// The reconcile's backfill step says it too.
+	_, err = db.DB.Exec(`DELETE FROM task_session_subagents`)
+	require.NoError(t, err)
+	clearKeys(t, db, keys.CaptureSince, keys.BackfillThrough)
+	rep, err := reconcile.Reconcile(context.Background(), db.DB, reconcile.WithLogger(slog.New(slog.DiscardHandler)))
+	require.NoError(t, err)
+	step := rep.Step(reconcile.StepBackfill)
+	require.NotNil(t, step)
+	require.Contains(t, step.Detail, "3 qualifying messages skipped: created_at is not a time (first: m-bad1)")
 }

@@ -22,7 +22,10 @@ type statements struct {
 	// winners is the one full scan of task_session_messages: CREATE TABLE
 	// <temp table> AS the per-key winners, every target column derived.
 	winners string
-	max     string   // one row, one column: the newest winner's created_at, normalized
+	// max is one row: the newest winner's created_at, normalized; the number
+	// of qualifying messages whose created_at is not a time; the least id
+	// among them.
+	max     string
 	insert  string   // INSERT … SELECT every winner … ON CONFLICT DO NOTHING
 	cleanup []string // after the key writes
 }
@@ -211,11 +214,15 @@ func postgresStatements() statements {
 //   - src: those whose metadata.normalized.kind is 'subagent_task', with every
 //     AC-21 column source extracted;
 //   - qualifying: src minus messages missing session id, task id or
-//     metadata.tool_call_id (AC-21a), and minus a created_at that is not a
-//     time at all (possible only in SQLite's untyped text; it could not
-//     become observed_at);
+//     metadata.tool_call_id (AC-21a);
 //   - ranked: one winner per (task_session_id, tool_call_id), newest
-//     created_at as a timestamp, then greatest id (AC-21b).
+//     created_at as a timestamp, then greatest id (AC-21b), among the
+//     messages whose created_at is a time. A created_at that is not a time
+//     at all (possible only in SQLite's untyped text) cannot become
+//     observed_at nor be ordered, so such a message is never a winner; it is
+//     kept in the winners table with a NULL created_key, every one of them,
+//     so that it is counted and named (Result.UnreadableCreatedAt), never
+//     dropped unseen.
 func build(f fragments, prepare, cleanup []string) statements {
 	st := func(p ...string) jsonPath { return append(jsonPath{"normalized", "subagent_task"}, p...) }
 	ctes := `WITH msg AS MATERIALIZED (
@@ -249,10 +256,9 @@ func build(f fragments, prepare, cleanup []string) statements {
 	WHERE COALESCE(task_session_id, '') <> ''
 		AND COALESCE(task_id, '') <> ''
 		AND tool_call_id IS NOT NULL
-		AND created_key IS NOT NULL
 ), ranked AS (
 	SELECT qualifying.*,
-		ROW_NUMBER() OVER (PARTITION BY task_session_id, tool_call_id ORDER BY created_key DESC, message_id DESC) AS rn
+		ROW_NUMBER() OVER (PARTITION BY task_session_id, tool_call_id, created_key IS NULL ORDER BY created_key DESC, message_id DESC) AS rn
 	FROM qualifying
 )`
 
@@ -281,28 +287,29 @@ SELECT
 	-- AC-23a: settled only when the TOP-LEVEL metadata.status is terminal (AC-11).
 	CASE WHEN tool_status IN (` + terminal + `) THEN ` + f.stored("updated_key") + ` END AS settled_at,
 	` + f.stored("updated_key") + ` AS updated_at,
-	created_key
+	created_key, message_id
 FROM ranked
-WHERE rn = 1`
+WHERE rn = 1 OR created_key IS NULL`
 
 	const columns = `id, task_session_id, task_id, turn_id, agent_execution_id, tool_call_id,
 	parent_tool_call_id, subagent_type, description, agent_id, child_session_id,
 	model, agent_status, tool_status, is_async, total_tokens, tool_use_count,
 	duration_ms, source, observed_at, settled_at, updated_at`
-	// WHERE true: SQLite would otherwise read ON CONFLICT as a join constraint.
+	// The WHERE also keeps SQLite from reading ON CONFLICT as a join constraint.
 	insert := `INSERT INTO task_session_subagents (
 	` + columns + `
 )
 SELECT ` + columns + `
 FROM ` + f.temp + `
-WHERE true
+WHERE created_key IS NOT NULL
 ON CONFLICT (task_session_id, agent_execution_id, tool_call_id) DO NOTHING`
 
 	drop := `DROP TABLE IF EXISTS ` + f.temp
 	return statements{
 		prepare: append([]string{drop}, prepare...),
 		winners: winners,
-		max:     "SELECT " + f.max("created_key") + " FROM " + f.temp,
+		max: "SELECT " + f.max("created_key") + ", COUNT(*) - COUNT(created_key), " +
+			"MIN(CASE WHEN created_key IS NULL THEN message_id END) FROM " + f.temp,
 		insert:  insert,
 		cleanup: append([]string{drop}, cleanup...),
 	}

@@ -545,9 +545,13 @@ func (r *run) backfill(ctx context.Context, q dialect.Querier) Step {
 		return Step{Status: Unchanged, Detail: "both backfill keys present"}
 	}
 	rows := res.Inserted
-	return Step{Status: Applied, Statements: 1, Rows: &rows, Detail: fmt.Sprintf(
-		"inserted %d rows; %s=%q %s=%q", rows,
-		keys.BackfillThrough, deref(res.Keys.BackfillThrough), keys.CaptureSince, deref(res.Keys.CaptureSince))}
+	detail := fmt.Sprintf("inserted %d rows; %s=%q %s=%q", rows,
+		keys.BackfillThrough, deref(res.Keys.BackfillThrough), keys.CaptureSince, deref(res.Keys.CaptureSince))
+	if res.UnreadableCreatedAt > 0 {
+		detail += fmt.Sprintf("; %d qualifying messages skipped: created_at is not a time (first: %s)",
+			res.UnreadableCreatedAt, res.FirstUnreadable)
+	}
+	return Step{Status: Applied, Statements: 1, Rows: &rows, Detail: detail}
 }
 
 func deref(s *string) string {
