@@ -57,6 +57,13 @@ type Report struct {
 	// instant (RFC3339, nine fractional digits, UTC); nil when no row was
 	// observed since activation, or when the comparison was not run.
 	LastObservedAt *string `json:"last_observed_at"`
+	// UnreadableCreatedAt is the number of subagent messages, carrying every
+	// identity the shortfall side requires, whose created_at is not a time:
+	// they cannot be placed before or after capture_since, so neither
+	// anti-join counts them, and the backfill derives no row from them
+	// either. Only SQLite's untyped text can hold one; null when the
+	// comparison was not run.
+	UnreadableCreatedAt *int64 `json:"unreadable_created_at"`
 	// KeyState is the AC-24c classification of the activation keys.
 	KeyState keys.State `json:"-"`
 }
@@ -136,17 +143,17 @@ func Evaluate(ctx context.Context, db *sql.DB, opts ...Option) (*Report, error) 
 	o.hook("capture_since")
 
 	// One statement, one scan of the messages: both anti-joins, the
-	// collision count and the scoped MAX (see evaluation). Queries keeps the
-	// normative statements, which give the same numbers.
-	var shortfall, excess, collisions int64
-	var last sql.NullString
-	if err := tx.QueryRowContext(ctx, evaluation(d), b.Arg()).Scan(&shortfall, &excess, &collisions, &last); err != nil {
+	// collision count, the scoped MAX and the unreadable count (see
+	// evaluation). Queries keeps the normative statements, which give the
+	// same numbers.
+	var c counts
+	if err := evaluate(ctx, tx, d, b.Arg(), &c); err != nil {
 		return nil, fmt.Errorf("health: shortfall, excess, collisions and last observed: %w", err)
 	}
 	o.hook("counts")
-	rep.Shortfall, rep.Excess, rep.Collisions = &shortfall, &excess, &collisions
-	if last.Valid {
-		v, err := keys.FromColumn(last.String)
+	rep.Shortfall, rep.Excess, rep.Collisions, rep.UnreadableCreatedAt = &c.shortfall, &c.excess, &c.collisions, &c.unreadable
+	if c.last.Valid {
+		v, err := keys.FromColumn(c.last.String)
 		if err != nil {
 			return nil, fmt.Errorf("health: last observed: %w", err)
 		}

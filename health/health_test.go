@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"fmt"
 	"math/rand"
+	"strings"
 	"testing"
 	"time"
 
@@ -483,4 +484,80 @@ func TestHealth_AC28_DuplicatedMemberLastWinsOnBothDialects(t *testing.T) {
 		s.rawMessage("s1", "task-s1", `{"tool_call_id":"e","tool_call_id":7,"normalized":{"kind":"subagent_task"}}`, at)
 		require.Equal(t, counts{health.Shortfall, 1, 0, 0}, countsOf(s.eval()), "only d is expected and missing")
 	})
+}
+
+// AC-19, AC-28: validity is decided exactly, for a document of any size, on
+// both dialects — by each dialect's own parser, as the backfill decides it.
+// A valid ~180 KB subagent document whose row is missing is a shortfall on
+// PostgreSQL as on SQLite (a plain-SQL tokenizer bounded to 100 000
+// characters read it as malformed, hiding the missed write on PostgreSQL
+// only), and malformed candidates of any size among valid ones are not
+// messages. On PostgreSQL the evaluation runs in a session whose
+// transactions are read-only by default, as on a replica: nothing is
+// created.
+func TestHealth_AC28_LargeDocumentsAreDecidedExactly(t *testing.T) {
+	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
+		s := newStore(t, db)
+		s.activate(k)
+		at := k.Add(time.Second)
+		// A tool call's file list and line offsets: ~200 KB of ordinary JSON.
+		big := func(toolCallID string) string {
+			files, offsets := make([]string, 6000), make([]string, 15000)
+			for i := range files {
+				files[i] = fmt.Sprintf(`"src/f%05d.go"`, i)
+			}
+			for i := range offsets {
+				offsets[i] = fmt.Sprint(100000 + i*7)
+			}
+			return `{"tool_call_id":"` + toolCallID + `","raw_input":{"files":[` + strings.Join(files, ",") +
+				`],"offsets":[` + strings.Join(offsets, ",") +
+				`]},"status":"completed","normalized":{"kind":"subagent_task","subagent_task":{"status":"completed"}}}`
+		}
+		require.Greater(t, len(big("tc-big")), 180000)
+		require.Less(t, len(big("tc-big")), 220000)
+		for i := 0; i < 40; i++ {
+			s.captured("s1", fmt.Sprintf("tc-%02d", i), at)
+		}
+		s.rawMessage("s1", "task-s1", big("tc-big"), s.ts(at)) // valid, its row missing: a shortfall
+		s.rawMessage("s1", "task-s1", big("tc-big-bad")[:150000], s.ts(at))
+		s.rawMessage("s1", "task-s1", big("tc-big-trail")+" x", s.ts(at))
+		s.rawMessage("s1", "task-s1", `{"tool_call_id":"tc-zero","n":01,"normalized":{"kind":"subagent_task"}}`, s.ts(at))
+		s.rawMessage("s1", "task-s1", "{\"tool_call_id\":\"tc-ctl\",\"d\":\"a\tb\",\"normalized\":{\"kind\":\"subagent_task\"}}", s.ts(at))
+		s.captured("s1", "tc-40", at)
+		s.message("s1", "tc-missed", at)
+
+		evalDB := db.DB
+		if db.Dialect == dialect.Postgres {
+			ro, err := sql.Open("pgx", db.DSN+"&default_transaction_read_only=on")
+			require.NoError(t, err)
+			t.Cleanup(func() { ro.Close() })
+			var mode string
+			require.NoError(t, ro.QueryRow(`SHOW default_transaction_read_only`).Scan(&mode))
+			require.Equal(t, "on", mode)
+			evalDB = ro
+		}
+		r, err := health.Evaluate(s.ctx, evalDB)
+		require.NoError(t, err)
+		require.Equal(t, counts{health.Shortfall, 2, 0, 0}, countsOf(r), "tc-big and tc-missed")
+	})
+}
+
+// AC-28: a subagent message whose created_at is not a time cannot be placed
+// before or after capture_since; it is counted in unreadable_created_at (when
+// it carries the identities the shortfall side requires — the messages the
+// backfill counts too), never dropped unseen. Only SQLite's untyped text can
+// hold one; on PostgreSQL the count is 0 (pinned by the differential test).
+func TestHealth_AC28_UnreadableCreatedAtIsCounted(t *testing.T) {
+	db := dbtest.Open(t, dialect.SQLite)
+	s := newStore(t, db)
+	s.activate(k)
+	s.captured("s1", "tc-ok", k.Add(time.Second))
+	s.rawMessage("s1", "task-s1", subagentMeta("tc-bad1"), "not a time")
+	s.rawMessage("s1", "task-s1", subagentMeta("tc-bad2"), "")
+	s.rawMessage("s1", "", subagentMeta("tc-no-task"), "x")              // not expected: no task id
+	s.rawMessage("s1", "task-s1", `{"normalized":{"kind":"read"}}`, "x") // not a subagent message
+	r := s.eval()
+	require.Equal(t, counts{health.Healthy, 0, 0, 0}, countsOf(r))
+	require.NotNil(t, r.UnreadableCreatedAt)
+	require.EqualValues(t, 2, *r.UnreadableCreatedAt)
 }

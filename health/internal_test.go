@@ -2,6 +2,7 @@ package health
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"io"
 	"log/slog"
@@ -98,24 +99,24 @@ func TestEvaluate_AC28b_OneSnapshotPerEvaluation(t *testing.T) {
 	})
 }
 
-// The msg CTE's normalization against each dialect's own JSON parser: for
-// every document — a fixed corpus of edge cases plus mutations of a real
-// metadata document — the statements never raise, and meta is the document
-// exactly when it is a JSON object that parser accepts and that could name
-// subagent_task; otherwise '{}', or the row is left out of msg (it could never
-// match the kind predicate, so the anti-joins read it as '{}').
-func TestMsgCTE_MetadataNormalizationMatchesParser(t *testing.T) {
+// corpusDoc is one document of the normalization corpus.
+type corpusDoc struct {
+	doc string
+	// conservative marks a document PostgreSQL accepts that the plain-SQL
+	// check of Queries deliberately rejects (too long to bound numeric_in's
+	// digit limits).
+	conservative bool
+}
+
+// normalizationCorpus is a fixed corpus of edge cases plus mutations of a
+// real metadata document.
+func normalizationCorpus() []corpusDoc {
 	base := `{"tool_call_id":"toolu_01","status":"completed","normalized":{"kind":"subagent_task",` +
 		`"subagent_task":{"status":"completed","model":"m\u00e9 \"q\"","total_tokens":275717,"x":[1,-2.5e3,0.25,true,false,null,{}],"d":"\ud83d\ude00\n"}}}`
 	deep := `{"tool_call_id":"deep","normalized":{"kind":"subagent_task"},"n":` + strings.Repeat("[", 150) + strings.Repeat("]", 150) + `}`
 	big := `{"tool_call_id":"big","normalized":{"kind":"subagent_task"},"n":0.` + strings.Repeat("1", 5900) + `e-9999,"m":1` + strings.Repeat("0", 40) + `e9999}`
 	huge := `{"tool_call_id":"huge","normalized":{"kind":"subagent_task"},"n":1` + strings.Repeat("0", 7000) + `}`
-	corpus := []struct {
-		doc string
-		// conservative marks a document PostgreSQL accepts that the check
-		// deliberately rejects (too long to bound numeric_in's digit limits).
-		conservative bool
-	}{
+	corpus := []corpusDoc{
 		{doc: base}, {doc: deep}, {doc: big}, {doc: huge, conservative: true},
 		{doc: ""}, {doc: "null"}, {doc: "{bad"}, {doc: "[1]"}, {doc: `"subagent_task"`}, {doc: "  {}  "},
 		{doc: `{"normalized":{"kind":"subagent_task"}`},
@@ -152,12 +153,20 @@ func TestMsgCTE_MetadataNormalizationMatchesParser(t *testing.T) {
 				r[p] = alphabet[rng.Intn(len(alphabet))]
 			}
 		}
-		corpus = append(corpus, struct {
-			doc          string
-			conservative bool
-		}{doc: string(r)})
+		corpus = append(corpus, corpusDoc{doc: string(r)})
 	}
 
+	return corpus
+}
+
+// The msg CTE's normalization against each dialect's own JSON parser: for
+// every document — a fixed corpus of edge cases plus mutations of a real
+// metadata document — the statements never raise, and meta is the document
+// exactly when it is a JSON object that parser accepts and that could name
+// subagent_task; otherwise '{}', or the row is left out of msg (it could never
+// match the kind predicate, so the anti-joins read it as '{}').
+func TestMsgCTE_MetadataNormalizationMatchesParser(t *testing.T) {
+	corpus := normalizationCorpus()
 	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
 		ctx := setup(t, db)
 		tx, err := db.BeginTx(ctx, nil)
@@ -238,4 +247,71 @@ func parseObject(t *testing.T, ctx context.Context, db *dbtest.DB, doc string) (
 		return "", false
 	}
 	return text, typ == "object"
+}
+
+// AC-28 on PostgreSQL: Evaluate's msg rows are exactly what the jsonb parser
+// makes of each candidate — the document when it is an object, else '{}' —
+// for every document of the corpus, with no conservative exception: the
+// documents postgresUnparseable isolates are exactly those the parser
+// refuses.
+func TestEvalCTE_PostgresDecidesExactlyAsTheParser(t *testing.T) {
+	corpus := normalizationCorpus()
+	corpus = append(corpus, corpusDoc{doc: `{"tool_call_id":"wide","normalized":{"kind":"subagent_task"},"n":[` +
+		strings.Repeat("123456,", 40000) + `0]}`})
+	db := dbtest.Open(t, dialect.Postgres)
+	ctx := setup(t, db)
+	ts := keys.RowTime(db.Dialect, since)
+	for i, c := range corpus {
+		_, err := db.ExecContext(ctx, `INSERT INTO task_session_messages (id, task_session_id, task_id, turn_id, content, metadata, created_at, updated_at)
+			VALUES ($1, 's1', $2, 't', '…', $3, $4, $4)`, fmt.Sprintf("m%03d", i), fmt.Sprintf("d%03d", i), c.doc, ts)
+		require.NoError(t, err)
+	}
+	b, err := keys.NewBoundary(keys.Format(since))
+	require.NoError(t, err)
+	tx, err := db.BeginTx(ctx, &sql.TxOptions{ReadOnly: true, Isolation: sql.LevelRepeatableRead})
+	require.NoError(t, err)
+	defer tx.Rollback() //nolint:errcheck // read-only
+
+	rows, err := tx.QueryContext(ctx, pgCandidates("m.id"), b.Arg())
+	require.NoError(t, err)
+	var ids []string
+	for rows.Next() {
+		var id string
+		require.NoError(t, rows.Scan(&id))
+		ids = append(ids, id)
+	}
+	require.NoError(t, rows.Err())
+	bad, err := postgresUnparseable(ctx, tx, ids)
+	require.NoError(t, err)
+	require.NotEmpty(t, bad)
+
+	rows, err = tx.QueryContext(ctx, postgresEvalCTE()+`
+SELECT c.task_id, m.meta::text FROM msg m JOIN candidate c ON c.task_session_id = m.task_session_id AND c.task_id = m.task_id`, b.Arg(), bad)
+	require.NoError(t, err)
+	got := map[string]string{}
+	for rows.Next() {
+		var id, m string
+		require.NoError(t, rows.Scan(&id, &m))
+		got[id] = m
+	}
+	require.NoError(t, rows.Err())
+	require.NoError(t, tx.Commit())
+
+	var accepted int
+	for i, c := range corpus {
+		want := "{}"
+		if parsed, ok := parseObject(t, ctx, db, c.doc); ok && (strings.Contains(c.doc, "subagent_task") || mayNameKind.MatchString(c.doc)) {
+			want = parsed
+			accepted++
+		}
+		g, in := got[fmt.Sprintf("d%03d", i)]
+		if !in {
+			g = "{}"
+		}
+		if g != want {
+			t.Fatalf("document %d %.200q: evaluation read %.200q, want %.200q", i, c.doc, g, want)
+		}
+	}
+	require.Greater(t, accepted, 20)
+	require.Less(t, accepted, len(corpus)-100)
 }

@@ -1,6 +1,8 @@
 package health
 
 import (
+	"context"
+	"database/sql"
 	"fmt"
 
 	"github.com/schemastate/schemastate/dialect"
@@ -85,26 +87,36 @@ func (q dialectSQL) sides(d dialect.Dialect) (expected, accounting, observed str
 }
 
 // evaluation is the one statement Evaluate runs: the shortfall, the excess,
-// the collision count and the scoped MAX(observed_at), in that column order,
-// with the bind parameter of Queries. It reads task_session_messages ONCE:
-// the subagent messages in the window are materialized (sub), each flagged
-// with whether it carries the identities the shortfall side requires, and
-// both anti-joins read that one set. They stay two directed EXCEPTs, each
-// counted on its own (AC-28: never netted); the window's rows (obs) are
-// materialized once for the other three numbers. Each number equals what the
-// corresponding Queries statement returns over the same snapshot: the sets
-// compared are the same predicates over the same msg CTE.
+// the collision count, the scoped MAX(observed_at) and the unreadable count,
+// in that column order, with the bind parameter of Queries (and, on
+// PostgreSQL, $2: see postgresEvalCTE). It reads task_session_messages
+// ONCE: the subagent messages in the window are materialized (sub), each
+// flagged with whether it carries the identities the shortfall side
+// requires, and both anti-joins read that one set. They stay two directed
+// EXCEPTs, each counted on its own (AC-28: never netted); the window's rows
+// (obs) are materialized once for the other three numbers. Each number
+// equals what the corresponding Queries statement returns over the same
+// snapshot: the sets compared are the same predicates over the same msg
+// rows.
+//
+// sub also holds the subagent messages whose created_at is not a time (only
+// SQLite's untyped text can hold one): they cannot be placed before or after
+// capture_since, so they are in neither anti-join, and the last column
+// counts those the shortfall side would expect — a message the backfill
+// could not derive a row from either (backfill.Result.UnreadableCreatedAt),
+// reported instead of dropped unseen.
 func evaluation(d dialect.Dialect) string {
 	q := sqlFor(d)
 	since := func(col string) string { return keys.AtOrAfter(d, col, q.param) }
-	return q.msgCTE + fmt.Sprintf(`, sub AS MATERIALIZED (
+	return q.evalCTE + fmt.Sprintf(`, sub AS MATERIALIZED (
   SELECT msg.task_session_id, %[1]s AS tool_call_id,
     CASE WHEN COALESCE(msg.task_session_id, '') <> ''
       AND COALESCE(msg.task_id, '') <> ''
-      AND COALESCE(%[1]s, '') <> '' THEN 1 ELSE 0 END AS expected
+      AND COALESCE(%[1]s, '') <> '' THEN 1 ELSE 0 END AS expected,
+    CASE WHEN %[3]s THEN 1 ELSE 0 END AS in_window
   FROM msg
   WHERE %[2]s = 'subagent_task'
-    AND %[3]s
+    AND (%[3]s OR %[6]s IS NULL)
 ), obs AS MATERIALIZED (
   SELECT s.task_session_id, s.tool_call_id, s.observed_at
   FROM task_session_subagents s
@@ -112,22 +124,46 @@ func evaluation(d dialect.Dialect) string {
 )
 SELECT
   (SELECT COUNT(*) FROM (
-    SELECT task_session_id, tool_call_id FROM sub WHERE expected = 1 GROUP BY 1, 2
+    SELECT task_session_id, tool_call_id FROM sub WHERE expected = 1 AND in_window = 1 GROUP BY 1, 2
     EXCEPT
     SELECT task_session_id, tool_call_id FROM obs
   ) AS shortfall),
   (SELECT COUNT(*) FROM (
     SELECT task_session_id, tool_call_id FROM obs GROUP BY 1, 2
     EXCEPT
-    SELECT task_session_id, tool_call_id FROM sub
+    SELECT task_session_id, tool_call_id FROM sub WHERE in_window = 1
   ) AS excess),
   (SELECT COUNT(*) - COUNT(DISTINCT task_session_id || ':' || tool_call_id) FROM obs),
-  (SELECT %[5]s FROM obs)`, q.toolCallID, q.kind, since("msg.created_at"), since("s.observed_at"), keys.MaxExpr(d, "observed_at"))
+  (SELECT %[5]s FROM obs),
+  (SELECT COUNT(*) FROM sub WHERE expected = 1 AND in_window = 0)`,
+		q.toolCallID, q.kind, since("msg.created_at"), since("s.observed_at"), keys.MaxExpr(d, "observed_at"),
+		keys.ColumnExpr(d, "msg.created_at"))
+}
+
+// counts is the one row of evaluation.
+type counts struct {
+	shortfall, excess, collisions, unreadable int64
+	last                                      sql.NullString
+}
+
+func (c *counts) scan(row *sql.Row) error {
+	return row.Scan(&c.shortfall, &c.excess, &c.collisions, &c.last, &c.unreadable)
+}
+
+// evaluate runs evaluation on tx with the boundary since and scans its row
+// into c: one statement on SQLite; on PostgreSQL, see evaluatePostgres.
+func evaluate(ctx context.Context, tx *sql.Tx, d dialect.Dialect, since string, c *counts) error {
+	if d == dialect.Postgres {
+		return evaluatePostgres(ctx, tx, since, c)
+	}
+	return c.scan(tx.QueryRowContext(ctx, evaluation(d), since))
 }
 
 // FloorQuery is one full scan of the qualifying-message predicate with the
-// same metadata normalization: the least work any correct health check must
-// do. The benchmark compares Evaluate against it.
+// metadata normalization of Queries: on SQLite the least work any correct
+// health check must do; on PostgreSQL it carries the plain-SQL validity check
+// (postgresMsgCTE), which Evaluate no longer runs. The benchmark compares
+// Evaluate against it.
 func FloorQuery(d dialect.Dialect) string {
 	q := sqlFor(d)
 	return q.msgCTE + fmt.Sprintf(`
@@ -139,8 +175,12 @@ WHERE %s = 'subagent_task'
 
 // dialectSQL holds the only parts of the statements that differ by dialect.
 type dialectSQL struct {
-	param      string // the single bind parameter, repeated wherever :since appears
-	msgCTE     string // WITH … msg AS (task_session_id, task_id, created_at, meta)
+	param  string // the single bind parameter, repeated wherever :since appears
+	msgCTE string // WITH … msg AS (task_session_id, task_id, created_at, meta), for Queries
+	// evalCTE is msg as evaluation reads it: the same columns, holding the
+	// subagent candidates in the window and those whose created_at is not a
+	// time. On SQLite it is msgCTE; see postgresEvalCTE for PostgreSQL.
+	evalCTE    string
 	kind       string // metadata.normalized.kind as text
 	toolCallID string // metadata.tool_call_id when it is a JSON string, else NULL
 }
@@ -148,9 +188,10 @@ type dialectSQL struct {
 func sqlFor(d dialect.Dialect) dialectSQL {
 	if d == dialect.Postgres {
 		return dialectSQL{
-			param:  "$1",
-			msgCTE: postgresMsgCTE(),
-			kind:   "msg.meta #>> '{normalized,kind}'",
+			param:   "$1",
+			msgCTE:  postgresMsgCTE(),
+			evalCTE: postgresEvalCTE(),
+			kind:    "msg.meta #>> '{normalized,kind}'",
 			// A tool_call_id that is not a JSON string is missing, as the
 			// backfill reads it (AC-21a): such a message is never expected.
 			toolCallID: "(CASE WHEN jsonb_typeof(msg.meta -> 'tool_call_id') = 'string' THEN msg.meta ->> 'tool_call_id' END)",
@@ -162,6 +203,7 @@ func sqlFor(d dialect.Dialect) dialectSQL {
 	return dialectSQL{
 		param:      "?1",
 		msgCTE:     sqliteMsgCTE,
+		evalCTE:    sqliteMsgCTE,
 		kind:       jsonfield.SQLite("msg.meta", []string{"normalized", "kind"}, str),
 		toolCallID: jsonfield.SQLite("msg.meta", []string{"tool_call_id"}, str),
 	}
@@ -192,11 +234,15 @@ const sqliteMsgCTE = `WITH msg AS (
     OR (instr(m.metadata, '\u00') > 0 AND (m.metadata GLOB '*\u00[67]*' OR m.metadata GLOB '*\u005[fF]*'))
 )`
 
+// postgresMsgCTE is the msg CTE of the verbatim statements (Queries,
+// FloorQuery) on PostgreSQL; Evaluate reads postgresEvalCTE, which is exact.
 // PostgreSQL 15 has neither IS JSON nor pg_input_is_valid, and metadata::jsonb
 // raises on any invalid text, aborting the whole statement. Creating a
 // function with an exception handler would be a schema change in the host's
-// database and would not run on a read-only replica or role. So the check is
-// plain SQL that decides, without casting, whether the cast would succeed:
+// database and would not run on a read-only replica or role, and a statement
+// run verbatim cannot trap the cast. So the check is plain SQL that decides,
+// without casting, whether the cast would succeed — conservatively, within
+// the bounds below:
 //
 //  1. Only rows that can possibly be subagent messages are examined: a JSON
 //     document whose normalized.kind is "subagent_task" contains that literal,
@@ -263,4 +309,40 @@ func postgresMsgCTE() string {
     (CASE WHEN c.id IN (SELECT id FROM object_metadata) THEN c.metadata::jsonb ELSE '{}'::jsonb END) AS meta
   FROM candidate c
 )`, pgAnyString, pgValidWrapped, pgScalar, pgInnermost, pgMayNameKind, keys.AtOrAfter(dialect.Postgres, "m.created_at", "$1"))
+}
+
+// pgCandidates selects, from one scan of the messages, the rows whose
+// metadata can name subagent_task (the same text test as postgresMsgCTE's)
+// and whose created_at is at or after $1 or not a time at all.
+func pgCandidates(cols string) string {
+	return fmt.Sprintf(`SELECT %s
+  FROM task_session_messages m
+  WHERE (strpos(m.metadata::text, 'subagent_task') > 0
+      OR (strpos(m.metadata::text, '\u') > 0 AND m.metadata::text ~ '%s'))
+    AND (%s OR m.created_at IS NULL)`, cols, pgMayNameKind, keys.AtOrAfter(dialect.Postgres, "m.created_at", "$1"))
+}
+
+// postgresEvalCTE is the msg CTE of Evaluate on PostgreSQL, exact for a
+// document of any size, with no function and no write, so it runs on a
+// read-only replica or role. PostgreSQL's own parser decides: every
+// candidate's metadata is cast to jsonb, except the ids listed in $2 (a
+// text[]), which read as '{}'. Evaluate runs it first with $2 empty: when no
+// candidate is malformed — the common case — that one statement is the
+// whole evaluation. When the cast raises, Evaluate rolls back to a
+// savepoint, asks the parser about the candidates one subset at a time
+// (postgresUnparseable), and runs it again listing the ones it refused, in
+// the same REPEATABLE READ snapshot (AC-28b). A document that casts to
+// anything but an object reads '{}', as on SQLite.
+func postgresEvalCTE() string {
+	return `WITH candidate AS MATERIALIZED (
+  ` + pgCandidates("m.id, m.task_session_id, m.task_id, m.created_at, m.metadata::text AS doc") + `
+), parsed AS MATERIALIZED (
+  SELECT c.task_session_id, c.task_id, c.created_at,
+    (CASE WHEN c.id IN (SELECT unnest(CAST($2 AS text[]))) THEN NULL ELSE CAST(c.doc AS jsonb) END) AS j
+  FROM candidate c
+), msg AS (
+  SELECT task_session_id, task_id, created_at,
+    (CASE WHEN jsonb_typeof(j) = 'object' THEN j ELSE '{}'::jsonb END) AS meta
+  FROM parsed
+)`
 }

@@ -80,4 +80,6 @@ func printHealth(e *env, r *health.Report) {
 	fmt.Fprintf(w, "excess:           %s\n", count(r.Excess, " (reported for attribution, never an alarm)"))
 	fmt.Fprintf(w, "collisions:       %s\n", count(r.Collisions, " (rows sharing a session and tool_call_id across executions)"))
 	fmt.Fprintf(w, "last_observed_at: %s\n", last)
+	fmt.Fprintf(w, "unreadable_created_at: %s\n", count(r.UnreadableCreatedAt,
+		" (subagent messages whose created_at is not a time: in no window, and no row derived from them)"))
 }

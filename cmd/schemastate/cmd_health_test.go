@@ -77,7 +77,7 @@ func TestCLI_Health_AC28_AC28a_AC29_VerdictsAndExitCodes(t *testing.T) {
 		code, out, stderr := healthCLI(t, "--db", db.CLIDSN, "--json")
 		require.Equal(t, exitUnhealthy, code, stderr)
 		require.Equal(t, map[string]any{"capture_since": nil, "verdict": "not_activated", "shortfall": nil,
-			"excess": nil, "collisions": nil, "last_observed_at": nil}, jsonOf(out))
+			"excess": nil, "collisions": nil, "last_observed_at": nil, "unreadable_created_at": nil}, jsonOf(out))
 
 		exec(`INSERT INTO kandev_meta (key, value) VALUES (?, ?)`, keys.CaptureSince, since)
 		seedMessage(t, db, exec, "m-old", "tc-old", healthK.Add(-time.Hour))
@@ -85,7 +85,7 @@ func TestCLI_Health_AC28_AC28a_AC29_VerdictsAndExitCodes(t *testing.T) {
 		code, out, stderr = healthCLI(t, "--db", db.CLIDSN, "--json")
 		require.Equal(t, exitUnhealthy, code, stderr)
 		require.Equal(t, map[string]any{"capture_since": since, "verdict": "nothing_since_activation", "shortfall": 0.0,
-			"excess": 0.0, "collisions": 0.0, "last_observed_at": nil}, jsonOf(out))
+			"excess": 0.0, "collisions": 0.0, "last_observed_at": nil, "unreadable_created_at": 0.0}, jsonOf(out))
 
 		seedMessage(t, db, exec, "m-a", "tc-a", healthK)
 		seedRow(t, db, exec, "r-a", "tc-a", healthK)
@@ -93,18 +93,19 @@ func TestCLI_Health_AC28_AC28a_AC29_VerdictsAndExitCodes(t *testing.T) {
 		code, out, stderr = healthCLI(t, "--db", db.CLIDSN, "--json")
 		require.Equal(t, exitOK, code, stderr)
 		require.Equal(t, map[string]any{"capture_since": since, "verdict": "healthy", "shortfall": 0.0,
-			"excess": 1.0, "collisions": 0.0, "last_observed_at": keys.Format(healthK.Add(time.Second))}, jsonOf(out))
+			"excess": 1.0, "collisions": 0.0, "last_observed_at": keys.Format(healthK.Add(time.Second)), "unreadable_created_at": 0.0}, jsonOf(out))
 
 		code, out, _ = healthCLI(t, "--db", db.CLIDSN)
 		require.Equal(t, exitOK, code)
 		require.Contains(t, out, "verdict:          healthy")
 		require.Contains(t, out, "excess:           1 (reported for attribution, never an alarm)")
+		require.Contains(t, out, "unreadable_created_at: 0")
 
 		seedMessage(t, db, exec, "m-missed", "tc-missed", healthK.Add(2*time.Second))
 		code, out, stderr = healthCLI(t, "--db", db.CLIDSN, "--json")
 		require.Equal(t, exitUnhealthy, code, stderr)
 		require.Equal(t, map[string]any{"capture_since": since, "verdict": "shortfall", "shortfall": 1.0,
-			"excess": 1.0, "collisions": 0.0, "last_observed_at": keys.Format(healthK.Add(time.Second))}, jsonOf(out))
+			"excess": 1.0, "collisions": 0.0, "last_observed_at": keys.Format(healthK.Add(time.Second)), "unreadable_created_at": 0.0}, jsonOf(out))
 
 		code, out, _ = healthCLI(t, "--db", db.CLIDSN)
 		require.Equal(t, exitUnhealthy, code)

@@ -1,0 +1,120 @@
+package health
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/schemastate/schemastate/dialect"
+)
+
+// PostgreSQL 15 has neither IS JSON nor pg_input_is_valid, a cast of
+// malformed text to jsonb raises and aborts the statement, and a replica (or
+// a read-only role) cannot create the function that would trap it. So the
+// evaluation casts every candidate (postgresEvalCTE) and, only when that
+// raises, finds the documents the parser refuses by asking it about subsets
+// of the candidates, each in a savepoint, and evaluates again without them.
+// Savepoints are allowed in a read-only transaction and on a hot standby; the
+// REPEATABLE READ snapshot is the transaction's, so every statement reads the
+// same rows (AC-28b).
+
+const pgSavepoint = "schemastate_health"
+
+// evaluatePostgres runs evaluation on tx (REPEATABLE READ READ ONLY) and
+// scans its one row into c.
+func evaluatePostgres(ctx context.Context, tx *sql.Tx, since string, c *counts) error {
+	q := evaluation(dialect.Postgres)
+	err := inSavepoint(ctx, tx, func() error { return c.scan(tx.QueryRowContext(ctx, q, since, []string{})) })
+	if !unparseable(err) {
+		return err
+	}
+	rows, err := tx.QueryContext(ctx, pgCandidates("m.id"), since)
+	if err != nil {
+		return fmt.Errorf("candidate messages: %w", err)
+	}
+	var ids []string
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			rows.Close()
+			return fmt.Errorf("candidate messages: %w", err)
+		}
+		ids = append(ids, id)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("candidate messages: %w", err)
+	}
+	bad, err := postgresUnparseable(ctx, tx, ids)
+	if err != nil {
+		return err
+	}
+	return c.scan(tx.QueryRowContext(ctx, q, since, bad))
+}
+
+// postgresUnparseable returns the ids among ids whose metadata PostgreSQL's
+// jsonb parser refuses: a subset that casts cleanly holds none; one that
+// does not is halved until the refused documents are isolated. The cost is a
+// few statements per malformed candidate, and nothing when there is none.
+func postgresUnparseable(ctx context.Context, tx *sql.Tx, ids []string) ([]string, error) {
+	if len(ids) == 0 {
+		return nil, nil
+	}
+	// MATERIALIZED: the cast runs on the listed rows only, never on a row the
+	// planner reads before filtering.
+	const probe = `WITH c AS MATERIALIZED (SELECT m.metadata::text AS doc FROM task_session_messages m WHERE m.id = ANY($1))
+SELECT COUNT(CAST(c.doc AS jsonb)) FROM c`
+	err := inSavepoint(ctx, tx, func() error {
+		var n int64
+		return tx.QueryRowContext(ctx, probe, ids).Scan(&n)
+	})
+	switch {
+	case err == nil:
+		return nil, nil
+	case !unparseable(err):
+		return nil, fmt.Errorf("metadata of candidate messages: %w", err)
+	case len(ids) == 1:
+		return ids, nil
+	}
+	half := len(ids) / 2
+	a, err := postgresUnparseable(ctx, tx, ids[:half])
+	if err != nil {
+		return nil, err
+	}
+	b, err := postgresUnparseable(ctx, tx, ids[half:])
+	if err != nil {
+		return nil, err
+	}
+	return append(a, b...), nil
+}
+
+// inSavepoint runs fn inside a savepoint of tx, rolled back to when fn fails
+// so the transaction (and its snapshot) stays usable; fn's error is returned.
+func inSavepoint(ctx context.Context, tx *sql.Tx, fn func() error) error {
+	if _, err := tx.ExecContext(ctx, "SAVEPOINT "+pgSavepoint); err != nil {
+		return fmt.Errorf("savepoint: %w", err)
+	}
+	if err := fn(); err != nil {
+		if _, rerr := tx.ExecContext(ctx, "ROLLBACK TO SAVEPOINT "+pgSavepoint); rerr != nil {
+			return errors.Join(err, fmt.Errorf("rollback to savepoint: %w", rerr))
+		}
+		return err
+	}
+	if _, err := tx.ExecContext(ctx, "RELEASE SAVEPOINT "+pgSavepoint); err != nil {
+		return fmt.Errorf("release savepoint: %w", err)
+	}
+	return nil
+}
+
+// unparseable reports whether err is the jsonb parser refusing a document:
+// the error classes the backfill's guarded cast traps (data_exception, and
+// statement_too_complex for nesting that exhausts the parser's stack), so
+// the health check and the backfill refuse exactly the same documents.
+func unparseable(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && (strings.HasPrefix(pe.Code, "22") || pe.Code == "54001")
+}
