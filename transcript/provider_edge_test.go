@@ -109,3 +109,32 @@ func TestTranscript_OpenCodePendingToolCallSurvivesAFailure(t *testing.T) {
 	require.JSONEq(t, `{"command":"rm -rf build"}`, string(calls[0].Call.Input))
 	require.Nil(t, calls[0].Result)
 }
+
+// Without system/init, the model is the first the child's own assistant
+// records report — never a sub-agent's, never Claude Code's "<synthetic>".
+func TestTranscript_ClaudeModelFromAssistantRecords(t *testing.T) {
+	_, out := feed(t, transcript.ProviderClaude,
+		`{"type":"assistant","message":{"model":"<synthetic>","content":[{"type":"text","text":"API Error: 529"}]},"parent_tool_use_id":null,"session_id":"s"}`,
+		`{"type":"assistant","message":{"model":"claude-haiku-4-5","content":[{"type":"text","text":"sub"}]},"parent_tool_use_id":"toolu_1","session_id":"s"}`,
+		`{"type":"assistant","message":{"model":"claude-opus-4-1","content":[{"type":"text","text":"done"}]},"parent_tool_use_id":null,"session_id":"s"}`,
+		`{"type":"result","subtype":"success","is_error":false,"result":"done","session_id":"s"}`)
+	require.Equal(t, transcript.Completed, out.Status)
+	require.Equal(t, "claude-opus-4-1", out.Model)
+}
+
+// `opencode run --format json` has no terminal line: a stream cut off inside
+// a step, or right after a step that asked for tools, is not a completed run.
+func TestTranscript_OpenCodeRunCutOffIsFailed(t *testing.T) {
+	lines := fixtureLines(t, "opencode_run_success.jsonl")
+	for name, cut := range map[string][]string{
+		"inside a step":           lines[:len(lines)-1],
+		"after a tool-calls step": lines[:4],
+	} {
+		tr, out := feed(t, transcript.ProviderOpenCode, cut...)
+		require.Equal(t, transcript.Failed, out.Status, name)
+		require.Contains(t, out.Error, "ended before its last step finished", name)
+		require.NotEmpty(t, tr.Events, name)
+	}
+	_, out := feed(t, transcript.ProviderOpenCode, lines...)
+	require.Equal(t, transcript.Completed, out.Status)
+}

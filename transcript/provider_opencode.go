@@ -149,7 +149,7 @@ func (o *openCodeNormalizer) Feed(b []byte) ([]Event, error) {
 	}
 	if len(ev.Payload) > 0 && ev.Type == "" && ev.Properties == nil {
 		// {"directory":…,"payload":{…}}: a bus event of /global/event.
-		if b, ok := record(ev.Payload); ok == lineObject {
+		if b, kind := record(ev.Payload); kind == lineObject {
 			ev = ocEvent{}
 			if err := json.Unmarshal(b, &ev); err != nil {
 				return nil, fmt.Errorf("payload: %w", err)
