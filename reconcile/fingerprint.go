@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"runtime/debug"
 	"strings"
@@ -34,39 +35,48 @@ import (
 // certificateKey is the kandev_meta row holding the certificate.
 const certificateKey = "schemastate_shape_certificate"
 
-// certificateVersion changes with the catalog rendering below.
-const certificateVersion = "1"
+// PlannerVersion names the rules by which a full check decides what to
+// change: normalization, equivalent spellings, drift, refusals, widenings,
+// the catalog rendering below. It is part of every certificate's declaration
+// hash, so a build that changes those rules re-runs the full check once even
+// where build info cannot tell builds apart — a test binary reports
+// "(devel)", and a dirty tree keeps its commit's revision. Change it with
+// any such rule.
+const PlannerVersion = "2026-11-30.1"
 
-// certificate is the parsed kandev_meta value.
+// certificate is the kandev_meta value, stored as JSON.
 type certificate struct {
-	declaration string   // declarationHash
-	owned, host []string // table names the catalog hash covers
-	catalog     string   // catalogHash
+	Version     string   `json:"v"`
+	Declaration string   `json:"declaration"` // declarationHash
+	Owned       []string `json:"owned"`       // table names the catalog hash covers
+	Host        []string `json:"host"`
+	Catalog     string   `json:"catalog"` // catalogHash
+	// Drift is what the full check found undeclared and kept: a certified
+	// boot reports it (WARN, Report.Drift) without inspecting.
+	Drift []Drift `json:"drift,omitempty"`
 }
 
 func (c certificate) String() string {
-	return strings.Join([]string{"v" + certificateVersion, c.declaration, strings.Join(c.owned, ","), strings.Join(c.host, ","), c.catalog}, "|")
+	c.Version = PlannerVersion
+	b, _ := json.Marshal(c)
+	return string(b)
 }
 
 func parseCertificate(s string) (certificate, bool) {
-	f := strings.Split(s, "|")
-	if len(f) != 5 || f[0] != "v"+certificateVersion || f[2] == "" {
+	var c certificate
+	if err := json.Unmarshal([]byte(s), &c); err != nil || c.Version != PlannerVersion || len(c.Owned) == 0 {
 		return certificate{}, false
-	}
-	c := certificate{declaration: f[1], owned: strings.Split(f[2], ","), catalog: f[4]}
-	if f[3] != "" {
-		c.host = strings.Split(f[3], ",")
 	}
 	return c, true
 }
 
 // declarationHash identifies what a certificate vouches for: the declaration
-// as evaluated for one dialect and schema, by one build (this module's and
-// Atlas's versions, and the host binary's own revision), so a new build
-// re-runs the full check once.
+// as evaluated for one dialect and schema, by one planner (PlannerVersion)
+// in one build (this module's and Atlas's versions, and the host binary's own
+// revision), so a new build re-runs the full check once.
 func declarationHash(d dialect.Dialect, src []byte, schemaName string) string {
 	h := sha256.New()
-	fmt.Fprintf(h, "%s\x00%s\x00%s\x00", certificateVersion, d, schemaName)
+	fmt.Fprintf(h, "%s\x00%s\x00%s\x00", PlannerVersion, d, schemaName)
 	if bi, ok := debug.ReadBuildInfo(); ok {
 		fmt.Fprintf(h, "%s@%s\x00", bi.Main.Path, bi.Main.Version)
 		for _, s := range bi.Settings {
@@ -103,19 +113,20 @@ UNION ALL SELECT 'host:' || name FROM sqlite_master WHERE type = 'table' AND nam
 ORDER BY 1`
 	} else {
 		query = `WITH rel AS (
-  SELECT c.oid, c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+  SELECT c.oid, c.relname, c.relkind, c.relpersistence, c.reloptions FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
   WHERE n.nspname = current_schema() AND c.relkind IN ('r', 'p') AND c.relname IN (` + ownedIn + `)
 )
-SELECT 'col:' || rel.relname || ':' || a.attnum::text || ':' || a.attname || ':' || format_type(a.atttypid, a.atttypmod) || ':' || a.attnotnull::text || ':' || a.attidentity::text || ':' || a.attgenerated::text || ':' || COALESCE(pg_get_expr(ad.adbin, ad.adrelid), '') || ':' || COALESCE(col_description(rel.oid, a.attnum), '')
+SELECT 'col:' || rel.relname || ':' || a.attnum::text || ':' || a.attname || ':' || format_type(a.atttypid, a.atttypmod) || ':' || COALESCE(coll.collname, '') || ':' || a.attnotnull::text || ':' || a.attidentity::text || ':' || a.attgenerated::text || ':' || COALESCE(pg_get_expr(ad.adbin, ad.adrelid), '') || ':' || COALESCE(col_description(rel.oid, a.attnum), '')
   FROM rel JOIN pg_attribute a ON a.attrelid = rel.oid AND a.attnum > 0 AND NOT a.attisdropped
   LEFT JOIN pg_attrdef ad ON ad.adrelid = rel.oid AND ad.adnum = a.attnum
-UNION ALL SELECT 'idx:' || rel.relname || ':' || pg_get_indexdef(i.indexrelid) || ':' || i.indisvalid::text
+  LEFT JOIN pg_collation coll ON coll.oid = a.attcollation
+UNION ALL SELECT 'idx:' || rel.relname || ':' || pg_get_indexdef(i.indexrelid) || ':' || i.indisvalid::text || ':' || COALESCE(obj_description(i.indexrelid, 'pg_class'), '')
   FROM rel JOIN pg_index i ON i.indrelid = rel.oid
-UNION ALL SELECT 'con:' || rel.relname || ':' || con.conname || ':' || con.contype::text || ':' || pg_get_constraintdef(con.oid) || ':' || con.condeferrable::text
+UNION ALL SELECT 'con:' || rel.relname || ':' || con.conname || ':' || con.contype::text || ':' || pg_get_constraintdef(con.oid) || ':' || con.condeferrable::text || ':' || con.condeferred::text || ':' || con.convalidated::text || ':' || COALESCE(obj_description(con.oid, 'pg_constraint'), '')
   FROM rel JOIN pg_constraint con ON con.conrelid = rel.oid
-UNION ALL SELECT 'trg:' || rel.relname || ':' || pg_get_triggerdef(t.oid)
+UNION ALL SELECT 'trg:' || rel.relname || ':' || pg_get_triggerdef(t.oid) || ':' || t.tgenabled::text
   FROM rel JOIN pg_trigger t ON t.tgrelid = rel.oid AND NOT t.tgisinternal
-UNION ALL SELECT 'tbl:' || rel.relname || ':' || COALESCE(obj_description(rel.oid, 'pg_class'), '') FROM rel
+UNION ALL SELECT 'tbl:' || rel.relname || ':' || rel.relkind::text || ':' || rel.relpersistence::text || ':' || COALESCE(array_to_string(rel.reloptions, ','), '') || ':' || COALESCE(obj_description(rel.oid, 'pg_class'), '') FROM rel
 UNION ALL SELECT 'host:' || c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
   WHERE n.nspname = current_schema() AND c.relkind IN ('r', 'p') AND c.relname IN (` + hostIn + `)
 ORDER BY 1`
@@ -187,13 +198,18 @@ func (r *run) certified(ctx context.Context) (keys.Set, bool) {
 		return ks, false
 	}
 	c, ok := parseCertificate(*stored)
-	if !ok || c.declaration != declarationHash(r.o.dialect, src, r.sess.schemaName()) {
+	if !ok || c.Declaration != declarationHash(r.o.dialect, src, r.sess.schemaName()) {
 		return ks, false
 	}
-	live, err := catalogHash(ctx, r.o.dialect, r.sess.querier(), c.owned, c.host)
-	if err != nil || live != c.catalog {
+	// Pruning is work the certificate's full check left undone.
+	if r.o.prune && len(c.Drift) > 0 {
 		return ks, false
 	}
+	live, err := catalogHash(ctx, r.o.dialect, r.sess.querier(), c.Owned, c.Host)
+	if err != nil || live != c.Catalog {
+		return ks, false
+	}
+	r.rep.Drift = c.Drift
 	return ks, true
 }
 
@@ -218,11 +234,11 @@ func (r *run) writeCertificate(ctx context.Context, q dialect.Querier) error {
 	if err != nil {
 		return err
 	}
-	c := certificate{declaration: declarationHash(r.o.dialect, src, r.schema), host: r.decl.HostTables()}
+	c := certificate{Declaration: declarationHash(r.o.dialect, src, r.schema), Host: r.decl.HostTables(), Drift: r.rep.Drift}
 	for _, t := range r.decl.Owned {
-		c.owned = append(c.owned, t.Name)
+		c.Owned = append(c.Owned, t.Name)
 	}
-	if c.catalog, err = catalogHash(ctx, r.o.dialect, q, c.owned, c.host); err != nil {
+	if c.Catalog, err = catalogHash(ctx, r.o.dialect, q, c.Owned, c.Host); err != nil {
 		return err
 	}
 	value := c.String()
@@ -239,6 +255,7 @@ func (r *run) writeCertificate(ctx context.Context, q dialect.Querier) error {
 func (r *run) fastPath(ks keys.Set) {
 	r.rep.EndState = EndState{ExecutionColumnNotNull: true, ThreeColumnUnique: true, TwoColumnUniqueAbsent: true, IndexesMatchDeclaration: true}
 	r.rep.Keys = ks
+	r.reportDrift()
 	for _, s := range []Step{
 		{Name: StepHostTables, Status: Unchanged, Detail: "present (certified)"},
 		{Name: StepShape, Status: Unchanged, Detail: "declared shape holds (certified: catalog unchanged since the last full check)"},

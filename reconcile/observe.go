@@ -2,6 +2,7 @@ package reconcile
 
 import (
 	"slices"
+	"strings"
 
 	"ariga.io/atlas/sql/postgres"
 	"ariga.io/atlas/sql/schema"
@@ -60,8 +61,37 @@ func observe(live, want *schema.Table) EndState {
 			e.TwoColumnUniqueAbsent = false
 		}
 	}
-	e.IndexesMatchDeclaration = want != nil && slices.Equal(IndexSet(live), IndexSet(want))
+	e.IndexesMatchDeclaration = want != nil && declaredIndexesPresent(live, want)
 	return e
+}
+
+// declaredIndexesPresent is clause 4: every declared index is present live as
+// declared — name, uniqueness, columns in order with their direction, no
+// predicate. A declared unique may instead be present as the inline UNIQUE
+// (…) a host's own CREATE TABLE writes (SQLite's autoindex): the same
+// uniqueness, which SQLite lets nobody name (normalizeLive reads it the same
+// way). Indexes the declaration does not name are not clause 4's business:
+// undeclared ones are drift, reported and kept (drift.go); a retired key is
+// clause 3's.
+func declaredIndexesPresent(live, want *schema.Table) bool {
+	for _, w := range want.Indexes {
+		l, ok := live.Index(w.Name)
+		if !ok && w.Unique {
+			for _, idx := range live.Indexes {
+				if strings.HasPrefix(idx.Name, "sqlite_autoindex_") && sameIndex(idx, w) {
+					l, ok = idx, true
+				}
+			}
+		}
+		if !ok || !sameIndex(l, w) {
+			return false
+		}
+	}
+	return true
+}
+
+func sameIndex(a, b *schema.Index) bool {
+	return a.Unique == b.Unique && partial(a) == partial(b) && slices.Equal(partNames(a), partNames(b))
 }
 
 func columnNames(idx *schema.Index) []string {

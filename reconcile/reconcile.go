@@ -96,6 +96,10 @@ type Report struct {
 	Steps    []Step          `json:"steps"`
 	EndState EndState        `json:"end_state"`
 	Keys     keys.Set        `json:"keys"`
+	// Drift lists the undeclared indexes, foreign keys and checks on the
+	// owned tables: kept (and logged at WARN) unless the reconcile ran
+	// WithPrune, which drops them.
+	Drift []Drift `json:"drift,omitempty"`
 }
 
 // ErrStepFailed is wrapped by Reconcile's error when any step failed.
@@ -137,6 +141,7 @@ type options struct {
 	ddlLockTimeout time.Duration
 	failpoint      func(string) error
 	progress       func(Progress)
+	prune          bool
 }
 
 // Progress is reported while a long step runs.
@@ -410,10 +415,12 @@ func (r *run) shape(ctx context.Context, q dialect.Querier) Step {
 	if err != nil {
 		return failed(err)
 	}
-	plan, err := planShape(ctx, drv, r.o.dialect, q, r.decl, r.schema)
+	plan, err := planShape(ctx, drv, r.o.dialect, q, r.decl, r.schema, r.o.prune)
 	if err != nil {
 		return failed(err)
 	}
+	r.rep.Drift = plan.Drift()
+	r.reportDrift()
 	// A table with a destructive change is left exactly as it is; the other
 	// tables still reach their shape. The refusal is its own failed step.
 	r.refused = plan.Refused()
@@ -451,9 +458,30 @@ func (r *run) shape(ctx context.Context, q dialect.Querier) Step {
 	}
 	if n == 0 {
 		r.shapeClean = len(r.refused) == 0 && len(r.widen) == 0
-		return Step{Status: Unchanged, Detail: "declared shape holds"}
+		detail := "declared shape holds"
+		if len(r.rep.Drift) > 0 {
+			detail += fmt.Sprintf("; %d undeclared kept", len(r.rep.Drift))
+		}
+		return Step{Status: Unchanged, Detail: detail}
 	}
 	return Step{Status: Applied, Statements: n, Detail: strings.Join(did, ", ")}
+}
+
+// reportDrift logs, once per boot, every undeclared index, foreign key and
+// check on the owned tables, naming each.
+func (r *run) reportDrift() {
+	if len(r.rep.Drift) == 0 {
+		return
+	}
+	names := make([]string, len(r.rep.Drift))
+	for i, d := range r.rep.Drift {
+		names[i] = d.String()
+	}
+	if r.o.prune {
+		r.o.logger.Info("reconcile: dropping what schema.hcl does not declare (prune)", "drift", names)
+		return
+	}
+	r.o.logger.Warn("reconcile: owned tables carry indexes, foreign keys or checks schema.hcl does not declare; kept (reconcile --prune drops them)", "drift", names)
 }
 
 // widenColumns runs the type widenings the shape step set aside.
@@ -606,7 +634,7 @@ func Plan(ctx context.Context, db *sql.DB, opts ...Option) (*ShapePlan, error) {
 	if err != nil {
 		return nil, err
 	}
-	return planShape(ctx, drv, o.dialect, db, decl, name)
+	return planShape(ctx, drv, o.dialect, db, decl, name, o.prune)
 }
 
 // readOnly prepares a lock-free, read-only look (Plan, Observe): the options,

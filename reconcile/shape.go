@@ -30,6 +30,9 @@ type tablePlan struct {
 	// Widen is PostgreSQL only: type widenings, run after the shape step in
 	// a transaction of their own (see splitWidenings).
 	Widen []string
+	// Drift lists the table's undeclared indexes, foreign keys and checks
+	// (drift.go): kept, or dropped by Stmts when pruning.
+	Drift []Drift
 }
 
 // ShapePlan is the dry-run result of the shape step.
@@ -56,6 +59,16 @@ func (p *ShapePlan) widenings() []string {
 		if len(t.Refused) == 0 {
 			out = append(out, t.Widen...)
 		}
+	}
+	return out
+}
+
+// Drift lists every undeclared index, foreign key and check on the owned
+// tables. The shape step keeps them unless the plan was made WithPrune.
+func (p *ShapePlan) Drift() []Drift {
+	var out []Drift
+	for _, t := range p.tables {
+		out = append(out, t.Drift...)
 	}
 	return out
 }
@@ -88,7 +101,8 @@ func inspect(ctx context.Context, drv migrate.Driver, decl *Declaration, schemaN
 }
 
 // planShape inspects, diffs and plans every owned table. It executes nothing.
-func planShape(ctx context.Context, drv migrate.Driver, d dialect.Dialect, q dialect.Querier, decl *Declaration, schemaName string) (*ShapePlan, error) {
+// Undeclared indexes, foreign keys and checks are kept unless prune is set.
+func planShape(ctx context.Context, drv migrate.Driver, d dialect.Dialect, q dialect.Querier, decl *Declaration, schemaName string, prune bool) (*ShapePlan, error) {
 	live, err := inspect(ctx, drv, decl, schemaName)
 	if err != nil {
 		return nil, err
@@ -112,6 +126,8 @@ func planShape(ctx context.Context, drv migrate.Driver, d dialect.Dialect, q dia
 		if err != nil {
 			return nil, fmt.Errorf("diff %s: %w", want.Name, err)
 		}
+		var kept []schema.Change
+		changes, tp.Drift, kept = splitDrift(want.Name, changes, want, prune)
 		if len(changes) == 0 {
 			tp.Stmts = renames
 			continue
@@ -151,7 +167,7 @@ func planShape(ctx context.Context, drv migrate.Driver, d dialect.Dialect, q dia
 				continue
 			}
 		}
-		if tp.Rebuild, err = planRebuild(ctx, drv, q, lt, want); err != nil {
+		if tp.Rebuild, err = planRebuild(ctx, drv, q, lt, want, kept); err != nil {
 			return nil, fmt.Errorf("plan rebuild of %s: %w", want.Name, err)
 		}
 		tp.Stmts = tp.Rebuild.statements()

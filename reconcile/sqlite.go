@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -215,7 +216,9 @@ func rendersCopy(stmts []string) bool {
 // rebuild is SQLite's documented table rebuild ("Making Other Kinds Of Table
 // Schema Changes"): create the new table, copy every row with an explicit
 // column list, drop the old table, rename the new one into place, recreate
-// the declared indexes and any triggers the old table carried.
+// the declared indexes and any triggers the old table carried. The old
+// table's drift — undeclared indexes, foreign keys and checks — is created
+// again on the new one (drift.go).
 type rebuild struct {
 	table    string
 	tmp      string
@@ -236,11 +239,32 @@ func (r *rebuild) statements() []string {
 	return append(out, r.triggers...)
 }
 
-func planRebuild(ctx context.Context, drv migrate.Driver, q dialect.Querier, live, want *schema.Table) (*rebuild, error) {
+func planRebuild(ctx context.Context, drv migrate.Driver, q dialect.Querier, live, want *schema.Table, drift []schema.Change) (*rebuild, error) {
 	r := &rebuild{table: want.Name, tmp: "schemastate_new_" + want.Name}
 	tmp := *want
 	tmp.Name = r.tmp
 	tmp.Indexes = nil
+	tmp.ForeignKeys = append([]*schema.ForeignKey(nil), want.ForeignKeys...)
+	tmp.Attrs = append([]schema.Attr(nil), want.Attrs...)
+	var keepIndexes []*schema.Index
+	for _, c := range drift {
+		switch c := c.(type) {
+		case *schema.DropForeignKey:
+			fk := *c.F
+			fk.Table = &tmp
+			if fk.RefTable == live {
+				fk.RefTable = &tmp
+			}
+			if _, err := strconv.Atoi(fk.Symbol); err == nil {
+				fk.Symbol = "" // SQLite's numbering of an unnamed key, not a name
+			}
+			tmp.ForeignKeys = append(tmp.ForeignKeys, &fk)
+		case *schema.DropCheck:
+			tmp.Attrs = append(tmp.Attrs, c.C)
+		case *schema.DropIndex:
+			keepIndexes = append(keepIndexes, c.I)
+		}
+	}
 	var err error
 	if r.create, err = render(ctx, drv, []schema.Change{&schema.AddTable{T: &tmp}}); err != nil {
 		return nil, err
@@ -269,6 +293,13 @@ func planRebuild(ctx context.Context, drv migrate.Driver, q dialect.Querier, liv
 		}
 		r.indexes = append(r.indexes, s...)
 	}
+	for _, idx := range keepIndexes {
+		stmts, err := keptIndex(ctx, drv, q, want, idx)
+		if err != nil {
+			return nil, err
+		}
+		r.indexes = append(r.indexes, stmts...)
+	}
 	if r.triggers, err = queryStrings(ctx, q, `SELECT sql FROM sqlite_master WHERE type = 'trigger' AND tbl_name = ? AND sql IS NOT NULL ORDER BY name`, want.Name); err != nil {
 		return nil, err
 	}
@@ -276,6 +307,21 @@ func planRebuild(ctx context.Context, drv migrate.Driver, q dialect.Querier, liv
 		return nil, err
 	}
 	return r, nil
+}
+
+// keptIndex is the statement that creates an undeclared index again after a
+// rebuild: the operator's own CREATE INDEX as SQLite stored it. An inline
+// UNIQUE (an autoindex, which has no statement and whose name SQLite
+// reserves) becomes a named unique index over the same columns.
+func keptIndex(ctx context.Context, drv migrate.Driver, q dialect.Querier, want *schema.Table, idx *schema.Index) ([]string, error) {
+	stmts, err := queryStrings(ctx, q, `SELECT sql FROM sqlite_master WHERE type = 'index' AND name = ? AND sql IS NOT NULL`, idx.Name)
+	if err != nil || len(stmts) > 0 {
+		return stmts, err
+	}
+	named := *idx
+	named.Name = want.Name + "_" + strings.Join(columnNames(idx), "_") + "_key"
+	named.Table = want
+	return render(ctx, drv, []schema.Change{&schema.ModifyTable{T: want, Changes: []schema.Change{&schema.AddIndex{I: &named}}}})
 }
 
 // apply runs the rebuild and refuses to let it commit unless every row was

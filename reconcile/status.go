@@ -23,6 +23,9 @@ type Observation struct {
 	// those of them it cannot find.
 	HostTables        []string `json:"host_tables"`
 	MissingHostTables []string `json:"missing_host_tables"`
+	// Drift lists the undeclared indexes, foreign keys and checks on the
+	// owned tables, which a reconcile keeps (drift.go).
+	Drift []Drift `json:"drift"`
 }
 
 // Observe inspects the declared tables and reads the keys. It takes no lock
@@ -55,6 +58,13 @@ func Observe(ctx context.Context, db *sql.DB, opts ...Option) (*Observation, err
 		return nil, err
 	}
 	obs.EndState = observe(lt, decl.Table(subagentsTable))
+	plan, err := planShape(ctx, drv, o.dialect, db, decl, name, false)
+	if err != nil {
+		return nil, err
+	}
+	if obs.Drift = plan.Drift(); obs.Drift == nil {
+		obs.Drift = []Drift{}
+	}
 	if !contains(obs.MissingHostTables, keys.MetaTable) {
 		if obs.Keys, err = keys.Read(ctx, db, o.dialect); err != nil {
 			return nil, err
