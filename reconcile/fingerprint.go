@@ -20,10 +20,13 @@ import (
 // schema.hcl and inspecting the owned tables with Atlas — costs milliseconds
 // on SQLite and tens of them on PostgreSQL. So when a full check finds nothing
 // to change, the reconcile records a certificate in kandev_meta: the hash of
-// the declaration and of the build that checked it, the owned and host table
-// names, and the hash of the live catalog entries of those tables (every
-// column, default, index, constraint, trigger and comment, as the catalog
-// itself renders them). The next boot reads the catalog in one query and,
+// the declaration, of the planner's rules (PlannerVersion) and of the build
+// that checked it, the owned and host table names, the undeclared objects it
+// kept (drift.go), and the hash of the live catalog entries of those tables
+// (every column with its type, collation, default and comment, every index,
+// constraint and trigger with its comment, as the catalog itself renders
+// them). That hash covers at least everything the full check compares: a
+// change the full check would act on always breaks it. The next boot reads the catalog in one query and,
 // when everything matches and all three activation keys are present, knows
 // the full check would find nothing: no Atlas, no DDL, no write. Any
 // difference — a declaration edit, a new build, a column or index added by

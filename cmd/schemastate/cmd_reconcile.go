@@ -24,8 +24,9 @@ func init() {
 }
 
 func runReconcile(ctx context.Context, e *env, args []string) int {
-	fs := flags(e, "reconcile", "[--db DSN] [--schema FILE] [--json]")
+	fs := flags(e, "reconcile", "[--db DSN] [--schema FILE] [--prune] [--json]")
 	sf := addShapeFlags(fs, "print the report as one JSON object")
+	prune := pruneFlag(fs)
 	lockWait := fs.Duration("lock-wait", 60*time.Second, "how long to wait for another replica's lock")
 	if code, ok := parse(fs, args); !ok {
 		return code
@@ -36,6 +37,9 @@ func runReconcile(ctx context.Context, e *env, args []string) int {
 	}
 	defer db.Close()
 	opts := append(sf.options(), reconcile.WithLogger(e.logger), reconcile.WithLockWait(*lockWait))
+	if *prune {
+		opts = append(opts, reconcile.WithPrune())
+	}
 	asJSON := sf.asJSON
 	if !*asJSON {
 		if p := progressPrinter(e); p != nil {
@@ -56,6 +60,10 @@ func runReconcile(ctx context.Context, e *env, args []string) int {
 		return exitStepFailed
 	}
 	return exitOK
+}
+
+func pruneFlag(fs *flag.FlagSet) *bool {
+	return fs.Bool("prune", false, "drop indexes, foreign keys and checks on owned tables that schema.hcl does not declare (kept otherwise)")
 }
 
 // shapeFlags are the flags of every command that reads the declared shape.
@@ -85,6 +93,14 @@ func printReport(e *env, rep *reconcile.Report) {
 	}
 	printEndState(e, rep.EndState)
 	printKeys(e, rep.Keys)
+	printDrift(e, rep.Drift)
+}
+
+// printDrift lists what the owned tables carry undeclared.
+func printDrift(e *env, drift []reconcile.Drift) {
+	for _, d := range drift {
+		fmt.Fprintf(e.stdout, "undeclared (kept unless --prune): %s\n", d)
+	}
 }
 
 func printEndState(e *env, es reconcile.EndState) {
@@ -122,8 +138,9 @@ func progressPrinter(e *env) func(reconcile.Progress) {
 }
 
 func runPlan(ctx context.Context, e *env, args []string) int {
-	fs := flags(e, "plan", "[--db DSN] [--schema FILE] [--json]")
-	sf := addShapeFlags(fs, "print {\"statements\":[…],\"refused\":[…]}")
+	fs := flags(e, "plan", "[--db DSN] [--schema FILE] [--prune] [--json]")
+	sf := addShapeFlags(fs, "print {\"statements\":[…],\"refused\":[…],\"drift\":[…]}")
+	prune := pruneFlag(fs)
 	if code, ok := parse(fs, args); !ok {
 		return code
 	}
@@ -133,14 +150,21 @@ func runPlan(ctx context.Context, e *env, args []string) int {
 	}
 	defer db.Close()
 	asJSON := sf.asJSON
-	plan, err := reconcile.Plan(ctx, db, sf.options()...)
+	opts := sf.options()
+	if *prune {
+		opts = append(opts, reconcile.WithPrune())
+	}
+	plan, err := reconcile.Plan(ctx, db, opts...)
 	if err != nil {
 		fmt.Fprintf(e.stderr, "schemastate: plan: %v\n", err)
 		return exitUsage
 	}
-	stmts, refused := plan.Statements(), plan.Refused()
+	stmts, refused, drift := plan.Statements(), plan.Refused(), plan.Drift()
 	if *asJSON {
-		writeJSON(e.stdout, map[string][]string{"statements": nonNil(stmts), "refused": nonNil(refused)})
+		if drift == nil {
+			drift = []reconcile.Drift{}
+		}
+		writeJSON(e.stdout, map[string]any{"statements": nonNil(stmts), "refused": nonNil(refused), "drift": drift})
 	} else {
 		if len(stmts) == 0 && len(refused) == 0 {
 			fmt.Fprintln(e.stdout, "-- no change: the declared shape holds")
@@ -150,6 +174,13 @@ func runPlan(ctx context.Context, e *env, args []string) int {
 		}
 		for _, r := range refused {
 			fmt.Fprintf(e.stdout, "-- REFUSED (destroys data, never applied at boot): %s\n", r)
+		}
+		verb := "kept; --prune drops it"
+		if *prune {
+			verb = "dropped by the statements above"
+		}
+		for _, d := range drift {
+			fmt.Fprintf(e.stdout, "-- UNDECLARED (%s): %s\n", verb, d)
 		}
 	}
 	if len(stmts) > 0 || len(refused) > 0 {
@@ -192,6 +223,7 @@ func runStatus(ctx context.Context, e *env, args []string) int {
 	}
 	printKeys(e, obs.Keys)
 	printEndState(e, obs.EndState)
+	printDrift(e, obs.Drift)
 	for t, idx := range obs.Indexes {
 		fmt.Fprintf(e.stdout, "indexes on %s:\n", t)
 		for _, i := range idx {

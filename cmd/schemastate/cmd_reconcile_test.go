@@ -138,3 +138,48 @@ func TestCLI_MissingSQLiteFileIsAnError(t *testing.T) {
 		require.True(t, os.IsNotExist(err), "%s created %s", cmd, path)
 	}
 }
+
+// An operator's index is listed by plan and status, kept by reconcile, and
+// dropped only by reconcile --prune (issue 11 item 5).
+func TestCLI_DriftListedKeptAndPrunedOnRequest(t *testing.T) {
+	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
+		db.Host(t)
+		code, _, stderr := cli(t, "reconcile", "--db", db.CLIDSN)
+		require.Equal(t, exitOK, code, stderr)
+		db.Exec(t, `CREATE INDEX idx_host_model ON task_session_subagents(model)`)
+		type drift struct{ Table, Kind, Name string }
+		var out struct {
+			Statements []string
+			Drift      []drift
+		}
+		wantDrift := []drift{{"task_session_subagents", "index", "idx_host_model"}}
+
+		code, stdout, _ := cli(t, "plan", "--db", db.CLIDSN, "--json")
+		require.Equal(t, exitOK, code, "kept drift is no pending change")
+		require.NoError(t, json.Unmarshal([]byte(stdout), &out))
+		require.Empty(t, out.Statements)
+		require.Equal(t, wantDrift, out.Drift)
+
+		out.Drift = nil
+		code, stdout, _ = cli(t, "status", "--db", db.CLIDSN, "--json")
+		require.Equal(t, exitOK, code)
+		require.NoError(t, json.Unmarshal([]byte(stdout), &out))
+		require.Equal(t, wantDrift, out.Drift)
+
+		code, stdout, stderr = cli(t, "reconcile", "--db", db.CLIDSN)
+		require.Equal(t, exitOK, code, stderr)
+		require.Contains(t, stdout, "undeclared (kept unless --prune): task_session_subagents.idx_host_model index")
+		require.Contains(t, stderr, "idx_host_model", "the WARN names it")
+		code, stdout, _ = cli(t, "plan", "--db", db.CLIDSN, "--prune")
+		require.Equal(t, exitChangesPending, code)
+		require.Contains(t, stdout, "idx_host_model")
+
+		code, _, stderr = cli(t, "reconcile", "--db", db.CLIDSN, "--prune")
+		require.Equal(t, exitOK, code, stderr)
+		code, stdout, _ = cli(t, "status", "--db", db.CLIDSN, "--json")
+		require.Equal(t, exitOK, code)
+		out.Drift = nil
+		require.NoError(t, json.Unmarshal([]byte(stdout), &out))
+		require.Empty(t, out.Drift)
+	})
+}
