@@ -1,12 +1,26 @@
-// Package bench measures the module's operations on a generated reference
-// store against floors measured in the same run on the same data: for each
-// operation, the least work any correct implementation would have to do
-// (bare catalog queries, a hand-written table copy, a bare INSERT … SELECT,
-// plain single-row inserts, one full scan of the message predicate).
+// Package bench measures the module's operations as cost curves: each at
+// several store sizes, against a floor and against anchors measured in the
+// same run on the same data.
+//
+// A floor is the same algorithm as ours with nothing extra — the same text
+// pre-filter, the same lock, the same statements — written independently
+// (never our own SQL), so a ratio above 1 is time our implementation adds.
+// An anchor is what someone else would run instead: the host's hand-written
+// recreate-table migration, Atlas's own plan applied the way `atlas schema
+// apply` applies it, our own CLI with its process start, and the physical
+// limit of the disk the store lives on.
+//
+// Two families of stores are generated. The rows family is one small
+// reference store whose task_session_subagents table is filled to 1k … 1M
+// rows (PostgreSQL also 4M) by replicating its generated rows: the rebuild
+// (or constraint swap), the steady-state boot, live capture and memory are
+// measured at each size. The messages family is one generated store per
+// history size (100k … 2M messages): the backfill, health, the steady-state
+// boot and memory at each size.
 //
 // Every measurement is repeated and its median reported; destructive
-// operations (rebuild, backfill) start each run from the same restored state.
-// Targets are reported as met or not met — they are never asserted.
+// operations start each run from the same restored state. Targets are
+// reported as ratios, never asserted.
 package bench
 
 import (
@@ -16,6 +30,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"runtime"
 	"sort"
 	"time"
 
@@ -34,138 +49,253 @@ const (
 	Health         = "health_queries"
 )
 
+// Families: what a measurement's N counts.
+const (
+	FamilyRows     = "rows"     // task_session_subagents rows
+	FamilyMessages = "messages" // task_session_messages rows
+)
+
+// Anchor names.
+const (
+	AnchorCLI      = "ours through the CLI"
+	AnchorHost     = "host's recreate-table migration"
+	AnchorAtlas    = "atlas schema apply (Go API)"
+	AnchorPhysical = "physical limit"
+)
+
+// DefaultRows and DefaultMessages are the curves' sizes; PostgreSQL adds
+// PostgresExtraRows to the rows family.
+var (
+	DefaultRows       = []int{1_000, 10_000, 100_000, 300_000, 1_000_000}
+	PostgresExtraRows = []int{4_000_000}
+	DefaultMessages   = []int{100_000, 600_000, 2_000_000}
+)
+
+// bytesPerMessage is the reference store's size per message: 328 MiB hold
+// 114,378 messages. It turns a message count into the generator's scale.
+const bytesPerMessage = gen.ReferenceMB * (1 << 20) / 114_378
+
 // Config is one benchmark run.
 type Config struct {
-	// ScaleMB and Population are passed to the generator (gen.Config).
-	ScaleMB    float64
-	Population float64
-	Seed       uint64
-	// Runs is how many times each measurement is repeated (default 3).
-	Runs int
+	// Rows and Messages are the curves' sizes (nil: none of that family).
+	Rows     []int
+	Messages []int
+	// RowsStoreMB is the size of the rows family's store (default 16): its
+	// history only supplies the sessions the rows reference.
+	RowsStoreMB float64
+	Seed        uint64
+	// Runs is how many times each measurement is repeated (default 3);
+	// LargeRuns applies at a million rows or messages and above (default 1).
+	Runs      int
+	LargeRuns int
 	// Frames is how many frames one capture run records (default 1000).
 	Frames int
+	// DiskMB is how much the disk-rate probe writes (default 256).
+	DiskMB int
+	// Exe is the schemastate binary timed through the CLI; empty skips
+	// those timings.
+	Exe string
 	// Progress, when set, receives one line per phase.
 	Progress func(string)
 }
 
-// Measurement is one operation against its floor.
-type Measurement struct {
+func (c *Config) defaults() {
+	if c.Runs <= 0 {
+		c.Runs = 3
+	}
+	if c.LargeRuns <= 0 {
+		c.LargeRuns = 1
+	}
+	if c.Frames <= 0 {
+		c.Frames = 1000
+	}
+	if c.DiskMB <= 0 {
+		c.DiskMB = 256
+	}
+	if c.RowsStoreMB <= 0 {
+		c.RowsStoreMB = 16
+	}
+	if c.Seed == 0 {
+		c.Seed = 1
+	}
+}
+
+func (c *Config) runsAt(n int) int {
+	if n >= 1_000_000 {
+		return min(c.Runs, c.LargeRuns)
+	}
+	return c.Runs
+}
+
+// Anchor is one alternative measured next to ours and the floor.
+type Anchor struct {
 	Name string `json:"name"`
-	// Ours and Floor are medians over the runs.
-	Ours  time.Duration `json:"ours_ns"`
-	Floor time.Duration `json:"floor_ns"`
-	// Ratio is Ours/Floor.
-	Ratio float64 `json:"ratio"`
-	// Target is the largest acceptable Ratio; zero when there is none.
-	Target float64 `json:"target,omitempty"`
-	Met    *bool   `json:"met,omitempty"`
-	// OursRuns and FloorRuns are every run, in order.
+	// Is says what exactly was run.
+	Is     string          `json:"is"`
+	Median time.Duration   `json:"median_ns"`
+	Runs   []time.Duration `json:"runs_ns,omitempty"`
+	// Err is set when the anchor could not complete (it is then not retried).
+	Err string `json:"error,omitempty"`
+}
+
+// Cost is a fixed cost broken out of ours, timed on its own.
+type Cost struct {
+	Name   string        `json:"name"`
+	Median time.Duration `json:"median_ns"`
+}
+
+// Measurement is one operation at one store size.
+type Measurement struct {
+	Name   string `json:"name"`
+	Family string `json:"family"`
+	// N is the size on the curve's x axis: Rows or Messages, by Family.
+	N        int `json:"n"`
+	Rows     int `json:"rows"`
+	Messages int `json:"messages"`
+	// Ours and Floor are medians over the runs; Ratio is Ours/Floor.
+	Ours      time.Duration   `json:"ours_ns"`
+	Floor     time.Duration   `json:"floor_ns"`
+	Ratio     float64         `json:"ratio"`
 	OursRuns  []time.Duration `json:"ours_runs_ns"`
 	FloorRuns []time.Duration `json:"floor_runs_ns"`
-	// Floor names what the floor does; Detail says where the time goes.
-	FloorIs string `json:"floor_is"`
-	Detail  string `json:"detail,omitempty"`
+	// Target is the largest acceptable Ratio (zero when there is none);
+	// Met is the comparison, reported and never asserted.
+	Target float64 `json:"target,omitempty"`
+	Met    *bool   `json:"met,omitempty"`
+	// Ours and FloorIs say what each side runs; Detail where the time goes.
+	OursIs  string   `json:"ours_is"`
+	FloorIs string   `json:"floor_is"`
+	Anchors []Anchor `json:"anchors,omitempty"`
+	Fixed   []Cost   `json:"fixed_costs,omitempty"`
+	Detail  string   `json:"detail,omitempty"`
+	// Bytes is what the operation wrote (the rebuilt table and its indexes).
+	Bytes int64 `json:"bytes,omitempty"`
+	// Count is the number of frames (capture): rates are Count/duration.
+	Count int `json:"count,omitempty"`
 	// ZeroDDL (steady state only): no step ran a statement and the catalog
 	// fingerprint did not move.
 	ZeroDDL *bool `json:"zero_ddl,omitempty"`
 }
 
-// Lock is the PostgreSQL constraint swap seen from outside: how long the
-// reconcile held ACCESS EXCLUSIVE on the table (polled from pg_locks on
-// another connection), and the worst latency a reader saw meanwhile.
-type Lock struct {
-	// HeldMax is the longest hold over the runs; HeldMedian the median.
-	HeldMedian time.Duration `json:"held_median_ns"`
-	HeldMax    time.Duration `json:"held_max_ns"`
-	// ReaderWorst is the worst single SELECT latency over all runs;
-	// ReaderBaseline the worst over the same number of SELECTs with no
-	// reconcile running.
-	ReaderWorst    time.Duration `json:"reader_worst_ns"`
-	ReaderBaseline time.Duration `json:"reader_baseline_ns"`
-	ReaderQueries  int           `json:"reader_queries"`
-	// PollInterval is the mean time between two pg_locks samples: the
-	// resolution of HeldMedian/HeldMax.
-	PollInterval time.Duration `json:"poll_interval_ns"`
-}
-
-// Memory is the reconcile's footprint on a predating store (table created,
-// full backfill): the Go heap's peak, sampled, and the process's peak RSS
-// (Linux VmHWM, reset before the reconcile; zero where unavailable).
-type Memory struct {
-	HeapInusePeak uint64 `json:"heap_inuse_peak_bytes"`
-	RSSBefore     uint64 `json:"rss_before_bytes"`
-	RSSPeak       uint64 `json:"rss_peak_bytes"`
-}
-
-// Report is one benchmark run on one dialect at one scale.
-type Report struct {
-	Dialect      dialect.Dialect `json:"dialect"`
-	ScaleMB      float64         `json:"scale_mb"`
-	Subagents    int             `json:"subagents"`
-	Messages     int             `json:"messages"`
-	StoreBytes   int64           `json:"store_bytes"`
-	Generate     time.Duration   `json:"generate_ns"`
-	Runs         int             `json:"runs"`
-	Measurements []Measurement   `json:"measurements"`
-	Lock         *Lock           `json:"postgres_lock,omitempty"`
-	Memory       Memory          `json:"memory"`
-}
-
-// Measurement returns the named measurement, or nil.
-func (r *Report) Measurement(name string) *Measurement {
-	for i := range r.Measurements {
-		if r.Measurements[i].Name == name {
-			return &r.Measurements[i]
+// Anchor returns the named anchor, or nil.
+func (m *Measurement) Anchor(name string) *Anchor {
+	for i := range m.Anchors {
+		if m.Anchors[i].Name == name {
+			return &m.Anchors[i]
 		}
 	}
 	return nil
 }
 
-// Run generates a legacy-state store into db (which must be empty) and takes
-// every measurement on it. The store is left behind, reconciled.
-func Run(ctx context.Context, db *sql.DB, cfg Config) (*Report, error) {
-	if cfg.Runs <= 0 {
-		cfg.Runs = 3
-	}
-	if cfg.Frames <= 0 {
-		cfg.Frames = 1000
-	}
-	d, err := dialect.Detect(db)
-	if err != nil {
-		return nil, err
-	}
-	b := &bench{db: db, d: d, cfg: cfg, quiet: slog.New(slog.NewTextHandler(io.Discard, nil))}
-	b.say("generating a %s store (%.0f MiB, legacy state)", d, cfg.ScaleMB)
-	sum, err := gen.Generate(ctx, db, gen.Config{ScaleMB: cfg.ScaleMB, Population: cfg.Population, Seed: cfg.Seed, State: gen.Legacy})
-	if err != nil {
-		return nil, err
-	}
-	rep := &Report{Dialect: d, ScaleMB: sum.ScaleMB, Subagents: sum.SubagentMessages, Messages: sum.Messages,
-		StoreBytes: sum.StoreBytes, Generate: sum.Duration, Runs: cfg.Runs}
-	if err := b.snapshot(ctx); err != nil {
-		return nil, err
-	}
-	defer b.dropSnapshot()
+// Memory is the footprint of the first timed reconcile at one store size:
+// the Go heap's peak (sampled through runtime/metrics, which does not stop
+// the world) and the process's peak RSS over that reconcile (Linux VmHWM,
+// reset before it; zero where unavailable).
+type Memory struct {
+	Family        string `json:"family"`
+	N             int    `json:"n"`
+	Operation     string `json:"operation"`
+	HeapPeak      uint64 `json:"heap_peak_bytes"`
+	RSSBefore     uint64 `json:"rss_before_bytes"`
+	RSSPeak       uint64 `json:"rss_peak_bytes"`
+	SamplesPeriod string `json:"sample_period"`
+}
 
-	// The order matters only for which state each step starts from:
-	// rebuild/swap ends reconciled from legacy (capture_since mid-history),
-	// which health, steady state and capture then use; the backfill runs
-	// last because it leaves a store activated now.
-	steps := []func(context.Context, *Report) error{b.rebuild, b.health, b.steady, b.capture, b.backfill, b.memory}
-	for _, step := range steps {
-		if err := step(ctx, rep); err != nil {
+// Lock is the PostgreSQL constraint swap seen from outside, in one extra
+// untimed reconcile: how long ACCESS EXCLUSIVE was seen on the table (polled
+// from pg_locks on another connection) and a concurrent reader's worst wait.
+type Lock struct {
+	Rows           int           `json:"rows"`
+	Held           time.Duration `json:"held_ns"`
+	ReaderWorst    time.Duration `json:"reader_worst_ns"`
+	ReaderBaseline time.Duration `json:"reader_baseline_ns"`
+	ReaderQueries  int           `json:"reader_queries"`
+	PollInterval   time.Duration `json:"poll_interval_ns"`
+}
+
+// Store is one generated store.
+type Store struct {
+	Family    string        `json:"family"`
+	ScaleMB   float64       `json:"scale_mb"`
+	Messages  int           `json:"messages"`
+	Subagents int           `json:"subagent_messages"`
+	Bytes     int64         `json:"store_bytes"`
+	Generate  time.Duration `json:"generate_ns"`
+}
+
+// Disk is the sequential write rate of the disk the store lives on, measured
+// in the same run: Bytes written in 1 MiB blocks and fsynced, over Duration.
+type Disk struct {
+	Path        string        `json:"path"`
+	Bytes       int64         `json:"bytes"`
+	Duration    time.Duration `json:"duration_ns"`
+	BytesPerSec float64       `json:"bytes_per_sec"`
+}
+
+// Report is one benchmark run on one dialect.
+type Report struct {
+	Dialect      dialect.Dialect `json:"dialect"`
+	Started      time.Time       `json:"started"`
+	GoVersion    string          `json:"go_version"`
+	CPUs         int             `json:"cpus"`
+	Runs         int             `json:"runs"`
+	LargeRuns    int             `json:"large_runs"`
+	Frames       int             `json:"frames"`
+	Disk         []Disk          `json:"disk"`
+	Stores       []Store         `json:"stores"`
+	Measurements []Measurement   `json:"measurements"`
+	Memory       []Memory        `json:"memory"`
+	Locks        []Lock          `json:"postgres_locks,omitempty"`
+	// Skipped names what this run did not measure, and why.
+	Skipped []string `json:"skipped,omitempty"`
+}
+
+// Find returns the named measurement at size n of family, or nil.
+func (r *Report) Find(name, family string, n int) *Measurement {
+	for i := range r.Measurements {
+		m := &r.Measurements[i]
+		if m.Name == name && m.Family == family && m.N == n {
+			return m
+		}
+	}
+	return nil
+}
+
+// Run generates its stores through stores and takes every measurement.
+func Run(ctx context.Context, stores Stores, cfg Config) (*Report, error) {
+	cfg.defaults()
+	rep := &Report{Started: time.Now().UTC(), GoVersion: runtime.Version(), CPUs: runtime.NumCPU(),
+		Runs: cfg.Runs, LargeRuns: cfg.LargeRuns, Frames: cfg.Frames, Dialect: stores.Dialect()}
+	b := &bench{cfg: cfg, quiet: slog.New(slog.NewTextHandler(io.Discard, nil)), stores: stores}
+	if err := b.disk(rep); err != nil {
+		return rep, err
+	}
+	if len(cfg.Rows) > 0 {
+		if err := b.rowsFamily(ctx, rep); err != nil {
 			return rep, err
 		}
+	}
+	for _, n := range cfg.Messages {
+		if err := b.messagesPoint(ctx, rep, n); err != nil {
+			return rep, err
+		}
+	}
+	if err := b.disk(rep); err != nil {
+		return rep, err
 	}
 	return rep, nil
 }
 
 type bench struct {
-	db    *sql.DB
-	d     dialect.Dialect
-	cfg   Config
-	quiet *slog.Logger
-	keys  keys.Set
+	cfg    Config
+	quiet  *slog.Logger
+	stores Stores
+
+	// The store being measured.
+	db   *sql.DB
+	dsn  string // what the CLI's --db takes
+	d    dialect.Dialect
+	keys keys.Set
 }
 
 func (b *bench) say(format string, args ...any) {
@@ -174,33 +304,91 @@ func (b *bench) say(format string, args ...any) {
 	}
 }
 
-// measure runs ours and floor cfg.Runs times each, alternating, and records
-// the medians. Either may return a duration other than its wall time (a
-// step's own Duration).
-func (b *bench) measure(name, floorIs string, target float64, ours, floor func(run int) (time.Duration, error)) (Measurement, error) {
-	m := Measurement{Name: name, FloorIs: floorIs, Target: target}
-	for i := 0; i < b.cfg.Runs; i++ {
-		b.say("%s: run %d/%d", name, i+1, b.cfg.Runs)
+// generate replaces the current store by a freshly generated legacy one.
+func (b *bench) generate(ctx context.Context, rep *Report, family string, scaleMB, population float64) (*gen.Summary, error) {
+	db, dsn, err := b.stores.Fresh(ctx)
+	if err != nil {
+		return nil, err
+	}
+	b.db, b.dsn, b.d = db, dsn, b.stores.Dialect()
+	b.say("generating a %s store (%.0f MiB, legacy state)", b.d, scaleMB)
+	sum, err := gen.Generate(ctx, db, gen.Config{ScaleMB: scaleMB, Population: population, Seed: b.cfg.Seed, State: gen.Legacy})
+	if err != nil {
+		return nil, err
+	}
+	rep.Stores = append(rep.Stores, Store{Family: family, ScaleMB: sum.ScaleMB, Messages: sum.Messages,
+		Subagents: sum.SubagentMessages, Bytes: sum.StoreBytes, Generate: sum.Duration})
+	b.keys, err = keys.Read(ctx, db, b.d)
+	return sum, err
+}
+
+// timed is one side of a measurement: it returns the duration to record,
+// which may be a step's own Duration rather than its wall time.
+type timed func(run int) (time.Duration, error)
+
+type anchorRun struct {
+	name, is string
+	fn       timed
+}
+
+// measure runs the floor, ours and every anchor runs times each, in turn,
+// and records the medians. An anchor that fails is recorded with its error
+// and not run again; ours or the floor failing fails the measurement.
+func (b *bench) measure(m *Measurement, runs int, ours, floor timed, anchors ...anchorRun) error {
+	m.Anchors = nil
+	for _, a := range anchors {
+		m.Anchors = append(m.Anchors, Anchor{Name: a.name, Is: a.is})
+	}
+	for i := 0; i < runs; i++ {
+		b.say("%s at %d %s: run %d/%d", m.Name, m.N, m.Family, i+1, runs)
 		f, err := floor(i)
 		if err != nil {
-			return m, fmt.Errorf("%s floor: %w", name, err)
+			return fmt.Errorf("%s floor at %d %s: %w", m.Name, m.N, m.Family, err)
 		}
 		o, err := ours(i)
 		if err != nil {
-			return m, fmt.Errorf("%s: %w", name, err)
+			return fmt.Errorf("%s at %d %s: %w", m.Name, m.N, m.Family, err)
 		}
 		m.OursRuns = append(m.OursRuns, o)
 		m.FloorRuns = append(m.FloorRuns, f)
+		for j, a := range anchors {
+			an := &m.Anchors[j]
+			if an.Err != "" {
+				continue
+			}
+			d, err := a.fn(i)
+			if err != nil {
+				an.Err = err.Error()
+				continue
+			}
+			an.Runs = append(an.Runs, d)
+		}
 	}
 	m.Ours, m.Floor = median(m.OursRuns), median(m.FloorRuns)
+	for j := range m.Anchors {
+		m.Anchors[j].Median = median(m.Anchors[j].Runs)
+	}
 	if m.Floor > 0 {
 		m.Ratio = float64(m.Ours) / float64(m.Floor)
 	}
-	if target > 0 {
-		met := m.Ratio <= target
+	if m.Target > 0 {
+		met := m.Ratio <= m.Target
 		m.Met = &met
 	}
-	return m, nil
+	return nil
+}
+
+// medianOf times fn n times and returns the median.
+func medianOf(n int, fn func() error) (time.Duration, error) {
+	var ds []time.Duration
+	for i := 0; i < n; i++ {
+		t0 := time.Now()
+		if err := fn(); err != nil {
+			return 0, err
+		}
+		ds = append(ds, time.Since(t0))
+	}
+	return median(ds), nil
 }
 
 func median(ds []time.Duration) time.Duration {

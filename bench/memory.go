@@ -2,42 +2,48 @@ package bench
 
 import (
 	"bufio"
-	"context"
-	"fmt"
 	"os"
 	"runtime"
+	"runtime/metrics"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
-
-	"github.com/schemastate/schemastate/reconcile"
 )
 
-// memory runs one more reconcile on the predating store (table created, full
-// backfill: the heaviest boot) and records the Go heap's peak, sampled every
-// few milliseconds, and the process's peak RSS over the reconcile alone
-// (Linux: VmHWM after resetting it through /proc/self/clear_refs). Not a
-// timed run: sampling stops the world.
-func (b *bench) memory(ctx context.Context, rep *Report) error {
-	if err := b.restorePredating(ctx); err != nil {
-		return err
+// heapMetric is the bytes of live and not-yet-swept heap objects; reading
+// it through runtime/metrics does not stop the world, so sampling it during
+// a timed run barely disturbs the timing.
+const heapMetric = "/memory/classes/heap/objects:bytes"
+
+const samplePeriod = 5 * time.Millisecond
+
+// sampled runs fn and returns its wall time; when sample is set it also
+// records the Go heap's peak, sampled every few milliseconds, and the
+// process's peak RSS over fn alone (Linux: VmHWM after resetting it through
+// /proc/self/clear_refs).
+func (b *bench) sampled(sample bool, fn func()) (time.Duration, *Memory) {
+	if !sample {
+		t0 := time.Now()
+		fn()
+		return time.Since(t0), nil
 	}
 	runtime.GC()
 	resetPeakRSS()
-	rep.Memory.RSSBefore = procStatus("VmRSS")
-	var peak uint64
+	m := &Memory{RSSBefore: procStatus("VmRSS"), SamplesPeriod: samplePeriod.String()}
 	var wg sync.WaitGroup
 	done := make(chan struct{})
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		var ms runtime.MemStats
-		t := time.NewTicker(5 * time.Millisecond)
+		s := []metrics.Sample{{Name: heapMetric}}
+		t := time.NewTicker(samplePeriod)
 		defer t.Stop()
 		for {
-			runtime.ReadMemStats(&ms)
-			peak = max(peak, ms.HeapInuse)
+			metrics.Read(s)
+			if s[0].Value.Kind() == metrics.KindUint64 {
+				m.HeapPeak = max(m.HeapPeak, s[0].Value.Uint64())
+			}
 			select {
 			case <-done:
 				return
@@ -45,18 +51,13 @@ func (b *bench) memory(ctx context.Context, rep *Report) error {
 			}
 		}
 	}()
-	r, err := reconcile.Reconcile(ctx, b.db, reconcile.WithLogger(b.quiet))
+	t0 := time.Now()
+	fn()
+	el := time.Since(t0)
 	close(done)
 	wg.Wait()
-	if err != nil {
-		return err
-	}
-	if s := r.Step(reconcile.StepBackfill); s == nil || s.Status != reconcile.Applied {
-		return fmt.Errorf("%w: the memory run's backfill did not run", errUnexpected)
-	}
-	rep.Memory.HeapInusePeak = peak
-	rep.Memory.RSSPeak = procStatus("VmHWM")
-	return nil
+	m.RSSPeak = procStatus("VmHWM")
+	return el, m
 }
 
 func resetPeakRSS() {

@@ -3,32 +3,86 @@ package bench
 import (
 	"context"
 	"fmt"
+	"strings"
 
 	"github.com/schemastate/schemastate"
+	"github.com/schemastate/schemastate/dialect"
 	"github.com/schemastate/schemastate/keys"
 )
 
-// The generated legacy table and keys are kept aside so every destructive
-// run starts from the same state. The measured operations write only
+// The generated legacy rows are kept aside so every destructive run starts
+// from the same state. The measured operations write only
 // task_session_subagents and kandev_meta; the history (sessions, turns,
 // messages) is never written after generation, so restoring those two is
 // restoring the whole store.
-const snapshotTable = "schemastate_bench_legacy_rows"
+const (
+	// baseTable holds the rows the generator wrote.
+	baseTable = "schemastate_bench_base_rows"
+	// snapshotTable holds the legacy rows of the size being measured.
+	snapshotTable = "schemastate_bench_legacy_rows"
+)
 
-func (b *bench) snapshot(ctx context.Context) error {
-	if _, err := b.db.ExecContext(ctx, "CREATE TABLE "+snapshotTable+" AS SELECT * FROM task_session_subagents"); err != nil {
-		return fmt.Errorf("bench: snapshot legacy rows: %w", err)
+// legacyColumns are the pre-amendment table's columns.
+var legacyColumns = []string{"id", "task_session_id", "task_id", "turn_id", "tool_call_id", "parent_tool_call_id",
+	"subagent_type", "description", "agent_id", "child_session_id", "model", "agent_status", "tool_status", "is_async",
+	"total_tokens", "tool_use_count", "duration_ms", "source", "observed_at", "settled_at", "updated_at"}
+
+// keepBase copies the generated rows aside and makes them the snapshot.
+func (b *bench) keepBase(ctx context.Context) error {
+	for _, q := range []string{
+		"DROP TABLE IF EXISTS " + baseTable,
+		"CREATE TABLE " + baseTable + " AS SELECT * FROM task_session_subagents",
+		"DROP TABLE IF EXISTS " + snapshotTable,
+		"CREATE TABLE " + snapshotTable + " AS SELECT * FROM task_session_subagents",
+	} {
+		if _, err := b.db.ExecContext(ctx, q); err != nil {
+			return fmt.Errorf("bench: keep the generated rows: %w", err)
+		}
 	}
-	var err error
-	b.keys, err = keys.Read(ctx, b.db, b.d)
-	return err
+	return nil
 }
 
-func (b *bench) dropSnapshot() {
-	_, _ = b.db.ExecContext(context.Background(), "DROP TABLE IF EXISTS "+snapshotTable)
+// fill makes the snapshot n rows: the generated rows, then copies of them
+// whose id and tool_call_id carry the copy's number (same sessions, same
+// values otherwise), in that order.
+func (b *bench) fill(ctx context.Context, n int) error {
+	var base int
+	if err := b.db.QueryRowContext(ctx, "SELECT COUNT(*) FROM "+baseTable).Scan(&base); err != nil {
+		return err
+	}
+	if base == 0 {
+		return fmt.Errorf("%w: no generated rows to replicate", errUnexpected)
+	}
+	copies := (n + base - 1) / base
+	exprs := make([]string, len(legacyColumns))
+	for i, c := range legacyColumns {
+		exprs[i] = "r." + c
+		if c == "id" || c == "tool_call_id" {
+			exprs[i] = fmt.Sprintf("CASE WHEN k.i = 0 THEN r.%[1]s ELSE r.%[1]s || '~' || CAST(k.i AS TEXT) END", c)
+		}
+	}
+	series := "(WITH RECURSIVE s(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM s WHERE i + 1 < ?) SELECT i FROM s) k"
+	if b.d == dialect.Postgres {
+		series = "generate_series(0, $1::int - 1) AS k(i)"
+	}
+	cols := strings.Join(legacyColumns, ", ")
+	for _, q := range []struct {
+		sql  string
+		args []any
+	}{
+		{"DROP TABLE IF EXISTS " + snapshotTable, nil},
+		{"CREATE TABLE " + snapshotTable + " AS SELECT * FROM " + baseTable + " WHERE 1 = 0", nil},
+		{"INSERT INTO " + snapshotTable + " (" + cols + ") SELECT " + strings.Join(exprs, ", ") + " FROM " + baseTable + " r CROSS JOIN " + series +
+			" ORDER BY k.i, r.id LIMIT " + fmt.Sprint(n), []any{copies}},
+	} {
+		if _, err := b.db.ExecContext(ctx, q.sql, q.args...); err != nil {
+			return fmt.Errorf("bench: fill %d rows: %w", n, err)
+		}
+	}
+	return nil
 }
 
-// restoreLegacy puts back the pre-amendment table with its generated rows
+// restoreLegacy puts back the pre-amendment table with the snapshot's rows
 // and the pre-amendment keys (installed-base states 3 and 4).
 func (b *bench) restoreLegacy(ctx context.Context) error {
 	if err := b.restorePredating(ctx); err != nil {
@@ -41,7 +95,8 @@ func (b *bench) restoreLegacy(ctx context.Context) error {
 	if err := schemastate.ApplyScript(ctx, b.db, legacy); err != nil {
 		return err
 	}
-	if _, err := b.db.ExecContext(ctx, "INSERT INTO task_session_subagents SELECT * FROM "+snapshotTable); err != nil {
+	cols := strings.Join(legacyColumns, ", ")
+	if _, err := b.db.ExecContext(ctx, "INSERT INTO task_session_subagents ("+cols+") SELECT "+cols+" FROM "+snapshotTable); err != nil {
 		return fmt.Errorf("bench: restore legacy rows: %w", err)
 	}
 	for k, v := range map[string]*string{keys.CaptureSince: b.keys.CaptureSince, keys.BackfillThrough: b.keys.BackfillThrough, keys.ExecutionSince: b.keys.ExecutionSince} {
@@ -52,7 +107,7 @@ func (b *bench) restoreLegacy(ctx context.Context) error {
 			return err
 		}
 	}
-	return b.analyze(ctx)
+	return b.settle(ctx)
 }
 
 // restorePredating removes the table and the three keys: the history alone
@@ -66,12 +121,13 @@ func (b *bench) restorePredating(ctx context.Context) error {
 	return err
 }
 
-// analyze refreshes PostgreSQL's statistics for the restored table, as
-// autovacuum would have on a running host.
-func (b *bench) analyze(ctx context.Context) error {
-	if b.d != "postgres" {
-		return nil
+// settle leaves the restored store as a running host's would be: on
+// PostgreSQL the table analyzed (as autovacuum would have), on SQLite the
+// WAL checkpointed so no run pays for the previous one's pages.
+func (b *bench) settle(ctx context.Context) error {
+	q := "PRAGMA wal_checkpoint(TRUNCATE)"
+	if b.d == dialect.Postgres {
+		q = "ANALYZE task_session_subagents"
 	}
-	_, err := b.db.ExecContext(ctx, "ANALYZE task_session_subagents")
-	return err
+	return drainQuery(ctx, b.db, q)
 }

@@ -2,7 +2,10 @@ package bench
 
 import (
 	"context"
+	"crypto/sha256"
+	"database/sql"
 	"fmt"
+	"hash/fnv"
 	"strings"
 	"time"
 
@@ -11,14 +14,18 @@ import (
 	"github.com/schemastate/schemastate/reconcile"
 )
 
+// certificateRow is the kandev_meta row the reconcile keeps its shape
+// certificate in: data a steady-state boot has to read, whoever wrote it.
+const certificateRow = "schemastate_shape_certificate"
+
 // steady measures a boot on a store already in shape — Reconcile with
-// nothing to change — against the bare catalog queries that establish the
-// same facts: the owned tables' columns, indexes and foreign keys, the host
-// tables' presence, and the three keys. It also checks that the boot ran no
-// DDL: no step executed a statement, and the schema's catalog fingerprint
-// (SQLite schema_version; PostgreSQL the pg_class rows of the schema) did
-// not move.
-func (b *bench) steady(ctx context.Context, rep *Report) error {
+// nothing to change — against its floor: the same lock, one read of the
+// three keys and the stored certificate, one catalog read of the owned
+// tables and the host tables' presence, hashed and compared. It also checks
+// that the boot ran no DDL: no step executed a statement, and the schema's
+// catalog fingerprint (SQLite schema_version; PostgreSQL the pg_class rows
+// of the schema) did not move.
+func (b *bench) steady(ctx context.Context, rep *Report, family string, n, messages int) error {
 	if r, err := reconcile.Reconcile(ctx, b.db, reconcile.WithLogger(b.quiet)); err != nil {
 		return err
 	} else if r.Keys.ExecutionSince == nil {
@@ -40,29 +47,50 @@ func (b *bench) steady(ctx context.Context, rep *Report) error {
 	if err != nil {
 		return err
 	}
-	var ddl int
-	var steps []map[string]time.Duration
-	m, err := b.measure(SteadyState, "catalog queries for the owned tables (columns, indexes, foreign keys), host tables present, the three keys", 2,
-		func(int) (time.Duration, error) {
-			t0 := time.Now()
-			r, err := reconcile.Reconcile(ctx, b.db, reconcile.WithLogger(b.quiet))
-			el := time.Since(t0)
-			if err != nil {
-				return 0, err
-			}
-			per := map[string]time.Duration{}
-			var inSteps time.Duration
-			for _, s := range r.Steps {
-				ddl += s.Statements
-				per[s.Name] = s.Duration
-				inSteps += s.Duration
-			}
-			per["outside steps"] = el - inSteps
-			steps = append(steps, per)
-			return el, nil
-		},
-		func(int) (time.Duration, error) { return b.catalogFloor(ctx, owned, decl.HostTables()) })
+	rows, err := b.count(ctx, "task_session_subagents")
 	if err != nil {
+		return err
+	}
+	m := Measurement{Name: SteadyState, Family: family, N: n, Rows: rows, Messages: messages, Target: 1.2,
+		OursIs:  "reconcile.Reconcile on a store in its declared shape, in process, wall time",
+		FloorIs: "the same lock (SQLite BEGIN IMMEDIATE; PostgreSQL pg_try_advisory_lock on a pinned connection), one read of the three keys and the certificate row, one catalog read of the owned tables and the host tables' presence (raw catalog columns on PostgreSQL), hashed; COMMIT or unlock"}
+	var ddl int
+	var lockSteps, outside []time.Duration
+	ours := func(int) (time.Duration, error) {
+		t0 := time.Now()
+		r, err := reconcile.Reconcile(ctx, b.db, reconcile.WithLogger(b.quiet))
+		el := time.Since(t0)
+		if err != nil {
+			return 0, err
+		}
+		var in time.Duration
+		for _, s := range r.Steps {
+			ddl += s.Statements
+			in += s.Duration
+			if s.Name == reconcile.StepLock {
+				lockSteps = append(lockSteps, s.Duration)
+			}
+		}
+		outside = append(outside, el-in)
+		return el, nil
+	}
+	var want string
+	floor := func(int) (time.Duration, error) {
+		d, sum, err := b.catalogFloor(ctx, owned, decl.HostTables())
+		if want == "" {
+			want = sum
+		} else if err == nil && sum != want {
+			err = fmt.Errorf("%w: the floor's catalog hash moved between runs", errUnexpected)
+		}
+		return d, err
+	}
+	var anchors []anchorRun
+	if b.cfg.Exe != "" {
+		anchors = append(anchors, anchorRun{AnchorCLI, "`schemastate reconcile --db …` as a child process, wall time", func(int) (time.Duration, error) {
+			return b.cli("reconcile", "--db", b.dsn)
+		}})
+	}
+	if err := b.measure(&m, b.cfg.runsAt(n), ours, floor, anchors...); err != nil {
 		return err
 	}
 	after, err := b.fingerprint(ctx)
@@ -73,16 +101,8 @@ func (b *bench) steady(ctx context.Context, rep *Report) error {
 	met := m.Met != nil && *m.Met && zero
 	m.Met = &met
 	m.ZeroDDL = &zero
-	var parts []string
-	for _, n := range []string{reconcile.StepLock, reconcile.StepHostTables, reconcile.StepShape, reconcile.StepExecutionSince, reconcile.StepBackfill, "outside steps"} {
-		var ds []time.Duration
-		for _, s := range steps {
-			ds = append(ds, s[n])
-		}
-		parts = append(parts, fmt.Sprintf("%s %s", n, median(ds).Round(time.Microsecond)))
-	}
-	m.Detail = fmt.Sprintf("zero DDL: %v (%d statements, catalog fingerprint unchanged: %v); step medians (outside steps: loading the declaration, the host-table check, the final commit and key read): %s",
-		zero, ddl, before == after, strings.Join(parts, ", "))
+	m.Detail = fmt.Sprintf("zero DDL: %v (%d statements, catalog fingerprint unchanged: %v); the lock step (session setup and the lock) %s median, the certificate check and the rest %s",
+		zero, ddl, before == after, median(lockSteps).Round(time.Microsecond), median(outside).Round(time.Microsecond))
 	rep.Measurements = append(rep.Measurements, m)
 	return nil
 }
@@ -96,6 +116,12 @@ func currentSchema(ctx context.Context, b *bench) (string, error) {
 	return s, err
 }
 
+func (b *bench) count(ctx context.Context, table string) (int, error) {
+	var n int
+	err := b.db.QueryRowContext(ctx, "SELECT COUNT(*) FROM "+dialect.QuoteIdent(table)).Scan(&n)
+	return n, err
+}
+
 func (b *bench) fingerprint(ctx context.Context) (string, error) {
 	q := "PRAGMA schema_version"
 	if b.d == dialect.Postgres {
@@ -107,82 +133,97 @@ FROM pg_class c WHERE c.relnamespace = current_schema()::regnamespace`
 	return s, err
 }
 
-// catalogFloor runs the catalog queries a boot needs to know there is
-// nothing to do, reading every row, on one connection.
-func (b *bench) catalogFloor(ctx context.Context, owned, host []string) (time.Duration, error) {
+// The floor's catalog reads, written for the floor: what changes whenever a
+// column, default, index, constraint or trigger of an owned table changes,
+// and which host tables exist.
+const (
+	floorCatalogSQLite = `SELECT type || ':' || name || ':' || COALESCE(sql, '') FROM sqlite_master
+WHERE tbl_name IN (%s) OR (type = 'table' AND name IN (%s))`
+	floorCatalogPostgres = `WITH t AS (
+  SELECT oid, relname FROM pg_class
+  WHERE relnamespace = current_schema()::regnamespace AND relname = ANY (string_to_array($1, ','))
+)
+SELECT 'a' || t.relname || a.attnum || a.attname || a.atttypid || a.atttypmod || a.attnotnull || COALESCE(d.adbin::text, '')
+  FROM t JOIN pg_attribute a ON a.attrelid = t.oid AND a.attnum > 0 AND NOT a.attisdropped
+  LEFT JOIN pg_attrdef d ON d.adrelid = t.oid AND d.adnum = a.attnum
+UNION ALL SELECT 'i' || t.relname || i.indexrelid || i.indkey::text || i.indisunique || i.indisvalid || COALESCE(i.indexprs::text, '') || COALESCE(i.indpred::text, '')
+  FROM t JOIN pg_index i ON i.indrelid = t.oid
+UNION ALL SELECT 'c' || t.relname || c.conname || c.contype::text || COALESCE(c.conkey::text, '') || c.confrelid || COALESCE(c.confkey::text, '') || c.confdeltype::text || c.condeferrable
+  FROM t JOIN pg_constraint c ON c.conrelid = t.oid
+UNION ALL SELECT 'g' || t.relname || g.tgname || g.tgfoid || g.tgtype
+  FROM t JOIN pg_trigger g ON g.tgrelid = t.oid AND NOT g.tgisinternal
+UNION ALL SELECT 'h' || relname FROM pg_class
+  WHERE relnamespace = current_schema()::regnamespace AND relname = ANY (string_to_array($2, ','))`
+)
+
+// catalogFloor is the steady-state floor on one pinned connection; it
+// returns its duration and the catalog hash it read.
+func (b *bench) catalogFloor(ctx context.Context, owned, host []string) (time.Duration, string, error) {
 	conn, err := b.db.Conn(ctx)
 	if err != nil {
-		return 0, err
+		return 0, "", err
 	}
 	defer conn.Close()
-	drain := func(q string, args ...any) ([]string, error) {
+	h := sha256.New()
+	hashRows := func(q string, args ...any) error {
 		rows, err := conn.QueryContext(ctx, q, args...)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		defer rows.Close()
-		cols, _ := rows.Columns()
-		var first []string
-		vals := make([]any, len(cols))
-		for i := range vals {
-			vals[i] = new(any)
-		}
 		for rows.Next() {
-			if err := rows.Scan(vals...); err != nil {
-				return nil, err
+			var s string
+			if err := rows.Scan(&s); err != nil {
+				return err
 			}
-			first = append(first, fmt.Sprint(*(vals[0].(*any))))
+			h.Write([]byte(s))
 		}
-		return first, rows.Err()
+		return rows.Err()
+	}
+	readKeys := func() error {
+		return hashRows(b.d.Rebind(`SELECT key || '=' || value FROM kandev_meta WHERE key IN (?, ?, ?, ?)`),
+			keys.CaptureSince, keys.BackfillThrough, keys.ExecutionSince, certificateRow)
 	}
 	t0 := time.Now()
 	if b.d == dialect.SQLite {
-		if _, err := drain(`SELECT name FROM sqlite_master WHERE type = 'table' AND name IN (`+placeholders(len(host))+`)`, anys(host)...); err != nil {
-			return 0, err
+		if _, err := conn.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
+			return 0, "", err
 		}
-		for _, t := range owned {
-			for _, q := range []string{`SELECT type, name, sql FROM sqlite_master WHERE tbl_name = ?`, `SELECT * FROM pragma_table_info(?)`, `SELECT * FROM pragma_foreign_key_list(?)`} {
-				if _, err := drain(q, t); err != nil {
-					return 0, err
-				}
-			}
-			idx, err := drain(`SELECT name FROM pragma_index_list(?)`, t)
-			if err != nil {
-				return 0, err
-			}
-			for _, i := range idx {
-				if _, err := drain(`SELECT * FROM pragma_index_info(?)`, i); err != nil {
-					return 0, err
-				}
-			}
+		err := readKeys()
+		if err == nil {
+			err = hashRows(fmt.Sprintf(floorCatalogSQLite, marks(len(owned)), marks(len(host))), append(anys(owned), anys(host)...)...)
+		}
+		if err != nil {
+			conn.ExecContext(context.Background(), "ROLLBACK") //nolint:errcheck
+			return 0, "", err
+		}
+		if _, err := conn.ExecContext(ctx, "COMMIT"); err != nil {
+			return 0, "", err
 		}
 	} else {
-		for _, t := range host {
-			if _, err := drain(`SELECT to_regclass($1) IS NOT NULL`, t); err != nil {
-				return 0, err
-			}
+		k := fnv.New64a()
+		k.Write([]byte("schemastate/bench-floor"))
+		lock := int64(k.Sum64())
+		var got bool
+		if err := conn.QueryRowContext(ctx, `SELECT pg_try_advisory_lock($1)`, lock).Scan(&got); err != nil || !got {
+			return 0, "", fmt.Errorf("floor lock: %v (got %v)", err, got)
 		}
-		for _, t := range owned {
-			for _, q := range []string{
-				`SELECT a.attname, format_type(a.atttypid, a.atttypmod), a.attnotnull, pg_get_expr(d.adbin, d.adrelid)
-FROM pg_attribute a LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum
-WHERE a.attrelid = to_regclass($1) AND a.attnum > 0 AND NOT a.attisdropped ORDER BY a.attnum`,
-				`SELECT i.indexrelid::regclass::text, i.indisunique, pg_get_indexdef(i.indexrelid) FROM pg_index i WHERE i.indrelid = to_regclass($1)`,
-				`SELECT conname, contype, pg_get_constraintdef(oid) FROM pg_constraint WHERE conrelid = to_regclass($1)`,
-			} {
-				if _, err := drain(q, t); err != nil {
-					return 0, err
-				}
-			}
+		err := readKeys()
+		if err == nil {
+			err = hashRows(floorCatalogPostgres, strings.Join(owned, ","), strings.Join(host, ","))
+		}
+		var unlocked sql.NullBool
+		if uerr := conn.QueryRowContext(ctx, `SELECT pg_advisory_unlock($1)`, lock).Scan(&unlocked); err == nil {
+			err = uerr
+		}
+		if err != nil {
+			return 0, "", err
 		}
 	}
-	if _, err := keys.Read(ctx, conn, b.d); err != nil {
-		return 0, err
-	}
-	return time.Since(t0), nil
+	return time.Since(t0), fmt.Sprintf("%x", h.Sum(nil)), nil
 }
 
-func placeholders(n int) string { return strings.TrimSuffix(strings.Repeat("?, ", n), ", ") }
+func marks(n int) string { return strings.TrimSuffix(strings.Repeat("?, ", n), ", ") }
 
 func anys(ss []string) []any {
 	out := make([]any, len(ss))

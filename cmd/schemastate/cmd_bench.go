@@ -4,9 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"time"
+	"os"
+	"strconv"
+	"strings"
 
 	"github.com/schemastate/schemastate/bench"
+	"github.com/schemastate/schemastate/dialect"
 	"github.com/schemastate/schemastate/gen"
 )
 
@@ -14,45 +17,83 @@ import (
 const exitBenchFailed = 1 // a measurement could not be taken
 
 func init() {
-	register(&command{name: "bench", summary: "generate a reference store and time each operation against a floor on the same data", run: runBench})
+	register(&command{name: "bench", summary: "cost curves: generate stores and time each operation against its floor and anchors on the same data", run: runBench})
 }
 
 func runBench(ctx context.Context, e *env, args []string) int {
-	fs := flags(e, "bench", "--db DSN [--scale-mb 328] [--population K] [--runs 3] [--frames 1000] [--seed 1] [--json]")
+	fs := flags(e, "bench", "--db DSN [--rows 1000,…] [--messages 100000,…] [--runs 3] [--large-runs 1] [--frames 1000] [--out DIR] [--json]")
 	dsn := dbFlag(fs)
-	scale := fs.Float64("scale-mb", gen.ReferenceMB, "store size in MiB (the generator's --scale-mb)")
-	population := fs.Float64("population", 0, "subagent population factor (0: scale-mb/328)")
+	rowsFlag := fs.String("rows", "", "task_session_subagents sizes of the rebuild/steady/capture curves (default 1000,10000,100000,300000,1000000; PostgreSQL also 4000000; 0 for none)")
+	msgsFlag := fs.String("messages", "", "task_session_messages sizes of the backfill/health/steady curves (default 100000,600000,2000000; 0 for none)")
 	runs := fs.Int("runs", 3, "repetitions per measurement; medians are reported")
+	largeRuns := fs.Int("large-runs", 1, "repetitions at a million rows or messages and above")
 	frames := fs.Int("frames", 1000, "frames per live-capture run")
+	diskMB := fs.Int("disk-mb", 256, "MiB the disk-rate probe writes")
+	rowsStore := fs.Float64("rows-store-mb", 16, "size of the rows family's generated store")
 	seed := fs.Uint64("seed", 1, "generator seed")
+	out := fs.String("out", "", "write report.json, results.csv, the SVG charts and tables.md here")
+	noCLI := fs.Bool("no-cli", false, "do not time the operations through the CLI")
 	asJSON := fs.Bool("json", false, "print the report as one JSON object and no progress")
 	if code, ok := parse(fs, args); !ok {
 		return code
 	}
-	if *scale <= 0 || *runs <= 0 || *frames <= 0 || *population < 0 {
-		fmt.Fprintln(e.stderr, "schemastate: --scale-mb, --runs and --frames must be positive")
+	t, err := dialect.Parse(*dsn)
+	if err != nil {
+		fmt.Fprintf(e.stderr, "schemastate: %v\n", err)
 		return exitUsage
 	}
-	db, _, ok := openOrCreateDB(ctx, e, *dsn)
-	if !ok {
+	rows, err1 := sizes(*rowsFlag, bench.DefaultRows)
+	msgs, err2 := sizes(*msgsFlag, bench.DefaultMessages)
+	if err := errors.Join(err1, err2); err != nil {
+		fmt.Fprintf(e.stderr, "schemastate: %v\n", err)
 		return exitUsage
 	}
-	defer db.Close()
-	cfg := bench.Config{ScaleMB: *scale, Population: *population, Seed: *seed, Runs: *runs, Frames: *frames}
+	if *rowsFlag == "" && t.Dialect == dialect.Postgres {
+		rows = append(rows, bench.PostgresExtraRows...)
+	}
+	if *runs <= 0 || *largeRuns <= 0 || *frames <= 0 || *diskMB <= 0 || *rowsStore <= 0 {
+		fmt.Fprintln(e.stderr, "schemastate: --runs, --large-runs, --frames, --disk-mb and --rows-store-mb must be positive")
+		return exitUsage
+	}
+	var stores bench.Stores
+	if t.Dialect == dialect.SQLite {
+		stores = bench.SQLiteStores(strings.TrimPrefix(t.Display, "sqlite:"))
+	} else {
+		stores = bench.PostgresStores(t.DSN)
+	}
+	defer stores.Close()
+	cfg := bench.Config{Rows: rows, Messages: msgs, RowsStoreMB: *rowsStore, Seed: *seed, Runs: *runs, LargeRuns: *largeRuns,
+		Frames: *frames, DiskMB: *diskMB}
+	if !*noCLI {
+		if cfg.Exe, err = os.Executable(); err != nil {
+			fmt.Fprintf(e.stderr, "schemastate: bench: cannot find its own binary for the CLI timings (use --no-cli): %v\n", err)
+			return exitBenchFailed
+		}
+	}
 	if !*asJSON {
 		if terminal(e.stderr) {
 			cfg.Progress = func(msg string) { fmt.Fprintf(e.stderr, "\r\033[Kbench: %s", msg) }
 			defer fmt.Fprint(e.stderr, "\r\033[K")
 		}
 	}
-	rep, err := bench.Run(ctx, db, cfg)
+	rep, err := bench.Run(ctx, stores, cfg)
 	if errors.Is(err, gen.ErrNotEmpty) {
-		fmt.Fprintf(e.stderr, "schemastate: %v (bench generates its own store: point --db at an empty database or schema)\n", err)
+		fmt.Fprintf(e.stderr, "schemastate: %v (bench generates its own stores: point --db at an empty database or schema)\n", err)
 		return exitNotEmpty
 	}
 	if err != nil {
 		fmt.Fprintf(e.stderr, "schemastate: bench: %v\n", err)
 		return exitBenchFailed
+	}
+	if *out != "" {
+		paths, err := bench.WriteFiles(*out, rep)
+		if err != nil {
+			fmt.Fprintf(e.stderr, "schemastate: bench: %v\n", err)
+			return exitBenchFailed
+		}
+		if !*asJSON {
+			fmt.Fprintf(e.stdout, "wrote %s\n", strings.Join(paths, ", "))
+		}
 	}
 	if *asJSON {
 		writeJSON(e.stdout, rep)
@@ -62,41 +103,53 @@ func runBench(ctx context.Context, e *env, args []string) int {
 	return exitOK
 }
 
-func printBench(e *env, r *bench.Report) {
-	fmt.Fprintf(e.stdout, "%s, %.0f MiB requested, %.1f MiB on disk: %d messages, %d subagent invocations (generated in %s); median of %d runs\n",
-		r.Dialect, r.ScaleMB, float64(r.StoreBytes)/(1<<20), r.Messages, r.Subagents, r.Generate.Round(time.Millisecond), r.Runs)
-	fmt.Fprintf(e.stdout, "%-26s %12s %12s %7s %8s %s\n", "measurement", "ours", "floor", "ratio", "target", "met")
-	for _, m := range r.Measurements {
-		target, met := "-", "-"
-		if m.Target > 0 {
-			target = fmt.Sprintf("≤%.2f×", m.Target)
-		}
-		if m.Met != nil {
-			met = map[bool]string{true: "met", false: "NOT MET"}[*m.Met]
-		}
-		fmt.Fprintf(e.stdout, "%-26s %12s %12s %6.2f× %8s %s\n", m.Name, dur(m.Ours), dur(m.Floor), m.Ratio, target, met)
-		fmt.Fprintf(e.stdout, "    floor: %s\n", m.FloorIs)
-		if m.Detail != "" {
-			fmt.Fprintf(e.stdout, "    %s\n", m.Detail)
-		}
+// sizes parses a comma-separated list of positive sizes; "" is def, "0" none.
+func sizes(s string, def []int) ([]int, error) {
+	if s == "" {
+		return append([]int(nil), def...), nil
 	}
-	if l := r.Lock; l != nil {
-		fmt.Fprintf(e.stdout, "postgres ACCESS EXCLUSIVE held: median %s, max %s (poll every %s); concurrent reader worst %s over %d SELECTs (baseline worst %s)\n",
-			dur(l.HeldMedian), dur(l.HeldMax), dur(l.PollInterval), dur(l.ReaderWorst), l.ReaderQueries, dur(l.ReaderBaseline))
+	if s == "0" {
+		return nil, nil
 	}
-	mem := r.Memory
-	fmt.Fprintf(e.stdout, "reconcile memory (predating store, full backfill): Go heap in use peak %.1f MiB; RSS %.1f MiB before, peak %.1f MiB\n",
-		mib(mem.HeapInusePeak), mib(mem.RSSBefore), mib(mem.RSSPeak))
+	var out []int
+	for _, f := range strings.Split(s, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n <= 0 {
+			return nil, fmt.Errorf("not a list of positive sizes: %q", s)
+		}
+		out = append(out, n)
+	}
+	return out, nil
 }
 
-func dur(d time.Duration) string {
-	switch {
-	case d >= time.Second:
-		return d.Round(time.Millisecond).String()
-	case d >= time.Millisecond:
-		return d.Round(10 * time.Microsecond).String()
+func printBench(e *env, r *bench.Report) {
+	fmt.Fprintf(e.stdout, "%s, median of %d runs (%d at a million and above)\n", r.Dialect, r.Runs, r.LargeRuns)
+	fmt.Fprintf(e.stdout, "%-26s %-8s %9s %12s %12s %7s %s\n", "measurement", "family", "n", "ours", "floor", "ratio", "target")
+	for _, m := range r.Measurements {
+		target := "-"
+		if m.Target > 0 {
+			target = map[bool]string{true: "met", false: "NOT MET"}[m.Met != nil && *m.Met]
+		}
+		fmt.Fprintf(e.stdout, "%-26s %-8s %9d %12s %12s %6.2f× %s\n", m.Name, m.Family, m.N, bench.Dur(m.Ours), bench.Dur(m.Floor), m.Ratio, target)
+		for _, a := range m.Anchors {
+			if a.Err != "" {
+				fmt.Fprintf(e.stdout, "    %s: failed: %s\n", a.Name, a.Err)
+				continue
+			}
+			fmt.Fprintf(e.stdout, "    %s: %s\n", a.Name, bench.Dur(a.Median))
+		}
 	}
-	return d.Round(time.Microsecond).String()
+	for _, m := range r.Memory {
+		fmt.Fprintf(e.stdout, "memory (%s %d): Go heap peak %.1f MiB; RSS %.1f MiB before, peak %.1f MiB\n",
+			m.Family, m.N, mib(m.HeapPeak), mib(m.RSSBefore), mib(m.RSSPeak))
+	}
+	for _, l := range r.Locks {
+		fmt.Fprintf(e.stdout, "postgres ACCESS EXCLUSIVE at %d rows: seen %s; concurrent reader worst %s (baseline %s)\n",
+			l.Rows, bench.Dur(l.Held), bench.Dur(l.ReaderWorst), bench.Dur(l.ReaderBaseline))
+	}
+	for _, s := range r.Skipped {
+		fmt.Fprintf(e.stdout, "not measured: %s\n", s)
+	}
 }
 
 func mib(b uint64) float64 { return float64(b) / (1 << 20) }

@@ -2,7 +2,10 @@ package main
 
 import (
 	"encoding/json"
+	"os"
+	"path/filepath"
 	"regexp"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -10,22 +13,36 @@ import (
 	"github.com/schemastate/schemastate/internal/dbtest"
 )
 
-func TestCLI_Bench_PrintsEachMeasurementWithItsRatio(t *testing.T) {
+func TestCLI_Bench_PrintsEachPointWithItsRatioAndWritesTheFiles(t *testing.T) {
 	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
-		code, out, stderr := cli(t, "bench", "--db", db.CLIDSN, "--scale-mb", "2", "--population", "1", "--runs", "1", "--frames", "10")
+		if db.Dialect == "sqlite" {
+			db.Close() // bench replaces the file
+		}
+		out := t.TempDir()
+		code, stdout, stderr := cli(t, "bench", "--db", db.CLIDSN, "--rows", "300", "--messages", "3000", "--rows-store-mb", "2",
+			"--runs", "1", "--frames", "10", "--disk-mb", "4", "--no-cli", "--out", out)
 		require.Equal(t, exitOK, code, stderr)
 		rebuild := "sqlite_rebuild"
 		if db.Dialect == "postgres" {
 			rebuild = "postgres_constraint_swap"
-			require.Contains(t, out, "ACCESS EXCLUSIVE held")
+			require.Contains(t, stdout, "ACCESS EXCLUSIVE at 300 rows")
 		}
-		for _, name := range []string{rebuild, "health_queries", "steady_state_boot", "live_capture", "backfill"} {
-			// name, ours, floor, ratio on one line
-			require.Regexp(t, regexp.MustCompile(`(?m)^`+name+`\s+\S+\s+\S+\s+\d+\.\d\d×`), out)
+		for _, line := range []string{rebuild + `\s+rows\s+300`, `steady_state_boot\s+rows\s+300`, `live_capture\s+rows\s+300`,
+			`health_queries\s+messages\s+3000`, `steady_state_boot\s+messages\s+3000`, `backfill\s+messages\s+3000`} {
+			// name, family, n, ours, floor, ratio on one line
+			require.Regexp(t, regexp.MustCompile(`(?m)^`+line+`\s+\S+\s+\S+\s+\d+\.\d\d×`), stdout)
 		}
-		require.Contains(t, out, "Go heap in use peak")
+		require.Contains(t, stdout, "Go heap peak")
+		for _, f := range []string{"report.json", "results.csv", "tables.md", rebuild + "-rows.svg", "backfill-messages.svg", "memory-rows.svg"} {
+			b, err := os.ReadFile(filepath.Join(out, string(db.Dialect)+"-"+f))
+			require.NoError(t, err, f)
+			require.NotEmpty(t, b, f)
+		}
+		csv, err := os.ReadFile(filepath.Join(out, string(db.Dialect)+"-results.csv"))
+		require.NoError(t, err)
+		require.Contains(t, strings.SplitN(string(csv), "\n", 2)[0], "ratio_to_floor")
 
-		code, _, stderr = cli(t, "bench", "--db", db.CLIDSN, "--scale-mb", "2")
+		code, _, stderr = cli(t, "bench", "--db", db.CLIDSN, "--rows", "300", "--messages", "0")
 		require.Equal(t, exitNotEmpty, code, "the store is no longer empty")
 		require.Contains(t, stderr, "empty database")
 	})
@@ -33,22 +50,40 @@ func TestCLI_Bench_PrintsEachMeasurementWithItsRatio(t *testing.T) {
 
 func TestCLI_Bench_JSON(t *testing.T) {
 	db := dbtest.Open(t, "sqlite")
-	code, out, stderr := cli(t, "bench", "--db", db.CLIDSN, "--scale-mb", "2", "--population", "1", "--runs", "1", "--frames", "10", "--json")
+	db.Close()
+	code, out, stderr := cli(t, "bench", "--db", db.CLIDSN, "--rows", "300", "--messages", "0", "--rows-store-mb", "2",
+		"--runs", "1", "--frames", "10", "--disk-mb", "4", "--no-cli", "--json")
 	require.Equal(t, exitOK, code, stderr)
 	var rep struct {
 		Dialect      string
 		Measurements []struct {
 			Name  string
+			N     int     `json:"n"`
 			Ours  int64   `json:"ours_ns"`
 			Floor int64   `json:"floor_ns"`
 			Ratio float64 `json:"ratio"`
 		}
 	}
 	require.NoError(t, json.Unmarshal([]byte(out), &rep), out)
-	require.Len(t, rep.Measurements, 5)
+	require.Len(t, rep.Measurements, 3)
 	for _, m := range rep.Measurements {
+		require.Equal(t, 300, m.N, m.Name)
 		require.Positive(t, m.Ours, m.Name)
 		require.Positive(t, m.Floor, m.Name)
 		require.Positive(t, m.Ratio, m.Name)
 	}
+}
+
+func TestSizes(t *testing.T) {
+	got, err := sizes("", []int{1, 2})
+	require.NoError(t, err)
+	require.Equal(t, []int{1, 2}, got)
+	got, err = sizes("0", []int{1, 2})
+	require.NoError(t, err)
+	require.Empty(t, got)
+	got, err = sizes("1000, 300000", nil)
+	require.NoError(t, err)
+	require.Equal(t, []int{1000, 300000}, got)
+	_, err = sizes("10,-1", nil)
+	require.Error(t, err)
 }

@@ -1,0 +1,140 @@
+package bench
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"time"
+
+	"ariga.io/atlas/sql/migrate"
+	"ariga.io/atlas/sql/postgres"
+	"ariga.io/atlas/sql/schema"
+	"ariga.io/atlas/sql/sqlclient"
+	"ariga.io/atlas/sql/sqlite"
+	"github.com/zclconf/go-cty/cty"
+
+	"github.com/schemastate/schemastate"
+	"github.com/schemastate/schemastate/dialect"
+)
+
+// The Atlas anchor: what `atlas schema apply --include task_session_subagents`
+// does with the same schema.hcl, through Atlas's Go API and its defaults —
+// evaluate the HCL, inspect the live table, diff, then apply the changes in
+// one transaction opened the way its client opens one (on SQLite
+// sqlite.OpenTx: foreign keys off, a whole-database foreign_key_check before
+// and after; on PostgreSQL a plain BEGIN), ApplyChanges, COMMIT. It runs on
+// its own one-connection pool, as the CLI would on its own client; opening
+// the pool is not timed (ours is not timed opening one either).
+
+const subagents = "task_session_subagents"
+
+func atlasIs(d dialect.Dialect) string {
+	if d == dialect.Postgres {
+		return "Atlas Go API as `atlas schema apply` runs it: EvalHCLBytes(schema.hcl), InspectSchema, SchemaDiff, BeginTx, ApplyChanges, COMMIT"
+	}
+	return "Atlas Go API as `atlas schema apply` runs it: EvalHCLBytes(schema.hcl), InspectSchema, SchemaDiff, sqlite.OpenTx (foreign keys off, foreign_key_check of the whole database before and after), ApplyChanges, COMMIT"
+}
+
+// atlasDesired evaluates schema.hcl with Atlas alone and keeps the owned
+// table, bound to schema name.
+func atlasDesired(d dialect.Dialect, name string) (*schema.Schema, error) {
+	var s schema.Schema
+	vars := map[string]cty.Value{"dialect": cty.StringVal(string(d))}
+	var err error
+	if d == dialect.Postgres {
+		err = postgres.EvalHCLBytes(schemastate.SchemaHCL, &s, vars)
+	} else {
+		err = sqlite.EvalHCLBytes(schemastate.SchemaHCL, &s, vars)
+	}
+	if err != nil {
+		return nil, err
+	}
+	t, ok := s.Table(subagents)
+	if !ok {
+		return nil, fmt.Errorf("%w: schema.hcl declares no %s", errUnexpected, subagents)
+	}
+	s.Name = name
+	for _, tt := range s.Tables {
+		tt.Schema = &s
+	}
+	s.Tables = []*schema.Table{t}
+	return &s, nil
+}
+
+func atlasOpen(d dialect.Dialect, q schema.ExecQuerier) (migrate.Driver, error) {
+	if d == dialect.Postgres {
+		return postgres.Open(q)
+	}
+	return sqlite.Open(q)
+}
+
+func (b *bench) atlasApply(ctx context.Context) (time.Duration, error) {
+	t, err := dialect.Parse(b.dsn)
+	if err != nil {
+		return 0, err
+	}
+	db, err := sql.Open(t.DriverName, t.DSN)
+	if err != nil {
+		return 0, err
+	}
+	defer db.Close()
+	db.SetMaxOpenConns(1)
+	name := "main"
+	if b.d == dialect.Postgres {
+		if err := db.QueryRowContext(ctx, "SELECT current_schema()").Scan(&name); err != nil {
+			return 0, err
+		}
+	}
+	t0 := time.Now()
+	desired, err := atlasDesired(b.d, name)
+	if err != nil {
+		return 0, err
+	}
+	drv, err := atlasOpen(b.d, db)
+	if err != nil {
+		return 0, err
+	}
+	current, err := drv.InspectSchema(ctx, name, &schema.InspectOptions{Tables: []string{subagents}})
+	if err != nil {
+		return 0, err
+	}
+	changes, err := drv.SchemaDiff(current, desired)
+	if err != nil {
+		return 0, err
+	}
+	var tx *sqlclient.Tx
+	if b.d == dialect.SQLite {
+		tx, err = sqlite.OpenTx(ctx, db, nil)
+	} else {
+		var stx *sql.Tx
+		if stx, err = db.BeginTx(ctx, nil); err == nil {
+			tx = &sqlclient.Tx{Tx: stx}
+		}
+	}
+	if err != nil {
+		return 0, err
+	}
+	tdrv, err := atlasOpen(b.d, tx)
+	if err != nil {
+		tx.Rollback() //nolint:errcheck
+		return 0, err
+	}
+	if err := tdrv.ApplyChanges(ctx, changes); err != nil {
+		tx.Rollback() //nolint:errcheck
+		return 0, fmt.Errorf("atlas ApplyChanges: %w", err)
+	}
+	if err := tx.Commit(); err != nil {
+		return 0, fmt.Errorf("atlas commit: %w", err)
+	}
+	return time.Since(t0), nil
+}
+
+// atlasInspect is Atlas's inspection of the owned table alone.
+func (b *bench) atlasInspect(ctx context.Context, name string) error {
+	drv, err := atlasOpen(b.d, b.db)
+	if err != nil {
+		return err
+	}
+	_, err = drv.InspectSchema(ctx, name, &schema.InspectOptions{Tables: []string{subagents}})
+	return err
+}

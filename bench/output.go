@@ -1,0 +1,345 @@
+package bench
+
+import (
+	"bytes"
+	"encoding/csv"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// WriteFiles writes a run's results into dir: report.json (everything),
+// results.csv (one line per point and series), one SVG chart per
+// measurement and family, and tables.md (the Markdown tables the doc
+// quotes). File names start with the dialect, so both dialects' runs can
+// share one directory. It returns the paths written.
+func WriteFiles(dir string, rep *Report) ([]string, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	var written []string
+	put := func(name string, b []byte) error {
+		p := filepath.Join(dir, string(rep.Dialect)+"-"+name)
+		if err := os.WriteFile(p, b, 0o644); err != nil {
+			return err
+		}
+		written = append(written, p)
+		return nil
+	}
+	js, err := json.MarshalIndent(rep, "", "  ")
+	if err != nil {
+		return nil, err
+	}
+	if err := put("report.json", append(js, '\n')); err != nil {
+		return nil, err
+	}
+	if err := put("results.csv", CSV(rep)); err != nil {
+		return nil, err
+	}
+	for _, c := range Charts(rep) {
+		if err := put(c.File, c.Chart.SVG()); err != nil {
+			return nil, err
+		}
+	}
+	if err := put("tables.md", Tables(rep)); err != nil {
+		return nil, err
+	}
+	return written, nil
+}
+
+// CSV renders one line per measured point and series (ours, floor, each
+// anchor, each fixed cost): dialect, measurement, family, n, rows, messages,
+// series, median_ns, runs_ns (space-separated), ratio to the floor.
+func CSV(rep *Report) []byte {
+	var b bytes.Buffer
+	w := csv.NewWriter(&b)
+	w.Write([]string{"dialect", "measurement", "family", "n", "rows", "messages", "series", "median_ns", "runs_ns", "ratio_to_floor"}) //nolint:errcheck
+	line := func(m *Measurement, series string, med time.Duration, runs []time.Duration) {
+		ratio := ""
+		if m.Floor > 0 && med > 0 {
+			ratio = strconv.FormatFloat(float64(med)/float64(m.Floor), 'f', 4, 64)
+		}
+		var rs []string
+		for _, r := range runs {
+			rs = append(rs, strconv.FormatInt(int64(r), 10))
+		}
+		w.Write([]string{string(rep.Dialect), m.Name, m.Family, strconv.Itoa(m.N), strconv.Itoa(m.Rows), strconv.Itoa(m.Messages), //nolint:errcheck
+			series, strconv.FormatInt(int64(med), 10), strings.Join(rs, " "), ratio})
+	}
+	for i := range rep.Measurements {
+		m := &rep.Measurements[i]
+		line(m, "ours", m.Ours, m.OursRuns)
+		line(m, "floor", m.Floor, m.FloorRuns)
+		for _, a := range m.Anchors {
+			if a.Err == "" {
+				line(m, a.Name, a.Median, a.Runs)
+			}
+		}
+		for _, c := range m.Fixed {
+			line(m, "fixed: "+c.Name, c.Median, nil)
+		}
+	}
+	w.Flush()
+	return b.Bytes()
+}
+
+// NamedChart is a chart and the file name it is written under.
+type NamedChart struct {
+	File  string
+	Chart Chart
+}
+
+// groups lists the (measurement, family) pairs of a report in first-seen order.
+func groups(rep *Report) [][2]string {
+	var out [][2]string
+	seen := map[[2]string]bool{}
+	for _, m := range rep.Measurements {
+		k := [2]string{m.Name, m.Family}
+		if !seen[k] {
+			seen[k] = true
+			out = append(out, k)
+		}
+	}
+	return out
+}
+
+func (rep *Report) points(name, family string) []*Measurement {
+	var out []*Measurement
+	for i := range rep.Measurements {
+		if m := &rep.Measurements[i]; m.Name == name && m.Family == family {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+var titles = map[string]string{
+	Rebuild:        "SQLite rebuild of task_session_subagents",
+	ConstraintSwap: "PostgreSQL constraint swap of task_session_subagents",
+	SteadyState:    "steady-state boot",
+	Backfill:       "backfill",
+	Capture:        "live capture rate",
+	Health:         "health evaluation",
+}
+
+// Charts builds one chart per measurement and family, and one of memory per family.
+func Charts(rep *Report) []NamedChart {
+	var out []NamedChart
+	xlabel := map[string]string{FamilyRows: "task_session_subagents rows", FamilyMessages: "task_session_messages rows"}
+	for _, g := range groups(rep) {
+		name, family := g[0], g[1]
+		pts := rep.points(name, family)
+		c := Chart{Title: fmt.Sprintf("%s — %s, by %s", titles[name], rep.Dialect, xlabel[family]), XLabel: xlabel[family],
+			YLabel: "median time", LogY: true, FormatX: FormatCount, FormatY: FormatSeconds}
+		y := func(d time.Duration, _ *Measurement) float64 { return d.Seconds() }
+		if name == Capture {
+			c.YLabel, c.LogY, c.FormatY = "frames or rows per second", false, func(v float64) string { return trimZero(v) + "/s" }
+			y = func(d time.Duration, m *Measurement) float64 {
+				if d <= 0 {
+					return 0
+				}
+				return float64(m.Count) / d.Seconds()
+			}
+		}
+		series := func(label string, get func(*Measurement) time.Duration, dashed bool) {
+			s := Series{Name: label, Dashed: dashed}
+			for _, m := range pts {
+				s.Points = append(s.Points, Point{X: float64(m.N), Y: y(get(m), m)})
+			}
+			c.Series = append(c.Series, s)
+		}
+		series("ours (in process)", func(m *Measurement) time.Duration { return m.Ours }, false)
+		series("floor", func(m *Measurement) time.Duration { return m.Floor }, false)
+		var anchors []string
+		seen := map[string]bool{}
+		for _, m := range pts {
+			for _, a := range m.Anchors {
+				if !seen[a.Name] {
+					seen[a.Name] = true
+					anchors = append(anchors, a.Name)
+				}
+			}
+		}
+		for _, an := range anchors {
+			series(an, func(m *Measurement) time.Duration {
+				if a := m.Anchor(an); a != nil && a.Err == "" {
+					return a.Median
+				}
+				return 0
+			}, an == AnchorPhysical)
+		}
+		out = append(out, NamedChart{File: name + "-" + family + ".svg", Chart: c})
+	}
+	for _, family := range []string{FamilyRows, FamilyMessages} {
+		var heap, rss Series
+		heap.Name, rss.Name = "Go heap, peak", "process RSS, peak"
+		for _, m := range rep.Memory {
+			if m.Family == family {
+				heap.Points = append(heap.Points, Point{X: float64(m.N), Y: float64(m.HeapPeak)})
+				rss.Points = append(rss.Points, Point{X: float64(m.N), Y: float64(m.RSSPeak)})
+			}
+		}
+		if len(heap.Points) == 0 {
+			continue
+		}
+		out = append(out, NamedChart{File: "memory-" + family + ".svg", Chart: Chart{
+			Title:  fmt.Sprintf("memory of one reconcile — %s, by %s", rep.Dialect, xlabel[family]),
+			XLabel: xlabel[family], YLabel: "bytes", FormatX: FormatCount, FormatY: FormatBytes, Series: []Series{heap, rss}}})
+	}
+	return out
+}
+
+// Tables renders the Markdown tables of a run: one per measurement and
+// family (every size, ours, the floor, the ratio, every anchor), the fixed
+// costs, memory, and the PostgreSQL lock windows.
+func Tables(rep *Report) []byte {
+	var b bytes.Buffer
+	for _, g := range groups(rep) {
+		name, family := g[0], g[1]
+		pts := rep.points(name, family)
+		fmt.Fprintf(&b, "#### %s — %s, by %s\n\n", titles[name], rep.Dialect, family)
+		fmt.Fprintf(&b, "Ours: %s.  \nFloor: %s.\n", pts[0].OursIs, pts[0].FloorIs)
+		var anchors []string
+		seen := map[string]bool{}
+		for _, m := range pts {
+			for _, a := range m.Anchors {
+				if !seen[a.Name] {
+					seen[a.Name] = true
+					anchors = append(anchors, a.Name)
+					fmt.Fprintf(&b, "Anchor *%s*: %s.\n", a.Name, a.Is)
+				}
+			}
+		}
+		b.WriteString("\n| " + family + " | ours | floor | ours / floor | target |")
+		for _, a := range anchors {
+			b.WriteString(" " + a + " |")
+		}
+		b.WriteString("\n|---:|---:|---:|---:|---|")
+		for range anchors {
+			b.WriteString("---:|")
+		}
+		b.WriteString("\n")
+		for _, m := range pts {
+			target := "—"
+			if m.Target > 0 {
+				met := "not met"
+				if m.Met != nil && *m.Met {
+					met = "met"
+				}
+				if name == Capture {
+					target = fmt.Sprintf("rate ≥ %.2f×: %s", 1/m.Target, met)
+				} else {
+					target = fmt.Sprintf("≤ %.2f×: %s", m.Target, met)
+				}
+			}
+			fmt.Fprintf(&b, "| %s | %s | %s | %.2f× | %s |", FormatCount(float64(m.N)), cell(m, m.Ours), cell(m, m.Floor), m.Ratio, target)
+			for _, an := range anchors {
+				a := m.Anchor(an)
+				switch {
+				case a == nil:
+					b.WriteString(" — |")
+				case a.Err != "":
+					b.WriteString(" fails (see below) |")
+				default:
+					fmt.Fprintf(&b, " %s (%.2f×) |", cell(m, a.Median), float64(a.Median)/float64(max(m.Floor, 1)))
+				}
+			}
+			b.WriteString("\n")
+		}
+		b.WriteString("\n")
+		for _, m := range pts {
+			for _, a := range m.Anchors {
+				if a.Err != "" {
+					fmt.Fprintf(&b, "- at %s: *%s* failed: `%s`\n", FormatCount(float64(m.N)), a.Name, oneLine(a.Err, 300))
+				}
+			}
+		}
+		if len(pts[0].Fixed) > 0 {
+			fmt.Fprintf(&b, "\nFixed costs inside ours, each timed alone (median of 3):\n\n| %s |", family)
+			for _, c := range pts[0].Fixed {
+				b.WriteString(" " + c.Name + " |")
+			}
+			b.WriteString("\n|---:|")
+			for range pts[0].Fixed {
+				b.WriteString("---:|")
+			}
+			b.WriteString("\n")
+			for _, m := range pts {
+				fmt.Fprintf(&b, "| %s |", FormatCount(float64(m.N)))
+				for _, c := range m.Fixed {
+					fmt.Fprintf(&b, " %s |", Dur(c.Median))
+				}
+				b.WriteString("\n")
+			}
+		}
+		b.WriteString("\nWhere the time goes, per size:\n\n")
+		for _, m := range pts {
+			extra := ""
+			if m.Bytes > 0 {
+				extra = fmt.Sprintf(" Table and indexes written: %.1f MiB, %.1f MiB/s by ours, %.1f MiB/s by the floor.", float64(m.Bytes)/(1<<20),
+					float64(m.Bytes)/(1<<20)/m.Ours.Seconds(), float64(m.Bytes)/(1<<20)/m.Floor.Seconds())
+			}
+			fmt.Fprintf(&b, "- %s: %s.%s\n", FormatCount(float64(m.N)), m.Detail, extra)
+		}
+		b.WriteString("\n")
+	}
+	if len(rep.Memory) > 0 {
+		fmt.Fprintf(&b, "#### memory — %s\n\n| family | size | operation | Go heap peak | RSS before | RSS peak |\n|---|---:|---|---:|---:|---:|\n", rep.Dialect)
+		for _, m := range rep.Memory {
+			fmt.Fprintf(&b, "| %s | %s | %s | %.1f MiB | %.1f MiB | %.1f MiB |\n", m.Family, FormatCount(float64(m.N)), m.Operation,
+				float64(m.HeapPeak)/(1<<20), float64(m.RSSBefore)/(1<<20), float64(m.RSSPeak)/(1<<20))
+		}
+		b.WriteString("\n")
+	}
+	if len(rep.Locks) > 0 {
+		b.WriteString("#### PostgreSQL: the swap seen from outside (one extra untimed reconcile per size)\n\n| rows | ACCESS EXCLUSIVE seen | reader worst | reader worst, nothing running | poll interval |\n|---:|---:|---:|---:|---:|\n")
+		for _, l := range rep.Locks {
+			fmt.Fprintf(&b, "| %s | %s | %s | %s | %s |\n", FormatCount(float64(l.Rows)), Dur(l.Held), Dur(l.ReaderWorst), Dur(l.ReaderBaseline), Dur(l.PollInterval))
+		}
+		b.WriteString("\n")
+	}
+	b.WriteString("#### the run\n\n")
+	for _, s := range rep.Stores {
+		fmt.Fprintf(&b, "- store (%s family): %.0f MiB requested, %.1f MiB written, %d messages, %d subagent messages, generated in %s\n",
+			s.Family, s.ScaleMB, float64(s.Bytes)/(1<<20), s.Messages, s.Subagents, Dur(s.Generate))
+	}
+	for _, d := range rep.Disk {
+		fmt.Fprintf(&b, "- disk sequential write (%d MiB, fsync, in %s): %.0f MiB/s\n", d.Bytes>>20, d.Path, d.BytesPerSec/(1<<20))
+	}
+	fmt.Fprintf(&b, "- %s, %d CPUs, %d runs per point (%d at a million and above), %d frames per capture run, started %s\n",
+		rep.GoVersion, rep.CPUs, rep.Runs, rep.LargeRuns, rep.Frames, rep.Started.Format(time.RFC3339))
+	for _, s := range rep.Skipped {
+		fmt.Fprintf(&b, "- not measured: %s\n", s)
+	}
+	return b.Bytes()
+}
+
+func cell(m *Measurement, d time.Duration) string {
+	if m.Name == Capture && d > 0 {
+		return fmt.Sprintf("%.0f/s", float64(m.Count)/d.Seconds())
+	}
+	return Dur(d)
+}
+
+// Dur formats a duration with a precision that fits its size.
+func Dur(d time.Duration) string {
+	switch {
+	case d >= time.Second:
+		return d.Round(time.Millisecond).String()
+	case d >= time.Millisecond:
+		return d.Round(10 * time.Microsecond).String()
+	}
+	return d.Round(time.Microsecond).String()
+}
+
+func oneLine(s string, n int) string {
+	s = strings.Join(strings.Fields(s), " ")
+	if len(s) > n {
+		s = s[:n] + "…"
+	}
+	return s
+}

@@ -1,0 +1,268 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/schemastate/schemastate/dialect"
+	"github.com/schemastate/schemastate/reconcile"
+)
+
+// rowsFamily generates one small legacy store and measures, at each size of
+// cfg.Rows, the rebuild (or constraint swap), the steady-state boot and live
+// capture on a task_session_subagents table of that many rows.
+func (b *bench) rowsFamily(ctx context.Context, rep *Report) error {
+	if _, err := b.generate(ctx, rep, FamilyRows, b.cfg.RowsStoreMB, 1); err != nil {
+		return err
+	}
+	if err := b.keepBase(ctx); err != nil {
+		return err
+	}
+	// One untimed pass first: it creates the other owned tables, so the
+	// timed reconciles do nothing but the subagents migration.
+	if _, err := reconcile.Reconcile(ctx, b.db, reconcile.WithLogger(b.quiet)); err != nil {
+		return err
+	}
+	for _, n := range b.cfg.Rows {
+		b.say("filling task_session_subagents to %d rows", n)
+		if err := b.fill(ctx, n); err != nil {
+			return err
+		}
+		if err := b.rebuild(ctx, rep, n); err != nil {
+			return err
+		}
+		if b.d == dialect.Postgres && n <= 1_000_000 {
+			if err := b.lock(ctx, rep, n); err != nil {
+				return err
+			}
+		}
+		// The store is now reconciled from the legacy state at this size.
+		if _, err := reconcile.Reconcile(ctx, b.db, reconcile.WithLogger(b.quiet)); err != nil {
+			return err
+		}
+		if err := b.steady(ctx, rep, FamilyRows, n, 0); err != nil {
+			return err
+		}
+		if err := b.capture(ctx, rep, n); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// rebuild measures a boot on the legacy store of n rows — the SQLite table
+// rebuild, or the PostgreSQL constraint swap, whole Reconcile in process —
+// against the hand-written migration on the same rows, with the anchors.
+func (b *bench) rebuild(ctx context.Context, rep *Report, n int) error {
+	m := Measurement{Name: Rebuild, Family: FamilyRows, N: n, Rows: n, Target: 1.15,
+		OursIs:  "reconcile.Reconcile on the legacy store, in process, wall time (lock, certificate check, declaration, inspect, plan, foreign_key_check before and after, the rebuild, execution_since, COMMIT)",
+		FloorIs: "the same create / copy / drop / rename / four CREATE INDEX on one connection, foreign keys off, inside BEGIN IMMEDIATE, timed with its COMMIT"}
+	floor := handRebuildSQLite
+	if b.d == dialect.Postgres {
+		m.Name, m.Target = ConstraintSwap, 0
+		m.OursIs = "reconcile.Reconcile on the legacy store, in process, wall time (lock, certificate check, declaration, inspect, plan, the shape step's ALTER, the widen step's ALTER, execution_since)"
+		m.FloorIs = "one hand-written ALTER TABLE to the declared shape (drop constraint, widen the three metrics to bigint, add column, add constraint) in one transaction, timed with its COMMIT"
+		floor = handSwapPostgres
+	}
+	var shapeSteps, applies []time.Duration
+	var mem *Memory
+	ours := func(run int) (time.Duration, error) {
+		if err := b.restoreLegacy(ctx); err != nil {
+			return 0, err
+		}
+		var tApply, tApplied time.Time
+		progress := func(p reconcile.Progress) {
+			if p.Step == reconcile.StepShape && p.Message == "applying task_session_subagents" {
+				tApply = time.Now()
+			}
+		}
+		fp := func(point string) error {
+			if point == reconcile.FailpointShapeApplied {
+				tApplied = time.Now()
+			}
+			return nil
+		}
+		var r *reconcile.Report
+		var err error
+		el, sample := b.sampled(run == 0, func() {
+			r, err = reconcile.Reconcile(ctx, b.db, reconcile.WithLogger(b.quiet), reconcile.WithProgress(progress), reconcile.WithFailpoint(fp))
+		})
+		if err != nil {
+			return 0, err
+		}
+		if sample != nil {
+			sample.Family, sample.N, sample.Operation = FamilyRows, n, m.Name
+			mem = sample
+		}
+		s := r.Step(reconcile.StepShape)
+		if s == nil || s.Status != reconcile.Applied {
+			return 0, fmt.Errorf("%w: shape step %v", errUnexpected, s)
+		}
+		d := s.Duration
+		if w := r.Step(reconcile.StepWiden); w != nil {
+			d += w.Duration
+		}
+		shapeSteps = append(shapeSteps, d)
+		if !tApply.IsZero() && !tApplied.IsZero() {
+			applies = append(applies, tApplied.Sub(tApply))
+		}
+		return el, nil
+	}
+	floorRun := func(int) (time.Duration, error) {
+		if err := b.restoreLegacy(ctx); err != nil {
+			return 0, err
+		}
+		return b.handMigration(ctx, floor)
+	}
+	// Anchors in this order so the last run leaves ours (or the host's)
+	// end state behind.
+	var anchors []anchorRun
+	anchors = append(anchors, anchorRun{AnchorAtlas, atlasIs(b.d), func(int) (time.Duration, error) {
+		if err := b.restoreLegacy(ctx); err != nil {
+			return 0, err
+		}
+		return b.atlasApply(ctx)
+	}})
+	if b.d == dialect.SQLite {
+		anchors = append(anchors, anchorRun{AnchorHost, hostIs, func(int) (time.Duration, error) {
+			if err := b.restoreLegacy(ctx); err != nil {
+				return 0, err
+			}
+			return b.hostRecreate(ctx)
+		}})
+	}
+	if b.cfg.Exe != "" {
+		anchors = append(anchors, anchorRun{AnchorCLI, "`schemastate reconcile --db …` as a child process, wall time (process start, open, the same Reconcile)", func(int) (time.Duration, error) {
+			if err := b.restoreLegacy(ctx); err != nil {
+				return 0, err
+			}
+			return b.cli("reconcile", "--db", b.dsn)
+		}})
+	}
+	if err := b.restoreLegacy(ctx); err != nil {
+		return err
+	}
+	fixed, err := b.fixedCosts(ctx)
+	if err != nil {
+		return err
+	}
+	if err := b.measure(&m, b.cfg.runsAt(n), ours, floorRun, anchors...); err != nil {
+		return err
+	}
+	m.Fixed = fixed
+	if mem != nil {
+		rep.Memory = append(rep.Memory, *mem)
+	}
+	// The physical limit: the table and its indexes as the floor wrote them,
+	// at this disk's sequential write rate.
+	if err := b.restoreLegacy(ctx); err != nil {
+		return err
+	}
+	if _, err := b.handMigration(ctx, floor); err != nil {
+		return err
+	}
+	if m.Bytes, err = b.tableBytes(ctx); err != nil {
+		return err
+	}
+	if rate := lastRate(rep); rate > 0 && m.Bytes > 0 {
+		m.Anchors = append(m.Anchors, Anchor{Name: AnchorPhysical,
+			Is:     fmt.Sprintf("the rebuilt table and its indexes (%.1f MiB) written once at the disk's sequential rate (%.0f MiB/s, measured in this run)", float64(m.Bytes)/(1<<20), rate/(1<<20)),
+			Median: time.Duration(float64(m.Bytes) / rate * float64(time.Second))})
+	}
+	m.Detail = fmt.Sprintf("shape step (and widen) %s median, of which executing the planned statements %s; the rest of ours is the boot around it",
+		median(shapeSteps).Round(time.Microsecond), median(applies).Round(time.Microsecond))
+	rep.Measurements = append(rep.Measurements, m)
+	return nil
+}
+
+// fixedCosts times, on the legacy store as it stands, the parts of ours
+// that do not depend on what changes: evaluating schema.hcl, Atlas's
+// inspection of the owned table, the whole inspect+diff+plan, the
+// foreign-key checks, and a process start.
+func (b *bench) fixedCosts(ctx context.Context) ([]Cost, error) {
+	var out []Cost
+	add := func(name string, fn func() error) error {
+		d, err := medianOf(3, fn)
+		if err != nil {
+			return fmt.Errorf("fixed cost %q: %w", name, err)
+		}
+		out = append(out, Cost{Name: name, Median: d})
+		return nil
+	}
+	schema := "main"
+	if b.d == dialect.Postgres {
+		if err := b.db.QueryRowContext(ctx, "SELECT current_schema()").Scan(&schema); err != nil {
+			return nil, err
+		}
+	}
+	if err := add("HCL evaluation (reconcile.LoadDeclaration)", func() error {
+		_, err := reconcile.LoadDeclaration("", b.d, schema)
+		return err
+	}); err != nil {
+		return nil, err
+	}
+	if err := add("Atlas inspection of task_session_subagents", func() error { return b.atlasInspect(ctx, schema) }); err != nil {
+		return nil, err
+	}
+	if err := add("inspect + diff + plan (reconcile.Plan, no lock)", func() error {
+		_, err := reconcile.Plan(ctx, b.db)
+		return err
+	}); err != nil {
+		return nil, err
+	}
+	if b.d == dialect.SQLite {
+		if err := add("foreign_key_check before and after, and the row count", func() error {
+			for _, q := range []string{"PRAGMA foreign_key_check(task_session_subagents)", "PRAGMA foreign_key_check(task_session_subagents)", "SELECT COUNT(*) FROM task_session_subagents"} {
+				if err := drainQuery(ctx, b.db, q); err != nil {
+					return err
+				}
+			}
+			return nil
+		}); err != nil {
+			return nil, err
+		}
+	}
+	if b.cfg.Exe != "" {
+		if err := add("process start (`schemastate help`)", func() error {
+			_, err := b.cli("help")
+			return err
+		}); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+func lastRate(rep *Report) float64 {
+	if len(rep.Disk) == 0 {
+		return 0
+	}
+	return rep.Disk[len(rep.Disk)-1].BytesPerSec
+}
+
+// messagesPoint generates a store of about n messages and measures, on it,
+// health, the steady-state boot and the backfill.
+func (b *bench) messagesPoint(ctx context.Context, rep *Report, n int) error {
+	scale := float64(n) * bytesPerMessage / (1 << 20)
+	sum, err := b.generate(ctx, rep, FamilyMessages, scale, 0)
+	if err != nil {
+		return err
+	}
+	if err := b.keepBase(ctx); err != nil {
+		return err
+	}
+	// Reconciled from legacy: capture_since in the middle of the history,
+	// the window health reads.
+	if _, err := reconcile.Reconcile(ctx, b.db, reconcile.WithLogger(b.quiet)); err != nil {
+		return err
+	}
+	if err := b.health(ctx, rep, n, sum.Messages); err != nil {
+		return err
+	}
+	if err := b.steady(ctx, rep, FamilyMessages, n, sum.Messages); err != nil {
+		return err
+	}
+	// Last: it leaves a store activated now.
+	return b.backfill(ctx, rep, n, sum)
+}
