@@ -19,8 +19,10 @@ type Normalizer interface {
 	// "data: " prefix is accepted) and returns the events it completes.
 	// Blank lines and SSE framing ("event:", "id:", "retry:", ":" comments)
 	// are skipped; any other line that is not one of the provider's records
-	// (plain text, a JSON object of another shape) is ignored and counted
-	// in Outcome.Ignored; a JSON object that does not parse is an error.
+	// (plain text, a JSON object of another provider's shape) is ignored and
+	// counted in Outcome.Ignored; text that starts as a JSON object but does
+	// not parse, or a record of the provider that does not decode, is an
+	// error.
 	Feed(record []byte) ([]Event, error)
 	// Close ends the stream: it returns events still buffered and how the
 	// provider said the run ended. A stream with no record of the provider
@@ -174,25 +176,45 @@ func (t *tally) line(b []byte) ([]byte, bool) {
 	return b, k == lineObject
 }
 
-// seen counts a decoded object as one of the provider's records or not.
-func (t *tally) seen(recognized bool) {
-	if recognized {
-		t.records++
-	} else {
-		t.ignored++
+// probe is what tells whose record a JSON object is, read before the
+// object is decoded as the provider's: an object of another provider's
+// shape is ignored (and counted), never a decoding error.
+type probe struct {
+	Type       string          `json:"type"`
+	SessionID  string          `json:"session_id"` // Claude Code
+	SessionIDC string          `json:"sessionID"`  // opencode run
+	Properties json.RawMessage `json:"properties"` // OpenCode bus
+	Part       json.RawMessage `json:"part"`       // opencode run
+	Error      json.RawMessage `json:"error"`
+	Payload    json.RawMessage `json:"payload"` // OpenCode /global/event
+}
+
+// object decodes the probe of a JSON object and counts it as one of the
+// provider's records (recognizes) or as ignored; it reports whether the
+// caller should decode the object as the provider's.
+func (t *tally) object(b []byte, recognizes func(*probe) bool) (bool, error) {
+	var p probe
+	if err := json.Unmarshal(b, &p); err != nil {
+		return false, err
 	}
+	if !recognizes(&p) {
+		t.ignored++
+		return false, nil
+	}
+	t.records++
+	return true, nil
 }
 
 // outcome stamps the counts on o; with no record at all the stream was
 // not the provider's, whatever o said.
 func (t *tally) outcome(provider string, o Outcome) Outcome {
 	o.Records, o.Ignored = t.records, t.ignored
-	if t.records == 0 {
-		o.Status = Failed
-		o.Error = fmt.Sprintf("no %s record in the stream: %d line(s) ignored", provider, t.ignored)
-		if t.ignored > 0 {
-			o.Error += " (is the provider right?)"
-		}
+	switch {
+	case t.records > 0:
+	case t.ignored == 0:
+		o.Status, o.Error = Failed, fmt.Sprintf("no %s record in the stream: it was empty", provider)
+	default:
+		o.Status, o.Error = Failed, fmt.Sprintf("no %s record in the stream: %d line(s) ignored (is the provider right?)", provider, t.ignored)
 	}
 	return o
 }

@@ -60,7 +60,6 @@ type claudeRecord struct {
 	Subtype         string `json:"subtype"`
 	Model           string `json:"model"`
 	ParentToolUseID string `json:"parent_tool_use_id"` // null on the child's own records
-	SessionID       string `json:"session_id"`
 	Message         *struct {
 		Model   string          `json:"model"`
 		Content json.RawMessage `json:"content"`
@@ -73,20 +72,24 @@ type claudeRecord struct {
 	APIErrorStatus   json.RawMessage `json:"api_error_status"` // a number; null on a healthy run
 }
 
-// claudeTypes are the record types Claude Code's stream-json writes; a line
-// of another type that carries no session_id is not a Claude record.
+// claudeTypes are the record types Claude Code's stream-json writes; an
+// object of another type that carries no session_id is not a Claude record.
 var claudeTypes = map[string]bool{"system": true, "user": true, "assistant": true, "result": true, "stream_event": true}
+
+func claudeRecognizes(p *probe) bool { return claudeTypes[p.Type] || p.Type != "" && p.SessionID != "" }
 
 func (c *claudeNormalizer) Feed(b []byte) ([]Event, error) {
 	b, ok := c.line(b)
 	if !ok {
 		return nil, nil
 	}
+	if ok, err := c.object(b, claudeRecognizes); !ok {
+		return nil, err
+	}
 	var r claudeRecord
 	if err := json.Unmarshal(b, &r); err != nil {
 		return nil, err
 	}
-	c.seen(claudeTypes[r.Type] || r.Type != "" && r.SessionID != "")
 	switch r.Type {
 	case "system":
 		if r.Subtype == "init" && r.Model != "" {

@@ -76,11 +76,13 @@ func (c *codexNormalizer) Feed(b []byte) ([]Event, error) {
 	if !ok {
 		return nil, nil
 	}
+	if ok, err := c.object(b, codexRecognizes); !ok {
+		return nil, err
+	}
 	var ev codexEvent
 	if err := json.Unmarshal(b, &ev); err != nil {
 		return nil, err
 	}
-	c.seen(ev.Type == "error" || strings.HasPrefix(ev.Type, "thread.") || strings.HasPrefix(ev.Type, "turn.") || strings.HasPrefix(ev.Type, "item."))
 	switch ev.Type {
 	case "item.started":
 		if ev.Item != nil {
@@ -110,6 +112,12 @@ func (c *codexNormalizer) Feed(b []byte) ([]Event, error) {
 		}
 	}
 	return nil, nil
+}
+
+// codexRecognizes: `codex exec --json` writes thread.*, turn.*, item.* and
+// error records.
+func codexRecognizes(p *probe) bool {
+	return p.Type == "error" || strings.HasPrefix(p.Type, "thread.") || strings.HasPrefix(p.Type, "turn.") || strings.HasPrefix(p.Type, "item.")
 }
 
 // call emits the tool_call of a tool item once.

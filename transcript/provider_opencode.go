@@ -138,10 +138,20 @@ type ocEvent struct {
 // ocRunTypes are the line types `opencode run --format json` prints.
 var ocRunTypes = map[string]bool{"step_start": true, "step_finish": true, "text": true, "tool_use": true, "reasoning": true, "error": true}
 
+// openCodeRecognizes: a run line, a bus event (a type and properties), or
+// /global/event's wrapper.
+func openCodeRecognizes(p *probe) bool {
+	run := ocRunTypes[p.Type] && (p.SessionIDC != "" || len(p.Part) > 0 || len(p.Error) > 0)
+	return run || p.Type != "" && len(p.Properties) > 0 || p.Type == "" && len(p.Payload) > 0
+}
+
 func (o *openCodeNormalizer) Feed(b []byte) ([]Event, error) {
 	b, ok := o.line(b)
 	if !ok {
 		return nil, nil
+	}
+	if ok, err := o.object(b, openCodeRecognizes); !ok {
+		return nil, err
 	}
 	var ev ocEvent
 	if err := json.Unmarshal(b, &ev); err != nil {
@@ -157,7 +167,6 @@ func (o *openCodeNormalizer) Feed(b []byte) ([]Event, error) {
 		}
 	}
 	isRun := ocRunTypes[ev.Type] && (ev.SessionID != "" || ev.Part != nil || ev.Error != nil)
-	o.seen(isRun || ev.Type != "" && ev.Properties != nil)
 	if sid := ev.sessionID(); o.session != "" && sid != "" && sid != o.session {
 		return nil, nil // another session's event on the same server
 	}

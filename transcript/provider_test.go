@@ -242,6 +242,10 @@ func TestTranscript_StreamWithNoProviderRecordIsAnError(t *testing.T) {
 		{transcript.ProviderClaude, "opencode_success.jsonl"},
 		{transcript.ProviderCodex, "opencode_run_success.jsonl"},
 		{transcript.ProviderClaude, "codex_success.jsonl"},
+		{transcript.ProviderCodex, "claude_success.jsonl"},
+		{transcript.ProviderCodex, "opencode_success.jsonl"},
+		{transcript.ProviderOpenCode, "codex_failure.jsonl"},
+		{transcript.ProviderClaude, "opencode_global_event.jsonl"},
 	} {
 		lines := fixtureLines(t, c.fixture)
 		evs, out, err := transcript.Normalize(c.provider, strings.NewReader(strings.Join(lines, "\n")+"\n\n: keep-alive\n"))
@@ -255,6 +259,9 @@ func TestTranscript_StreamWithNoProviderRecordIsAnError(t *testing.T) {
 	_, out, err := transcript.Normalize(transcript.ProviderClaude, strings.NewReader("Hello, I am Claude.\nDone.\n"))
 	require.ErrorIs(t, err, transcript.ErrNoRecords)
 	require.Equal(t, 2, out.Ignored)
+	_, out, err = transcript.Normalize(transcript.ProviderCodex, strings.NewReader(""))
+	require.ErrorIs(t, err, transcript.ErrNoRecords)
+	require.Equal(t, "no codex record in the stream: it was empty", out.Error)
 }
 
 // An SSE "data: " frame is accepted as is (OpenCode's /event endpoint).

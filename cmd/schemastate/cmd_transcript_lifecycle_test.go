@@ -324,20 +324,22 @@ func TestCLI_Transcript_RecordWithNoProviderLineSaysWhatItIgnored(t *testing.T) 
 		reconciled(t, db)
 		root := t.TempDir()
 		lines := fixtureLinesCLI(t, "claude_success.jsonl")
-		code, out, errOut := transcriptCLI(t, strings.Join(lines, ""), "record", "--root", root, "--session", "s", "--agent", "a",
-			"--provider", "opencode", "--db", db.CLIDSN, "--workspace", "/ws")
-		require.Equal(t, exitFoundWrong, code, out)
-		want := "no opencode record in the stream: " + itoa(len(lines)) + " line(s) ignored"
-		require.Contains(t, errOut, want)
-		require.True(t, strings.HasPrefix(out, "failed "), out)
-		tr, err := transcript.LoadPath(filepath.Join(root, "background", "s", "a.json"))
-		require.NoError(t, err)
-		require.Equal(t, transcript.Failed, tr.Status)
-		require.Contains(t, tr.Error, want)
-		require.Empty(t, tr.Events)
-		row := lifecycleRow(t, db, "/ws", "s", "a")
-		require.Equal(t, "failed", row.Status)
-		require.Contains(t, row.Error, want)
+		for _, provider := range []string{"opencode", "codex"} {
+			code, out, errOut := transcriptCLI(t, strings.Join(lines, ""), "record", "--root", root, "--session", "s", "--agent", provider,
+				"--provider", provider, "--db", db.CLIDSN, "--workspace", "/ws")
+			require.Equal(t, exitFoundWrong, code, out)
+			want := "no " + provider + " record in the stream: " + itoa(len(lines)) + " line(s) ignored"
+			require.Contains(t, errOut, want)
+			require.True(t, strings.HasPrefix(out, "failed "), out)
+			tr, err := transcript.LoadPath(filepath.Join(root, "background", "s", provider+".json"))
+			require.NoError(t, err)
+			require.Equal(t, transcript.Failed, tr.Status)
+			require.Contains(t, tr.Error, want)
+			require.Empty(t, tr.Events)
+			row := lifecycleRow(t, db, "/ws", "s", provider)
+			require.Equal(t, "failed", row.Status)
+			require.Contains(t, row.Error, want)
+		}
 	})
 }
 
