@@ -160,13 +160,17 @@ func evaluate(ctx context.Context, tx *sql.Tx, d dialect.Dialect, since string, 
 }
 
 // FloorQuery is one full scan of the qualifying-message predicate with the
-// metadata normalization of Queries: on SQLite the least work any correct
-// health check must do; on PostgreSQL it carries the plain-SQL validity check
-// (postgresMsgCTE), which Evaluate no longer runs. The benchmark compares
-// Evaluate against it.
+// metadata normalization Evaluate applies: the least work any correct health
+// check must do. The benchmark compares Evaluate against it. On PostgreSQL it
+// casts every candidate, so it raises when one is malformed — a measuring
+// stick for a store without such a document, not a check.
 func FloorQuery(d dialect.Dialect) string {
 	q := sqlFor(d)
-	return q.msgCTE + fmt.Sprintf(`
+	cte := q.evalCTE
+	if d == dialect.Postgres {
+		cte = postgresEvalCTEExcluding("'{}'")
+	}
+	return cte + fmt.Sprintf(`
 SELECT COUNT(*)
 FROM msg
 WHERE %s = 'subagent_task'
@@ -234,8 +238,8 @@ const sqliteMsgCTE = `WITH msg AS (
     OR (instr(m.metadata, '\u00') > 0 AND (m.metadata GLOB '*\u00[67]*' OR m.metadata GLOB '*\u005[fF]*'))
 )`
 
-// postgresMsgCTE is the msg CTE of the verbatim statements (Queries,
-// FloorQuery) on PostgreSQL; Evaluate reads postgresEvalCTE, which is exact.
+// postgresMsgCTE is the msg CTE of the verbatim statements (Queries) on
+// PostgreSQL; Evaluate reads postgresEvalCTE, which is exact.
 // PostgreSQL 15 has neither IS JSON nor pg_input_is_valid, and metadata::jsonb
 // raises on any invalid text, aborting the whole statement. Creating a
 // function with an exception handler would be a schema change in the host's
@@ -333,12 +337,16 @@ func pgCandidates(cols string) string {
 // (postgresUnparseable), and runs it again listing the ones it refused, in
 // the same REPEATABLE READ snapshot (AC-28b). A document that casts to
 // anything but an object reads '{}', as on SQLite.
-func postgresEvalCTE() string {
+func postgresEvalCTE() string { return postgresEvalCTEExcluding("$2") }
+
+// postgresEvalCTEExcluding is postgresEvalCTE with the excluded ids read
+// from excluded, a text[] expression.
+func postgresEvalCTEExcluding(excluded string) string {
 	return `WITH candidate AS MATERIALIZED (
   ` + pgCandidates("m.id, m.task_session_id, m.task_id, m.created_at, m.metadata::text AS doc") + `
 ), parsed AS MATERIALIZED (
   SELECT c.task_session_id, c.task_id, c.created_at,
-    (CASE WHEN c.id IN (SELECT unnest(CAST($2 AS text[]))) THEN NULL ELSE CAST(c.doc AS jsonb) END) AS j
+    (CASE WHEN c.id IN (SELECT unnest(CAST(` + excluded + ` AS text[]))) THEN NULL ELSE CAST(c.doc AS jsonb) END) AS j
   FROM candidate c
 ), msg AS (
   SELECT task_session_id, task_id, created_at,
