@@ -69,6 +69,10 @@ func known(dialect string) error {
 // DemoFixture returns a small pre-amendment store's rows (both dialects).
 func DemoFixture() (string, error) { return fixture("testdata/demo/store.sql") }
 
+// DemoSessionsFixture returns the host sessions the shipped frames
+// (testdata/frames/) belong to (both dialects).
+func DemoSessionsFixture() (string, error) { return fixture("testdata/demo/sessions.sql") }
+
 func fixture(path string) (string, error) {
 	b, err := fixtures.ReadFile(path)
 	if err != nil {

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"reflect"
 	"time"
 )
 
@@ -72,6 +73,28 @@ func (t *wireText) UnmarshalJSON(raw []byte) error {
 	return nil
 }
 
+// wireKind names a field's expected JSON type in the frame's own words (the
+// decoder names the Go type, which is no part of the format).
+func wireKind(t reflect.Type) string {
+	for t != nil && t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	if t == nil {
+		return "of the expected type"
+	}
+	switch t.Kind() {
+	case reflect.String:
+		return "a string"
+	case reflect.Bool:
+		return "a boolean (true or false)"
+	case reflect.Int, reflect.Int64, reflect.Int32:
+		return "an integer"
+	case reflect.Struct, reflect.Map:
+		return "an object"
+	}
+	return "of the expected type"
+}
+
 // ParseFrame reads one ingest line. An absent observed_at leaves
 // Frame.ObservedAt zero (the writer then uses its clock). A stored text field
 // holding a NUL, bytes that are not UTF-8 or a lone surrogate makes the line
@@ -82,7 +105,12 @@ func ParseFrame(line []byte) (Frame, error) {
 	if err := json.Unmarshal(line, &w); err != nil {
 		var te *json.UnmarshalTypeError
 		if errors.As(err, &te) && te.Field != "" {
-			return Frame{}, fmt.Errorf("field %s: %s is not %s", te.Field, clip(te.Value, excerptLen), te.Type)
+			return Frame{}, fmt.Errorf("field %s: %s is not %s", te.Field, clip(te.Value, excerptLen), wireKind(te.Type))
+		}
+		if te != nil {
+			// The line is JSON but not an object; the decoder's message
+			// would name this package's Go type.
+			return Frame{}, fmt.Errorf("not a JSON object: a JSON %s", te.Value)
 		}
 		return Frame{}, fmt.Errorf("not a JSON object: %w", err)
 	}

@@ -169,13 +169,37 @@ func (t Target) Open(ctx context.Context) (*sql.DB, error) {
 	}
 	if err := db.PingContext(ctx); err != nil {
 		db.Close()
-		return nil, fmt.Errorf("cannot reach %s: %v", t.Display, redactErr(err, t.DSN))
+		return nil, &reachError{msg: fmt.Sprintf("cannot reach %s: %s", t.Display, onceEach(redactErr(err, t.DSN))), err: err}
 	}
 	return db, nil
 }
 
+// reachError is a failed connection: its message is redacted, its chain is
+// the driver's error (errors.As finds a *pgconn.PgError, a net.OpError).
+type reachError struct {
+	msg string
+	err error
+}
+
+func (e *reachError) Error() string { return e.msg }
+func (e *reachError) Unwrap() error { return e.err }
+
 func redactErr(err error, dsn string) string {
 	return redact.String(err.Error(), redact.Secrets(dsn)...)
+}
+
+// onceEach drops a line that repeats the one before it: pgx reports each
+// connection attempt (with TLS, then without) on its own line, and both
+// fail alike when nothing listens.
+func onceEach(msg string) string {
+	lines := strings.Split(msg, "\n")
+	out := lines[:1]
+	for _, l := range lines[1:] {
+		if l != out[len(out)-1] {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
 }
 
 // Querier is what every statement-running function here takes: a *sql.DB,

@@ -119,7 +119,12 @@ func Evaluate(ctx context.Context, db *sql.DB, opts ...Option) (*Report, error) 
 	}
 	defer tx.Rollback() //nolint:errcheck // read-only; nothing to keep
 
+	// Without kandev_meta nothing can be answered; the error then names
+	// every table a store without host tables lacks, not only the first.
 	if err := requireTables(ctx, tx, d, keys.MetaTable); err != nil {
+		if errors.Is(err, ErrMissingTables) {
+			err = requireTables(ctx, tx, d, keys.MetaTable, "task_session_messages", "task_session_subagents")
+		}
 		return nil, err
 	}
 	ks, err := keys.Read(ctx, tx, d)

@@ -257,7 +257,8 @@ func (r *run) writeCertificate(ctx context.Context, q dialect.Querier) error {
 // full check left it.
 func (r *run) fastPath(ks keys.Set) {
 	r.rep.EndState = EndState{ExecutionColumnNotNull: true, ThreeColumnUnique: true, TwoColumnUniqueAbsent: true, IndexesMatchDeclaration: true}
-	r.rep.Keys = ks
+	r.rep.EndStateObserved = true
+	r.rep.Keys, r.rep.KeysRead = ks, true
 	r.reportDrift()
 	for _, s := range []Step{
 		{Name: StepHostTables, Status: Unchanged, Detail: "present (certified)"},

@@ -95,7 +95,14 @@ type Report struct {
 	Dialect  dialect.Dialect `json:"dialect"`
 	Steps    []Step          `json:"steps"`
 	EndState EndState        `json:"end_state"`
-	Keys     keys.Set        `json:"keys"`
+	// EndStateObserved is false when no step got as far as observing the
+	// end state (a lock not acquired, an unloadable declaration): EndState
+	// then says nothing, rather than "every clause false".
+	EndStateObserved bool     `json:"end_state_observed"`
+	Keys             keys.Set `json:"keys"`
+	// KeysRead is false when the keys were never read: a nil key in Keys
+	// then means "not read", not "absent".
+	KeysRead bool `json:"keys_read"`
 	// Drift lists the undeclared indexes, foreign keys and checks on the
 	// owned tables: kept (and logged at WARN) unless the reconcile ran
 	// WithPrune, which drops them.
@@ -329,7 +336,7 @@ func (r *run) steps(ctx context.Context, db *sql.DB) {
 		}
 	}
 	if ks, err := keys.Read(ctx, db, r.o.dialect); err == nil {
-		r.rep.Keys = ks
+		r.rep.Keys, r.rep.KeysRead = ks, true
 	}
 }
 
@@ -505,7 +512,7 @@ func (r *run) executionSince(ctx context.Context, q dialect.Querier) Step {
 	if err != nil {
 		return failed(err)
 	}
-	r.rep.EndState = es
+	r.rep.EndState, r.rep.EndStateObserved = es, true
 	if !es.KeyBearing() {
 		return Step{Status: Skipped, Detail: "AC-33 end state not observed: " + describeMissing(es)}
 	}
@@ -634,7 +641,14 @@ func Plan(ctx context.Context, db *sql.DB, opts ...Option) (*ShapePlan, error) {
 	if err != nil {
 		return nil, err
 	}
-	return planShape(ctx, drv, o.dialect, db, decl, name, o.prune)
+	p, err := planShape(ctx, drv, o.dialect, db, decl, name, o.prune)
+	if err != nil {
+		return nil, err
+	}
+	if p.MissingHostTables, err = missingTables(ctx, o.dialect, db, decl.HostTables()); err != nil {
+		return nil, err
+	}
+	return p, nil
 }
 
 // readOnly prepares a lock-free, read-only look (Plan, Observe): the options,

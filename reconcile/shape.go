@@ -38,6 +38,10 @@ type tablePlan struct {
 // ShapePlan is the dry-run result of the shape step.
 type ShapePlan struct {
 	tables []*tablePlan
+	// MissingHostTables names the host tables the live database lacks (set
+	// by Plan). A reconcile refuses to run without them, so none of the
+	// statements would run either.
+	MissingHostTables []string
 }
 
 // Statements lists every statement the shape step, then the widen step,

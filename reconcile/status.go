@@ -13,6 +13,8 @@ import (
 type Observation struct {
 	Dialect dialect.Dialect `json:"dialect"`
 	Keys    keys.Set        `json:"keys"`
+	// KeysRead is false when kandev_meta is missing: the keys were not read.
+	KeysRead bool `json:"keys_read"`
 	// State is the AC-24c classification.
 	State    keys.State `json:"state"`
 	EndState EndState   `json:"end_state"`
@@ -69,6 +71,7 @@ func Observe(ctx context.Context, db *sql.DB, opts ...Option) (*Observation, err
 		if obs.Keys, err = keys.Read(ctx, db, o.dialect); err != nil {
 			return nil, err
 		}
+		obs.KeysRead = true
 	}
 	obs.State = obs.Keys.State()
 	return obs, nil

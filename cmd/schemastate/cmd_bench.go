@@ -17,11 +17,12 @@ import (
 const exitBenchFailed = 1 // a measurement could not be taken
 
 func init() {
-	register(&command{name: "bench", summary: "cost curves: generate stores and time each operation against its floor and anchors on the same data", run: runBench})
+	register(&command{name: "bench", summary: "cost curves: generate stores and time each operation against its floor and anchors on the same data",
+		exits: "0 measured, 1 a measurement could not be taken, 3 the database is not empty, 2 usage or unreachable database", run: runBench})
 }
 
 func runBench(ctx context.Context, e *env, args []string) int {
-	fs := flags(e, "bench", "--db DSN [--rows 1000,…] [--messages 100000,…] [--runs 3] [--large-runs 1] [--frames 1000] [--out DIR] [--json]")
+	fs := flags(e, "bench", "[--db DSN] [--rows N,…] [--messages N,…] [--runs N] [--large-runs N] [--frames N] [--out DIR] [--json]")
 	dsn := dbFlag(fs)
 	rowsFlag := fs.String("rows", "", "task_session_subagents sizes of the rebuild/steady/capture curves (default 1000,10000,100000,300000,1000000; PostgreSQL also 4000000; 0 for none)")
 	msgsFlag := fs.String("messages", "", "task_session_messages sizes of the backfill/health/steady curves (default 100000,600000,2000000; 0 for none)")
@@ -34,7 +35,7 @@ func runBench(ctx context.Context, e *env, args []string) int {
 	out := fs.String("out", "", "write report.json, results.csv, the SVG charts and tables.md here")
 	noCLI := fs.Bool("no-cli", false, "do not time the operations through the CLI")
 	asJSON := fs.Bool("json", false, "print the report as one JSON object and no progress")
-	if code, ok := parse(fs, args); !ok {
+	if code, ok := parseArgs(e, fs, args, 0, ""); !ok {
 		return code
 	}
 	t, err := dialect.Parse(*dsn)
@@ -82,7 +83,7 @@ func runBench(ctx context.Context, e *env, args []string) int {
 		return exitNotEmpty
 	}
 	if err != nil {
-		fmt.Fprintf(e.stderr, "schemastate: bench: %v\n", err)
+		fail(e, "bench", err)
 		return exitBenchFailed
 	}
 	if *out != "" {

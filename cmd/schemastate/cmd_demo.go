@@ -9,7 +9,8 @@ import (
 )
 
 func init() {
-	register(&command{name: "demo", summary: "try it: give a store the host fixture (and a pre-amendment store) if it has none, then reconcile", run: runDemo})
+	register(&command{name: "demo", summary: "try it: give a store the host fixture (and a pre-amendment store) if it has none, then reconcile",
+		exits: "0 ok, 3 a step failed, 2 usage, a partial host or unreachable database (as reconcile)", run: runDemo})
 }
 
 // runDemo prepares a store for a first look and runs the boot sequence on it.
@@ -19,7 +20,7 @@ func runDemo(ctx context.Context, e *env, args []string) int {
 	dsn := dbFlag(fs)
 	state := fs.String("state", "legacy", "what to seed when the store has no host tables: legacy (pre-amendment table, rows and keys) or fresh")
 	asJSON := fs.Bool("json", false, "print the reconcile report as one JSON object")
-	if code, ok := parse(fs, args); !ok {
+	if code, ok := parseArgs(e, fs, args, 0, ""); !ok {
 		return code
 	}
 	if *state != "legacy" && *state != "fresh" {
@@ -33,7 +34,7 @@ func runDemo(ctx context.Context, e *env, args []string) int {
 	defer db.Close()
 	obs, err := reconcile.Observe(ctx, db)
 	if err != nil {
-		fmt.Fprintf(e.stderr, "schemastate: demo: %v\n", err)
+		fail(e, "demo", err)
 		return exitUsage
 	}
 	say := func(format string, a ...any) {
@@ -42,7 +43,10 @@ func runDemo(ctx context.Context, e *env, args []string) int {
 		}
 	}
 	if len(obs.MissingHostTables) == len(obs.HostTables) {
-		scripts := []func() (string, error){func() (string, error) { return schemastate.HostFixture(string(target.Dialect)) }}
+		scripts := []func() (string, error){
+			func() (string, error) { return schemastate.HostFixture(string(target.Dialect)) },
+			schemastate.DemoSessionsFixture, // testdata/frames/ ingests into every demo store
+		}
 		if *state == "legacy" {
 			scripts = append(scripts,
 				func() (string, error) { return schemastate.LegacyFixture(string(target.Dialect)) },
@@ -54,7 +58,7 @@ func runDemo(ctx context.Context, e *env, args []string) int {
 				err = schemastate.ApplyScript(ctx, db, script)
 			}
 			if err != nil {
-				fmt.Fprintf(e.stderr, "schemastate: demo: %v\n", err)
+				fail(e, "demo", err)
 				return exitUsage
 			}
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/schemastate/schemastate/gen"
@@ -16,22 +17,28 @@ const (
 )
 
 func init() {
-	register(&command{name: "generate", summary: "write a reference-shaped store (benchmarks, demos): history, subagents, an installed-base state", run: runGenerate})
+	register(&command{name: "generate", summary: "write a reference-shaped store (benchmarks, demos): history, subagents, an installed-base state",
+		exits: "0 written, 1 the store could not be written (partial rows may remain), 3 the database already holds a store (nothing written), 2 usage or unreachable database", run: runGenerate})
 }
 
 func runGenerate(ctx context.Context, e *env, args []string) int {
-	fs := flags(e, "generate", "--db DSN [--scale-mb 328] [--population K] [--state predating|legacy|amended] [--seed 1] [--json]")
+	fs := flags(e, "generate", "[--db DSN] [--scale-mb MIB] [--population K] [--state predating|legacy|amended] [--seed N] [--json]")
 	dsn := dbFlag(fs)
 	scale := fs.Float64("scale-mb", gen.ReferenceMB, "approximate store size in MiB; the subagent population scales with it")
 	population := fs.Float64("population", 0, "multiply the reference subagent population by this instead (0: scale-mb/328)")
 	state := fs.String("state", string(gen.Predating), "installed-base state: predating, legacy or amended")
 	seed := fs.Uint64("seed", 1, "seed; the same seed writes the same rows")
 	asJSON := fs.Bool("json", false, "print the summary as one JSON object and no progress")
-	if code, ok := parse(fs, args); !ok {
+	if code, ok := parseArgs(e, fs, args, 0, ""); !ok {
 		return code
 	}
 	if *scale <= 0 || *population < 0 {
-		fmt.Fprintln(e.stderr, "schemastate: --scale-mb must be positive and --population not negative")
+		fmt.Fprintln(e.stderr, "schemastate generate: --scale-mb must be positive and --population not negative")
+		return exitUsage
+	}
+	if !slices.Contains(gen.States, gen.State(*state)) {
+		// Checked before --db is opened: a usage error creates no file.
+		fmt.Fprintf(e.stderr, "schemastate generate: --state %q: want predating, legacy or amended\n", *state)
 		return exitUsage
 	}
 	db, _, ok := openOrCreateDB(ctx, e, *dsn)
@@ -49,7 +56,7 @@ func runGenerate(ctx context.Context, e *env, args []string) int {
 		fmt.Fprintf(e.stderr, "schemastate: %v (generate writes only into an empty store)\n", err)
 		return exitNotEmpty
 	case err != nil:
-		fmt.Fprintf(e.stderr, "schemastate: generate: %v\n", err)
+		fail(e, "generate", err)
 		return exitGenerateFailed
 	}
 	if *asJSON {
@@ -64,7 +71,7 @@ func runGenerate(ctx context.Context, e *env, args []string) int {
 	if sum.State != gen.Predating {
 		fmt.Fprintf(e.stdout, "rows: %d live, %d backfill; activated at %s\n", sum.LiveRows, sum.BackfillRows, sum.ActivatedAt)
 	}
-	printKeys(e, sum.Keys)
+	printKeys(e, sum.Keys, true)
 	return exitOK
 }
 

@@ -2,6 +2,8 @@ package main
 
 import (
 	"encoding/json"
+	"os"
+	"path/filepath"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -50,9 +52,13 @@ func TestCLI_Generate_JSONSummaryAndRefusesAFullStore(t *testing.T) {
 	})
 }
 
-func TestCLI_Generate_UnknownStateFails(t *testing.T) {
-	db := dbtest.Open(t, "sqlite")
-	code, _, stderr := cli(t, "generate", "--db", db.CLIDSN, "--scale-mb", "1", "--state", "someday")
-	require.Equal(t, exitGenerateFailed, code)
-	require.Contains(t, stderr, "someday")
+// Issue 12 §4: an unknown --state is a usage error, checked before --db is
+// opened, so it leaves no file behind.
+func TestCLI_Generate_UnknownStateIsUsageErrorAndWritesNoFile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "new.db")
+	code, _, stderr := cli(t, "generate", "--db", "sqlite:"+path, "--scale-mb", "1", "--state", "someday")
+	require.Equal(t, exitUsage, code)
+	require.Contains(t, stderr, `--state "someday": want predating, legacy or amended`)
+	_, err := os.Stat(path)
+	require.ErrorIs(t, err, os.ErrNotExist)
 }

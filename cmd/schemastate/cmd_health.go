@@ -15,14 +15,15 @@ import (
 const exitUnhealthy = 1
 
 func init() {
-	register(&command{name: "health", summary: "read-only: writer health — shortfall (the alarm), excess, collisions, last observed (AC-28, AC-29)", run: runHealth})
+	register(&command{name: "health", summary: "read-only: writer health — shortfall (the alarm), excess, collisions, last observed (AC-28, AC-29)",
+		exits: "0 healthy, 1 any other verdict (shortfall, nothing_since_activation, not_activated), 2 usage, missing tables, unreachable database or a capture_since that is not an instant", run: runHealth})
 }
 
 func runHealth(ctx context.Context, e *env, args []string) int {
 	fs := flags(e, "health", "[--db DSN] [--json]")
 	dsn := dbFlag(fs)
 	asJSON := fs.Bool("json", false, "print the result as one JSON object")
-	if code, ok := parse(fs, args); !ok {
+	if code, ok := parseArgs(e, fs, args, 0, ""); !ok {
 		return code
 	}
 	db, _, ok := openDB(ctx, e, *dsn)
@@ -32,7 +33,7 @@ func runHealth(ctx context.Context, e *env, args []string) int {
 	defer db.Close()
 	rep, err := health.Evaluate(ctx, db)
 	if err != nil {
-		fmt.Fprintf(e.stderr, "schemastate: health: %v\n", err)
+		fail(e, "health", err)
 		return exitUsage
 	}
 	if *asJSON {

@@ -19,6 +19,7 @@ func init() {
 	register(&command{
 		name:    "ingest",
 		summary: "record newline-delimited subagent frames (a file or stdin) through the live writer",
+		exits:   "0 every line recorded, 1 some line was malformed (reported with its number, skipped), 2 usage, unreachable database, table not in its declared shape (refused before reading), failed write or read error",
 		run:     runIngest,
 	})
 }
@@ -33,11 +34,11 @@ func runIngest(ctx context.Context, e *env, args []string) int {
 	db := dbFlag(fs)
 	asJSON := fs.Bool("json", false, "print the counters as one JSON object on stdout")
 	maxLine := fs.Int("max-line", capture.DefaultMaxLine, "longest line read as a frame, in bytes; a longer one is skipped and reported malformed")
-	if code, ok := parse(fs, args); !ok {
+	if code, ok := parseArgs(e, fs, args, 1, "one FILE (or - for stdin)"); !ok {
 		return code
 	}
-	if fs.NArg() > 1 || *maxLine <= 0 {
-		fs.Usage()
+	if *maxLine <= 0 {
+		fmt.Fprintf(e.stderr, "schemastate ingest: --max-line %d: must be positive\n", *maxLine)
 		return exitUsage
 	}
 	in, name := e.stdin, "stdin"

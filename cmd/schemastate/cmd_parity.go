@@ -14,7 +14,8 @@ import (
 const exitDifferent = 1
 
 func init() {
-	register(&command{name: "parity", summary: "CI check: fresh, pre-amendment and host-DDL stores reconciled end identical; --against: drift of a live database", run: runParity})
+	register(&command{name: "parity", summary: "CI check: fresh, pre-amendment and host-DDL stores reconciled end identical; --against: drift of a live database",
+		exits: "0 identical, 1 different, 2 usage or error", run: runParity})
 }
 
 const parityUsage = `[--db POSTGRES_URL] [--schema FILE] [--json]
@@ -31,8 +32,7 @@ afterwards.
 --against compares a live database's owned tables with a fresh store instead, and
 only reads the live database. On PostgreSQL the fresh store is a temporary schema
 on the --db server (default: the live database's own server).
-
-exit: 0 identical, 1 different, 2 usage or error`
+`
 
 func runParity(ctx context.Context, e *env, args []string) int {
 	fs := flags(e, "parity", parityUsage)
@@ -40,7 +40,7 @@ func runParity(ctx context.Context, e *env, args []string) int {
 	against := fs.String("against", "", "live database to compare with a fresh reconcile (read-only)")
 	schemaFile := fs.String("schema", "", "declared shape to use instead of the built-in schema.hcl")
 	asJSON := fs.Bool("json", false, "print the report as one JSON object")
-	if code, ok := parse(fs, args); !ok {
+	if code, ok := parseArgs(e, fs, args, 0, ""); !ok {
 		return code
 	}
 	if *server != "" {
@@ -77,7 +77,7 @@ func runParity(ctx context.Context, e *env, args []string) int {
 		rep, err = parity.Run(ctx, cfg)
 	}
 	if err != nil {
-		fmt.Fprintf(e.stderr, "schemastate parity: %v\n", err)
+		fail(e, "parity", err)
 		return exitUsage
 	}
 	if *asJSON {

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/schemastate/schemastate/dialect"
 	"github.com/schemastate/schemastate/keys"
 	"github.com/schemastate/schemastate/reconcile"
 )
@@ -18,24 +19,30 @@ const (
 )
 
 func init() {
-	register(&command{name: "reconcile", summary: "bring the declared tables to their shape, write execution_since, run the backfill (the boot sequence)", run: runReconcile})
-	register(&command{name: "plan", summary: "dry run: print the SQL the shape step would run; changes nothing", run: runPlan})
-	register(&command{name: "status", summary: "read-only: activation keys, AC-24c state, AC-33 end state, index sets", run: runStatus})
+	register(&command{name: "reconcile", summary: "bring the declared tables to their shape, write execution_since, run the backfill (the boot sequence)",
+		exits: "0 ok, 3 a step failed (the database is consistent; retried next boot), 2 usage, unreadable --schema or unreachable database", run: runReconcile})
+	register(&command{name: "plan", summary: "dry run: print the SQL the shape step would run; changes nothing",
+		exits: "0 no change, 1 changes pending, 2 usage, missing host tables or unreachable database", run: runPlan})
+	register(&command{name: "status", summary: "read-only: activation keys, AC-24c state, AC-33 end state, index sets",
+		exits: "0 read, 2 usage or unreachable database", run: runStatus})
 }
 
 func runReconcile(ctx context.Context, e *env, args []string) int {
 	fs := flags(e, "reconcile", "[--db DSN] [--schema FILE] [--prune] [--json]")
 	sf := addShapeFlags(fs, "print the report as one JSON object")
 	prune := pruneFlag(fs)
-	lockWait := fs.Duration("lock-wait", 60*time.Second, "how long to wait for another replica's lock")
-	if code, ok := parse(fs, args); !ok {
+	lockWait := durationFlag(fs, "lock-wait", 60*time.Second, "how long to wait for another replica's lock")
+	if code, ok := parseArgs(e, fs, args, 0, ""); !ok {
 		return code
 	}
-	db, _, ok := openDB(ctx, e, *sf.dsn)
+	db, target, ok := openDB(ctx, e, *sf.dsn)
 	if !ok {
 		return exitUsage
 	}
 	defer db.Close()
+	if !sf.check(e, target.Dialect) {
+		return exitUsage
+	}
 	opts := append(sf.options(), reconcile.WithLogger(e.logger), reconcile.WithLockWait(*lockWait))
 	if *prune {
 		opts = append(opts, reconcile.WithPrune())
@@ -80,6 +87,19 @@ func addShapeFlags(fs *flag.FlagSet, jsonHelp string) shapeFlags {
 	}
 }
 
+// check evaluates --schema before anything runs: an unreadable or invalid
+// declaration is a usage error, not a failed boot step.
+func (f shapeFlags) check(e *env, d dialect.Dialect) bool {
+	if *f.schemaFile == "" {
+		return true
+	}
+	if _, err := reconcile.LoadDeclaration(*f.schemaFile, d, "main"); err != nil {
+		fmt.Fprintf(e.stderr, "schemastate: --schema: %v\n", err)
+		return false
+	}
+	return true
+}
+
 func (f shapeFlags) options() []reconcile.Option {
 	if *f.schemaFile == "" {
 		return nil
@@ -91,8 +111,8 @@ func printReport(e *env, rep *reconcile.Report) {
 	for _, s := range rep.Steps {
 		fmt.Fprintf(e.stdout, "%-16s %-9s %3d stmt  %s\n", s.Name, s.Status, s.Statements, s.Detail)
 	}
-	printEndState(e, rep.EndState)
-	printKeys(e, rep.Keys)
+	printEndState(e, rep.EndState, rep.EndStateObserved)
+	printKeys(e, rep.Keys, rep.KeysRead)
 	printDrift(e, rep.Drift)
 }
 
@@ -103,12 +123,20 @@ func printDrift(e *env, drift []reconcile.Drift) {
 	}
 }
 
-func printEndState(e *env, es reconcile.EndState) {
+func printEndState(e *env, es reconcile.EndState, observed bool) {
+	if !observed {
+		fmt.Fprintln(e.stdout, "end state: not observed (the steps that read it did not run)")
+		return
+	}
 	fmt.Fprintf(e.stdout, "end state: execution column NOT NULL=%v, three-column UNIQUE=%v, two-column UNIQUE absent=%v, indexes match declaration=%v\n",
 		es.ExecutionColumnNotNull, es.ThreeColumnUnique, es.TwoColumnUniqueAbsent, es.IndexesMatchDeclaration)
 }
 
-func printKeys(e *env, k keys.Set) {
+func printKeys(e *env, k keys.Set, read bool) {
+	if !read {
+		fmt.Fprintln(e.stdout, "keys: not read")
+		return
+	}
 	show := func(v *string) string {
 		switch {
 		case v == nil:
@@ -141,7 +169,7 @@ func runPlan(ctx context.Context, e *env, args []string) int {
 	fs := flags(e, "plan", "[--db DSN] [--schema FILE] [--prune] [--json]")
 	sf := addShapeFlags(fs, "print {\"statements\":[…],\"refused\":[…],\"drift\":[…]}")
 	prune := pruneFlag(fs)
-	if code, ok := parse(fs, args); !ok {
+	if code, ok := parseArgs(e, fs, args, 0, ""); !ok {
 		return code
 	}
 	db, _, ok := openDB(ctx, e, *sf.dsn)
@@ -156,7 +184,16 @@ func runPlan(ctx context.Context, e *env, args []string) int {
 	}
 	plan, err := reconcile.Plan(ctx, db, opts...)
 	if err != nil {
-		fmt.Fprintf(e.stderr, "schemastate: plan: %v\n", err)
+		fail(e, "plan", err)
+		return exitUsage
+	}
+	if missing := plan.MissingHostTables; len(missing) > 0 {
+		// Printing the CREATE statements would suggest a reconcile runs
+		// them; it refuses to start without the host's tables.
+		fmt.Fprintf(e.stderr, "schemastate plan: host tables missing: %s — reconcile refuses to run without them, so it would change nothing (schemastate never creates host tables; point --db at the host's database)\n", strings.Join(missing, ", "))
+		if *asJSON {
+			writeJSON(e.stdout, map[string][]string{"statements": {}, "refused": {}, "missing_host_tables": missing})
+		}
 		return exitUsage
 	}
 	stmts, refused, drift := plan.Statements(), plan.Refused(), plan.Drift()
@@ -199,7 +236,7 @@ func nonNil(s []string) []string {
 func runStatus(ctx context.Context, e *env, args []string) int {
 	fs := flags(e, "status", "[--db DSN] [--schema FILE] [--json]")
 	sf := addShapeFlags(fs, "print one JSON object")
-	if code, ok := parse(fs, args); !ok {
+	if code, ok := parseArgs(e, fs, args, 0, ""); !ok {
 		return code
 	}
 	db, _, ok := openDB(ctx, e, *sf.dsn)
@@ -210,7 +247,7 @@ func runStatus(ctx context.Context, e *env, args []string) int {
 	asJSON := sf.asJSON
 	obs, err := reconcile.Observe(ctx, db, sf.options()...)
 	if err != nil {
-		fmt.Fprintf(e.stderr, "schemastate: status: %v\n", err)
+		fail(e, "status", err)
 		return exitUsage
 	}
 	if *asJSON {
@@ -221,8 +258,8 @@ func runStatus(ctx context.Context, e *env, args []string) int {
 	if len(obs.MissingHostTables) > 0 {
 		fmt.Fprintf(e.stdout, "host tables missing: %s\n", strings.Join(obs.MissingHostTables, ", "))
 	}
-	printKeys(e, obs.Keys)
-	printEndState(e, obs.EndState)
+	printKeys(e, obs.Keys, obs.KeysRead)
+	printEndState(e, obs.EndState, true)
 	printDrift(e, obs.Drift)
 	for t, idx := range obs.Indexes {
 		fmt.Fprintf(e.stdout, "indexes on %s:\n", t)

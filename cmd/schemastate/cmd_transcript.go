@@ -20,7 +20,8 @@ import (
 const exitFoundWrong = 1
 
 func init() {
-	register(&command{name: "transcript", summary: "background-agent transcripts: show, ls, recover, record", run: runTranscript})
+	register(&command{name: "transcript", summary: "background-agent transcripts: show, ls, recover, record",
+		exits: "0 ok, 1 something found wrong, 2 usage or database error", run: runTranscript})
 }
 
 const transcriptUsage = `usage: schemastate transcript <subcommand> [flags]
@@ -30,7 +31,7 @@ const transcriptUsage = `usage: schemastate transcript <subcommand> [flags]
   ls --root DIR --session S [--db DSN] [--workspace W] [--json]
         a parent session's background executions, from the transcript directory and
         (with --db) background_agent_log; names anything a reader should not trust
-  recover --root DIR [--db DSN] [--workspace W] [--json]
+  recover --root DIR --db DSN [--workspace W] [--json]
         finish, as failed/"interrupted", every running transcript whose execution is not
         alive: alive means a background_agent_log row for its (session, agent) — in
         --workspace when given — with a non-terminal status; a terminal row or no row
@@ -294,9 +295,9 @@ func transcriptLs(ctx context.Context, e *env, args []string) int {
 }
 
 func transcriptRecover(ctx context.Context, e *env, args []string) int {
-	fs := flags(e, "transcript recover", "--root DIR [--db DSN] [--workspace W] [--json]")
+	fs := flags(e, "transcript recover", "--root DIR --db DSN [--workspace W] [--json]")
 	root := fs.String("root", "", "conversation-storage root")
-	dsn := dbFlag(fs)
+	dsn := fs.String("db", "", "database holding background_agent_log (required)")
 	workspace := fs.String("workspace", "", "judge liveness only by rows of this workspace_path")
 	asJSON := fs.Bool("json", false, "print one JSON object")
 	if code, ok := parse(fs, args); !ok {

@@ -18,6 +18,7 @@ import (
 	"sort"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/schemastate/schemastate/dialect"
 	"github.com/schemastate/schemastate/internal/redact"
@@ -28,7 +29,9 @@ import (
 type command struct {
 	name    string
 	summary string
-	run     func(ctx context.Context, env *env, args []string) int
+	// exits lists the command's exit codes, printed by its -h.
+	exits string
+	run   func(ctx context.Context, env *env, args []string) int
 }
 
 var commands = map[string]*command{}
@@ -110,30 +113,128 @@ func usage(w io.Writer) {
 	}
 	fmt.Fprintln(w)
 	fmt.Fprintf(w, "--db takes %s (default %s).\n", dialect.Supported, dialect.DefaultDSN)
-	fmt.Fprintln(w, "Run 'schemastate <command> -h' for a command's flags.")
+	fmt.Fprintln(w, "Run 'schemastate <command> -h' for a command's flags and exit codes; exit 2 is always")
+	fmt.Fprintln(w, "a usage error or an unreachable database.")
 }
 
 // flags builds a FlagSet whose errors go to stderr and never exit the process.
+// Its usage is the synopsis, every flag with its default, and the exit codes.
 func flags(e *env, name, usageLine string) *flag.FlagSet {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(e.stderr)
 	fs.Usage = func() {
 		fmt.Fprintf(e.stderr, "usage: schemastate %s %s\n", name, usageLine)
 		fs.PrintDefaults()
+		if c := commands[strings.Fields(name)[0]]; c != nil && c.exits != "" {
+			fmt.Fprintf(e.stderr, "exit: %s\n", c.exits)
+		}
 	}
 	return fs
 }
 
 // parse parses args and reports the exit code to return when parsing failed
-// (or -h was asked for).
+// (or -h was asked for). Flags may come before, between or after positional
+// arguments (`ingest FILE --db X`); everything after "--" is positional.
+// The positionals are left in fs.Args().
 func parse(fs *flag.FlagSet, args []string) (int, bool) {
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return exitOK, false
+	var pos []string
+	for rest := args; ; {
+		if err := fs.Parse(rest); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				return exitOK, false
+			}
+			return exitUsage, false
 		}
-		return exitUsage, false
+		if n := len(rest) - fs.NArg(); n > 0 && rest[n-1] == "--" {
+			pos = append(pos, fs.Args()...)
+			break
+		}
+		if fs.NArg() == 0 {
+			break
+		}
+		pos = append(pos, fs.Arg(0))
+		rest = fs.Args()[1:]
 	}
+	_ = fs.Parse(append([]string{"--"}, pos...)) // only sets fs.Args()
 	return 0, true
+}
+
+// parseArgs is parse for a command that takes at most max positional
+// arguments (what names them, for the message): one more is a usage error
+// that says exactly which argument was not understood.
+func parseArgs(e *env, fs *flag.FlagSet, args []string, max int, what string) (int, bool) {
+	if code, ok := parse(fs, args); !ok {
+		return code, false
+	}
+	if fs.NArg() <= max {
+		return 0, true
+	}
+	extra := fs.Arg(max)
+	msg := fmt.Sprintf("schemastate %s: unexpected argument %q", fs.Name(), extra)
+	switch {
+	case max == 0 && fs.Lookup("db") != nil && !strings.HasPrefix(extra, "-"):
+		msg += fmt.Sprintf(": %s takes no positional argument (a database is given as --db %s)", fs.Name(), extra)
+	case max == 0:
+		msg += fmt.Sprintf(": %s takes no positional argument", fs.Name())
+	default:
+		msg += fmt.Sprintf(": %s takes at most %s", fs.Name(), what)
+	}
+	fmt.Fprintln(e.stderr, msg)
+	fmt.Fprintf(e.stderr, "run 'schemastate %s -h' for its flags\n", fs.Name())
+	return exitUsage, false
+}
+
+// nonNegative is a duration flag that refuses a negative value when parsed.
+type nonNegative struct{ d *time.Duration }
+
+func (n nonNegative) String() string {
+	if n.d == nil {
+		return ""
+	}
+	return n.d.String()
+}
+
+func (n nonNegative) Set(s string) error {
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		return errors.New("not a duration (e.g. 30s, 2m)")
+	}
+	if d < 0 {
+		return errors.New("must not be negative")
+	}
+	*n.d = d
+	return nil
+}
+
+// durationFlag registers a duration flag that must not be negative.
+func durationFlag(fs *flag.FlagSet, name string, def time.Duration, usage string) *time.Duration {
+	d := def
+	fs.Var(nonNegative{&d}, name, usage)
+	return &d
+}
+
+// fail prints a command's error once prefixed: "schemastate CMD: …". An
+// error that already starts with its command's or its package's name (the
+// health package's "health: …", gen's "gen: …") keeps only one of them.
+func fail(e *env, cmd string, err error) {
+	msg := err.Error()
+	for _, p := range []string{cmd, packageOf(cmd)} {
+		if p != "" {
+			msg = strings.TrimPrefix(msg, p+": ")
+		}
+	}
+	fmt.Fprintf(e.stderr, "schemastate %s: %s\n", cmd, msg)
+}
+
+// packageOf names the package whose errors a command prints.
+func packageOf(cmd string) string {
+	switch cmd {
+	case "generate":
+		return "gen"
+	case "plan", "status", "reconcile", "demo":
+		return "reconcile"
+	}
+	return cmd
 }
 
 // terminal reports whether w (or the writer it wraps) is a terminal: progress
