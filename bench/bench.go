@@ -95,6 +95,9 @@ type Config struct {
 	// Exe is the schemastate binary timed through the CLI; empty skips
 	// those timings.
 	Exe string
+	// Skipped is copied into the report: what the caller left out of this
+	// run, and how to run it.
+	Skipped []string
 	// Progress, when set, receives one line per phase.
 	Progress func(string)
 }
@@ -265,7 +268,7 @@ func (r *Report) Find(name, family string, n int) *Measurement {
 func Run(ctx context.Context, stores Stores, cfg Config) (*Report, error) {
 	cfg.defaults()
 	rep := &Report{Started: time.Now().UTC(), GoVersion: runtime.Version(), CPUs: runtime.NumCPU(),
-		Runs: cfg.Runs, LargeRuns: cfg.LargeRuns, Frames: cfg.Frames, Dialect: stores.Dialect()}
+		Runs: cfg.Runs, LargeRuns: cfg.LargeRuns, Frames: cfg.Frames, Dialect: stores.Dialect(), Skipped: cfg.Skipped}
 	b := &bench{cfg: cfg, quiet: slog.New(slog.NewTextHandler(io.Discard, nil)), stores: stores}
 	if err := b.disk(rep); err != nil {
 		return rep, err

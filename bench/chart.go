@@ -37,8 +37,8 @@ type Chart struct {
 var palette = []string{"#1f77b4", "#2ca02c", "#9467bd", "#ff7f0e", "#d62728", "#7f7f7f", "#8c564b", "#e377c2"}
 
 const (
-	chartW, chartH                 = 760, 440
-	padL, padR, padT, padB, legend = 78, 20, 36, 52, 150
+	chartW, chartH                 = 860, 440
+	padL, padR, padT, padB, legend = 78, 16, 36, 52, 230
 )
 
 // SVG renders the chart.
@@ -151,10 +151,10 @@ func (c Chart) SVG() []byte {
 				fmt.Fprintf(&b, `<circle cx="%.1f" cy="%.1f" r="3" fill="%s"><title>%s: %s at %s</title></circle>`+"\n", px(p.X), py(p.Y), color, html.EscapeString(s.Name), html.EscapeString(fy(p.Y)), html.EscapeString(fx(p.X)))
 			}
 		}
-		ly := padT + 8 + i*32
-		lx := chartW - legend - padR + 28
+		ly := padT + 8 + i*34
+		lx := chartW - legend - padR + 20
 		fmt.Fprintf(&b, `<line x1="%d" x2="%d" y1="%d" y2="%d" stroke="%s" stroke-width="2"%s/>`+"\n", lx, lx+22, ly, ly, color, dash)
-		for j, line := range wrap(s.Name, 20) {
+		for j, line := range wrap(s.Name, 28) {
 			fmt.Fprintf(&b, `<text x="%d" y="%d" dominant-baseline="middle">%s</text>`+"\n", lx+28, ly+j*13, html.EscapeString(line))
 		}
 	}

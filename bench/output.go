@@ -133,7 +133,7 @@ func Charts(rep *Report) []NamedChart {
 	for _, g := range groups(rep) {
 		name, family := g[0], g[1]
 		pts := rep.points(name, family)
-		c := Chart{Title: fmt.Sprintf("%s — %s, by %s", titles[name], rep.Dialect, xlabel[family]), XLabel: xlabel[family],
+		c := Chart{Title: fmt.Sprintf("%s, by %s (%s)", titles[name], family, rep.Dialect), XLabel: xlabel[family],
 			YLabel: "median time", LogY: true, FormatX: FormatCount, FormatY: FormatSeconds}
 		y := func(d time.Duration, _ *Measurement) float64 { return d.Seconds() }
 		if name == Capture {
@@ -187,7 +187,7 @@ func Charts(rep *Report) []NamedChart {
 			continue
 		}
 		out = append(out, NamedChart{File: "memory-" + family + ".svg", Chart: Chart{
-			Title:  fmt.Sprintf("memory of one reconcile — %s, by %s", rep.Dialect, xlabel[family]),
+			Title:  fmt.Sprintf("memory of the first timed reconcile (%s, %s family)", rep.Dialect, family),
 			XLabel: xlabel[family], YLabel: "bytes", FormatX: FormatCount, FormatY: FormatBytes, Series: []Series{heap, rss}}})
 	}
 	return out

@@ -122,14 +122,14 @@ func (b *bench) rebuild(ctx context.Context, rep *Report, n int) error {
 		if err := b.restoreLegacy(ctx); err != nil {
 			return 0, err
 		}
-		return b.atlasApply(ctx)
+		return b.amended(ctx, n)(b.atlasApply(ctx))
 	}})
 	if b.d == dialect.SQLite {
 		anchors = append(anchors, anchorRun{AnchorHost, hostIs, func(int) (time.Duration, error) {
 			if err := b.restoreLegacy(ctx); err != nil {
 				return 0, err
 			}
-			return b.hostRecreate(ctx)
+			return b.amended(ctx, n)(b.hostRecreate(ctx))
 		}})
 	}
 	if b.cfg.Exe != "" {
@@ -232,6 +232,25 @@ func (b *bench) fixedCosts(ctx context.Context) ([]Cost, error) {
 		}
 	}
 	return out, nil
+}
+
+// amended checks, after an anchor ran, that it reached the declared end
+// state on every row: n rows, each with agent_execution_id 'unknown'. An
+// anchor that loses rows or leaves the old shape is reported as failed.
+func (b *bench) amended(ctx context.Context, n int) func(time.Duration, error) (time.Duration, error) {
+	return func(d time.Duration, err error) (time.Duration, error) {
+		if err != nil {
+			return 0, err
+		}
+		var rows, unknown int
+		if err := b.db.QueryRowContext(ctx, `SELECT COUNT(*), COUNT(CASE WHEN agent_execution_id = 'unknown' THEN 1 END) FROM task_session_subagents`).Scan(&rows, &unknown); err != nil {
+			return 0, fmt.Errorf("after the run: %w", err)
+		}
+		if rows != n || unknown != n {
+			return 0, fmt.Errorf("%w: after the run the table holds %d rows, %d of them with agent_execution_id 'unknown', of %d", errUnexpected, rows, unknown, n)
+		}
+		return d, nil
+	}
 }
 
 func lastRate(rep *Report) float64 {

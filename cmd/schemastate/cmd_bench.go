@@ -56,6 +56,20 @@ func runBench(ctx context.Context, e *env, args []string) int {
 		fmt.Fprintln(e.stderr, "schemastate: --runs, --large-runs, --frames, --disk-mb and --rows-store-mb must be positive")
 		return exitUsage
 	}
+	defRows := bench.DefaultRows
+	if t.Dialect == dialect.Postgres {
+		defRows = append(append([]int(nil), defRows...), bench.PostgresExtraRows...)
+	}
+	var skipped []string
+	for _, n := range missing(defRows, rows) {
+		skipped = append(skipped, fmt.Sprintf("%d rows (rebuild, steady state, capture): run with --rows %d", n, n))
+	}
+	for _, n := range missing(bench.DefaultMessages, msgs) {
+		skipped = append(skipped, fmt.Sprintf("%d messages (backfill, health, steady state): run with --messages %d", n, n))
+	}
+	if *noCLI {
+		skipped = append(skipped, "the CLI timings (--no-cli)")
+	}
 	var stores bench.Stores
 	if t.Dialect == dialect.SQLite {
 		stores = bench.SQLiteStores(strings.TrimPrefix(t.Display, "sqlite:"))
@@ -64,7 +78,7 @@ func runBench(ctx context.Context, e *env, args []string) int {
 	}
 	defer stores.Close()
 	cfg := bench.Config{Rows: rows, Messages: msgs, RowsStoreMB: *rowsStore, Seed: *seed, Runs: *runs, LargeRuns: *largeRuns,
-		Frames: *frames, DiskMB: *diskMB}
+		Frames: *frames, DiskMB: *diskMB, Skipped: skipped}
 	if !*noCLI {
 		if cfg.Exe, err = os.Executable(); err != nil {
 			fmt.Fprintf(e.stderr, "schemastate: bench: cannot find its own binary for the CLI timings (use --no-cli): %v\n", err)
@@ -102,6 +116,21 @@ func runBench(ctx context.Context, e *env, args []string) int {
 	}
 	printBench(e, rep)
 	return exitOK
+}
+
+// missing lists the sizes of def that are not in got.
+func missing(def, got []int) []int {
+	var out []int
+	for _, n := range def {
+		found := false
+		for _, g := range got {
+			found = found || g == n
+		}
+		if !found {
+			out = append(out, n)
+		}
+	}
+	return out
 }
 
 // sizes parses a comma-separated list of positive sizes; "" is def, "0" none.
