@@ -641,6 +641,11 @@ func TestBackfill_AC21_UnreadableCreatedAtIsCountedNotDropped(t *testing.T) {
 		message{ID: "m-bad2", Session: "s1", Task: "task-1", Turn: "t", CreatedRaw: "2026-13-45 99:99:99", Meta: subagent("tc-bad2", nil, nil)},
 		// Same key as m-ok: the row is still m-ok's, and this one is counted.
 		message{ID: "m-dup-bad", Session: "s1", Task: "task-1", Turn: "t", CreatedRaw: "x", Meta: subagent("tc-ok", nil, map[string]any{"model": "bad"})},
+		// Read by SQLite's datetime() as the moment of reading, a Julian day
+		// and a time on 2000-01-01: none of them a stored instant.
+		message{ID: "m-now", Session: "s1", Task: "task-1", Turn: "t", CreatedRaw: "now", Meta: subagent("tc-now", nil, nil)},
+		message{ID: "m-julian", Session: "s1", Task: "task-1", Turn: "t", CreatedRaw: "2461000.5", Meta: subagent("tc-julian", nil, nil)},
+		message{ID: "m-clock", Session: "s1", Task: "task-1", Turn: "t", CreatedRaw: "12:30:00", Meta: subagent("tc-clock", nil, nil)},
 		// Not qualifying (no tool_call_id): skipped by AC-21a, not counted here.
 		message{ID: "m-bad-noid", Session: "s1", Task: "task-1", Turn: "t", CreatedRaw: "x", Meta: subagent("", nil, nil)},
 	)
@@ -650,7 +655,7 @@ func TestBackfill_AC21_UnreadableCreatedAtIsCountedNotDropped(t *testing.T) {
 	res, err := run(t, db)
 	require.NoError(t, err)
 	require.EqualValues(t, 1, res.Inserted)
-	require.EqualValues(t, 3, res.UnreadableCreatedAt)
+	require.EqualValues(t, 6, res.UnreadableCreatedAt)
 	require.Equal(t, "m-bad1", res.FirstUnreadable)
 	require.Equal(t, keys.Format(base), res.BackfillThrough)
 	got := rows(t, db)
@@ -665,5 +670,5 @@ func TestBackfill_AC21_UnreadableCreatedAtIsCountedNotDropped(t *testing.T) {
 	require.NoError(t, err)
 	step := rep.Step(reconcile.StepBackfill)
 	require.NotNil(t, step)
-	require.Contains(t, step.Detail, "3 qualifying messages skipped: created_at is not a time (first: m-bad1)")
+	require.Contains(t, step.Detail, "6 qualifying messages skipped: created_at is not a time (first: m-bad1)")
 }

@@ -558,10 +558,11 @@ func TestHealth_AC28_UnreadableCreatedAtIsCounted(t *testing.T) {
 	s.captured("s1", "tc-ok", k.Add(time.Second))
 	s.rawMessage("s1", "task-s1", subagentMeta("tc-bad1"), "not a time")
 	s.rawMessage("s1", "task-s1", subagentMeta("tc-bad2"), "")
+	s.rawMessage("s1", "task-s1", subagentMeta("tc-now"), "now")         // datetime(): the moment of reading
 	s.rawMessage("s1", "", subagentMeta("tc-no-task"), "x")              // not expected: no task id
 	s.rawMessage("s1", "task-s1", `{"normalized":{"kind":"read"}}`, "x") // not a subagent message
 	r := s.eval()
 	require.Equal(t, counts{health.Healthy, 0, 0, 0}, countsOf(r))
 	require.NotNil(t, r.UnreadableCreatedAt)
-	require.EqualValues(t, 2, *r.UnreadableCreatedAt)
+	require.EqualValues(t, 3, *r.UnreadableCreatedAt)
 }

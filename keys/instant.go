@@ -69,14 +69,23 @@ func (b Boundary) Arg() string {
 // Time is the instant the key names.
 func (b Boundary) Time() time.Time { return b.t }
 
-// ColumnExpr renders a timestamp column in the normalized comparison form.
+// ColumnExpr renders a timestamp column in the normalized comparison form,
+// NULL when the stored value is not a time.
+//
+// On SQLite only text that starts with a calendar date (YYYY-MM-DD) is read
+// as a time. datetime() alone would also read 'now' (the moment of reading:
+// a different instant at every read), a bare number (a Julian day) and a
+// bare time of day (a time on 2000-01-01) — none of them an instant the host
+// stored, and none of them a value a PostgreSQL timestamp column can hold
+// (its input refuses the last two and resolves 'now' once, on insert).
 func ColumnExpr(d dialect.Dialect, col string) string {
 	if d == dialect.Postgres {
 		return col
 	}
 	frac := fmt.Sprintf("substr(%[1]s, 21)", col)
 	digits := fmt.Sprintf("substr(%[1]s, 1, length(%[1]s) - length(ltrim(%[1]s, '0123456789')))", frac)
-	return fmt.Sprintf("(datetime(%[1]s) || '.' || substr((CASE WHEN substr(%[1]s, 20, 1) = '.' THEN %[2]s ELSE '' END) || '000000', 1, 6))", col, digits)
+	return fmt.Sprintf("(CASE WHEN %[1]s GLOB '[0-9][0-9][0-9][0-9]-[0-9][0-9]-[0-9][0-9]*' THEN "+
+		"datetime(%[1]s) || '.' || substr((CASE WHEN substr(%[1]s, 20, 1) = '.' THEN %[2]s ELSE '' END) || '000000', 1, 6) END)", col, digits)
 }
 
 // ParamExpr renders a bound boundary parameter on the column's side of the type system.
