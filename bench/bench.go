@@ -46,7 +46,9 @@ const (
 	ConstraintSwap = "postgres_constraint_swap"
 	Backfill       = "backfill"
 	Capture        = "live_capture"
-	Health         = "health_queries"
+	// CaptureConcurrent is live capture from 8 concurrent writers.
+	CaptureConcurrent = "live_capture_8_writers"
+	Health            = "health_queries"
 )
 
 // Families: what a measurement's N counts.

@@ -78,7 +78,7 @@ func TestRun_EveryCurveAgainstItsFloorAndAnchors(t *testing.T) {
 		}
 		want := map[string][]int{}
 		for _, n := range []int{300, 1000} {
-			for _, name := range []string{rebuild, bench.SteadyState, bench.Capture} {
+			for _, name := range []string{rebuild, bench.SteadyState, bench.Capture, bench.CaptureConcurrent} {
 				want[bench.FamilyRows+"/"+name] = append(want[bench.FamilyRows+"/"+name], n)
 			}
 		}

@@ -2,7 +2,9 @@ package bench
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/schemastate/schemastate/capture"
@@ -14,7 +16,8 @@ import (
 const plainInsert = `INSERT INTO task_session_subagents (` + floorColumns + `)
 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
 
-// capture measures live capture throughput: cfg.Frames frames through
+// capture measures live capture throughput, from one writer and from
+// captureWriters concurrent writers: cfg.Frames frames through
 // capture.Writer.Record, each creating a row (an async_launched launch, the
 // shape of 75% of real traffic), against the same number of plain
 // single-row INSERTs of the same width through the same pool — same DSN,
@@ -56,23 +59,36 @@ func (b *bench) capture(ctx context.Context, rep *Report, rowsN int) error {
 	}
 	insert := b.d.Rebind(plainInsert)
 	w := capture.NewWriter(b.db, b.d, capture.WithLogger(b.quiet))
-	m := Measurement{Name: Capture, Family: FamilyRows, N: rowsN, Rows: rowsN, Count: n, Target: 1 / 0.9,
-		OursIs:  fmt.Sprintf("%d async_launched frames through capture.Writer.Record, each creating a row", n),
-		FloorIs: fmt.Sprintf("%d plain single-row INSERTs of the same 22 columns through the same pool, one autocommit statement each", n)}
-	err = b.measure(&m, b.cfg.runsAt(rowsN),
-		func(run int) (time.Duration, error) {
-			t0 := time.Now()
-			for i := 0; i < n; i++ {
-				if err := w.Record(ctx, frame(run, i)); err != nil {
-					return 0, err
+	// fanOut runs one(i) for every frame i < n on writers goroutines, writer
+	// k taking frames k, k+writers, …, and returns the wall time.
+	fanOut := func(writers int, one func(i int) error) (time.Duration, error) {
+		t0 := time.Now()
+		var wg sync.WaitGroup
+		errs := make([]error, writers)
+		for k := 0; k < writers; k++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := k; i < n && errs[k] == nil; i += writers {
+					errs[k] = one(i)
 				}
+			}()
+		}
+		wg.Wait()
+		return time.Since(t0), errors.Join(errs...)
+	}
+	record := func(writers int) func(run int) (time.Duration, error) {
+		return func(run int) (time.Duration, error) {
+			el, err := fanOut(writers, func(i int) error { return w.Record(ctx, frame(run, i)) })
+			if err != nil {
+				return 0, err
 			}
-			el := time.Since(t0)
 			return el, cleanup()
-		},
-		func(run int) (time.Duration, error) {
-			t0 := time.Now()
-			for i := 0; i < n; i++ {
+		}
+	}
+	plain := func(writers int) func(run int) (time.Duration, error) {
+		return func(run int) (time.Duration, error) {
+			el, err := fanOut(writers, func(i int) error {
 				f := frame(run, i)
 				now := time.Now()
 				_, err := b.db.ExecContext(ctx, insert,
@@ -80,19 +96,44 @@ func (b *bench) capture(ctx context.Context, rep *Report, rowsN int) error {
 					nil, f.Subagent.SubagentType, f.Subagent.Description, f.Subagent.AgentID, nil,
 					f.Subagent.Model, f.Subagent.Status, f.ToolStatus, 1, nil, nil,
 					nil, "live", keys.RowTime(b.d, f.ObservedAt), keys.RowTime(b.d, f.ObservedAt), keys.RowTime(b.d, now))
-				if err != nil {
-					return 0, err
-				}
+				return err
+			})
+			if err != nil {
+				return 0, err
 			}
-			el := time.Since(t0)
 			return el, cleanup()
-		})
-	if err != nil {
-		return err
+		}
 	}
 	rate := func(d time.Duration) float64 { return float64(n) / d.Seconds() }
+
+	m := Measurement{Name: Capture, Family: FamilyRows, N: rowsN, Rows: rowsN, Count: n, Target: 1 / 0.9,
+		OursIs:  fmt.Sprintf("%d async_launched frames through capture.Writer.Record, each creating a row", n),
+		FloorIs: fmt.Sprintf("%d plain single-row INSERTs of the same 22 columns through the same pool, one autocommit statement each", n)}
+	if err := b.measure(&m, b.cfg.runsAt(rowsN), record(1), plain(1)); err != nil {
+		return err
+	}
 	m.Detail = fmt.Sprintf("%.0f frames/s through Record vs %.0f rows/s plain (%.2f× the plain rate; target ≥ 0.90×)",
 		rate(m.Ours), rate(m.Floor), rate(m.Ours)/rate(m.Floor))
 	rep.Measurements = append(rep.Measurements, m)
+
+	// The same frames from captureWriters concurrent writers sharing one
+	// Writer and pool, against as many concurrent writers of the plain
+	// INSERTs. On SQLite the writers queue on the file's write lock (busy
+	// timeout, then the writer's retries).
+	before := w.Counters()
+	mc := Measurement{Name: CaptureConcurrent, Family: FamilyRows, N: rowsN, Rows: rowsN, Count: n,
+		OursIs:  fmt.Sprintf("the same %d frames through one capture.Writer from %d concurrent writers", n, captureWriters),
+		FloorIs: fmt.Sprintf("the same %d plain single-row INSERTs from %d concurrent writers through the same pool", n, captureWriters)}
+	if err := b.measure(&mc, b.cfg.runsAt(rowsN), record(captureWriters), plain(captureWriters)); err != nil {
+		return err
+	}
+	after := w.Counters()
+	mc.Detail = fmt.Sprintf("%.0f frames/s through Record from %d writers vs %.0f rows/s plain from %d (%.2f× the plain rate); 1 writer: %.0f frames/s; %d of %d frames retried",
+		rate(mc.Ours), captureWriters, rate(mc.Floor), captureWriters, rate(mc.Ours)/rate(mc.Floor), rate(m.Ours),
+		after.Retried-before.Retried, after.Attempted-before.Attempted)
+	rep.Measurements = append(rep.Measurements, mc)
 	return nil
 }
+
+// captureWriters is how many concurrent writers CaptureConcurrent uses.
+const captureWriters = 8

@@ -118,12 +118,13 @@ func (rep *Report) points(name, family string) []*Measurement {
 }
 
 var titles = map[string]string{
-	Rebuild:        "SQLite rebuild of task_session_subagents",
-	ConstraintSwap: "PostgreSQL constraint swap of task_session_subagents",
-	SteadyState:    "steady-state boot",
-	Backfill:       "backfill",
-	Capture:        "live capture rate",
-	Health:         "health evaluation",
+	Rebuild:           "SQLite rebuild of task_session_subagents",
+	ConstraintSwap:    "PostgreSQL constraint swap of task_session_subagents",
+	SteadyState:       "steady-state boot",
+	Backfill:          "backfill",
+	Capture:           "live capture rate",
+	CaptureConcurrent: "live capture rate, 8 concurrent writers",
+	Health:            "health evaluation",
 }
 
 // Charts builds one chart per measurement and family, and one of memory per family.
@@ -136,7 +137,7 @@ func Charts(rep *Report) []NamedChart {
 		c := Chart{Title: fmt.Sprintf("%s, by %s (%s)", titles[name], family, rep.Dialect), XLabel: xlabel[family],
 			YLabel: "median time", LogY: true, FormatX: FormatCount, FormatY: FormatSeconds}
 		y := func(d time.Duration, _ *Measurement) float64 { return d.Seconds() }
-		if name == Capture {
+		if isRate(name) {
 			c.YLabel, c.LogY, c.FormatY = "frames or rows per second", false, func(v float64) string { return trimZero(v) + "/s" }
 			y = func(d time.Duration, m *Measurement) float64 {
 				if d <= 0 {
@@ -230,7 +231,7 @@ func Tables(rep *Report) []byte {
 				if m.Met != nil && *m.Met {
 					met = "met"
 				}
-				if name == Capture {
+				if isRate(name) {
 					target = fmt.Sprintf("rate ≥ %.2f×: %s", 1/m.Target, met)
 				} else {
 					target = fmt.Sprintf("≤ %.2f×: %s", m.Target, met)
@@ -318,8 +319,11 @@ func Tables(rep *Report) []byte {
 	return b.Bytes()
 }
 
+// isRate says whether a measurement is reported as a rate (Count per run).
+func isRate(name string) bool { return name == Capture || name == CaptureConcurrent }
+
 func cell(m *Measurement, d time.Duration) string {
-	if m.Name == Capture && d > 0 {
+	if isRate(m.Name) && d > 0 {
 		return fmt.Sprintf("%.0f/s", float64(m.Count)/d.Seconds())
 	}
 	return Dur(d)

@@ -27,7 +27,7 @@ func TestCLI_Bench_PrintsEachPointWithItsRatioAndWritesTheFiles(t *testing.T) {
 			rebuild = "postgres_constraint_swap"
 			require.Contains(t, stdout, "ACCESS EXCLUSIVE at 300 rows")
 		}
-		for _, line := range []string{rebuild + `\s+rows\s+300`, `steady_state_boot\s+rows\s+300`, `live_capture\s+rows\s+300`,
+		for _, line := range []string{rebuild + `\s+rows\s+300`, `steady_state_boot\s+rows\s+300`, `live_capture\s+rows\s+300`, `live_capture_8_writers\s+rows\s+300`,
 			`health_queries\s+messages\s+3000`, `steady_state_boot\s+messages\s+3000`, `backfill\s+messages\s+3000`} {
 			// name, family, n, ours, floor, ratio on one line
 			require.Regexp(t, regexp.MustCompile(`(?m)^`+line+`\s+\S+\s+\S+\s+\d+\.\d\d×`), stdout)
@@ -65,7 +65,7 @@ func TestCLI_Bench_JSON(t *testing.T) {
 		}
 	}
 	require.NoError(t, json.Unmarshal([]byte(out), &rep), out)
-	require.Len(t, rep.Measurements, 3)
+	require.Len(t, rep.Measurements, 4)
 	for _, m := range rep.Measurements {
 		require.Equal(t, 300, m.N, m.Name)
 		require.Positive(t, m.Ours, m.Name)
