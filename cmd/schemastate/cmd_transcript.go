@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -69,22 +68,6 @@ func runTranscript(ctx context.Context, e *env, args []string) int {
 	return exitUsage
 }
 
-// parseInterspersed parses flags that may follow positional arguments
-// (show PATH --json) and returns the positionals.
-func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, int, bool) {
-	var pos []string
-	for {
-		if code, ok := parse(fs, args); !ok {
-			return nil, code, false
-		}
-		if fs.NArg() == 0 {
-			return pos, 0, true
-		}
-		pos = append(pos, fs.Arg(0))
-		args = fs.Args()[1:]
-	}
-}
-
 // openLifecycle opens --db when it is set (nil when it is not) and checks,
 // before anything is read or written, that it holds background_agent_log; an
 // error names the database.
@@ -114,10 +97,10 @@ func transcriptShow(e *env, args []string) int {
 	session := fs.String("session", "", "parent session id")
 	agent := fs.String("agent", "", "agent (child) id")
 	asJSON := fs.Bool("json", false, "print the transcript as JSON")
-	pos, code, ok := parseInterspersed(fs, args)
-	if !ok {
+	if code, ok := parseArgs(e, fs, args, 1, "one PATH"); !ok {
 		return code
 	}
+	pos := fs.Args()
 	var (
 		t   *transcript.Transcript
 		err error
@@ -216,7 +199,7 @@ func transcriptLs(ctx context.Context, e *env, args []string) int {
 	dsn := fs.String("db", "", "database holding background_agent_log (optional)")
 	workspace := fs.String("workspace", "", "only lifecycle rows of this workspace_path")
 	asJSON := fs.Bool("json", false, "print one JSON object")
-	if code, ok := parse(fs, args); !ok {
+	if code, ok := parseArgs(e, fs, args, 0, ""); !ok {
 		return code
 	}
 	if *root == "" || *session == "" || fs.NArg() > 0 {
@@ -300,7 +283,7 @@ func transcriptRecover(ctx context.Context, e *env, args []string) int {
 	dsn := fs.String("db", "", "database holding background_agent_log (required)")
 	workspace := fs.String("workspace", "", "judge liveness only by rows of this workspace_path")
 	asJSON := fs.Bool("json", false, "print one JSON object")
-	if code, ok := parse(fs, args); !ok {
+	if code, ok := parseArgs(e, fs, args, 0, ""); !ok {
 		return code
 	}
 	if *root == "" || fs.NArg() > 0 {
@@ -361,7 +344,7 @@ func transcriptRecord(ctx context.Context, e *env, args []string) int {
 	workspace := fs.String("workspace", "", "workspace_path of the lifecycle row")
 	providerSession := fs.String("provider-session", "", "the child's own session id in the provider's stream (OpenCode: keep only this session's events on a shared server)")
 	timeout := fs.Duration("timeout", 0, "end the child as timed_out when its stream has not ended after this long (0: no limit)")
-	if code, ok := parse(fs, args); !ok {
+	if code, ok := parseArgs(e, fs, args, 0, ""); !ok {
 		return code
 	}
 	if *root == "" || *session == "" || *agent == "" || *provider == "" || fs.NArg() > 0 {

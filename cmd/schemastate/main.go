@@ -172,7 +172,7 @@ func parseArgs(e *env, fs *flag.FlagSet, args []string, max int, what string) (i
 	extra := fs.Arg(max)
 	msg := fmt.Sprintf("schemastate %s: unexpected argument %q", fs.Name(), extra)
 	switch {
-	case max == 0 && fs.Lookup("db") != nil && !strings.HasPrefix(extra, "-"):
+	case max == 0 && fs.Lookup("db") != nil && looksLikeDatabase(extra):
 		msg += fmt.Sprintf(": %s takes no positional argument (a database is given as --db %s)", fs.Name(), extra)
 	case max == 0:
 		msg += fmt.Sprintf(": %s takes no positional argument", fs.Name())
@@ -182,6 +182,12 @@ func parseArgs(e *env, fs *flag.FlagSet, args []string, max int, what string) (i
 	fmt.Fprintln(e.stderr, msg)
 	fmt.Fprintf(e.stderr, "run 'schemastate %s -h' for its flags\n", fs.Name())
 	return exitUsage, false
+}
+
+// looksLikeDatabase reports an argument that was probably meant for --db.
+func looksLikeDatabase(s string) bool {
+	return strings.Contains(s, "://") || strings.HasPrefix(s, "sqlite:") ||
+		strings.HasSuffix(s, ".db") || strings.HasSuffix(s, ".sqlite") || strings.HasSuffix(s, ".sqlite3")
 }
 
 // nonNegative is a duration flag that refuses a negative value when parsed.

@@ -119,6 +119,18 @@ func TestCLI_FlagsAnywhereAndUnexpectedArgumentsNamed(t *testing.T) {
 		require.Equal(t, exitUsage, code, cmd)
 		require.Contains(t, errOut, `schemastate `+cmd+`: unexpected argument "stray"`, cmd)
 	}
+	root := t.TempDir()
+	for _, argv := range [][]string{
+		{"transcript", "ls", "--root", root, "stray", "--session", "s"},
+		{"transcript", "recover", "--root", root, "stray", "--db", db.CLIDSN},
+		{"transcript", "record", "stray", "--root", root, "--session", "s", "--agent", "a", "--provider", "claude"},
+		{"transcript", "show", "a.json", "stray"},
+	} {
+		code, _, errOut := cli(t, argv...)
+		label := strings.Join(argv[:2], " ")
+		require.Equal(t, exitUsage, code, label)
+		require.Contains(t, errOut, `schemastate `+label+`: unexpected argument "stray"`, label)
+	}
 }
 
 // Issue 12 §4: every command's -h shows its exit codes and shows defaults
