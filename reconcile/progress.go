@@ -14,9 +14,19 @@ func (r *run) progress(step, msg string) {
 	r.mu.Lock()
 	r.doing = msg
 	r.mu.Unlock()
-	if r.o.progress != nil {
-		r.o.progress(Progress{Step: step, Message: msg, Elapsed: time.Since(r.stepStart)})
+	r.emit(Progress{Step: step, Message: msg, Elapsed: time.Since(r.stepStart)})
+}
+
+// emit calls the host's progress callback. Both the step and its watcher
+// report, so every call goes through one mutex: the callback is never called
+// concurrently, and a report is never interleaved with another (WithProgress).
+func (r *run) emit(p Progress) {
+	if r.o.progress == nil {
+		return
 	}
+	r.emitMu.Lock()
+	defer r.emitMu.Unlock()
+	r.o.progress(p)
 }
 
 // watch reports a step's elapsed time while it runs, so a step that takes
@@ -45,13 +55,13 @@ func (r *run) watch(step string) func(status string) {
 				r.mu.Lock()
 				msg := r.doing
 				r.mu.Unlock()
-				r.o.progress(Progress{Step: step, Message: msg, Elapsed: time.Since(r.stepStart)})
+				r.emit(Progress{Step: step, Message: msg, Elapsed: time.Since(r.stepStart)})
 			}
 		}
 	}()
 	return func(status string) {
 		close(done)
 		wg.Wait()
-		r.o.progress(Progress{Step: step, Message: status, Elapsed: time.Since(r.stepStart), Done: true})
+		r.emit(Progress{Step: step, Message: status, Elapsed: time.Since(r.stepStart), Done: true})
 	}
 }

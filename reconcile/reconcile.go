@@ -179,7 +179,12 @@ func WithDDLLockTimeout(d time.Duration) Option { return func(o *options) { o.dd
 // WithFailpoint installs fn, called at each named failpoint.
 func WithFailpoint(fn func(point string) error) Option { return func(o *options) { o.failpoint = fn } }
 
-// WithProgress installs fn, called as long steps progress.
+// WithProgress installs fn, called as long steps progress: from the step
+// itself and, every 250ms while a step runs, from a watcher repeating what the
+// step is doing with its elapsed time. fn is never called concurrently (the
+// calls are serialized), so it needs no locking of its own; a slow fn delays
+// the step that reports through it. It is never called after Reconcile
+// returns.
 func WithProgress(fn func(Progress)) Option { return func(o *options) { o.progress = fn } }
 
 func newOptions(db *sql.DB, opts []Option) (*options, error) {
@@ -247,6 +252,8 @@ type run struct {
 	mu        sync.Mutex
 	doing     string
 	stepStart time.Time
+	// emitMu serializes the calls of the host's progress callback.
+	emitMu sync.Mutex
 
 	o       *options
 	sess    session

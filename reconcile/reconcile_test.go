@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -456,5 +457,41 @@ func TestReconcile_ProgressReportsEachStep(t *testing.T) {
 		if db.Dialect == dialect.SQLite {
 			require.Contains(t, messages, "shape: rebuilding task_session_subagents: copying 3 rows", "rows when known")
 		}
+	})
+}
+
+// The progress callback is never called concurrently: the watcher's periodic
+// report waits while the step's own report is still in the callback. The
+// callback below keeps its state without any locking, as WithProgress allows;
+// it stays in the step's first report for three watcher ticks, so a watcher
+// that called it meanwhile is counted (and, under -race, reported as a race
+// on calls).
+func TestReconcile_ProgressCallbackIsSerialized(t *testing.T) {
+	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
+		db.Host(t).Legacy(t)
+		seedLegacy(t, db)
+		var inside, overlapped atomic.Int32
+		var calls []reconcile.Progress // deliberately unguarded
+		slept := false
+		mustReconcile(t, db, reconcile.WithProgress(func(p reconcile.Progress) {
+			if inside.Add(1) > 1 {
+				overlapped.Add(1)
+			}
+			defer inside.Add(-1)
+			calls = append(calls, p)
+			if !slept && p.Message == "applying task_session_subagents" {
+				slept = true
+				time.Sleep(800 * time.Millisecond)
+			}
+		}))
+		require.True(t, slept, "the shape step reported its table")
+		require.Zero(t, overlapped.Load(), "the callback was entered while another call was in it")
+		var ticks int
+		for _, p := range calls {
+			if p.Step == reconcile.StepShape && p.Elapsed >= 250*time.Millisecond && !p.Done {
+				ticks++
+			}
+		}
+		require.NotZero(t, ticks, "the watcher reported while the step was slow")
 	})
 }
