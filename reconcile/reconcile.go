@@ -109,8 +109,27 @@ type Report struct {
 	Drift []Drift `json:"drift,omitempty"`
 }
 
-// ErrStepFailed is wrapped by Reconcile's error when any step failed.
+// ErrStepFailed matches (errors.Is) every error Reconcile returns for a
+// failed step.
 var ErrStepFailed = errors.New("reconcile: step failed")
+
+// StepError is one failed step: its name and the error that failed it, with
+// that error's chain intact, so a host can test errors.Is(err,
+// context.Canceled) or errors.As(err, &pgErr) (a *pgconn.PgError on
+// PostgreSQL, a modernc *sqlite.Error on SQLite) on what Reconcile returns.
+// It matches ErrStepFailed.
+type StepError struct {
+	Step string
+	Err  error
+}
+
+func (e *StepError) Error() string { return "reconcile: step " + e.Step + " failed: " + e.Err.Error() }
+
+// Unwrap returns the error that failed the step.
+func (e *StepError) Unwrap() error { return e.Err }
+
+// Is reports whether target is ErrStepFailed.
+func (e *StepError) Is(target error) bool { return target == ErrStepFailed }
 
 // Step returns the named step, or nil.
 func (r *Report) Step(name string) *Step {
@@ -122,19 +141,28 @@ func (r *Report) Step(name string) *Step {
 	return nil
 }
 
-// Err is nil when no step failed, else an error wrapping ErrStepFailed that
-// names every failed step.
+// Err is nil when no step failed; else the failed step's *StepError, or, when
+// several failed, their errors.Join in step order. Every StepError keeps the
+// cause's chain and matches ErrStepFailed.
 func (r *Report) Err() error {
-	var msgs []string
+	var errs []error
 	for _, s := range r.Steps {
-		if s.Status == Failed {
-			msgs = append(msgs, fmt.Sprintf("%s: %s", s.Name, s.Detail))
+		if s.Status != Failed {
+			continue
 		}
+		cause := s.Err
+		if cause == nil {
+			cause = errors.New(s.Detail)
+		}
+		errs = append(errs, &StepError{Step: s.Name, Err: cause})
 	}
-	if len(msgs) == 0 {
+	switch len(errs) {
+	case 0:
 		return nil
+	case 1:
+		return errs[0]
 	}
-	return fmt.Errorf("%w: %s", ErrStepFailed, strings.Join(msgs, "; "))
+	return errors.Join(errs...)
 }
 
 // Option configures Reconcile, Plan and Observe.
@@ -272,7 +300,8 @@ type run struct {
 // subagent_context_execution_since from the observed end state, and runs the
 // guarded backfill. It never panics on database errors and never leaves a
 // partial change: the returned Report describes every step, and the error
-// (wrapping ErrStepFailed) is for logging — the host's boot goes on.
+// (Report.Err: a *StepError per failed step, matching ErrStepFailed and
+// keeping its cause) is for logging and inspection — the host's boot goes on.
 func Reconcile(ctx context.Context, db *sql.DB, opts ...Option) (*Report, error) {
 	o, err := newOptions(db, opts)
 	if err != nil {

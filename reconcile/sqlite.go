@@ -60,9 +60,12 @@ func openSQLite(ctx context.Context, db *sql.DB, o *options) (*sqliteSession, er
 			return nil, err
 		}
 	}
-	if err := conn.QueryRowContext(ctx, "PRAGMA foreign_keys").Scan(&fk); err != nil || fk != 0 {
+	if err := conn.QueryRowContext(ctx, "PRAGMA foreign_keys").Scan(&fk); err != nil {
 		s.release(ctx)
-		return nil, fmt.Errorf("could not switch foreign keys off on the reconcile connection (foreign_keys=%d, %v)", fk, err)
+		return nil, fmt.Errorf("could not read foreign_keys on the reconcile connection: %w", err)
+	} else if fk != 0 {
+		s.release(ctx)
+		return nil, fmt.Errorf("could not switch foreign keys off on the reconcile connection (foreign_keys=%d)", fk)
 	}
 	// A deferred BEGIN takes no lock until its first read, and then only a
 	// shared one, which a host writer's RESERVED lock (BEGIN IMMEDIATE) does
@@ -359,8 +362,12 @@ func (r *rebuild) apply(ctx context.Context, q dialect.Querier, fail func(string
 		}
 		n++
 		if stmt == r.copy {
-			if copied, err := res.RowsAffected(); err != nil || copied != rows {
-				return n, fmt.Errorf("rebuild of %s copied %d of %d rows (%v)", r.table, copied, rows, err)
+			copied, err := res.RowsAffected()
+			if err != nil {
+				return n, fmt.Errorf("rebuild of %s: rows copied: %w", r.table, err)
+			}
+			if copied != rows {
+				return n, fmt.Errorf("rebuild of %s copied %d of %d rows", r.table, copied, rows)
 			}
 			if err := fail(FailpointRebuildCopied); err != nil {
 				return n, err
