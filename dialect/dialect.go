@@ -84,6 +84,27 @@ type Target struct {
 	DSN        string
 	// Display is the DSN with any password removed, safe to print.
 	Display string
+	// Path is the SQLite file's path (empty on PostgreSQL).
+	Path string
+}
+
+// ReadOnly is the target opened for reading only. On SQLite that is
+// SQLiteReadOnlyDSN: the file is never created, written or switched to
+// another journal mode. PostgreSQL is returned as it is.
+func (t Target) ReadOnly() Target {
+	if t.Dialect == SQLite {
+		t.DSN = SQLiteReadOnlyDSN(t.Path)
+	}
+	return t
+}
+
+// NewStore is the target for a store schemastate creates itself (demo,
+// generate, bench): on SQLite, SQLiteNewStoreDSN.
+func (t Target) NewStore() Target {
+	if t.Dialect == SQLite {
+		t.DSN = SQLiteNewStoreDSN(t.Path)
+	}
+	return t
 }
 
 // DefaultDSN is the CLI's default database: an embedded SQLite file in the
@@ -125,7 +146,7 @@ func Parse(dsn string) (Target, error) {
 	if path == "" {
 		return Target{}, errors.New("--db: sqlite: needs a file path")
 	}
-	return Target{Dialect: SQLite, DriverName: "sqlite", DSN: SQLiteDSN(path), Display: "sqlite:" + path}, nil
+	return Target{Dialect: SQLite, DriverName: "sqlite", DSN: SQLiteDSN(path), Display: "sqlite:" + path, Path: path}, nil
 }
 
 func parsePostgres(dsn string) (Target, error) {
@@ -151,14 +172,37 @@ func parsePostgres(dsn string) (Target, error) {
 	return Target{Dialect: Postgres, DriverName: "pgx", DSN: dsn, Display: redact.String(u.Redacted())}, nil
 }
 
-// SQLiteDSN is the modernc DSN schemastate uses for a SQLite file: foreign keys
-// on (as the host runs), a busy timeout so replicas wait for each other's
-// write lock instead of failing, and WAL so readers are not blocked.
+// SQLiteDSN is the modernc DSN schemastate uses to write an existing SQLite
+// file (reconcile, ingest, transcript recover): foreign keys on (as the host
+// runs), a busy timeout so replicas wait for each other's write lock instead
+// of failing, and BEGIN IMMEDIATE. It sets no journal mode: the journal mode
+// is persistent in the file and is the host's choice, so opening the host's
+// database never switches it (a rollback-journal file stays one).
 func SQLiteDSN(path string) string {
-	// The DSN is a URI: a '#', '?' or '%' in the path must be escaped, or the
-	// driver opens (and creates) a file at a truncated path.
-	path = strings.NewReplacer("%", "%25", "#", "%23", "?", "%3F").Replace(path)
-	return "file:" + path + "?_pragma=foreign_keys(1)&_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)&_txlock=immediate"
+	return "file:" + sqliteURIPath(path) + "?_pragma=foreign_keys(1)&_pragma=busy_timeout(10000)&_txlock=immediate"
+}
+
+// SQLiteNewStoreDSN is SQLiteDSN for a store schemastate creates itself
+// (demo, generate, bench, tests): also WAL, so its readers are not blocked.
+func SQLiteNewStoreDSN(path string) string {
+	return SQLiteDSN(path) + "&_pragma=journal_mode(WAL)"
+}
+
+// SQLiteReadOnlyDSN opens a SQLite file for reading only (status, health,
+// plan, transcript ls): mode=ro, so the file is never created (a missing file
+// fails to open), written, given a header (a 0-byte file stays 0 bytes) or
+// switched to another journal mode, and a read-only file or directory reads
+// as sqlite3 reads it. The only pragma is busy_timeout, a setting of the
+// connection that writes nothing.
+func SQLiteReadOnlyDSN(path string) string {
+	return "file:" + sqliteURIPath(path) + "?mode=ro&_pragma=busy_timeout(10000)"
+}
+
+// sqliteURIPath escapes a path for a file: URI. A '#', '?' or '%' left as it
+// is would make the driver open (and, writing, create) a file at a truncated
+// path.
+func sqliteURIPath(path string) string {
+	return strings.NewReplacer("%", "%25", "#", "%23", "?", "%3F").Replace(path)
 }
 
 // Open opens and pings the target.

@@ -221,7 +221,7 @@ func newScratch(ctx context.Context, server string) (*scratch, error) {
 func (sc *scratch) open(ctx context.Context, store string) (*sql.DB, error) {
 	var dsn, driver string
 	if sc.d == dialect.SQLite {
-		dsn, driver = dialect.SQLiteDSN(filepath.Join(sc.dir, store+".db")), "sqlite"
+		dsn, driver = dialect.SQLiteNewStoreDSN(filepath.Join(sc.dir, store+".db")), "sqlite"
 	} else {
 		name := sc.prefix + "_" + map[string]string{Fresh: "fresh", PreAmendment: "pre", HostDDL: "host"}[store]
 		if _, err := sc.admin.ExecContext(ctx, "CREATE SCHEMA "+dialect.QuoteIdent(name)); err != nil {

@@ -26,7 +26,7 @@ func runHealth(ctx context.Context, e *env, args []string) int {
 	if code, ok := parseArgs(e, fs, args, 0, ""); !ok {
 		return code
 	}
-	db, _, ok := openDB(ctx, e, *dsn)
+	db, _, ok := openReadOnlyDB(ctx, e, *dsn)
 	if !ok {
 		return exitUsage
 	}

@@ -172,7 +172,7 @@ func runPlan(ctx context.Context, e *env, args []string) int {
 	if code, ok := parseArgs(e, fs, args, 0, ""); !ok {
 		return code
 	}
-	db, _, ok := openDB(ctx, e, *sf.dsn)
+	db, _, ok := openReadOnlyDB(ctx, e, *sf.dsn)
 	if !ok {
 		return exitUsage
 	}
@@ -239,7 +239,7 @@ func runStatus(ctx context.Context, e *env, args []string) int {
 	if code, ok := parseArgs(e, fs, args, 0, ""); !ok {
 		return code
 	}
-	db, _, ok := openDB(ctx, e, *sf.dsn)
+	db, _, ok := openReadOnlyDB(ctx, e, *sf.dsn)
 	if !ok {
 		return exitUsage
 	}

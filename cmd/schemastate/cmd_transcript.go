@@ -71,11 +71,11 @@ func runTranscript(ctx context.Context, e *env, args []string) int {
 // openLifecycle opens --db when it is set (nil when it is not) and checks,
 // before anything is read or written, that it holds background_agent_log; an
 // error names the database.
-func openLifecycle(ctx context.Context, e *env, dsn string) (*transcript.Lifecycle, func(), bool) {
+func openLifecycle(ctx context.Context, e *env, dsn string, mode openMode) (*transcript.Lifecycle, func(), bool) {
 	if dsn == "" {
 		return nil, func() {}, true
 	}
-	db, target, ok := openDB(ctx, e, dsn)
+	db, target, ok := open(ctx, e, dsn, mode)
 	if !ok {
 		return nil, nil, false
 	}
@@ -211,7 +211,7 @@ func transcriptLs(ctx context.Context, e *env, args []string) int {
 		fmt.Fprintf(e.stderr, "schemastate: %v\n", err)
 		return exitUsage
 	}
-	l, closeDB, ok := openLifecycle(ctx, e, *dsn)
+	l, closeDB, ok := openLifecycle(ctx, e, *dsn, readOnly)
 	if !ok {
 		return exitUsage
 	}
@@ -294,7 +294,7 @@ func transcriptRecover(ctx context.Context, e *env, args []string) int {
 		fmt.Fprintln(e.stderr, "schemastate: transcript recover needs --db: whether an execution is alive is read from background_agent_log")
 		return exitUsage
 	}
-	l, closeDB, ok := openLifecycle(ctx, e, *dsn)
+	l, closeDB, ok := openLifecycle(ctx, e, *dsn, readWrite)
 	if !ok {
 		return exitUsage
 	}
@@ -373,7 +373,7 @@ func transcriptRecord(ctx context.Context, e *env, args []string) int {
 		fmt.Fprintf(e.stderr, "schemastate: %v\n", err)
 		return exitUsage
 	}
-	l, closeDB, ok := openLifecycle(ctx, e, *dsn)
+	l, closeDB, ok := openLifecycle(ctx, e, *dsn, readWrite)
 	if !ok {
 		return exitUsage
 	}

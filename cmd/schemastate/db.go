@@ -7,7 +7,6 @@ import (
 	"flag"
 	"fmt"
 	"os"
-	"strings"
 
 	"github.com/schemastate/schemastate/dialect"
 )
@@ -17,31 +16,58 @@ func dbFlag(fs *flag.FlagSet) *string {
 	return fs.String("db", dialect.DefaultDSN, "database: sqlite:PATH, a plain path, or postgres://…")
 }
 
+// How a command opens --db.
+type openMode int
+
+const (
+	// readWrite: an existing database the command writes (reconcile,
+	// ingest, transcript recover and record). A missing SQLite file is an
+	// error; its journal mode is left as the host set it.
+	readWrite openMode = iota
+	// readOnly: an existing database the command only reads (status,
+	// health, plan, transcript ls). SQLite is opened mode=ro: nothing is
+	// created or written, and a read-only file or directory works.
+	readOnly
+	// create: a store the command makes (demo, generate, bench): a missing
+	// SQLite file is created, in WAL.
+	create
+)
+
 // openDB parses and opens --db, printing a clear error (credentials removed)
 // when it cannot. A SQLite file that does not exist is an error here: a typo
 // in a path must not silently create an empty database.
 func openDB(ctx context.Context, e *env, dsn string) (*sql.DB, dialect.Target, bool) {
-	return open(ctx, e, dsn, false)
+	return open(ctx, e, dsn, readWrite)
+}
+
+// openReadOnlyDB is openDB for the commands that only read.
+func openReadOnlyDB(ctx context.Context, e *env, dsn string) (*sql.DB, dialect.Target, bool) {
+	return open(ctx, e, dsn, readOnly)
 }
 
 // openOrCreateDB is openDB for the commands whose job is to write a new store
 // (demo, generate, bench): a missing SQLite file is created.
 func openOrCreateDB(ctx context.Context, e *env, dsn string) (*sql.DB, dialect.Target, bool) {
-	return open(ctx, e, dsn, true)
+	return open(ctx, e, dsn, create)
 }
 
-func open(ctx context.Context, e *env, dsn string, create bool) (*sql.DB, dialect.Target, bool) {
+func open(ctx context.Context, e *env, dsn string, mode openMode) (*sql.DB, dialect.Target, bool) {
 	t, err := dialect.Parse(dsn)
 	if err != nil {
 		fmt.Fprintf(e.stderr, "schemastate: %v\n", err)
 		return nil, t, false
 	}
-	if t.Dialect == dialect.SQLite && !create {
-		path := strings.TrimPrefix(t.Display, "sqlite:")
-		if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) {
+	if t.Dialect == dialect.SQLite && mode != create {
+		if _, err := os.Stat(t.Path); errors.Is(err, os.ErrNotExist) {
 			fmt.Fprintf(e.stderr, "schemastate: %s: no such database file (point --db at the host's database, or run `schemastate demo --db %s` to create one)\n", t.Display, t.Display)
 			return nil, t, false
 		}
+	}
+	switch mode {
+	case readOnly:
+		t = t.ReadOnly()
+	case create:
+		t = t.NewStore()
 	}
 	db, err := t.Open(ctx)
 	if err != nil {

@@ -58,7 +58,7 @@ func Open(t testing.TB, d dialect.Dialect) *DB {
 	t.Helper()
 	if d == dialect.SQLite {
 		path := filepath.Join(t.TempDir(), "test.db")
-		dsn := dialect.SQLiteDSN(path)
+		dsn := dialect.SQLiteNewStoreDSN(path)
 		db, err := sql.Open("sqlite", dsn)
 		require.NoError(t, err)
 		t.Cleanup(func() { db.Close() })
