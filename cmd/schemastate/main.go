@@ -72,11 +72,15 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	stdout, stderr = redact.NewWriter(stdout, secrets), redact.NewWriter(stderr, secrets)
 	e := &env{stdin: stdin, stdout: stdout, stderr: stderr,
 		logger: slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: logLevel()}))}
-	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+	if len(args) == 0 {
+		usage(stderr) // a usage error: the output is not a result
+		return exitUsage
+	}
+	if len(args) == 2 && args[0] == "help" && commands[args[1]] != nil {
+		args = []string{args[1], "-h"} // help CMD is CMD -h
+	}
+	if args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
 		usage(stdout)
-		if len(args) == 0 {
-			return exitUsage
-		}
 		return exitOK
 	}
 	c, ok := commands[args[0]]

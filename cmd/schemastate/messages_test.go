@@ -164,6 +164,13 @@ func TestCLI_HelpShowsExitCodesEverywhere(t *testing.T) {
 	require.NotContains(t, strings.SplitN(errOut, "\n", 2)[0], "328", "defaults are shown once, by the flag")
 	_, out, _ := cli(t, "-h")
 	require.Contains(t, out, "parity")
+	code, out, errOut := cli(t)
+	require.Equal(t, exitUsage, code)
+	require.Empty(t, out, "a usage error prints nothing on stdout")
+	require.Contains(t, errOut, "usage: schemastate <command>")
+	code, _, errOut = cli(t, "help", "status")
+	require.Equal(t, exitOK, code)
+	require.Contains(t, errOut, "usage: schemastate status")
 }
 
 // Issue 12 §4: a negative duration is refused while parsing.
