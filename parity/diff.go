@@ -9,7 +9,8 @@ import (
 // Difference is one way two snapshots disagree about an owned table.
 type Difference struct {
 	Table string `json:"table"`
-	// Kind is "table", "column", "primary_key", "index" or "foreign_key".
+	// Kind is "table", "column", "primary_key", "index", "foreign_key" or
+	// "check".
 	Kind string `json:"kind"`
 	Name string `json:"name"`
 	// Want and Got describe the element in the reference snapshot and in the
@@ -111,6 +112,18 @@ func compareTable(table string, w, g *Table) []Difference {
 		}
 		if want != got {
 			add("foreign_key", p.name, want, got)
+		}
+	}
+	for _, p := range pair(w.Checks, g.Checks, Check.key, func(a, b Check) bool { return a.Expr == b.Expr }) {
+		want, got := absent, absent
+		if p.a != nil {
+			want = "CHECK " + p.a.Expr
+		}
+		if p.b != nil {
+			got = "CHECK " + p.b.Expr
+		}
+		if want != got {
+			add("check", p.name, want, got)
 		}
 	}
 	return out

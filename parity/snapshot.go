@@ -2,7 +2,7 @@
 // from any installed-base state ends with the same owned tables as a fresh
 // one. It builds stores (fresh, pre-amendment, amended by the host's own DDL),
 // reconciles each, reads every owned table back through Atlas's inspector, and
-// compares columns, primary keys, index sets, unique and foreign-key
+// compares columns, primary keys, index sets, unique, foreign-key and check
 // constraints. It also compares a live database with a fresh reconcile (a
 // drift report that reads the live database and changes nothing in it).
 package parity
@@ -38,6 +38,21 @@ type Table struct {
 	PrimaryKey  []string     `json:"primary_key"`
 	Indexes     []Index      `json:"indexes"`
 	ForeignKeys []ForeignKey `json:"foreign_keys"`
+	Checks      []Check      `json:"checks"`
+}
+
+// Check is a CHECK constraint: its name (empty when SQLite has none for it)
+// and its expression as the catalog renders it.
+type Check struct {
+	Name string `json:"name"`
+	Expr string `json:"expr"`
+}
+
+func (c Check) key() string {
+	if c.Name != "" {
+		return c.Name
+	}
+	return "(unnamed) CHECK " + c.Expr
 }
 
 // Column is a column's name, type (as the dialect spells it; case-folded on
@@ -122,7 +137,13 @@ func Read(ctx context.Context, db *sql.DB, schemaFile string) (*Snapshot, error)
 }
 
 func readTable(d dialect.Dialect, t *schema.Table) (*Table, error) {
-	out := &Table{Columns: []Column{}, PrimaryKey: []string{}, Indexes: []Index{}, ForeignKeys: []ForeignKey{}}
+	out := &Table{Columns: []Column{}, PrimaryKey: []string{}, Indexes: []Index{}, ForeignKeys: []ForeignKey{}, Checks: []Check{}}
+	for _, a := range t.Attrs {
+		if c, ok := a.(*schema.Check); ok {
+			out.Checks = append(out.Checks, Check{Name: c.Name, Expr: c.Expr})
+		}
+	}
+	sort.Slice(out.Checks, func(i, j int) bool { return out.Checks[i].key() < out.Checks[j].key() })
 	for _, c := range t.Columns {
 		typ, err := formatType(d, c.Type)
 		if err != nil {

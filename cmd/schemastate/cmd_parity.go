@@ -25,7 +25,7 @@ Builds a fresh store, a pre-amendment store and a store amended by the host's ow
 DDL, reconciles each, and compares every owned table of the other two with the
 fresh one: columns (name, type, nullability, default), primary key, indexes (name,
 uniqueness, columns, order; a SQLite autoindex by uniqueness, columns and order),
-unique and foreign-key constraints. Without --db the stores are temporary SQLite
+unique, foreign-key and check constraints. Without --db the stores are temporary SQLite
 files; with --db they are temporary schemas on that PostgreSQL server, dropped
 afterwards.
 

@@ -100,6 +100,8 @@ func TestCLI_ParityAgainst_ReportsEachDrift(t *testing.T) {
 					"task_session_subagents", "column", "model", "text NULL", "text NOT NULL"},
 				{"ALTER TABLE task_session_subagents ALTER COLUMN source SET DEFAULT 'backfill'",
 					"task_session_subagents", "column", "source", "text NOT NULL DEFAULT 'live'", "text NOT NULL DEFAULT 'backfill'"},
+				{"ALTER TABLE background_agent_log ADD CONSTRAINT kind_known CHECK (kind <> '')",
+					"background_agent_log", "check", "kind_known", "(absent)", "CHECK (kind <> ''::text)"},
 				{"ALTER TABLE task_session_subagents DROP CONSTRAINT task_session_subagents_task_session_id_fkey",
 					"task_session_subagents", "foreign_key", "task_session_subagents_task_session_id_fkey", "(task_session_id) REFERENCES task_sessions (id) ON UPDATE NO ACTION ON DELETE CASCADE", "(absent)"},
 				{"ALTER TABLE task_session_subagents DROP CONSTRAINT task_session_subagents_session_execution_tool_call_key; CREATE UNIQUE INDEX task_session_subagents_session_execution_tool_call_key ON task_session_subagents (task_session_id, agent_execution_id, tool_call_id)",
