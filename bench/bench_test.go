@@ -147,7 +147,7 @@ func TestRun_EveryCurveAgainstItsFloorAndAnchors(t *testing.T) {
 		require.Equal(t, b.Rows, n, "the last backfill left every invocation")
 
 		dir := t.TempDir()
-		paths, err := bench.WriteFiles(dir, rep)
+		paths, err := bench.WriteFiles(dir, "", rep)
 		require.NoError(t, err)
 		require.Contains(t, paths, filepath.Join(dir, string(db.Dialect)+"-"+rebuild+"-rows.svg"))
 		tables, err := os.ReadFile(filepath.Join(dir, string(db.Dialect)+"-tables.md"))

@@ -16,8 +16,10 @@ import (
 // results.csv (one line per point and series), one SVG chart per
 // measurement and family, and tables.md (the Markdown tables the doc
 // quotes). File names start with the dialect, so both dialects' runs can
-// share one directory. It returns the paths written.
-func WriteFiles(dir string, rep *Report) ([]string, error) {
+// share one directory. Charts are linked from tables.md as imagePrefix +
+// file name: the path from the Markdown that quotes the tables to dir. It
+// returns the paths written.
+func WriteFiles(dir, imagePrefix string, rep *Report) ([]string, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
 	}
@@ -45,7 +47,7 @@ func WriteFiles(dir string, rep *Report) ([]string, error) {
 			return nil, err
 		}
 	}
-	if err := put("tables.md", Tables(rep)); err != nil {
+	if err := put("tables.md", Tables(rep, imagePrefix)); err != nil {
 		return nil, err
 	}
 	return written, nil
@@ -197,12 +199,13 @@ func Charts(rep *Report) []NamedChart {
 // Tables renders the Markdown tables of a run: one per measurement and
 // family (every size, ours, the floor, the ratio, every anchor), the fixed
 // costs, memory, and the PostgreSQL lock windows.
-func Tables(rep *Report) []byte {
+func Tables(rep *Report, imagePrefix string) []byte {
 	var b bytes.Buffer
 	for _, g := range groups(rep) {
 		name, family := g[0], g[1]
 		pts := rep.points(name, family)
 		fmt.Fprintf(&b, "#### %s — %s, by %s\n\n", titles[name], rep.Dialect, family)
+		fmt.Fprintf(&b, "![%s, by %s (%s)](%s%s-%s-%s.svg)\n\n", titles[name], family, rep.Dialect, imagePrefix, rep.Dialect, name, family)
 		fmt.Fprintf(&b, "Ours: %s.  \nFloor: %s.\n", pts[0].OursIs, pts[0].FloorIs)
 		var anchors []string
 		seen := map[string]bool{}
@@ -289,7 +292,16 @@ func Tables(rep *Report) []byte {
 		b.WriteString("\n")
 	}
 	if len(rep.Memory) > 0 {
-		fmt.Fprintf(&b, "#### memory — %s\n\n| family | size | operation | Go heap peak | RSS before | RSS peak |\n|---|---:|---|---:|---:|---:|\n", rep.Dialect)
+		fmt.Fprintf(&b, "#### memory — %s\n\n", rep.Dialect)
+		for _, f := range []string{FamilyRows, FamilyMessages} {
+			for _, m := range rep.Memory {
+				if m.Family == f {
+					fmt.Fprintf(&b, "![memory, %s family (%s)](%s%s-memory-%s.svg)\n", f, rep.Dialect, imagePrefix, rep.Dialect, f)
+					break
+				}
+			}
+		}
+		fmt.Fprintf(&b, "\n| family | size | operation | Go heap peak | RSS before | RSS peak |\n|---|---:|---|---:|---:|---:|\n")
 		for _, m := range rep.Memory {
 			fmt.Fprintf(&b, "| %s | %s | %s | %.1f MiB | %.1f MiB | %.1f MiB |\n", m.Family, FormatCount(float64(m.N)), m.Operation,
 				float64(m.HeapPeak)/(1<<20), float64(m.RSSBefore)/(1<<20), float64(m.RSSPeak)/(1<<20))

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -32,11 +33,16 @@ func runBench(ctx context.Context, e *env, args []string) int {
 	diskMB := fs.Int("disk-mb", 256, "MiB the disk-rate probe writes")
 	rowsStore := fs.Float64("rows-store-mb", 16, "size of the rows family's generated store")
 	seed := fs.Uint64("seed", 1, "generator seed")
-	out := fs.String("out", "", "write report.json, results.csv, the SVG charts and tables.md here")
+	out := fs.String("out", "", "write report.json, results.csv, the SVG charts and tables.md here (each name starts with the dialect)")
+	images := fs.String("images", "bench/", "tables.md links the charts as this prefix + file name (the path from docs/benchmarks.md to --out)")
+	render := fs.String("render", "", "read a report.json an earlier run wrote and write its files into --out again; measures nothing")
 	noCLI := fs.Bool("no-cli", false, "do not time the operations through the CLI")
 	asJSON := fs.Bool("json", false, "print the report as one JSON object and no progress")
 	if code, ok := parseArgs(e, fs, args, 0, ""); !ok {
 		return code
+	}
+	if *render != "" {
+		return renderBench(e, *render, *out, *images)
 	}
 	t, err := dialect.Parse(*dsn)
 	if err != nil {
@@ -101,7 +107,7 @@ func runBench(ctx context.Context, e *env, args []string) int {
 		return exitBenchFailed
 	}
 	if *out != "" {
-		paths, err := bench.WriteFiles(*out, rep)
+		paths, err := bench.WriteFiles(*out, *images, rep)
 		if err != nil {
 			fmt.Fprintf(e.stderr, "schemastate: bench: %v\n", err)
 			return exitBenchFailed
@@ -115,6 +121,31 @@ func runBench(ctx context.Context, e *env, args []string) int {
 		return exitOK
 	}
 	printBench(e, rep)
+	return exitOK
+}
+
+// renderBench rewrites the files of a stored report.
+func renderBench(e *env, from, out, images string) int {
+	if out == "" {
+		fmt.Fprintln(e.stderr, "schemastate: --render needs --out")
+		return exitUsage
+	}
+	b, err := os.ReadFile(from)
+	if err != nil {
+		fmt.Fprintf(e.stderr, "schemastate: bench: %v\n", err)
+		return exitUsage
+	}
+	var rep bench.Report
+	if err := json.Unmarshal(b, &rep); err != nil {
+		fmt.Fprintf(e.stderr, "schemastate: bench: %s: %v\n", from, err)
+		return exitUsage
+	}
+	paths, err := bench.WriteFiles(out, images, &rep)
+	if err != nil {
+		fmt.Fprintf(e.stderr, "schemastate: bench: %v\n", err)
+		return exitBenchFailed
+	}
+	fmt.Fprintf(e.stdout, "wrote %s\n", strings.Join(paths, ", "))
 	return exitOK
 }
 

@@ -72,6 +72,20 @@ func TestCLI_Bench_JSON(t *testing.T) {
 		require.Positive(t, m.Floor, m.Name)
 		require.Positive(t, m.Ratio, m.Name)
 	}
+
+	// --render writes the files again from the stored report, measuring nothing.
+	dir := t.TempDir()
+	stored := filepath.Join(dir, "stored.json")
+	require.NoError(t, os.WriteFile(stored, []byte(out), 0o644))
+	code, _, stderr = cli(t, "bench", "--render", stored, "--out", dir, "--images", "img/")
+	require.Equal(t, exitOK, code, stderr)
+	tables, err := os.ReadFile(filepath.Join(dir, "sqlite-tables.md"))
+	require.NoError(t, err)
+	require.Contains(t, string(tables), "](img/sqlite-sqlite_rebuild-rows.svg)")
+	require.Contains(t, string(tables), "| 300 |")
+	svg, err := os.ReadFile(filepath.Join(dir, "sqlite-sqlite_rebuild-rows.svg"))
+	require.NoError(t, err)
+	require.Contains(t, string(svg), "<svg")
 }
 
 func TestSizes(t *testing.T) {
