@@ -269,7 +269,9 @@ func (s *Store) append(p Paths, events []Event) error {
 	// fails (EFBIG, ENOSPC, EIO) may have left whole lines of the batch
 	// behind; they are cut off again, so a failed append leaves none of its
 	// events for readers to see or the caller's retry to duplicate.
-	if _, err := f.Write(buf.Bytes()); err != nil {
+	// The batch goes at the end explicitly (the lock excludes every other
+	// writer); see openLocked for why the log is not opened O_APPEND.
+	if _, err := f.WriteAt(buf.Bytes(), fi.Size()); err != nil {
 		return undoAppend(f, fi.Size(), fmt.Errorf("append to %s: %w", p.Log, err))
 	}
 	if err := f.Sync(); err != nil {
@@ -384,7 +386,10 @@ func endRow(ctx context.Context, l *Lifecycle, id Identity, t *Transcript) (bool
 // lock, then checks it is not finished. The caller releases it with
 // closeLocked.
 func (s *Store) openLocked(p Paths) (*os.File, error) {
-	f, err := os.OpenFile(p.Log, os.O_RDWR|os.O_APPEND, 0)
+	// Not O_APPEND: on Windows an append-only handle lacks FILE_WRITE_DATA,
+	// so cutting a torn line or a failed append off (SetEndOfFile) would be
+	// refused. Appends write at the end explicitly, under the lock.
+	f, err := os.OpenFile(p.Log, os.O_RDWR, 0)
 	if errors.Is(err, os.ErrNotExist) {
 		if _, serr := os.Lstat(p.Transcript); serr == nil {
 			return nil, fmt.Errorf("%w: %s", ErrFinished, p.Transcript)
