@@ -13,8 +13,12 @@ import (
 // Statements is the SQL of one health evaluation on one dialect. Every
 // statement takes exactly one bind parameter — ?1 on SQLite, $1 on PostgreSQL —
 // whose value is keys.NewBoundary(capture_since).Arg(), and returns one row
-// with one column. A monitor can run them verbatim; Evaluate runs them inside
-// one read transaction (AC-28b).
+// with one column. A monitor can run them verbatim; Evaluate computes the
+// same numbers inside one read transaction (AC-28b). On PostgreSQL a
+// statement run verbatim cannot trap a failed jsonb cast, so these decide
+// metadata validity in plain SQL, conservatively (postgresMsgCTE): a
+// candidate document beyond its bounds reads as no document here, while
+// Evaluate, which asks the parser itself, is exact.
 type Statements struct {
 	// Shortfall is the AC-28 SHORTFALL anti-join: distinct (session,
 	// tool_call_id) keys of qualifying subagent messages at or after :since
