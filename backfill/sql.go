@@ -55,6 +55,10 @@ type fragments struct {
 	// 'null', malformed text and non-object JSON ([1], "x", 5) all become {}
 	// and so simply do not qualify (AC-23b).
 	meta string
+	// levels, when set, adds columns to the msg CTE that text, integer and
+	// isTrue may read (", expr AS name, …"); it may not refer to meta by
+	// name.
+	levels string
 	// text: the field when it is a non-empty JSON string, else NULL (AC-23,
 	// the empty-string-to-NULL rule). A value of another JSON type is absent.
 	text func(jsonPath) string
@@ -90,7 +94,19 @@ func statementsFor(d dialect.Dialect) statements {
 // reads it; typeof() of an 'integer' member tells an int64 from a number
 // SQLite had to turn into a REAL.
 func sqliteStatements() statements {
+	meta := `CASE WHEN json_valid(m.metadata) THEN ` +
+		`CASE WHEN json_type(m.metadata) = 'object' THEN m.metadata ELSE '{}' END ` +
+		`ELSE '{}' END`
+	// A field under normalized or normalized.subagent_task is read from
+	// that object, extracted once per message (levels), not from the whole
+	// document again for every field.
 	field := func(p jsonPath, pick func(typ, val string) string) string {
+		switch {
+		case len(p) > 2 && p[0] == "normalized" && p[1] == "subagent_task":
+			return jsonfield.SQLite("task", p[2:], pick)
+		case len(p) > 1 && p[0] == "normalized":
+			return jsonfield.SQLite("norm", p[1:], pick)
+		}
 		return jsonfield.SQLite("meta", p, pick)
 	}
 	f := fragments{
@@ -98,9 +114,9 @@ func sqliteStatements() statements {
 		// holds a \u00 escape at all.
 		candidate: `(instr(m.metadata, 'subagent_task') > 0 OR ` +
 			`(instr(m.metadata, '\u00') > 0 AND m.metadata GLOB '*\u00[5-7]*'))`,
-		meta: `CASE WHEN json_valid(m.metadata) THEN ` +
-			`CASE WHEN json_type(m.metadata) = 'object' THEN m.metadata ELSE '{}' END ` +
-			`ELSE '{}' END`,
+		meta: meta,
+		levels: `, ` + jsonfield.SQLiteObject("("+meta+")", jsonPath{"normalized"}) + ` AS norm, ` +
+			jsonfield.SQLiteObject("("+meta+")", jsonPath{"normalized", "subagent_task"}) + ` AS task`,
 		text: func(p jsonPath) string {
 			return field(p, func(typ, val string) string {
 				return fmt.Sprintf(`CASE WHEN %s = 'text' THEN NULLIF(%s, '') END`, typ, val)
@@ -229,7 +245,7 @@ func build(f fragments, prepare, cleanup []string) statements {
 	SELECT m.id, m.task_session_id, m.task_id, m.turn_id,
 		` + f.timeKey("m.created_at") + ` AS created_key,
 		` + f.timeKey("m.updated_at") + ` AS updated_key,
-		` + f.meta + ` AS meta,
+		` + f.meta + ` AS meta` + f.levels + `,
 		m.metadata AS doc
 	FROM task_session_messages m
 	WHERE ` + f.candidate + `

@@ -25,11 +25,19 @@ import (
 // The subquery is NULL when a member is absent or a step is not an object.
 // Path elements are identifiers of this module, never input.
 func SQLite(doc string, path []string, pick func(typ, val string) string) string {
+	return member(SQLiteObject(doc, path[:len(path)-1]), path[len(path)-1], pick("j.type", "j.value"))
+}
+
+// SQLiteObject renders the object at path in doc under the same rule, as
+// JSON text: NULL when a member is absent or is not an object. A caller that
+// reads several fields of one nested object computes it once with this and
+// reads the fields from it with SQLite.
+func SQLiteObject(doc string, path []string) string {
 	obj := doc
-	for _, p := range path[:len(path)-1] {
+	for _, p := range path {
 		obj = member(obj, p, "CASE WHEN j.type = 'object' THEN j.value END")
 	}
-	return member(obj, path[len(path)-1], pick("j.type", "j.value"))
+	return obj
 }
 
 func member(obj, name, sel string) string {
