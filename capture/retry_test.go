@@ -207,3 +207,41 @@ func TestRecord_RetriesAfterBackendTerminated(t *testing.T) {
 	require.Equal(t, capture.Counters{Attempted: 3, Persisted: 3, Retried: 1}, w.Counters())
 	require.Equal(t, 3, s.count(t, "1 = 1"))
 }
+
+// A host whose default isolation is serializable: concurrent frames for the
+// same subagents make the server itself refuse some upserts with 40001
+// (about a third of them here without retries). Retried, every frame
+// persists and the rows hold every frame's merge.
+func TestRecord_RetriesRealSerializationFailures(t *testing.T) {
+	db := dbtest.Open(t, dialect.Postgres)
+	s := newStore(t, db)
+	u, err := url.Parse(db.DSN)
+	require.NoError(t, err)
+	q := u.Query()
+	q.Set("default_transaction_isolation", "serializable")
+	u.RawQuery = q.Encode()
+	pool, err := sql.Open("pgx", u.String())
+	require.NoError(t, err)
+	t.Cleanup(func() { pool.Close() })
+	w := capture.NewWriter(pool, db.Dialect, capture.WithLogger(slog.New(slog.NewJSONHandler(s.log, nil))))
+
+	const n = 48
+	var wg sync.WaitGroup
+	errs := make([]error, n)
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = w.Record(context.Background(), frame(fmt.Sprintf("toolu_%d", i%3), at(time.Duration(i)*time.Millisecond),
+				func(f *capture.Frame) { f.Subagent.TotalTokens = int64(1000 + i) }))
+		}()
+	}
+	wg.Wait()
+	for _, err := range errs {
+		require.NoError(t, err)
+	}
+	c := w.Counters()
+	require.Equal(t, capture.Counters{Attempted: n, Persisted: n, Retried: c.Retried}, c)
+	t.Logf("%d of %d frames retried", c.Retried, n)
+	require.Len(t, s.rows(t, sessA), 3)
+}
