@@ -76,6 +76,15 @@ func runBench(ctx context.Context, e *env, args []string) int {
 	if *noCLI {
 		skipped = append(skipped, "the CLI timings (--no-cli)")
 	}
+	if t.Dialect == dialect.Postgres {
+		// Unreachable is a usage error, as for every command that takes --db;
+		// the stores open their own pool.
+		db, _, ok := openOrCreateDB(ctx, e, *dsn)
+		if !ok {
+			return exitUsage
+		}
+		db.Close()
+	}
 	var stores bench.Stores
 	if t.Dialect == dialect.SQLite {
 		stores = bench.SQLiteStores(strings.TrimPrefix(t.Display, "sqlite:"))

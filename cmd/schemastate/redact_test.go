@@ -41,7 +41,7 @@ func dbCommands(root string) map[string][]string {
 		"ingest":             {"ingest"},
 		"demo":               {"demo"},
 		"generate":           {"generate", "--scale-mb", "1"},
-		"bench":              {"bench", "--scale-mb", "1", "--runs", "1"},
+		"bench":              {"bench", "--rows", "300", "--messages", "0", "--runs", "1"},
 		"parity":             {"parity"},
 		"parity --against":   {"parity", "--against"},
 		"transcript ls":      {"transcript", "ls", "--root", root, "--session", "s"},
