@@ -60,7 +60,7 @@ func runParity(ctx context.Context, e *env, args []string) int {
 		err error
 	)
 	if *against != "" {
-		db, t, ok := openDB(ctx, e, *against)
+		db, t, ok := openReadOnlyDB(ctx, e, *against)
 		if !ok {
 			return exitUsage
 		}

@@ -25,7 +25,7 @@ const (
 	// error; its journal mode is left as the host set it.
 	readWrite openMode = iota
 	// readOnly: an existing database the command only reads (status,
-	// health, plan, transcript ls). SQLite is opened mode=ro: nothing is
+	// health, plan, transcript ls, parity --against). SQLite is opened mode=ro: nothing is
 	// created or written, and a read-only file or directory works.
 	readOnly
 	// create: a store the command makes (demo, generate, bench): a missing

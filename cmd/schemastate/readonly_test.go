@@ -76,11 +76,12 @@ func rollbackStore(t *testing.T) string {
 // readCommands are the commands that only read, each as it is run against dsn.
 func readCommands(dsn, root string) map[string][]string {
 	return map[string][]string{
-		"status":        {"status", "--db", dsn},
-		"status --json": {"status", "--db", dsn, "--json"},
-		"health":        {"health", "--db", dsn, "--json"},
-		"plan":          {"plan", "--db", dsn},
-		"transcript ls": {"transcript", "ls", "--root", root, "--session", "s1", "--db", dsn},
+		"status":           {"status", "--db", dsn},
+		"status --json":    {"status", "--db", dsn, "--json"},
+		"health":           {"health", "--db", dsn, "--json"},
+		"plan":             {"plan", "--db", dsn},
+		"transcript ls":    {"transcript", "ls", "--root", root, "--session", "s1", "--db", dsn},
+		"parity --against": {"parity", "--against", dsn},
 	}
 }
 
