@@ -225,7 +225,7 @@ func (sc *scratch) open(ctx context.Context, store string) (*sql.DB, error) {
 	} else {
 		name := sc.prefix + "_" + map[string]string{Fresh: "fresh", PreAmendment: "pre", HostDDL: "host"}[store]
 		if _, err := sc.admin.ExecContext(ctx, "CREATE SCHEMA "+dialect.QuoteIdent(name)); err != nil {
-			return nil, fmt.Errorf("parity: create schema %s: %w", name, err)
+			return nil, fmt.Errorf("parity: create the scratch schema %s (the stores are built in temporary schemas: build them on a server where that is allowed): %w", name, err)
 		}
 		sc.schemas = append(sc.schemas, name)
 		u, err := url.Parse(sc.server)
