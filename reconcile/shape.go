@@ -33,6 +33,14 @@ type tablePlan struct {
 	// Drift lists the table's undeclared indexes, foreign keys and checks
 	// (drift.go): kept, or dropped by Stmts when pruning.
 	Drift []Drift
+	// Prelude (PostgreSQL) is the constraint renames and NULL fills that
+	// precede Atlas's statements in Stmts; Fills the fills alone.
+	Prelude, Fills []string
+	// Inflight (PostgreSQL) is what an online upgrade stopped between two
+	// phases left in the catalog.
+	Inflight *inflight
+	// Phases is the plan as it is applied (plan.go).
+	Phases []Phase
 }
 
 // ShapePlan is the dry-run result of the shape step.
@@ -44,25 +52,11 @@ type ShapePlan struct {
 	MissingHostTables []string
 }
 
-// Statements lists every statement the shape step, then the widen step,
-// would run, in order.
+// Statements lists every statement of every phase (Phases), in order.
 func (p *ShapePlan) Statements() []string {
 	var out []string
-	for _, t := range p.tables {
-		if len(t.Refused) == 0 {
-			out = append(out, t.Stmts...)
-		}
-	}
-	return append(out, p.widenings()...)
-}
-
-// widenings are the statements of the widen step.
-func (p *ShapePlan) widenings() []string {
-	var out []string
-	for _, t := range p.tables {
-		if len(t.Refused) == 0 {
-			out = append(out, t.Widen...)
-		}
+	for _, ph := range p.Phases() {
+		out = append(out, ph.SQL...)
 	}
 	return out
 }
@@ -105,8 +99,8 @@ func inspect(ctx context.Context, drv migrate.Driver, decl *Declaration, schemaN
 }
 
 // planShape inspects, diffs and plans every owned table. It executes nothing.
-// Undeclared indexes, foreign keys and checks are kept unless prune is set.
-func planShape(ctx context.Context, drv migrate.Driver, d dialect.Dialect, q dialect.Querier, decl *Declaration, schemaName string, prune bool) (*ShapePlan, error) {
+// Undeclared indexes, foreign keys and checks are kept unless o.prune is set.
+func planShape(ctx context.Context, drv migrate.Driver, d dialect.Dialect, q dialect.Querier, decl *Declaration, schemaName string, o *options) (*ShapePlan, error) {
 	live, err := inspect(ctx, drv, decl, schemaName)
 	if err != nil {
 		return nil, err
@@ -125,15 +119,20 @@ func planShape(ctx context.Context, drv migrate.Driver, d dialect.Dialect, q dia
 		}
 		tp.Live = lt
 		normalizeLive(d, lt, want)
+		if d == dialect.Postgres {
+			if tp.Inflight, err = resumeOnline(ctx, q, schemaName, lt, want); err != nil {
+				return nil, err
+			}
+		}
 		renames := renameEquivalentUniques(d, schemaName, lt, want)
 		changes, err := drv.TableDiff(lt, want)
 		if err != nil {
 			return nil, fmt.Errorf("diff %s: %w", want.Name, err)
 		}
 		var kept []schema.Change
-		changes, tp.Drift, kept = splitDrift(want.Name, changes, want, prune)
+		changes, tp.Drift, kept = splitDrift(want.Name, changes, want, o.prune)
 		if len(changes) == 0 {
-			tp.Stmts = renames
+			tp.Stmts, tp.Prelude = renames, renames
 			continue
 		}
 		tp.Changes = changes
@@ -161,7 +160,9 @@ func planShape(ctx context.Context, drv migrate.Driver, d dialect.Dialect, q dia
 				}
 			}
 			if d == dialect.Postgres {
-				tp.Stmts = append(append(renames, fillStatements(schemaName, lt, want)...), tp.Stmts...)
+				tp.Fills = fillStatements(schemaName, lt, want)
+				tp.Prelude = append(append([]string(nil), renames...), tp.Fills...)
+				tp.Stmts = append(append([]string(nil), tp.Prelude...), tp.Stmts...)
 			}
 			// Atlas takes its own copy path for more than needsCopy sees (a new
 			// column that an index covers, say). That path drops the table's
@@ -175,6 +176,18 @@ func planShape(ctx context.Context, drv migrate.Driver, d dialect.Dialect, q dia
 			return nil, fmt.Errorf("plan rebuild of %s: %w", want.Name, err)
 		}
 		tp.Stmts = tp.Rebuild.statements()
+	}
+	for _, tp := range plan.tables {
+		if len(tp.Refused) > 0 {
+			continue
+		}
+		if d == dialect.Postgres {
+			if err := planPostgres(ctx, drv, q, o, schemaName, tp); err != nil {
+				return nil, err
+			}
+			continue
+		}
+		tp.Phases = sqlitePhases(tp)
 	}
 	return plan, nil
 }
