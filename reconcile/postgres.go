@@ -34,8 +34,10 @@ import (
 
 type pgSession struct {
 	conn   *sql.Conn
-	schema string // current_schema(), where the reconcile works
-	ident  string // database.schema, named when the lock is not acquired
+	db     *sql.DB // for progress reports while conn builds an index
+	pid    int     // conn's backend
+	schema string  // current_schema(), where the reconcile works
+	ident  string  // database.schema, named when the lock is not acquired
 	key    int64
 	locked bool
 	tx     *sql.Tx
@@ -47,9 +49,9 @@ func openPostgres(ctx context.Context, db *sql.DB, o *options) (*pgSession, erro
 	if err != nil {
 		return nil, err
 	}
-	s := &pgSession{conn: conn, o: o}
+	s := &pgSession{conn: conn, db: db, o: o}
 	var database string
-	if err := conn.QueryRowContext(ctx, `SELECT current_database(), current_schema()`).Scan(&database, &s.schema); err != nil {
+	if err := conn.QueryRowContext(ctx, `SELECT current_database(), current_schema(), pg_backend_pid()`).Scan(&database, &s.schema, &s.pid); err != nil {
 		conn.Close()
 		return nil, err
 	}

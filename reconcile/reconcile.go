@@ -85,7 +85,10 @@ type Step struct {
 	Statements int    `json:"statements"`
 	Detail     string `json:"detail,omitempty"`
 	// Rows is the number of rows a step wrote, where that means something.
-	Rows     *int64        `json:"rows,omitempty"`
+	Rows *int64 `json:"rows,omitempty"`
+	// Phases lists the IDs (Phase.ID) of the plan phases the step ran, in
+	// order (PostgreSQL).
+	Phases   []string      `json:"phases,omitempty"`
 	Duration time.Duration `json:"-"`
 	Err      error         `json:"-"`
 }
@@ -174,6 +177,9 @@ type options struct {
 	logger         *slog.Logger
 	lockWait       time.Duration
 	ddlLockTimeout time.Duration
+	ddlLockAttempt time.Duration
+	onlineAbove    int64
+	copyBatchPages int
 	failpoint      func(string) error
 	progress       func(Progress)
 	prune          bool
@@ -200,9 +206,24 @@ func WithLogger(l *slog.Logger) Option { return func(o *options) { o.logger = l 
 // WithLockWait bounds how long a reconcile waits for another replica's lock (default 60s).
 func WithLockWait(d time.Duration) Option { return func(o *options) { o.lockWait = d } }
 
-// WithDDLLockTimeout bounds how long a PostgreSQL DDL statement waits for its
-// table lock (default 5s).
+// WithDDLLockTimeout is the budget a PostgreSQL DDL statement has to get its
+// table lock, over all its attempts (default 5s). When it is spent the step
+// fails, naming the sessions holding the table, and is retried next boot.
 func WithDDLLockTimeout(d time.Duration) Option { return func(o *options) { o.ddlLockTimeout = d } }
+
+// WithDDLLockAttempt is the lock_timeout of one attempt of a PostgreSQL DDL
+// statement that takes an exclusive lock (default 200ms): the longest the
+// statement can sit in the lock queue in front of the host's readers.
+func WithDDLLockAttempt(d time.Duration) Option { return func(o *options) { o.ddlLockAttempt = d } }
+
+// WithOnlineAbove sets the live table size (pg_table_size, bytes) from which
+// a PostgreSQL table is changed in online phases rather than in one
+// transaction (default 8 MiB; 0 takes the online phases for every table).
+func WithOnlineAbove(bytes int64) Option { return func(o *options) { o.onlineAbove = bytes } }
+
+// WithCopyBatchPages sets how many heap pages one batch of the online
+// widening's copy covers (default 256, about 2 MB).
+func WithCopyBatchPages(n int) Option { return func(o *options) { o.copyBatchPages = n } }
 
 // WithFailpoint installs fn, called at each named failpoint.
 func WithFailpoint(fn func(point string) error) Option { return func(o *options) { o.failpoint = fn } }
@@ -216,7 +237,8 @@ func WithFailpoint(fn func(point string) error) Option { return func(o *options)
 func WithProgress(fn func(Progress)) Option { return func(o *options) { o.progress = fn } }
 
 func newOptions(db *sql.DB, opts []Option) (*options, error) {
-	o := &options{logger: slog.Default(), lockWait: 60 * time.Second, ddlLockTimeout: 5 * time.Second}
+	o := &options{logger: slog.Default(), lockWait: 60 * time.Second, ddlLockTimeout: 5 * time.Second,
+		ddlLockAttempt: 200 * time.Millisecond, onlineAbove: 8 << 20, copyBatchPages: 256}
 	for _, opt := range opts {
 		opt(o)
 	}
@@ -289,8 +311,8 @@ type run struct {
 	// shapeClean: the shape step's full check found nothing to change and
 	// refused nothing, so the live catalog may be certified.
 	shapeClean bool
-	// widen holds the widen step's statements, planned by the shape step.
-	widen  []string
+	// plan is the shape step's plan; the widen step applies its widen phases.
+	plan   *ShapePlan
 	decl   *Declaration
 	schema string
 	rep    *Report
@@ -350,13 +372,19 @@ func (r *run) steps(ctx context.Context, db *sql.DB) {
 		sess.abort()
 		return
 	}
-	r.step(ctx, StepShape, r.shape)
+	ps, phased := sess.(phaseSession)
+	if phased {
+		// PostgreSQL: each phase is its own transaction, or none (phases.go).
+		r.stepOwnTx(ctx, StepShape, func(ctx context.Context) Step { return r.shapePhases(ctx, ps) })
+	} else {
+		r.step(ctx, StepShape, r.shape)
+	}
 	if len(r.refused) > 0 {
 		err := fmt.Errorf("refused destructive change (never applied at boot): %s", strings.Join(r.refused, "; "))
 		r.record(Step{Name: StepRefused, Status: Failed, Detail: err.Error(), Err: err})
 	}
-	if len(r.widen) > 0 {
-		r.step(ctx, StepWiden, r.widenColumns)
+	if phased && r.plan != nil && len(r.plan.stepPhases(StepWiden)) > 0 {
+		r.stepOwnTx(ctx, StepWiden, func(ctx context.Context) Step { return r.applyPhases(ctx, ps, StepWiden) })
 	}
 	r.step(ctx, StepExecutionSince, r.executionSince)
 	r.step(ctx, StepBackfill, r.backfill)
@@ -458,7 +486,7 @@ func (r *run) shape(ctx context.Context, q dialect.Querier) Step {
 	if err != nil {
 		return failed(err)
 	}
-	plan, err := planShape(ctx, drv, r.o.dialect, q, r.decl, r.schema, r.o.prune)
+	plan, err := planShape(ctx, drv, r.o.dialect, q, r.decl, r.schema, r.o)
 	if err != nil {
 		return failed(err)
 	}
@@ -467,7 +495,7 @@ func (r *run) shape(ctx context.Context, q dialect.Querier) Step {
 	// A table with a destructive change is left exactly as it is; the other
 	// tables still reach their shape. The refusal is its own failed step.
 	r.refused = plan.Refused()
-	r.widen = plan.widenings()
+	r.plan = plan
 	n := 0
 	var did []string
 	for _, tp := range plan.tables {
@@ -500,7 +528,7 @@ func (r *run) shape(ctx context.Context, q dialect.Querier) Step {
 		return failed(err)
 	}
 	if n == 0 {
-		r.shapeClean = len(r.refused) == 0 && len(r.widen) == 0
+		r.shapeClean = len(r.refused) == 0 && len(plan.stepPhases(StepWiden)) == 0
 		detail := "declared shape holds"
 		if len(r.rep.Drift) > 0 {
 			detail += fmt.Sprintf("; %d undeclared kept", len(r.rep.Drift))
@@ -525,17 +553,6 @@ func (r *run) reportDrift() {
 		return
 	}
 	r.o.logger.Warn("reconcile: owned tables carry indexes, foreign keys or checks schema.hcl does not declare; kept (reconcile --prune drops them)", "drift", names)
-}
-
-// widenColumns runs the type widenings the shape step set aside.
-func (r *run) widenColumns(ctx context.Context, q dialect.Querier) Step {
-	for i, stmt := range r.widen {
-		if _, err := q.ExecContext(ctx, stmt); err != nil {
-			return failed(fmt.Errorf("%s: %w", firstLine(stmt), withDetail(err)))
-		}
-		r.progress(StepWiden, fmt.Sprintf("widened %d of %d", i+1, len(r.widen)))
-	}
-	return Step{Status: Applied, Statements: len(r.widen), Detail: "widened column types"}
 }
 
 // executionSince observes AC-33 clauses 1–3 on the live schema and, when they
@@ -677,7 +694,7 @@ func Plan(ctx context.Context, db *sql.DB, opts ...Option) (*ShapePlan, error) {
 	if err != nil {
 		return nil, err
 	}
-	p, err := planShape(ctx, drv, o.dialect, db, decl, name, o.prune)
+	p, err := planShape(ctx, drv, o.dialect, db, decl, name, o)
 	if err != nil {
 		return nil, err
 	}

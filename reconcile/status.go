@@ -3,6 +3,7 @@ package reconcile
 import (
 	"context"
 	"database/sql"
+	"fmt"
 
 	"github.com/schemastate/schemastate/dialect"
 	"github.com/schemastate/schemastate/keys"
@@ -28,6 +29,19 @@ type Observation struct {
 	// Drift lists the undeclared indexes, foreign keys and checks on the
 	// owned tables, which a reconcile keeps (drift.go).
 	Drift []Drift `json:"drift"`
+	// Upgrade is set when an online PostgreSQL upgrade stopped between two
+	// phases (a crash, a lock it could not get, a view blocking a widening).
+	Upgrade *Upgrade `json:"upgrade,omitempty"`
+}
+
+// Upgrade describes an online upgrade in flight.
+type Upgrade struct {
+	// Found lists the artefacts the catalog holds, per table.
+	Found []string `json:"found"`
+	// Next is the ID of the phase the next reconcile runs first (Phase.ID);
+	// Pending every phase it would run.
+	Next    string   `json:"next"`
+	Pending []string `json:"pending"`
 }
 
 // Observe inspects the declared tables and reads the keys. It takes no lock
@@ -60,7 +74,9 @@ func Observe(ctx context.Context, db *sql.DB, opts ...Option) (*Observation, err
 		return nil, err
 	}
 	obs.EndState = observe(lt, decl.Table(subagentsTable))
-	plan, err := planShape(ctx, drv, o.dialect, db, decl, name, false)
+	ro := *o
+	ro.prune = false
+	plan, err := planShape(ctx, drv, o.dialect, db, decl, name, &ro)
 	if err != nil {
 		return nil, err
 	}
@@ -74,7 +90,38 @@ func Observe(ctx context.Context, db *sql.DB, opts ...Option) (*Observation, err
 		obs.KeysRead = true
 	}
 	obs.State = obs.Keys.State()
+	if obs.Upgrade, err = upgradeInFlight(ctx, db, plan); err != nil {
+		return nil, err
+	}
 	return obs, nil
+}
+
+// upgradeInFlight plans from the live catalog (read-only) and, when an online
+// upgrade is in flight, names its artefacts and the phase it stopped before.
+func upgradeInFlight(ctx context.Context, db *sql.DB, plan *ShapePlan) (*Upgrade, error) {
+	found := plan.Resumed()
+	if len(found) == 0 {
+		return nil, nil
+	}
+	u := &Upgrade{Found: found, Pending: []string{}}
+	for _, ph := range plan.Phases() {
+		// A phase's check may read what an earlier phase adds: only the
+		// phases before the first one not done are checked.
+		if ph.DoneWhen != "" && u.Next == "" {
+			var done bool
+			if err := db.QueryRowContext(ctx, ph.DoneWhen).Scan(&done); err != nil {
+				return nil, fmt.Errorf("%s: check whether done: %w", ph.ID(), err)
+			}
+			if done {
+				continue
+			}
+		}
+		if u.Next == "" {
+			u.Next = ph.ID()
+		}
+		u.Pending = append(u.Pending, ph.ID())
+	}
+	return u, nil
 }
 
 func contains(xs []string, s string) bool {

@@ -1,0 +1,343 @@
+package reconcile
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/schemastate/schemastate/dialect"
+)
+
+type querier = dialect.Querier
+
+// Applying a PostgreSQL plan, phase by phase, with lock discipline.
+//
+// A DDL statement that waits for its table lock sits in the lock queue, and
+// every later reader of the table queues behind it: a short exclusive lock
+// becomes an outage when a host transaction holds the table. So every
+// statement that takes a table lock runs under a short lock_timeout (the
+// attempt, WithDDLLockAttempt) and is retried with exponential backoff and
+// jitter until the budget (WithDDLLockTimeout) is spent; then the phase fails,
+// naming the sessions that hold the table, and the step is retried next boot.
+
+// ErrLockNotAcquired is wrapped by a phase that could not get its table lock
+// within its budget.
+var ErrLockNotAcquired = errors.New("table lock not acquired within the budget")
+
+// ErrPhaseBlocked is wrapped by a phase stopped before it ran by an object
+// that would make it fail (a view over a column being replaced).
+var ErrPhaseBlocked = errors.New("blocked")
+
+// phaseHooks is what the run lends the executor.
+type phaseHooks struct {
+	fail     func(point string) error
+	progress func(msg string)
+	// beforeCommit runs inside a transactional phase before it commits.
+	beforeCommit func() error
+}
+
+// runPhases applies a group of phases: one non-transactional phase, or
+// consecutive transactional phases in one transaction (so the
+// single-transaction path stays all-or-nothing across tables). Each phase
+// re-checks the live catalog first (DoneWhen) and its blockers (BlockedBy).
+// It reports, per phase, whether it ran; the failpoint after a phase runs
+// once its transaction has committed.
+func (s *pgSession) runPhases(ctx context.Context, group []Phase, h phaseHooks) ([]bool, error) {
+	ran := make([]bool, len(group))
+	var err error
+	if len(group) == 1 && !group[0].Transactional {
+		ran[0], err = s.runAlone(ctx, group[0], h)
+	} else {
+		err = s.withLockRetry(ctx, group[0].Table, func(timeout time.Duration) error {
+			clear(ran)
+			return s.inTx(ctx, timeout, func(tx *sql.Tx) error {
+				for i, ph := range group {
+					todo, err := s.todo(ctx, tx, ph)
+					if err != nil || !todo {
+						return err
+					}
+					for _, stmt := range ph.SQL {
+						if _, err := tx.ExecContext(ctx, stmt); err != nil {
+							return fmt.Errorf("%s: %s: %w", ph.ID(), firstLine(stmt), withDetail(err))
+						}
+					}
+					ran[i] = true
+				}
+				if h.beforeCommit != nil {
+					return h.beforeCommit()
+				}
+				return nil
+			})
+		})
+	}
+	if err != nil {
+		clear(ran) // rolled back, or (CONCURRENTLY) cleaned up
+		return ran, err
+	}
+	for i, ph := range group {
+		if ran[i] {
+			if err := h.fail(FailpointAfterPhase(ph.ID())); err != nil {
+				return ran, err
+			}
+		}
+	}
+	return ran, nil
+}
+
+// todo checks a phase against the live catalog: false when it is already
+// done, an error naming what blocks it.
+func (s *pgSession) todo(ctx context.Context, q querier, ph Phase) (bool, error) {
+	if ph.DoneWhen != "" {
+		var done bool
+		if err := q.QueryRowContext(ctx, ph.DoneWhen).Scan(&done); err != nil {
+			return false, fmt.Errorf("%s: check whether done: %w", ph.ID(), err)
+		}
+		if done {
+			return false, nil
+		}
+	}
+	if ph.BlockedBy != "" {
+		blockers, err := queryStrings(ctx, q, ph.BlockedBy)
+		if err != nil {
+			return false, fmt.Errorf("%s: check blockers: %w", ph.ID(), err)
+		}
+		if len(blockers) > 0 {
+			return false, fmt.Errorf("%s: %w by %s (retried next boot)", ph.ID(), ErrPhaseBlocked, strings.Join(blockers, "; "))
+		}
+	}
+	return true, nil
+}
+
+// runAlone applies a non-transactional phase: the batched copy, or CREATE
+// or DROP INDEX CONCURRENTLY.
+func (s *pgSession) runAlone(ctx context.Context, ph Phase, h phaseHooks) (bool, error) {
+	todo, err := s.todo(ctx, s.conn, ph)
+	if err != nil || !todo {
+		return false, err
+	}
+	if ph.Name == PhaseWidenCopy {
+		err = s.copyBatches(ctx, ph, h)
+	} else {
+		err = s.concurrently(ctx, ph, h)
+	}
+	if err != nil {
+		return false, fmt.Errorf("%s: %w", ph.ID(), err)
+	}
+	return true, nil
+}
+
+// inTx runs fn in one transaction whose lock waits end after timeout.
+func (s *pgSession) inTx(ctx context.Context, timeout time.Duration, fn func(*sql.Tx) error) error {
+	tx, err := s.conn.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	if _, err := tx.ExecContext(ctx, fmt.Sprintf("SET LOCAL lock_timeout = '%dms'", max(timeout.Milliseconds(), 1))); err != nil {
+		tx.Rollback()
+		return err
+	}
+	if err := fn(tx); err != nil {
+		tx.Rollback()
+		return err
+	}
+	return tx.Commit()
+}
+
+// concurrently runs a non-transactional phase (CREATE or DROP INDEX
+// CONCURRENTLY). Their SHARE UPDATE EXCLUSIVE lock never blocks readers or
+// writers, so they wait for it — and for the transactions the build must
+// outlast — up to the whole budget in one attempt. A failure part way runs
+// the phase's Cleanup (the INVALID index it left) before it is reported.
+func (s *pgSession) concurrently(ctx context.Context, ph Phase, h phaseHooks) error {
+	defer s.conn.ExecContext(context.WithoutCancel(ctx), "RESET lock_timeout")
+	for _, stmt := range ph.SQL {
+		err := s.withLockRetry(ctx, ph.Table, func(time.Duration) error {
+			if _, err := s.conn.ExecContext(ctx, fmt.Sprintf("SET lock_timeout = '%dms'", max(s.o.ddlLockTimeout.Milliseconds(), 1))); err != nil {
+				return err
+			}
+			stop := s.watchIndexBuild(ctx, ph, h.progress)
+			_, err := s.conn.ExecContext(ctx, stmt)
+			stop()
+			return err
+		})
+		if err != nil {
+			err = fmt.Errorf("%s: %w", firstLine(stmt), withDetail(err))
+			if dup := s.duplicates(ctx, err, ph); dup != "" {
+				err = fmt.Errorf("%w; duplicated keys: %s", err, dup)
+			}
+			for _, c := range ph.Cleanup {
+				if _, cerr := s.conn.ExecContext(context.WithoutCancel(ctx), c); cerr != nil {
+					err = fmt.Errorf("%w (cleanup %s: %v)", err, c, cerr)
+				}
+			}
+			return err
+		}
+	}
+	return nil
+}
+
+// watchIndexBuild reports pg_stat_progress_create_index for this session's
+// backend while a build runs, from another pooled connection.
+func (s *pgSession) watchIndexBuild(ctx context.Context, ph Phase, say func(string)) func() {
+	if ph.Name != PhaseBuildIndex || say == nil || s.db == nil {
+		return func() {}
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		t := time.NewTicker(500 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			var phase string
+			var blocksDone, blocksTotal, tuplesDone, tuplesTotal int64
+			err := s.db.QueryRowContext(ctx, `SELECT phase, blocks_done, blocks_total, tuples_done, tuples_total
+ FROM pg_stat_progress_create_index WHERE pid = $1`, s.pid).Scan(&phase, &blocksDone, &blocksTotal, &tuplesDone, &tuplesTotal)
+			if err != nil {
+				continue
+			}
+			msg := fmt.Sprintf("building %s: %s", ph.Object, phase)
+			switch {
+			case blocksTotal > 0:
+				msg += fmt.Sprintf(", blocks %d of %d", blocksDone, blocksTotal)
+			case tuplesTotal > 0:
+				msg += fmt.Sprintf(", tuples %d of %d", tuplesDone, tuplesTotal)
+			}
+			say(msg)
+		}
+	}()
+	return func() { cancel(); <-done }
+}
+
+// copyBatches fills the shadow columns in short transactions, one range of
+// pages at a time, over the pages the table had when the copy began: rows
+// written since the expand phase committed are kept equal by its trigger,
+// wherever they land. A batch skips rows already equal, so a resumed copy
+// rewrites nothing twice. The copy ends by checking every row (DoneWhen).
+func (s *pgSession) copyBatches(ctx context.Context, ph Phase, h phaseHooks) error {
+	var pages int64
+	if err := s.conn.QueryRowContext(ctx, `SELECT pg_relation_size(to_regclass($1)) / current_setting('block_size')::int`,
+		qualified(s.schema, ph.Table)).Scan(&pages); err != nil {
+		return err
+	}
+	batch := int64(max(s.o.copyBatchPages, 1))
+	var rows int64
+	for from := int64(0); from < pages; from += batch {
+		err := s.withLockRetry(ctx, ph.Table, func(timeout time.Duration) error {
+			return s.inTx(ctx, timeout, func(tx *sql.Tx) error {
+				res, err := tx.ExecContext(ctx, ph.SQL[0], fmt.Sprintf("(%d,0)", from), fmt.Sprintf("(%d,0)", from+batch))
+				if err != nil {
+					return withDetail(err)
+				}
+				n, _ := res.RowsAffected()
+				rows += n
+				return nil
+			})
+		})
+		if err != nil {
+			return fmt.Errorf("copy pages %d–%d: %w", from, from+batch, err)
+		}
+		h.progress(fmt.Sprintf("copying %s: %d rows copied, page %d of %d", ph.Table, rows, min(from+batch, pages), pages))
+		if err := h.fail(FailpointCopyBatch); err != nil {
+			return err
+		}
+	}
+	var done bool
+	if err := s.conn.QueryRowContext(ctx, ph.DoneWhen).Scan(&done); err != nil {
+		return fmt.Errorf("check the copy: %w", err)
+	}
+	if !done {
+		return fmt.Errorf("copy incomplete: a shadow column still differs from its column after %d rows copied", rows)
+	}
+	h.progress(fmt.Sprintf("copied %s: %d rows", ph.Table, rows))
+	return nil
+}
+
+// withLockRetry runs attempt until it succeeds, fails for another reason
+// than a lock timeout, or the budget is spent. Each attempt waits at most
+// the attempt timeout for its locks; between attempts it backs off
+// exponentially with jitter, so replicas and the host's own DDL interleave.
+func (s *pgSession) withLockRetry(ctx context.Context, table string, attempt func(timeout time.Duration) error) error {
+	budget := s.o.ddlLockTimeout
+	per := min(s.o.ddlLockAttempt, budget)
+	deadline := time.Now().Add(budget)
+	wait := 20 * time.Millisecond
+	for n := 1; ; n++ {
+		err := attempt(per)
+		if err == nil || !isLockTimeout(err) {
+			return err
+		}
+		if time.Now().Add(wait / 2).After(deadline) {
+			return fmt.Errorf("%w: %s after %d attempts in %s (each waited at most %s)%s: %w",
+				ErrLockNotAcquired, table, n, budget, per, s.holders(ctx, table), err)
+		}
+		sleep := wait/2 + rand.N(wait)
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(min(sleep, time.Until(deadline))):
+		}
+		wait = min(2*wait, time.Second)
+	}
+}
+
+func isLockTimeout(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && pe.Code == "55P03" // lock_not_available
+}
+
+// holders names the other sessions holding a lock on the table (or, when
+// none does, the oldest open transaction, which a concurrent index build
+// waits for).
+func (s *pgSession) holders(ctx context.Context, table string) string {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+	defer cancel()
+	list, err := queryStrings(ctx, s.conn, `SELECT format('pid %s (%s, %s, transaction open %s s: %s)', a.pid, l.mode, a.state,
+  round(extract(epoch FROM now() - a.xact_start)::numeric, 1), left(regexp_replace(a.query, '\s+', ' ', 'g'), 60))
+ FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
+ WHERE l.relation = to_regclass($1) AND l.granted AND l.pid <> pg_backend_pid() ORDER BY a.xact_start LIMIT 5`, qualified(s.schema, table))
+	if err == nil && len(list) == 0 {
+		list, err = queryStrings(ctx, s.conn, `SELECT format('pid %s (oldest open transaction, %s, open %s s: %s)', pid, state,
+  round(extract(epoch FROM now() - xact_start)::numeric, 1), left(regexp_replace(query, '\s+', ' ', 'g'), 60))
+ FROM pg_stat_activity WHERE xact_start IS NOT NULL AND pid <> pg_backend_pid() AND backend_type = 'client backend'
+ ORDER BY xact_start LIMIT 1`)
+	}
+	if err != nil || len(list) == 0 {
+		return ""
+	}
+	return "; held by " + strings.Join(list, ", ")
+}
+
+// duplicates names up to five keys that made a unique build fail.
+func (s *pgSession) duplicates(ctx context.Context, err error, ph Phase) string {
+	var pe *pgconn.PgError
+	if ph.Name != PhaseBuildIndex || !errors.As(err, &pe) || pe.Code != "23505" {
+		return ""
+	}
+	var cols string
+	for _, stmt := range ph.SQL {
+		if i := strings.LastIndex(stmt, " ("); strings.HasPrefix(stmt, "CREATE UNIQUE INDEX") && i > 0 {
+			cols = strings.TrimSuffix(stmt[i+2:], ")")
+		}
+	}
+	if cols == "" {
+		return ""
+	}
+	list, qerr := queryStrings(context.WithoutCancel(ctx), s.conn, fmt.Sprintf(`SELECT format('(%%s) × %%s', concat_ws(', ', %s), count(*))
+ FROM %s GROUP BY %s HAVING count(*) > 1 LIMIT 5`, cols, qualified(s.schema, ph.Table), cols))
+	if qerr != nil {
+		return ""
+	}
+	return strings.Join(list, "; ")
+}

@@ -1,0 +1,429 @@
+package reconcile
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"ariga.io/atlas/sql/migrate"
+	"ariga.io/atlas/sql/schema"
+
+	"github.com/schemastate/schemastate/dialect"
+)
+
+// PostgreSQL planning: the single-transaction path and the online phases.
+//
+// A small table keeps the single transaction it always had (one ALTER TABLE,
+// then one ALTER COLUMN … TYPE): its exclusive lock lasts milliseconds
+// anyway, and every step is all-or-nothing. A table at or above the online
+// threshold (WithOnlineAbove, measured on the live table) is changed in
+// phases whose every exclusive lock is catalog-only:
+//
+//	alter          ADD COLUMN … NOT NULL DEFAULT 'unknown'      catalog-only on PG ≥ 11
+//	build_index    CREATE UNIQUE INDEX CONCURRENTLY              no transaction; readers and writers proceed
+//	swap_key       DROP CONSTRAINT <old>, ADD CONSTRAINT … USING INDEX   one short transaction
+//	widen_expand   bigint shadow columns + a trigger keeping them equal
+//	widen_copy     the rows, in short batched transactions
+//	widen_contract DROP COLUMN <old>, RENAME COLUMN <shadow> TO <old>    one short transaction
+//
+// Every intermediate state is the old shape plus additive objects: the key
+// stays the two-column one until swap_key commits, so AC-33's end state, and
+// with it execution_since, is reached in exactly one transaction. A boot that
+// stops between phases (a crash, a lock it could not get) leaves those
+// objects; the next boot recognises them in the catalog (resumeOnline),
+// plans from there and continues online whatever the table's size.
+
+// shadowSuffix names the bigint shadow column of a column being widened.
+const shadowSuffix = "__schemastate_bigint"
+
+// widenTrigger names the trigger (and its function) that keeps the shadow
+// columns of table equal to their originals.
+func widenTrigger(table string) string { return "schemastate_widen_" + table }
+
+// inflight is what an online upgrade that stopped between two phases left
+// in the catalog.
+type inflight struct {
+	// notes describe each artefact, for status, plan and the step detail.
+	notes []string
+	// invalid names INVALID indexes (a build that crashed or failed).
+	invalid map[string]bool
+}
+
+func (f *inflight) any() bool { return f != nil && len(f.notes) > 0 }
+
+// resumeOnline removes from an inspected live table the artefacts of an
+// online upgrade in flight — shadow columns, INVALID indexes, an index built
+// but not yet attached as the declared key — so the diff plans the remaining
+// changes as if they were not there. It reads the catalog only.
+func resumeOnline(ctx context.Context, q dialect.Querier, schemaName string, live, want *schema.Table) (*inflight, error) {
+	f := &inflight{invalid: map[string]bool{}}
+	cols := live.Columns[:0:0]
+	for _, c := range live.Columns {
+		if base, ok := strings.CutSuffix(c.Name, shadowSuffix); ok {
+			f.notes = append(f.notes, fmt.Sprintf("shadow column %s (widening of %s in flight)", c.Name, base))
+			continue
+		}
+		cols = append(cols, c)
+	}
+	live.Columns = cols
+	invalid, err := queryStrings(ctx, q, `SELECT c.relname FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
+ WHERE i.indrelid = to_regclass($1) AND NOT i.indisvalid ORDER BY 1`, qualified(schemaName, live.Name))
+	if err != nil {
+		return nil, fmt.Errorf("read invalid indexes of %s: %w", live.Name, err)
+	}
+	for _, n := range invalid {
+		if _, declared := want.Index(n); !declared {
+			continue // not ours to rebuild
+		}
+		f.invalid[n] = true
+		f.notes = append(f.notes, fmt.Sprintf("INVALID index %s (dropped and rebuilt)", n))
+	}
+	idxs := live.Indexes[:0:0]
+	for _, idx := range live.Indexes {
+		if f.invalid[idx.Name] {
+			continue
+		}
+		if w, declared := want.Index(idx.Name); declared && isUniqueConstraint(w) && idx.Unique && !isUniqueConstraint(idx) && sameColumns(idx, w) && !hasPredicate(idx) {
+			f.notes = append(f.notes, fmt.Sprintf("index %s built, not yet the key", idx.Name))
+			continue
+		}
+		idxs = append(idxs, idx)
+	}
+	live.Indexes = idxs
+	return f, nil
+}
+
+// tableSize is what the path is chosen from.
+type tableSize struct {
+	bytes   int64
+	rows    int64 // the planner's estimate (pg_class.reltuples); -1 when never analysed
+	version int   // server_version_num
+}
+
+func (s tableSize) String() string {
+	if s.rows < 0 {
+		return fmt.Sprintf("%s, rows not yet estimated", byteSize(s.bytes))
+	}
+	return fmt.Sprintf("%s, ~%d rows", byteSize(s.bytes), s.rows)
+}
+
+func readTableSize(ctx context.Context, q dialect.Querier, schemaName, table string) (tableSize, error) {
+	var s tableSize
+	var rows float64
+	err := q.QueryRowContext(ctx, `SELECT pg_table_size(c.oid), c.reltuples, current_setting('server_version_num')::int
+ FROM pg_class c WHERE c.oid = to_regclass($1)`, qualified(schemaName, table)).Scan(&s.bytes, &rows, &s.version)
+	s.rows = int64(rows)
+	return s, err
+}
+
+func byteSize(n int64) string {
+	switch {
+	case n >= 1<<30:
+		return fmt.Sprintf("%.1f GiB", float64(n)/(1<<30))
+	case n >= 1<<20:
+		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
+	}
+	return fmt.Sprintf("%d kB", n>>10)
+}
+
+// planPostgres turns one table's diff into phases.
+func planPostgres(ctx context.Context, drv migrate.Driver, q dialect.Querier, o *options, schemaName string, tp *tablePlan) error {
+	if tp.Live == nil {
+		if len(tp.Stmts) > 0 {
+			tp.Phases = []Phase{{Step: StepShape, Name: PhaseCreate, Table: tp.Table, SQL: tp.Stmts, Transactional: true, Lock: LockCatalog,
+				Detail: "new table"}}
+		}
+		return nil
+	}
+	if len(tp.Stmts) == 0 && len(tp.Widen) == 0 && !tp.Inflight.any() {
+		return nil
+	}
+	size, err := readTableSize(ctx, q, schemaName, tp.Table)
+	if err != nil {
+		return fmt.Errorf("read the size of %s: %w", tp.Table, err)
+	}
+	online := size.bytes >= o.onlineAbove
+	why := fmt.Sprintf("table is %s, at or above the online threshold %s: online phases", size, byteSize(o.onlineAbove))
+	switch {
+	case tp.Inflight.any():
+		online, why = true, "resuming an online upgrade ("+strings.Join(tp.Inflight.notes, "; ")+")"
+	case online && size.version < 140000:
+		// The batched copy walks the table by ctid ranges (TID range scans, PG 14).
+		online, why = false, fmt.Sprintf("table is %s, but the server is older than PostgreSQL 14: single transaction", size)
+	case !online:
+		why = fmt.Sprintf("table is %s, under the online threshold %s: single transaction", size, byteSize(o.onlineAbove))
+	}
+	if !online {
+		if len(tp.Stmts) > 0 {
+			tp.Phases = append(tp.Phases, Phase{Step: StepShape, Name: PhaseAlter, Table: tp.Table, SQL: tp.Stmts, Transactional: true, Lock: LockRewrite, Detail: why})
+		}
+		if len(tp.Widen) > 0 {
+			tp.Phases = append(tp.Phases, Phase{Step: StepWiden, Name: PhaseWiden, Table: tp.Table, SQL: tp.Widen, Transactional: true, Lock: LockRewrite, Detail: why})
+		}
+		return nil
+	}
+	return planOnline(ctx, drv, schemaName, tp, why)
+}
+
+// planOnline classifies the table's changes into the online phases.
+func planOnline(ctx context.Context, drv migrate.Driver, schemaName string, tp *tablePlan, why string) error {
+	table := qualified(schemaName, tp.Table)
+	qt := dialect.QuoteIdent(schemaName) + "." + dialect.QuoteIdent(tp.Table)
+	var (
+		other       []schema.Change
+		builds      []*schema.Index
+		dropKeys    []*schema.Index
+		dropIndexes []*schema.Index
+		widenOnline []*schema.Column
+		widenOther  []schema.Change
+		catalogOnly = len(tp.Fills) == 0
+	)
+	for _, c := range tp.Changes {
+		switch c := c.(type) {
+		case *schema.AddIndex:
+			if buildable(c.I) {
+				builds = append(builds, c.I)
+				continue
+			}
+			catalogOnly = false
+		case *schema.DropIndex:
+			if isUniqueConstraint(c.I) {
+				dropKeys = append(dropKeys, c.I)
+			} else {
+				dropIndexes = append(dropIndexes, c.I)
+			}
+			continue
+		case *schema.ModifyColumn:
+			if c.Change == schema.ChangeType && widens(c.From.Type.Type, c.To.Type.Type) {
+				if widenableOnline(tp.Live, c) {
+					widenOnline = append(widenOnline, c.To)
+				} else {
+					widenOther = append(widenOther, c)
+				}
+				continue
+			}
+			catalogOnly = false
+		case *schema.AddColumn:
+			if !c.C.Type.Null && !constantDefault(c.C) {
+				catalogOnly = false
+			}
+		default:
+			catalogOnly = false
+		}
+		other = append(other, c)
+	}
+
+	alter := append([]string(nil), tp.Prelude...)
+	if len(other) > 0 {
+		stmts, err := render(ctx, drv, []schema.Change{&schema.ModifyTable{T: tp.Want, Changes: other}})
+		if err != nil {
+			return fmt.Errorf("plan %s: %w", tp.Table, err)
+		}
+		alter = append(alter, stmts...)
+	}
+	if len(alter) > 0 {
+		lock := LockCatalog
+		if !catalogOnly {
+			lock = LockRewrite
+		}
+		tp.Phases = append(tp.Phases, Phase{Step: StepShape, Name: PhaseAlter, Table: tp.Table, SQL: alter, Transactional: true, Lock: lock, Detail: why})
+	}
+	var attach []string
+	for _, idx := range builds {
+		name := qualified(schemaName, idx.Name)
+		var sqls []string
+		if tp.Inflight != nil && tp.Inflight.invalid[idx.Name] {
+			sqls = append(sqls, "DROP INDEX CONCURRENTLY IF EXISTS "+name)
+		}
+		unique := ""
+		if idx.Unique {
+			unique = "UNIQUE "
+		}
+		sqls = append(sqls, fmt.Sprintf("CREATE %sINDEX CONCURRENTLY %s ON %s (%s)", unique, dialect.QuoteIdent(idx.Name), qt, indexColumns(idx)))
+		tp.Phases = append(tp.Phases, Phase{Step: StepShape, Name: PhaseBuildIndex, Table: tp.Table, Object: idx.Name, SQL: sqls,
+			Lock:     LockShareUpdateExclusive,
+			DoneWhen: fmt.Sprintf("SELECT EXISTS (SELECT 1 FROM pg_index WHERE indexrelid = to_regclass(%s) AND indisvalid)", literal(name)),
+			Cleanup:  []string{"DROP INDEX CONCURRENTLY IF EXISTS " + name},
+			Detail:   why})
+		if isUniqueConstraint(idx) {
+			attach = append(attach, idx.Name)
+		}
+	}
+	if len(dropKeys) > 0 || len(attach) > 0 {
+		var clauses, present, absent []string
+		for _, idx := range dropKeys {
+			clauses = append(clauses, "DROP CONSTRAINT "+dialect.QuoteIdent(idx.Name))
+			absent = append(absent, literal(idx.Name))
+		}
+		for _, n := range attach {
+			clauses = append(clauses, fmt.Sprintf("ADD CONSTRAINT %s UNIQUE USING INDEX %s", dialect.QuoteIdent(n), dialect.QuoteIdent(n)))
+			present = append(present, literal(n))
+		}
+		done := fmt.Sprintf("SELECT (SELECT count(*) FROM pg_constraint WHERE conrelid = to_regclass(%s) AND contype = 'u' AND conname IN (%s)) = %d",
+			literal(table), orNone(present), len(present))
+		if len(absent) > 0 {
+			done += fmt.Sprintf(" AND NOT EXISTS (SELECT 1 FROM pg_constraint WHERE conrelid = to_regclass(%s) AND conname IN (%s))", literal(table), strings.Join(absent, ", "))
+		}
+		tp.Phases = append(tp.Phases, Phase{Step: StepShape, Name: PhaseSwapKey, Table: tp.Table,
+			SQL:           []string{"ALTER TABLE " + qt + " " + strings.Join(clauses, ", ")},
+			Transactional: true, Lock: LockCatalog, DoneWhen: done, Detail: why})
+	}
+	for _, idx := range dropIndexes {
+		name := qualified(schemaName, idx.Name)
+		tp.Phases = append(tp.Phases, Phase{Step: StepShape, Name: PhaseDropIndex, Table: tp.Table, Object: idx.Name,
+			SQL:  []string{"DROP INDEX CONCURRENTLY IF EXISTS " + name},
+			Lock: LockShareUpdateExclusive, DoneWhen: fmt.Sprintf("SELECT to_regclass(%s) IS NULL", literal(name)), Detail: why})
+	}
+	if len(widenOther) > 0 {
+		stmts, err := render(ctx, drv, []schema.Change{&schema.ModifyTable{T: tp.Want, Changes: widenOther}})
+		if err != nil {
+			return fmt.Errorf("plan %s: %w", tp.Table, err)
+		}
+		tp.Phases = append(tp.Phases, Phase{Step: StepWiden, Name: PhaseWiden, Table: tp.Table, SQL: stmts, Transactional: true, Lock: LockRewrite,
+			Detail: why + "; these columns have no online widening (indexed, defaulted or NOT NULL)"})
+	}
+	if len(widenOnline) > 0 {
+		tp.Phases = append(tp.Phases, widenPhases(schemaName, tp.Table, widenOnline, why)...)
+	}
+	return nil
+}
+
+// widenPhases are expand, copy and contract for the columns.
+func widenPhases(schemaName, table string, cols []*schema.Column, why string) []Phase {
+	qt := dialect.QuoteIdent(schemaName) + "." + dialect.QuoteIdent(table)
+	fn := dialect.QuoteIdent(schemaName) + "." + dialect.QuoteIdent(widenTrigger(table))
+	trig := dialect.QuoteIdent(widenTrigger(table))
+	var adds, assigns, sets, differ, drops, renames, names, shadows []string
+	for _, c := range cols {
+		col, sh := dialect.QuoteIdent(c.Name), dialect.QuoteIdent(c.Name+shadowSuffix)
+		adds = append(adds, "ADD COLUMN IF NOT EXISTS "+sh+" bigint")
+		assigns = append(assigns, fmt.Sprintf("NEW.%s := NEW.%s;", sh, col))
+		sets = append(sets, sh+" = "+col)
+		differ = append(differ, sh+" IS DISTINCT FROM "+col)
+		drops = append(drops, "DROP COLUMN "+col)
+		renames = append(renames, fmt.Sprintf("ALTER TABLE %s RENAME COLUMN %s TO %s", qt, sh, col))
+		names = append(names, literal(c.Name))
+		shadows = append(shadows, literal(c.Name+shadowSuffix))
+	}
+	tbl := literal(qualified(schemaName, table))
+	// Views (rules) reading a column about to be replaced: DROP COLUMN would
+	// fail on them, so the widening stops, named, before it adds anything.
+	blocked := fmt.Sprintf(`SELECT DISTINCT format('view %%s reads column %%s', v.oid::regclass, a.attname)
+ FROM pg_depend d JOIN pg_rewrite w ON w.oid = d.objid JOIN pg_class v ON v.oid = w.ev_class
+ JOIN pg_attribute a ON a.attrelid = d.refobjid AND a.attnum = d.refobjsubid
+ WHERE d.classid = 'pg_rewrite'::regclass AND d.refobjid = to_regclass(%s) AND v.oid <> d.refobjid AND a.attname IN (%s)`, tbl, strings.Join(names, ", "))
+	hasShadows := fmt.Sprintf("(SELECT count(*) FROM pg_attribute WHERE attrelid = to_regclass(%s) AND attname IN (%s) AND NOT attisdropped)", tbl, strings.Join(shadows, ", "))
+	detail := why + "; columns " + strings.Join(names, ", ")
+	return []Phase{
+		{Step: StepWiden, Name: PhaseWidenExpand, Table: table, Transactional: true, Lock: LockCatalog,
+			SQL: []string{
+				"ALTER TABLE " + qt + " " + strings.Join(adds, ", "),
+				fmt.Sprintf("CREATE OR REPLACE FUNCTION %s() RETURNS trigger LANGUAGE plpgsql AS $schemastate$ BEGIN %s RETURN NEW; END $schemastate$", fn, strings.Join(assigns, " ")),
+				fmt.Sprintf("CREATE OR REPLACE TRIGGER %s BEFORE INSERT OR UPDATE ON %s FOR EACH ROW EXECUTE FUNCTION %s()", trig, qt, fn),
+			},
+			DoneWhen: fmt.Sprintf("SELECT %s = %d AND EXISTS (SELECT 1 FROM pg_trigger WHERE tgrelid = to_regclass(%s) AND tgname = %s)",
+				hasShadows, len(cols), tbl, literal(widenTrigger(table))),
+			BlockedBy: blocked, Detail: detail},
+		{Step: StepWiden, Name: PhaseWidenCopy, Table: table, Lock: LockRows,
+			SQL: []string{fmt.Sprintf("UPDATE %s SET %s WHERE ctid >= $1::text::tid AND ctid < $2::text::tid AND (%s)",
+				qt, strings.Join(sets, ", "), strings.Join(differ, " OR "))},
+			DoneWhen: fmt.Sprintf("SELECT NOT EXISTS (SELECT 1 FROM %s WHERE %s)", qt, strings.Join(differ, " OR ")),
+			Detail:   detail},
+		{Step: StepWiden, Name: PhaseWidenContract, Table: table, Transactional: true, Lock: LockCatalog,
+			SQL: append([]string{
+				fmt.Sprintf("DROP TRIGGER IF EXISTS %s ON %s", trig, qt),
+				fmt.Sprintf("DROP FUNCTION IF EXISTS %s()", fn),
+				"ALTER TABLE " + qt + " " + strings.Join(drops, ", "),
+			}, renames...),
+			DoneWhen: fmt.Sprintf("SELECT %s = 0 AND (SELECT count(*) FROM pg_attribute WHERE attrelid = to_regclass(%s) AND attname IN (%s) AND atttypid = 'bigint'::regtype AND NOT attisdropped) = %d",
+				hasShadows, tbl, strings.Join(names, ", "), len(cols)),
+			BlockedBy: blocked, Detail: detail},
+	}
+}
+
+// widenableOnline reports a widening the expand/contract phases can make: an
+// integer column becoming bigint that is nullable, has no default, and takes
+// part in no index, key or constraint (replacing the column would drop them).
+func widenableOnline(live *schema.Table, m *schema.ModifyColumn) bool {
+	from, ok1 := m.From.Type.Type.(*schema.IntegerType)
+	to, ok2 := m.To.Type.Type.(*schema.IntegerType)
+	if !ok1 || !ok2 || !strings.EqualFold(to.T, "bigint") || !m.From.Type.Null || !m.To.Type.Null || m.From.Default != nil || m.To.Default != nil {
+		return false
+	}
+	_ = from
+	uses := func(parts []*schema.IndexPart) bool {
+		for _, p := range parts {
+			if p.C != nil && p.C.Name == m.From.Name || p.X != nil {
+				return true
+			}
+		}
+		return false
+	}
+	if live.PrimaryKey != nil && uses(live.PrimaryKey.Parts) {
+		return false
+	}
+	for _, idx := range live.Indexes {
+		if uses(idx.Parts) {
+			return false
+		}
+	}
+	for _, fk := range live.ForeignKeys {
+		for _, c := range fk.Columns {
+			if c.Name == m.From.Name {
+				return false
+			}
+		}
+	}
+	for _, a := range live.Attrs {
+		if _, ok := a.(*schema.Check); ok {
+			return false
+		}
+	}
+	return true
+}
+
+// buildable reports an index CREATE INDEX CONCURRENTLY can build as
+// rendered here: plain columns, no predicate.
+func buildable(idx *schema.Index) bool {
+	if hasPredicate(idx) || len(idx.Parts) == 0 {
+		return false
+	}
+	for _, p := range idx.Parts {
+		if p.C == nil {
+			return false
+		}
+	}
+	return true
+}
+
+func indexColumns(idx *schema.Index) string {
+	cols := make([]string, len(idx.Parts))
+	for i, p := range idx.Parts {
+		cols[i] = dialect.QuoteIdent(p.C.Name)
+		if p.Desc {
+			cols[i] += " DESC"
+		}
+	}
+	return strings.Join(cols, ", ")
+}
+
+func constantDefault(c *schema.Column) bool {
+	_, ok := c.Default.(*schema.Literal)
+	return ok
+}
+
+// qualified is schema.name, quoted, for to_regclass and messages.
+func qualified(schemaName, name string) string {
+	return dialect.QuoteIdent(schemaName) + "." + dialect.QuoteIdent(name)
+}
+
+// literal quotes s as an SQL string literal (catalog names in a plan's
+// checks, which are printed and must read standalone).
+func literal(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
+
+func orNone(xs []string) string {
+	if len(xs) == 0 {
+		return "NULL"
+	}
+	return strings.Join(xs, ", ")
+}
