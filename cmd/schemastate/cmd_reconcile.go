@@ -167,7 +167,7 @@ func progressPrinter(e *env) func(reconcile.Progress) {
 
 func runPlan(ctx context.Context, e *env, args []string) int {
 	fs := flags(e, "plan", "[--db DSN] [--schema FILE] [--prune] [--json]")
-	sf := addShapeFlags(fs, "print {\"statements\":[…],\"refused\":[…],\"drift\":[…]}")
+	sf := addShapeFlags(fs, "print {\"statements\":[…],\"refused\":[…],\"drift\":[…],\"phases\":[…],\"resumed\":[…]}")
 	prune := pruneFlag(fs)
 	if code, ok := parseArgs(e, fs, args, 0, ""); !ok {
 		return code
@@ -197,17 +197,38 @@ func runPlan(ctx context.Context, e *env, args []string) int {
 		return exitUsage
 	}
 	stmts, refused, drift := plan.Statements(), plan.Refused(), plan.Drift()
+	phases, resumed := plan.Phases(), plan.Resumed()
 	if *asJSON {
 		if drift == nil {
 			drift = []reconcile.Drift{}
 		}
-		writeJSON(e.stdout, map[string]any{"statements": nonNil(stmts), "refused": nonNil(refused), "drift": drift})
+		if phases == nil {
+			phases = []reconcile.Phase{}
+		}
+		writeJSON(e.stdout, map[string]any{"statements": nonNil(stmts), "refused": nonNil(refused), "drift": drift,
+			"phases": phases, "resumed": nonNil(resumed)})
 	} else {
 		if len(stmts) == 0 && len(refused) == 0 {
 			fmt.Fprintln(e.stdout, "-- no change: the declared shape holds")
 		}
-		for _, s := range stmts {
-			fmt.Fprintf(e.stdout, "%s;\n", s)
+		for _, r := range resumed {
+			fmt.Fprintf(e.stdout, "-- online upgrade stopped between phases: %s\n", r)
+		}
+		for _, ph := range phases {
+			tx := "no transaction"
+			if ph.Transactional {
+				tx = "one transaction"
+			}
+			fmt.Fprintf(e.stdout, "-- phase %s (step %s; %s; lock %s)\n", ph.ID(), ph.Step, tx, ph.Lock)
+			if ph.Detail != "" {
+				fmt.Fprintf(e.stdout, "--   %s\n", ph.Detail)
+			}
+			if ph.DoneWhen != "" {
+				fmt.Fprintf(e.stdout, "--   skipped when: %s\n", firstLineOf(ph.DoneWhen))
+			}
+			for _, s := range ph.SQL {
+				fmt.Fprintf(e.stdout, "%s;\n", s)
+			}
 		}
 		for _, r := range refused {
 			fmt.Fprintf(e.stdout, "-- REFUSED (destroys data, never applied at boot): %s\n", r)
@@ -224,6 +245,13 @@ func runPlan(ctx context.Context, e *env, args []string) int {
 		return exitChangesPending
 	}
 	return exitOK
+}
+
+func firstLineOf(s string) string {
+	if i := strings.IndexByte(s, '\n'); i >= 0 {
+		return s[:i] + " …"
+	}
+	return s
 }
 
 func nonNil(s []string) []string {

@@ -1,0 +1,355 @@
+package reconcile_test
+
+import (
+	"database/sql"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/schemastate/schemastate/dialect"
+	"github.com/schemastate/schemastate/internal/dbtest"
+	"github.com/schemastate/schemastate/reconcile"
+)
+
+// The online PostgreSQL upgrade (issue 10): phases whose every exclusive lock
+// is catalog-only, each resumable from the live catalog.
+
+// online forces the online phases on the tiny test tables and copies one
+// page per batch, so the copy takes several batches.
+var online = []reconcile.Option{reconcile.WithOnlineAbove(0), reconcile.WithCopyBatchPages(1)}
+
+func openPostgres(t *testing.T) *dbtest.DB {
+	t.Helper()
+	return dbtest.Open(t, dialect.Postgres)
+}
+
+// seedMany adds n legacy rows over several heap pages, with metrics that
+// exercise NULL, zero and the integer maximum.
+func seedMany(t *testing.T, db *dbtest.DB, n int) {
+	t.Helper()
+	db.Exec(t, fmt.Sprintf(`INSERT INTO task_session_subagents (id, task_session_id, task_id, tool_call_id, description, is_async, total_tokens, tool_use_count, duration_ms, source, observed_at, updated_at)
+ SELECT 'g' || i, CASE WHEN i %% 2 = 0 THEN 's1' ELSE 's2' END, 'k1', 'toolu_g' || i, repeat('x', 200),
+   i %% 2, CASE WHEN i %% 7 = 0 THEN NULL ELSE i * 1000 END, CASE WHEN i %% 5 = 0 THEN 0 ELSE i END, CASE WHEN i = 1 THEN 2147483647 ELSE i END,
+   'live', timestamp '2026-07-30 00:00:00' + i * interval '1 ms', timestamp '2026-07-30 00:00:00' + i * interval '1 ms'
+ FROM generate_series(1, %d) i`, n))
+}
+
+// requireBackfilledOnceAmong is requireBackfilledOnce on a table that also
+// holds extra seeded rows.
+func requireBackfilledOnceAmong(t *testing.T, db *dbtest.DB, extra int) {
+	t.Helper()
+	require.Equal(t, 1, count(t, db, `SELECT COUNT(*) FROM task_session_subagents WHERE tool_call_id = 'toolu_1'`), "live row not duplicated")
+	require.Equal(t, 2, count(t, db, `SELECT COUNT(*) FROM task_session_subagents WHERE source = 'backfill' AND tool_call_id IN ('toolu_4', 'toolu_5')`))
+	require.Equal(t, 5+extra, count(t, db, `SELECT COUNT(*) FROM task_session_subagents`))
+	ks := readKeys(t, db)
+	require.NotNil(t, ks.CaptureSince)
+	require.NotNil(t, ks.BackfillThrough)
+}
+
+func phaseIDs(phases []reconcile.Phase) []string {
+	var out []string
+	for _, p := range phases {
+		out = append(out, p.ID())
+	}
+	return out
+}
+
+func columnType(t *testing.T, db *dbtest.DB, col string) string {
+	t.Helper()
+	var typ string
+	require.NoError(t, db.QueryRow(`SELECT data_type FROM information_schema.columns WHERE table_schema = current_schema() AND table_name = 'task_session_subagents' AND column_name = $1`, col).Scan(&typ))
+	return typ
+}
+
+const subagentsKey = "task_session_subagents_session_execution_tool_call_key"
+
+// Both paths from the same legacy table: the plan names each phase, its
+// transaction, its lock and the size it was chosen from; reconcile runs
+// exactly those phases and reaches AC-33 with every row and value intact.
+func TestOnline_PlanIsWhatReconcileRuns(t *testing.T) {
+	cases := []struct {
+		name   string
+		opts   []reconcile.Option
+		phases []string
+		locks  []reconcile.LockClass
+		why    string
+	}{
+		{"small table: single transaction", nil,
+			[]string{"task_session_subagents.alter", "background_agent_log.create", "task_session_subagents.widen"},
+			[]reconcile.LockClass{reconcile.LockRewrite, reconcile.LockCatalog, reconcile.LockRewrite},
+			"under the online threshold 8.0 MiB: single transaction"},
+		{"online phases", online,
+			[]string{"task_session_subagents.alter", "task_session_subagents.build_index." + subagentsKey, "task_session_subagents.swap_key",
+				"background_agent_log.create",
+				"task_session_subagents.widen_expand", "task_session_subagents.widen_copy", "task_session_subagents.widen_contract"},
+			[]reconcile.LockClass{reconcile.LockCatalog, reconcile.LockShareUpdateExclusive, reconcile.LockCatalog, reconcile.LockCatalog,
+				reconcile.LockCatalog, reconcile.LockRows, reconcile.LockCatalog},
+			"at or above the online threshold 0 kB: online phases"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			db := openPostgres(t).Host(t).Legacy(t)
+			seedLegacy(t, db)
+			seedMany(t, db, 300)
+			seedHistory(t, db)
+			before := snapshot(t, db)
+
+			plan, err := reconcile.Plan(ctx, db.DB, tc.opts...)
+			require.NoError(t, err)
+			phases := plan.Phases()
+			require.Equal(t, tc.phases, phaseIDs(phases))
+			var locks []reconcile.LockClass
+			for _, p := range phases {
+				locks = append(locks, p.Lock)
+				require.NotEmpty(t, p.SQL, p.ID())
+				if p.Table == "task_session_subagents" {
+					require.Contains(t, p.Detail, tc.why)
+				}
+			}
+			require.Equal(t, tc.locks, locks)
+			for _, p := range phases {
+				if p.Name == reconcile.PhaseBuildIndex {
+					require.False(t, p.Transactional, "CONCURRENTLY runs outside a transaction")
+					require.Contains(t, p.SQL[0], "CREATE UNIQUE INDEX CONCURRENTLY")
+				}
+				if p.Name == reconcile.PhaseSwapKey {
+					require.Contains(t, p.SQL[0], "DROP CONSTRAINT \"task_session_subagents_task_session_id_tool_call_id_key\"")
+					require.Contains(t, p.SQL[0], "UNIQUE USING INDEX")
+				}
+			}
+
+			rep := mustReconcile(t, db, tc.opts...)
+			var ran []string
+			for _, s := range []string{reconcile.StepShape, reconcile.StepWiden} {
+				ran = append(ran, rep.Step(s).Phases...)
+				require.Contains(t, rep.Step(s).Detail, tc.why, "the step says which path and why")
+			}
+			require.Equal(t, tc.phases, ran, "reconcile runs the plan's phases")
+			requireAC33(t, db, freshIndexSet(t, db.Dialect))
+			requireBackfilledOnceAmong(t, db, 300)
+			require.Subset(t, snapshot(t, db), before, "every row, every value")
+			for _, c := range []string{"total_tokens", "tool_use_count", "duration_ms"} {
+				require.Equal(t, "bigint", columnType(t, db, c))
+			}
+			// AC-34: nothing left to do, and no artefact left behind.
+			plan, err = reconcile.Plan(ctx, db.DB, tc.opts...)
+			require.NoError(t, err)
+			require.Empty(t, plan.Phases())
+			require.Zero(t, count(t, db, `SELECT COUNT(*) FROM pg_trigger WHERE tgrelid = 'task_session_subagents'::regclass AND NOT tgisinternal`))
+			require.Zero(t, count(t, db, `SELECT COUNT(*) FROM information_schema.columns WHERE table_schema = current_schema() AND column_name LIKE '%schemastate%'`))
+			mustReconcile(t, db, tc.opts...)
+			require.Subset(t, snapshot(t, db), before)
+		})
+	}
+}
+
+// Values above 2^31 survive the widening, including those written while it
+// was in flight (between expand and contract the shadow carries them).
+func TestOnline_ValuesAbove2e31Survive(t *testing.T) {
+	db := openPostgres(t).Host(t).Legacy(t)
+	seedLegacy(t, db)
+	seedMany(t, db, 200)
+	_, err := reconcile.Reconcile(ctx, db.DB, append(online, failAt(reconcile.FailpointAfterPhase("task_session_subagents.widen_copy")))...)
+	require.ErrorIs(t, err, reconcile.ErrStepFailed)
+	// In flight: the old column is still integer; a host write lands in both.
+	require.Equal(t, "integer", columnType(t, db, "total_tokens"))
+	db.Exec(t, `INSERT INTO task_session_subagents (id, task_session_id, task_id, tool_call_id, total_tokens, observed_at, updated_at) VALUES ('during', 's1', 'k1', 'toolu_during', 2147483647, now(), now())`)
+	db.Exec(t, `UPDATE task_session_subagents SET duration_ms = -2147483648 WHERE id = 'g3'`)
+
+	mustReconcile(t, db)
+	require.Equal(t, "bigint", columnType(t, db, "total_tokens"))
+	db.Exec(t, `UPDATE task_session_subagents SET total_tokens = 9007199254740993, tool_use_count = 4294967296 WHERE id = 'r1'`)
+	var tokens, uses, during, dur int64
+	require.NoError(t, db.QueryRow(`SELECT total_tokens, tool_use_count FROM task_session_subagents WHERE id = 'r1'`).Scan(&tokens, &uses))
+	require.Equal(t, int64(9007199254740993), tokens)
+	require.Equal(t, int64(4294967296), uses)
+	require.NoError(t, db.QueryRow(`SELECT total_tokens FROM task_session_subagents WHERE id = 'during'`).Scan(&during))
+	require.Equal(t, int64(2147483647), during)
+	require.NoError(t, db.QueryRow(`SELECT duration_ms FROM task_session_subagents WHERE id = 'g3'`).Scan(&dur))
+	require.Equal(t, int64(-2147483648), dur)
+}
+
+// An INVALID index left behind (a build killed or failed part way) is seen
+// by plan and status, dropped concurrently and rebuilt, then attached.
+func TestOnline_InvalidIndexRepaired(t *testing.T) {
+	db := openPostgres(t).Host(t).Legacy(t)
+	seedLegacy(t, db)
+	before := snapshot(t, db)
+	// What a killed CREATE INDEX CONCURRENTLY leaves: the column (the alter
+	// phase committed) and an index the catalog marks INVALID.
+	db.Exec(t, `ALTER TABLE task_session_subagents ADD COLUMN agent_execution_id text NOT NULL DEFAULT 'unknown';
+CREATE UNIQUE INDEX CONCURRENTLY `+subagentsKey+` ON task_session_subagents (task_session_id, agent_execution_id, tool_call_id);
+UPDATE pg_index SET indisvalid = false WHERE indexrelid = '`+subagentsKey+`'::regclass`)
+
+	plan, err := reconcile.Plan(ctx, db.DB)
+	require.NoError(t, err)
+	require.Len(t, plan.Resumed(), 1)
+	require.Contains(t, plan.Resumed()[0], "INVALID index "+subagentsKey)
+	var build *reconcile.Phase
+	for _, p := range plan.Phases() {
+		if p.Name == reconcile.PhaseBuildIndex {
+			build = &p
+		}
+	}
+	require.NotNil(t, build, "resumed online whatever the size: %v", phaseIDs(plan.Phases()))
+	require.Contains(t, build.SQL[0], "DROP INDEX CONCURRENTLY IF EXISTS")
+	obs := observe(t, db)
+	require.NotNil(t, obs.Upgrade)
+	require.Equal(t, "task_session_subagents.build_index."+subagentsKey, obs.Upgrade.Next)
+
+	mustReconcile(t, db)
+	requireAC33(t, db, freshIndexSet(t, db.Dialect))
+	require.Zero(t, count(t, db, `SELECT COUNT(*) FROM pg_index WHERE indrelid = 'task_session_subagents'::regclass AND NOT indisvalid`))
+	require.Equal(t, before, snapshot(t, db))
+	require.Nil(t, observe(t, db).Upgrade)
+}
+
+// A build that fails on duplicated keys names them and leaves no INVALID
+// index behind.
+func TestOnline_DuplicateKeysNamed(t *testing.T) {
+	db := openPostgres(t).Host(t).Legacy(t)
+	seedLegacy(t, db)
+	// A host that dropped the two-column key and wrote a duplicate.
+	db.Exec(t, `ALTER TABLE task_session_subagents DROP CONSTRAINT task_session_subagents_task_session_id_tool_call_id_key;
+INSERT INTO task_session_subagents (id, task_session_id, task_id, tool_call_id, observed_at, updated_at) VALUES ('dup', 's1', 'k1', 'toolu_1', now(), now())`)
+	rep, err := reconcile.Reconcile(ctx, db.DB, online...)
+	require.ErrorIs(t, err, reconcile.ErrStepFailed)
+	d := rep.Step(reconcile.StepShape).Detail
+	require.Contains(t, d, "build_index")
+	require.Contains(t, d, "duplicated keys: (s1, unknown, toolu_1) × 2")
+	require.Zero(t, count(t, db, `SELECT COUNT(*) FROM pg_index WHERE indrelid = 'task_session_subagents'::regclass AND NOT indisvalid`), "no INVALID index left")
+	require.Equal(t, reconcile.Skipped, rep.Step(reconcile.StepBackfill).Status)
+	require.Nil(t, readKeys(t, db).ExecutionSince)
+}
+
+// A long-running reader holding the table during the swap: the swap's short
+// lock_timeout attempts give up within the budget, the step fails naming the
+// reader, and nothing is half done; the next boot succeeds.
+func TestOnline_LongReaderDuringSwapFailsCleanlyThenSucceeds(t *testing.T) {
+	db := openPostgres(t).Host(t).Legacy(t)
+	seedLegacy(t, db)
+	seedHistory(t, db)
+	before := snapshot(t, db)
+	other, err := sql.Open("pgx", db.DSN)
+	require.NoError(t, err)
+	defer other.Close()
+	var reader *sql.Tx
+	var readerPID int
+	hold := reconcile.WithFailpoint(func(p string) error {
+		if p != reconcile.FailpointAfterPhase("task_session_subagents.build_index."+subagentsKey) {
+			return nil
+		}
+		// The host's report query, left open: ACCESS SHARE until it ends.
+		var err error
+		if reader, err = other.Begin(); err != nil {
+			return err
+		}
+		if err := reader.QueryRow(`SELECT pg_backend_pid()`).Scan(&readerPID); err != nil {
+			return err
+		}
+		t.Cleanup(func() { reader.Rollback() })
+		_, err = reader.Exec(`SELECT count(*) FROM task_session_subagents`)
+		return err
+	})
+	opts := append(append([]reconcile.Option{}, online...), hold, reconcile.WithDDLLockTimeout(600*time.Millisecond), reconcile.WithDDLLockAttempt(100*time.Millisecond))
+	rep, err := reconcile.Reconcile(ctx, db.DB, opts...)
+	require.ErrorIs(t, err, reconcile.ErrStepFailed)
+	shape := rep.Step(reconcile.StepShape)
+	require.Equal(t, reconcile.Failed, shape.Status)
+	require.ErrorIs(t, shape.Err, reconcile.ErrLockNotAcquired)
+	require.Contains(t, shape.Detail, "swap_key")
+	require.Contains(t, shape.Detail, fmt.Sprintf("pid %d (AccessShareLock", readerPID), "the reader is named")
+	require.Equal(t, reconcile.Skipped, rep.Step(reconcile.StepExecutionSince).Status)
+	require.Equal(t, reconcile.Skipped, rep.Step(reconcile.StepBackfill).Status)
+	obs := observe(t, db)
+	require.False(t, obs.EndState.TwoColumnUniqueAbsent, "the two-column key is still the key")
+	require.Nil(t, obs.Keys.ExecutionSince)
+	require.Equal(t, "task_session_subagents.swap_key", obs.Upgrade.Next)
+	require.NoError(t, reader.Rollback())
+
+	rep = mustReconcile(t, db)
+	require.Contains(t, rep.Step(reconcile.StepShape).Detail, "resuming an online upgrade")
+	requireAC33(t, db, freshIndexSet(t, db.Dialect))
+	requireBackfilledOnce(t, db)
+	require.Subset(t, snapshot(t, db), before)
+}
+
+// A host view over a metric column blocks the widening, named, before it
+// adds anything; AC-33, execution_since and the backfill go ahead; every
+// boot retries; once the view is gone the widening completes online.
+func TestOnline_WideningBlockedByViewIsNamedAndRetried(t *testing.T) {
+	db := openPostgres(t).Host(t).Legacy(t)
+	seedLegacy(t, db)
+	seedHistory(t, db)
+	before := snapshot(t, db)
+	db.Exec(t, `CREATE VIEW subagent_tokens AS SELECT task_session_id, SUM(total_tokens) AS tokens FROM task_session_subagents GROUP BY task_session_id`)
+	for boot := 0; boot < 2; boot++ {
+		rep, err := reconcile.Reconcile(ctx, db.DB, online...)
+		require.ErrorIs(t, err, reconcile.ErrStepFailed)
+		require.Equal(t, reconcile.Failed, rep.Step(reconcile.StepWiden).Status)
+		require.ErrorIs(t, rep.Step(reconcile.StepWiden).Err, reconcile.ErrPhaseBlocked)
+		require.Contains(t, rep.Step(reconcile.StepWiden).Detail, "view subagent_tokens reads column total_tokens")
+		require.NotEqual(t, reconcile.Failed, rep.Step(reconcile.StepShape).Status)
+		require.NotEqual(t, reconcile.Failed, rep.Step(reconcile.StepExecutionSince).Status)
+		require.NotEqual(t, reconcile.Failed, rep.Step(reconcile.StepBackfill).Status)
+		require.True(t, observe(t, db).EndState.KeyBearing())
+		require.Equal(t, "integer", columnType(t, db, "total_tokens"))
+		require.Zero(t, count(t, db, `SELECT COUNT(*) FROM information_schema.columns WHERE table_schema = current_schema() AND column_name LIKE '%schemastate%'`), "nothing added")
+	}
+	requireBackfilledOnce(t, db)
+
+	// A view created after the expand phase: the contract is blocked instead,
+	// the shadow columns stay equal through the trigger, and it completes
+	// once the view is gone.
+	db.Exec(t, `DROP VIEW subagent_tokens`)
+	_, err := reconcile.Reconcile(ctx, db.DB, append(online, failAt(reconcile.FailpointAfterPhase("task_session_subagents.widen_expand")))...)
+	require.ErrorIs(t, err, reconcile.ErrStepFailed)
+	db.Exec(t, `CREATE VIEW subagent_tokens AS SELECT task_session_id, SUM(total_tokens) AS tokens FROM task_session_subagents GROUP BY task_session_id`)
+	rep, err := reconcile.Reconcile(ctx, db.DB)
+	require.ErrorIs(t, err, reconcile.ErrStepFailed)
+	require.Contains(t, rep.Step(reconcile.StepWiden).Detail, "widen_contract")
+	require.Contains(t, rep.Step(reconcile.StepWiden).Detail, "subagent_tokens")
+	db.Exec(t, `UPDATE task_session_subagents SET total_tokens = 5 WHERE id = 'r2'`)
+	db.Exec(t, `DROP VIEW subagent_tokens`)
+	mustReconcile(t, db)
+	require.Equal(t, "bigint", columnType(t, db, "total_tokens"))
+	require.Equal(t, 5, count(t, db, `SELECT total_tokens FROM task_session_subagents WHERE id = 'r2'`))
+	db.Exec(t, `UPDATE task_session_subagents SET total_tokens = NULL WHERE id = 'r2'`)
+	require.Subset(t, snapshot(t, db), before)
+}
+
+// Replicas booting together on the online path: all succeed, one does each
+// phase, the rest find it done.
+func TestOnline_ConcurrentReconcilesConverge(t *testing.T) {
+	db := openPostgres(t).Host(t).Legacy(t)
+	seedLegacy(t, db)
+	seedMany(t, db, 300)
+	seedHistory(t, db)
+	before := snapshot(t, db)
+	const n = 8
+	reps := make([]*reconcile.Report, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := 0; i < n; i++ {
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			reps[i], errs[i] = reconcile.Reconcile(ctx, db.DB, online...)
+		}(i)
+	}
+	wg.Wait()
+	applied := 0
+	for i := range reps {
+		require.NoError(t, errs[i], describe(reps[i]))
+		if reps[i].Step(reconcile.StepShape).Status == reconcile.Applied {
+			applied++
+		}
+	}
+	require.Equal(t, 1, applied)
+	requireAC33(t, db, freshIndexSet(t, db.Dialect))
+	requireBackfilledOnceAmong(t, db, 300)
+	require.Subset(t, snapshot(t, db), before)
+}
