@@ -152,20 +152,20 @@ func (s *pgSession) inTx(ctx context.Context, timeout time.Duration, fn func(*sq
 // concurrently runs a non-transactional phase (CREATE or DROP INDEX
 // CONCURRENTLY). Their SHARE UPDATE EXCLUSIVE lock never blocks readers or
 // writers, so they wait for it — and for the transactions the build must
-// outlast — up to the whole budget in one attempt. A failure part way runs
+// outlast — in one attempt of up to WithConcurrentWait. A failure part way runs
 // the phase's Cleanup (the INVALID index it left) before it is reported.
 func (s *pgSession) concurrently(ctx context.Context, ph Phase, h phaseHooks) error {
 	defer s.conn.ExecContext(context.WithoutCancel(ctx), "RESET lock_timeout")
 	for _, stmt := range ph.SQL {
-		err := s.withLockRetry(ctx, ph.Table, func(time.Duration) error {
-			if _, err := s.conn.ExecContext(ctx, fmt.Sprintf("SET lock_timeout = '%dms'", max(s.o.ddlLockTimeout.Milliseconds(), 1))); err != nil {
-				return err
-			}
-			stop := s.watchIndexBuild(ctx, ph, h.progress)
-			_, err := s.conn.ExecContext(ctx, stmt)
-			stop()
+		if _, err := s.conn.ExecContext(ctx, fmt.Sprintf("SET lock_timeout = '%dms'", max(s.o.concurrentWait.Milliseconds(), 1))); err != nil {
 			return err
-		})
+		}
+		stop := s.watchIndexBuild(ctx, ph, h.progress)
+		_, err := s.conn.ExecContext(ctx, stmt)
+		stop()
+		if isLockTimeout(err) {
+			err = fmt.Errorf("%w: %s: waited %s%s: %w", ErrLockNotAcquired, ph.Table, s.o.concurrentWait, s.holders(ctx, ph.Table), err)
+		}
 		if err != nil {
 			err = fmt.Errorf("%s: %w", firstLine(stmt), withDetail(err))
 			if dup := s.duplicates(ctx, err, ph); dup != "" {

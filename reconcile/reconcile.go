@@ -178,6 +178,7 @@ type options struct {
 	lockWait       time.Duration
 	ddlLockTimeout time.Duration
 	ddlLockAttempt time.Duration
+	concurrentWait time.Duration
 	onlineAbove    int64
 	copyBatchPages int
 	failpoint      func(string) error
@@ -216,6 +217,14 @@ func WithDDLLockTimeout(d time.Duration) Option { return func(o *options) { o.dd
 // statement can sit in the lock queue in front of the host's readers.
 func WithDDLLockAttempt(d time.Duration) Option { return func(o *options) { o.ddlLockAttempt = d } }
 
+// WithConcurrentWait bounds how long a PostgreSQL CREATE or DROP INDEX
+// CONCURRENTLY waits for its lock and for the transactions it must outlast —
+// any transaction of the database older than the build (default 30s). Its
+// lock never blocks the host's readers or writers, so it may wait longer than
+// an exclusive one; past the bound the phase fails, naming the oldest
+// transaction, removes the INVALID index it left, and is retried next boot.
+func WithConcurrentWait(d time.Duration) Option { return func(o *options) { o.concurrentWait = d } }
+
 // WithOnlineAbove sets the live table size (pg_table_size, bytes) from which
 // a PostgreSQL table is changed in online phases rather than in one
 // transaction (default 8 MiB; 0 takes the online phases for every table).
@@ -238,7 +247,7 @@ func WithProgress(fn func(Progress)) Option { return func(o *options) { o.progre
 
 func newOptions(db *sql.DB, opts []Option) (*options, error) {
 	o := &options{logger: slog.Default(), lockWait: 60 * time.Second, ddlLockTimeout: 5 * time.Second,
-		ddlLockAttempt: 200 * time.Millisecond, onlineAbove: 8 << 20, copyBatchPages: 256}
+		ddlLockAttempt: 200 * time.Millisecond, concurrentWait: 30 * time.Second, onlineAbove: 8 << 20, copyBatchPages: 256}
 	for _, opt := range opts {
 		opt(o)
 	}
