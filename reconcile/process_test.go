@@ -28,6 +28,8 @@ const (
 	envDriver  = "SCHEMASTATE_TEST_CHILD_DRIVER"
 	envDSN     = "SCHEMASTATE_TEST_CHILD_DSN"
 	envPauseAt = "SCHEMASTATE_TEST_CHILD_PAUSE_AT"
+	// envOnline makes the child take PostgreSQL's online phases (online).
+	envOnline = "SCHEMASTATE_TEST_CHILD_ONLINE"
 )
 
 func TestMain(m *testing.M) {
@@ -48,13 +50,17 @@ func childReconcile() int {
 	}
 	defer db.Close()
 	pause := os.Getenv(envPauseAt)
-	rep, err := reconcile.Reconcile(context.Background(), db, reconcile.WithFailpoint(func(p string) error {
+	opts := []reconcile.Option{reconcile.WithFailpoint(func(p string) error {
 		if p == pause {
 			fmt.Printf("PAUSED %s\n", p)
 			select {}
 		}
 		return nil
-	}))
+	})}
+	if os.Getenv(envOnline) == "1" {
+		opts = append(opts, online...)
+	}
+	rep, err := reconcile.Reconcile(context.Background(), db, opts...)
 	_ = json.NewEncoder(os.Stdout).Encode(rep)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -63,18 +69,19 @@ func childReconcile() int {
 	return 0
 }
 
-func childCmd(db *dbtest.DB, pauseAt string) *exec.Cmd {
+func childCmd(db *dbtest.DB, pauseAt string, env ...string) *exec.Cmd {
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), envChild+"=reconcile", envDriver+"="+driverName(db.Dialect), envDSN+"="+db.DSN, envPauseAt+"="+pauseAt)
+	cmd.Env = append(cmd.Env, env...)
 	cmd.Stderr = os.Stderr
 	return cmd
 }
 
 // killAt starts a reconciling child, waits until it reaches the failpoint,
 // and kills it with SIGKILL.
-func killAt(t *testing.T, db *dbtest.DB, point string) {
+func killAt(t *testing.T, db *dbtest.DB, point string, env ...string) {
 	t.Helper()
-	cmd := childCmd(db, point)
+	cmd := childCmd(db, point, env...)
 	out, err := cmd.StdoutPipe()
 	require.NoError(t, err)
 	require.NoError(t, cmd.Start())
