@@ -9,7 +9,8 @@ import (
 // disk measures the sequential write rate of the disk the store lives on:
 // cfg.DiskMB written in 1 MiB blocks to a new file next to the store, then
 // fsynced, timed to the end of the fsync. It runs at the start and at the end
-// of a run; the rebuild's physical limit uses the latest figure.
+// of a run and before each rebuild size, whose physical limit uses the
+// figure taken just before it.
 func (b *bench) disk(rep *Report) error {
 	dir := b.stores.Dir()
 	if dir == "" {

@@ -22,13 +22,15 @@ import (
 // transaction like ours. The window is compared the cheapest way that is
 // right for this store: on SQLite every timestamp is the host's UTC text
 // form (fraction trimmed, "+00:00"), which sorts as the instant, so the
-// boundary is bound in that form and compared as text.
+// boundary is bound in that form and compared as text. The unary + keeps
+// SQLite from reading the window through the created_at index (random reads
+// of the table, slower than the one sequential scan the floor is).
 const (
 	healthFloorSQLite = `WITH m AS (
   SELECT task_session_id AS s, task_id, json_extract(metadata, '$.tool_call_id') AS t
   FROM task_session_messages
   WHERE (instr(metadata, 'subagent_task') > 0 OR (instr(metadata, '\u00') > 0 AND metadata GLOB '*\u00[5-7]*'))
-    AND created_at >= ?1
+    AND +created_at >= ?1
     AND CASE WHEN json_valid(metadata) THEN json_extract(metadata, '$.normalized.kind') END = 'subagent_task'
 ), r AS (
   SELECT task_session_id AS s, tool_call_id AS t, observed_at FROM task_session_subagents WHERE observed_at >= ?1
