@@ -1,6 +1,7 @@
 package schemastate_test
 
 import (
+	"database/sql"
 	"net/http"
 	"net/http/httptest"
 	"testing"
@@ -19,6 +20,14 @@ import (
 	_ "github.com/schemastate/schemastate/toolstatus"
 	_ "github.com/schemastate/schemastate/transcript"
 )
+
+// Importing the module registers no database/sql driver: the host passes
+// its own *sql.DB, opened with the drivers it imports itself, and a driver
+// registered twice under one name panics. (The drivers package is the one
+// that registers them, for the CLI; it is not imported here.)
+func TestImport_NoDatabaseDriverRegistered(t *testing.T) {
+	require.Empty(t, sql.Drivers())
+}
 
 // Importing the module changes nothing in the host's process: no handler on
 // http.DefaultServeMux (importing expvar alone registers /debug/vars, which

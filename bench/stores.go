@@ -10,6 +10,8 @@ import (
 
 	"github.com/schemastate/schemastate/dialect"
 	"github.com/schemastate/schemastate/gen"
+
+	_ "github.com/schemastate/schemastate/drivers"
 )
 
 // Stores hands out the empty databases the benchmark generates its stores

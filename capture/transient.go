@@ -9,8 +9,14 @@ import (
 	"strings"
 
 	"github.com/jackc/pgx/v5/pgconn"
-	"modernc.org/sqlite"
-	sqlite3 "modernc.org/sqlite/lib"
+)
+
+// SQLite's primary result codes (sqlite3.h), which an extended code carries
+// in its low byte.
+const (
+	sqliteBusy   = 5
+	sqliteLocked = 6
+	sqliteIOErr  = 10
 )
 
 // transient reports whether a failed upsert may succeed if sent again: the
@@ -25,10 +31,12 @@ func transient(err error) bool {
 	}
 	// SQLite: the write lock still held after the busy timeout, a locked
 	// shared-cache table, a brief I/O error (any extended IOERR code).
-	var se *sqlite.Error
+	// The error is matched by its Code method (modernc's *sqlite.Error), so
+	// this package does not import the driver, whose import registers it.
+	var se interface{ Code() int }
 	if errors.As(err, &se) {
 		switch se.Code() & 0xff {
-		case sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED, sqlite3.SQLITE_IOERR:
+		case sqliteBusy, sqliteLocked, sqliteIOErr:
 			return true
 		}
 		return false

@@ -14,9 +14,6 @@ import (
 	"strconv"
 	"strings"
 
-	_ "github.com/jackc/pgx/v5/stdlib" // registers "pgx"
-	_ "modernc.org/sqlite"             // registers "sqlite"
-
 	"github.com/schemastate/schemastate/internal/redact"
 )
 
@@ -205,7 +202,8 @@ func sqliteURIPath(path string) string {
 	return strings.NewReplacer("%", "%25", "#", "%23", "?", "%3F").Replace(path)
 }
 
-// Open opens and pings the target.
+// Open opens and pings the target. The driver must be registered: import
+// github.com/schemastate/schemastate/drivers (the CLI does).
 func (t Target) Open(ctx context.Context) (*sql.DB, error) {
 	db, err := sql.Open(t.DriverName, t.DSN)
 	if err != nil {

@@ -9,6 +9,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/schemastate/schemastate/dialect"
+
+	_ "github.com/schemastate/schemastate/drivers"
 )
 
 // A path with URI metacharacters opens exactly that file, never a truncated one.

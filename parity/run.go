@@ -16,6 +16,8 @@ import (
 	"github.com/schemastate/schemastate"
 	"github.com/schemastate/schemastate/dialect"
 	"github.com/schemastate/schemastate/reconcile"
+
+	_ "github.com/schemastate/schemastate/drivers"
 )
 
 // The stores Run builds. Each starts from an installed-base state

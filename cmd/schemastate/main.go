@@ -22,6 +22,8 @@ import (
 
 	"github.com/schemastate/schemastate/dialect"
 	"github.com/schemastate/schemastate/internal/redact"
+
+	_ "github.com/schemastate/schemastate/drivers"
 )
 
 // command is one subcommand. Each lives in its own cmd_*.go file and

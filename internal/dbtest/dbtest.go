@@ -22,6 +22,8 @@ import (
 
 	"github.com/schemastate/schemastate"
 	"github.com/schemastate/schemastate/dialect"
+
+	_ "github.com/schemastate/schemastate/drivers"
 )
 
 // EnvDSN names the environment variable holding the PostgreSQL test server DSN.
