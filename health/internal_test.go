@@ -65,9 +65,22 @@ func meta(toolCallID string) string {
 // orphan row, a cross-execution reuse — are invisible to that evaluation and
 // visible to the next one. Under PostgreSQL's default READ COMMITTED, or on
 // SQLite outside a read transaction, the counting statement would see them.
+//
+// With a malformed candidate document in the window, PostgreSQL's evaluation
+// takes its second path (the cast raises, the refused documents are isolated
+// in savepoints, the statement runs again): still one snapshot.
 func TestEvaluate_AC28b_OneSnapshotPerEvaluation(t *testing.T) {
+	for _, malformed := range []bool{false, true} {
+		t.Run(fmt.Sprintf("malformed=%v", malformed), func(t *testing.T) { oneSnapshot(t, malformed) })
+	}
+}
+
+func oneSnapshot(t *testing.T, malformed bool) {
 	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
 		ctx := setup(t, db)
+		if malformed {
+			insertMessage(t, ctx, db, "m0", "task-1", `{"tool_call_id":"tc-bad","normalized":{"kind":"subagent_task"`, since.Add(time.Second))
+		}
 		insertMessage(t, ctx, db, "m1", "task-1", meta("tc-a"), since.Add(time.Second))
 		insertRow(t, ctx, db, "r1", "exec-1", "tc-a", since.Add(time.Second))
 		insertMessage(t, ctx, db, "m2", "task-1", meta("tc-b"), since.Add(2*time.Second))
