@@ -73,6 +73,7 @@ func (b *bench) atlasApply(ctx context.Context) (time.Duration, error) {
 	if err != nil {
 		return 0, err
 	}
+	t = t.NewStore() // the bench's own store: WAL on SQLite, as it was made
 	db, err := sql.Open(t.DriverName, t.DSN)
 	if err != nil {
 		return 0, err
