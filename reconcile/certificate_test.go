@@ -138,7 +138,10 @@ func TestReconcile_PostgresRenamesAutoNamedKeyInsteadOfRebuildingIt(t *testing.T
 }
 
 // A DEFERRABLE three-column unique cannot arbitrate ON CONFLICT, so it is not
-// AC-33 clause 2 and execution_since is not published off it.
+// AC-33 clause 2 and execution_since is not published off it: while the shape
+// step fails the key stays unwritten; once it runs, the declared constraint
+// replaces the deferrable one (Atlas's diff alone, blind to deferrability,
+// planned nothing and every boot stopped there).
 func TestReconcile_PostgresDeferrableKeyIsNotClause2(t *testing.T) {
 	db := dbtest.Open(t, dialect.Postgres).Host(t)
 	mustReconcile(t, db)
@@ -147,9 +150,15 @@ ALTER TABLE task_session_subagents DROP CONSTRAINT task_session_subagents_sessio
 ALTER TABLE task_session_subagents ADD CONSTRAINT task_session_subagents_session_execution_tool_call_key UNIQUE (task_session_id, agent_execution_id, tool_call_id) DEFERRABLE INITIALLY DEFERRED`)
 	obs := observe(t, db)
 	require.False(t, obs.EndState.ThreeColumnUnique)
-	rep, _ := reconcile.Reconcile(ctx, db.DB)
+	rep, _ := reconcile.Reconcile(ctx, db.DB, failAt(reconcile.FailpointShapeApplied))
 	require.NotEqual(t, reconcile.Applied, rep.Step(reconcile.StepExecutionSince).Status, describe(rep))
 	require.Nil(t, readKeys(t, db).ExecutionSince)
+
+	rep = mustReconcile(t, db)
+	require.Equal(t, reconcile.Applied, rep.Step(reconcile.StepShape).Status, describe(rep))
+	require.Zero(t, count(t, db, `SELECT COUNT(*) FROM pg_constraint WHERE conrelid = 'task_session_subagents'::regclass AND condeferrable`))
+	requireAC33(t, db, freshIndexSet(t, db.Dialect))
+	settle(t, db)
 }
 
 // editedDeclaration writes the built-in schema.hcl with a trailing comment: the

@@ -228,6 +228,8 @@ func (r *run) certify(ctx context.Context, q dialect.Querier) {
 	if err := r.writeCertificate(ctx, q); err != nil {
 		r.o.logger.Info("shape certificate not recorded", "error", err)
 		_, _ = q.ExecContext(ctx, "ROLLBACK TO SAVEPOINT schemastate_certificate")
+	} else {
+		r.rep.Certified = true
 	}
 	_, _ = q.ExecContext(ctx, "RELEASE SAVEPOINT schemastate_certificate")
 }
@@ -259,6 +261,7 @@ func (r *run) fastPath(ks keys.Set) {
 	r.rep.EndState = EndState{ExecutionColumnNotNull: true, ThreeColumnUnique: true, TwoColumnUniqueAbsent: true, IndexesMatchDeclaration: true}
 	r.rep.EndStateObserved = true
 	r.rep.Keys, r.rep.KeysRead = ks, true
+	r.rep.Certified = true
 	r.reportDrift()
 	for _, s := range []Step{
 		{Name: StepHostTables, Status: Unchanged, Detail: "present (certified)"},

@@ -162,13 +162,13 @@ func withDetail(err error) error {
 // index under an ACCESS EXCLUSIVE lock). The live table is updated to the
 // declared name so the diff sees the same constraint. A partial index, a
 // plain unique index and a column order that differs are never equivalent.
-func renameEquivalentUniques(d dialect.Dialect, schemaName string, live, want *schema.Table) []string {
+func renameEquivalentUniques(d dialect.Dialect, schemaName string, live, want *schema.Table, deferrable map[string]bool) []string {
 	if d != dialect.Postgres {
 		return nil
 	}
 	var stmts []string
 	for _, idx := range live.Indexes {
-		if !isUniqueConstraint(idx) {
+		if !isUniqueConstraint(idx) || deferrable[idx.Name] {
 			continue
 		}
 		if _, declared := want.Index(idx.Name); declared {
@@ -215,22 +215,8 @@ func dropDeferrableUniques(ctx context.Context, d dialect.Dialect, q dialect.Que
 	if d != dialect.Postgres || live == nil {
 		return nil
 	}
-	rows, err := q.QueryContext(ctx, `SELECT con.conname FROM pg_constraint con
-  JOIN pg_class c ON c.oid = con.conrelid JOIN pg_namespace n ON n.oid = c.relnamespace
-  WHERE n.nspname = current_schema() AND c.relname = $1 AND con.contype = 'u' AND con.condeferrable`, live.Name)
+	deferrable, err := deferrableUniques(ctx, q, live.Name)
 	if err != nil {
-		return err
-	}
-	defer rows.Close()
-	deferrable := map[string]bool{}
-	for rows.Next() {
-		var name string
-		if err := rows.Scan(&name); err != nil {
-			return err
-		}
-		deferrable[name] = true
-	}
-	if err := rows.Err(); err != nil {
 		return err
 	}
 	kept := live.Indexes[:0:0]
@@ -241,4 +227,53 @@ func dropDeferrableUniques(ctx context.Context, d dialect.Dialect, q dialect.Que
 	}
 	live.Indexes = kept
 	return nil
+}
+
+// replaceDeferrableKeys plans, on PostgreSQL, replacing a declared unique
+// constraint that is live but DEFERRABLE: it is not the declared key (no ON
+// CONFLICT arbiter, see dropDeferrableUniques), yet Atlas's diff, blind to
+// deferrability, sees no change, and every boot would observe the end state
+// missing and change nothing. The constraint is removed from the live table,
+// so the diff adds the declared one, and dropped first by the returned
+// statement, in the same transaction. Returns the names of every deferrable
+// unique, so renameEquivalentUniques never adopts one.
+func replaceDeferrableKeys(ctx context.Context, d dialect.Dialect, q dialect.Querier, schemaName string, live, want *schema.Table) ([]string, map[string]bool, error) {
+	if d != dialect.Postgres {
+		return nil, nil, nil
+	}
+	deferrable, err := deferrableUniques(ctx, q, live.Name)
+	if err != nil {
+		return nil, nil, err
+	}
+	var stmts []string
+	kept := live.Indexes[:0:0]
+	for _, idx := range live.Indexes {
+		if _, declared := want.Index(idx.Name); declared && deferrable[idx.Name] {
+			stmts = append(stmts, fmt.Sprintf("ALTER TABLE %s.%s DROP CONSTRAINT %s",
+				dialect.QuoteIdent(schemaName), dialect.QuoteIdent(live.Name), dialect.QuoteIdent(idx.Name)))
+			continue
+		}
+		kept = append(kept, idx)
+	}
+	live.Indexes = kept
+	return stmts, deferrable, nil
+}
+
+func deferrableUniques(ctx context.Context, q dialect.Querier, table string) (map[string]bool, error) {
+	rows, err := q.QueryContext(ctx, `SELECT con.conname FROM pg_constraint con
+  JOIN pg_class c ON c.oid = con.conrelid JOIN pg_namespace n ON n.oid = c.relnamespace
+  WHERE n.nspname = current_schema() AND c.relname = $1 AND con.contype = 'u' AND con.condeferrable`, table)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	deferrable := map[string]bool{}
+	for rows.Next() {
+		var name string
+		if err := rows.Scan(&name); err != nil {
+			return nil, err
+		}
+		deferrable[name] = true
+	}
+	return deferrable, rows.Err()
 }

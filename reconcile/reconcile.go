@@ -106,6 +106,10 @@ type Report struct {
 	// KeysRead is false when the keys were never read: a nil key in Keys
 	// then means "not read", not "absent".
 	KeysRead bool `json:"keys_read"`
+	// Certified reports that the boot ended with the live catalog certified
+	// (fingerprint.go): it took the fast path, or its full check found
+	// nothing to change and recorded the certificate.
+	Certified bool `json:"certified"`
 	// Drift lists the undeclared indexes, foreign keys and checks on the
 	// owned tables: kept (and logged at WARN) unless the reconcile ran
 	// WithPrune, which drops them.
@@ -401,6 +405,7 @@ func (r *run) steps(ctx context.Context, db *sql.DB) {
 	if err := sess.close(ctx); err != nil {
 		// SQLite commits every step at once; if that fails nothing was kept.
 		// (PostgreSQL commits per step; its close never fails a step.)
+		r.rep.Certified = false
 		for i := range r.rep.Steps {
 			if s := &r.rep.Steps[i]; s.Status == Applied && s.Name != StepLock {
 				s.Status, s.Detail, s.Err = Failed, "commit failed: "+err.Error(), err
@@ -455,6 +460,9 @@ func (r *run) step(ctx context.Context, name string, fn func(context.Context, di
 	s.Duration = time.Since(start)
 	if err := r.sess.end(ctx, s.Status != Failed); err != nil && s.Status != Failed {
 		s.Status, s.Detail, s.Err = Failed, "commit: "+err.Error(), err
+		if name == StepExecutionSince {
+			r.rep.Certified = false // the certificate was written in this step
+		}
 	}
 	r.record(s)
 }

@@ -124,7 +124,11 @@ func planShape(ctx context.Context, drv migrate.Driver, d dialect.Dialect, q dia
 				return nil, err
 			}
 		}
-		renames := renameEquivalentUniques(d, schemaName, lt, want)
+		replaced, deferrable, err := replaceDeferrableKeys(ctx, d, q, schemaName, lt, want)
+		if err != nil {
+			return nil, fmt.Errorf("inspect %s: %w", want.Name, err)
+		}
+		renames := append(replaced, renameEquivalentUniques(d, schemaName, lt, want, deferrable)...)
 		changes, err := drv.TableDiff(lt, want)
 		if err != nil {
 			return nil, fmt.Errorf("diff %s: %w", want.Name, err)
