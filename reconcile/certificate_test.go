@@ -1,6 +1,7 @@
 package reconcile_test
 
 import (
+	"database/sql"
 	"os"
 	"path/filepath"
 	"strings"
@@ -224,4 +225,37 @@ func TestReconcile_SteadyStateBootTakesNoLock(t *testing.T) {
 		close(release)
 		require.NoError(t, <-done)
 	})
+}
+
+// The same on a rollback-journal SQLite file (the host's own choice of
+// journal, which the reconcile never changes): a writer holding BEGIN
+// IMMEDIATE, with an uncommitted row, does not hold up a certified boot.
+func TestReconcile_SQLiteRollbackJournalSteadyStateBootTakesNoLock(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "host.db")
+	sqlDB, err := sql.Open("sqlite", dialect.SQLiteDSN(path))
+	require.NoError(t, err)
+	defer sqlDB.Close()
+	db := &dbtest.DB{DB: sqlDB, Dialect: dialect.SQLite, DSN: dialect.SQLiteDSN(path), Schema: "main"}
+	db.Host(t)
+	settle(t, db, quiet)
+	var mode string
+	require.NoError(t, db.QueryRow(`PRAGMA journal_mode`).Scan(&mode))
+	require.Equal(t, "delete", mode)
+
+	host, err := db.Conn(ctx)
+	require.NoError(t, err)
+	defer host.Close()
+	_, err = host.ExecContext(ctx, "BEGIN IMMEDIATE")
+	require.NoError(t, err)
+	_, err = host.ExecContext(ctx, "INSERT INTO task_sessions (id, task_id) VALUES ('s9', 'k9')")
+	require.NoError(t, err)
+
+	shortWait := reconcile.WithLockWait(100 * time.Millisecond)
+	rep := mustReconcile(t, db, shortWait, quiet)
+	require.True(t, rep.Certified, describe(rep))
+	require.Contains(t, rep.Step(reconcile.StepShape).Detail, certifiedDetail)
+	_, err = reconcile.Reconcile(ctx, db.DB, shortWait, quiet, reconcile.WithSchemaFile(editedDeclaration(t)))
+	require.Error(t, err, "control: a boot with work waits for the host writer")
+	_, err = host.ExecContext(ctx, "COMMIT")
+	require.NoError(t, err)
 }

@@ -167,3 +167,36 @@ INSERT INTO task_session_turns (id, task_session_id, task_id, started_at, create
 		settle(t, db)
 	})
 }
+
+// The same with the host's constraints unnamed, as a CREATE TABLE usually
+// spells them: SQLite numbers the foreign key, leaves the check nameless and
+// backs the inline UNIQUE with an autoindex whose name nobody may take. The
+// rebuild still carries all three, enforced.
+func TestReconcile_MigrationKeepsUnnamedDrift(t *testing.T) {
+	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
+		db.Host(t)
+		legacyWith(t, db, "", "    FOREIGN KEY (task_session_id)", `    FOREIGN KEY (turn_id) REFERENCES task_session_turns(id),
+    CHECK (is_async IN (0, 1)),
+    UNIQUE (child_session_id),
+    FOREIGN KEY (task_session_id)`)
+		db.Exec(t, `INSERT INTO task_sessions (id, task_id) VALUES ('s0', 'k0');
+INSERT INTO task_session_turns (id, task_session_id, task_id, started_at, created_at, updated_at) VALUES ('t1', 's0', 'k0', '2026-07-30 00:00:00', '2026-07-30 00:00:00', '2026-07-30 00:00:00')`)
+		seedLegacy(t, db)
+		rows := snapshot(t, db)
+
+		rep := mustReconcile(t, db)
+		require.Len(t, rep.Drift, 3, describe(rep))
+		require.Equal(t, rows, snapshot(t, db))
+		require.True(t, observe(t, db).EndState.KeyBearing())
+		for stmt, what := range map[string]string{
+			`UPDATE task_session_subagents SET is_async = 5 WHERE id = 'r1'`:                   "the check",
+			`UPDATE task_session_subagents SET child_session_id = 'ses_child' WHERE id = 'r1'`: "the unique",
+			`UPDATE task_session_subagents SET turn_id = 'no such turn' WHERE id = 'r1'`:       "the foreign key",
+		} {
+			_, err := db.DB.Exec(stmt)
+			require.Error(t, err, what+" is enforced")
+		}
+		settle(t, db)
+		require.Len(t, observe(t, db).Drift, 3)
+	})
+}
