@@ -205,8 +205,9 @@ func TestReconcile_SteadyStateBootTakesNoLock(t *testing.T) {
 		// Another replica holds the lock, stopped inside its shape step.
 		holding, release := make(chan struct{}), make(chan struct{})
 		done := make(chan error, 1)
+		edited := reconcile.WithSchemaFile(editedDeclaration(t))
 		go func() {
-			_, err := reconcile.Reconcile(ctx, db.DB, reconcile.WithSchemaFile(editedDeclaration(t)),
+			_, err := reconcile.Reconcile(ctx, db.DB, edited,
 				reconcile.WithFailpoint(func(p string) error {
 					if p == reconcile.FailpointShapeApplied {
 						close(holding)
