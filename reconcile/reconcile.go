@@ -8,9 +8,12 @@
 //	[widen, PostgreSQL] → execution_since (observe the end state, write the
 //	key) → backfill
 //
-// Right after the lock, a boot whose live catalog and declaration match the
-// certificate the last full check recorded takes the fast path and runs none
-// of the later steps (fingerprint.go). Reconcile never aborts the host's
+// Before the lock (and again right after it, for a boot that had to take
+// it), a boot whose live catalog and declaration match the certificate the
+// last full check recorded takes the fast path: it takes no lock and runs
+// none of the later steps (fingerprint.go). Indexes, foreign keys and checks
+// the declaration does not name are kept and reported, never dropped unless
+// asked (drift.go). Reconcile never aborts the host's
 // boot: a failed step is logged at WARN with its name, rolled back whole,
 // reported, and tried again on the next call.
 package reconcile
