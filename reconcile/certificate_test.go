@@ -2,9 +2,11 @@ package reconcile_test
 
 import (
 	"database/sql"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -259,4 +261,62 @@ func TestReconcile_SQLiteRollbackJournalSteadyStateBootTakesNoLock(t *testing.T)
 	require.Error(t, err, "control: a boot with work waits for the host writer")
 	_, err = host.ExecContext(ctx, "COMMIT")
 	require.NoError(t, err)
+}
+
+// signalWriter closes seen the first time a log line contains want.
+type signalWriter struct {
+	want string
+	seen chan struct{}
+	once sync.Once
+}
+
+func (w *signalWriter) Write(p []byte) (int, error) {
+	if strings.Contains(string(p), w.want) {
+		w.once.Do(func() { close(w.seen) })
+	}
+	return len(p), nil
+}
+
+// A boot that found no certificate and waited for the lock checks again under
+// it: the replica that held the lock certified the store meanwhile, so the
+// waiting boot takes the fast path instead of repeating the full check.
+func TestReconcile_BootThatWaitedForTheLockRechecksTheCertificate(t *testing.T) {
+	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
+		db.Host(t)
+		settle(t, db, quiet)
+		db.Exec(t, `DELETE FROM kandev_meta WHERE key = 'schemastate_shape_certificate'`)
+
+		// A: a clean full check, held under the lock before it certifies.
+		holding, release := make(chan struct{}), make(chan struct{})
+		aDone := make(chan *reconcile.Report, 1)
+		go func() {
+			rep, _ := reconcile.Reconcile(ctx, db.DB, quiet, reconcile.WithFailpoint(func(p string) error {
+				if p == reconcile.FailpointShapeApplied {
+					close(holding)
+					<-release
+				}
+				return nil
+			}))
+			aDone <- rep
+		}()
+		<-holding
+
+		// B: finds no certificate, says so, and waits for the lock.
+		w := &signalWriter{want: "no certificate holds", seen: make(chan struct{})}
+		bDone := make(chan *reconcile.Report, 1)
+		go func() {
+			rep, _ := reconcile.Reconcile(ctx, db.DB, reconcile.WithLockWait(time.Minute),
+				reconcile.WithLogger(slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelDebug}))))
+			bDone <- rep
+		}()
+		<-w.seen
+		close(release)
+
+		a := <-aDone
+		require.True(t, a.Certified, describe(a))
+		b := <-bDone
+		require.Equal(t, reconcile.Applied, b.Step(reconcile.StepLock).Status, describe(b))
+		require.Contains(t, b.Step(reconcile.StepShape).Detail, certifiedDetail, describe(b))
+		require.True(t, b.Certified)
+	})
 }

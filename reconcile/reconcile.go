@@ -369,6 +369,7 @@ func (r *run) steps(ctx context.Context, db *sql.DB) {
 		}
 		return
 	}
+	r.o.logger.Debug("reconcile: no certificate holds; taking the lock for a full check")
 	if err := sess.lock(ctx); err != nil {
 		sess.abort()
 		r.record(Step{Name: StepLock, Status: Failed, Detail: err.Error(), Err: err, Duration: time.Since(start)})
