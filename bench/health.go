@@ -24,9 +24,11 @@ import (
 // form (fraction trimmed, "+00:00"), which sorts as the instant, so the
 // boundary is bound in that form and compared as text. The unary + keeps
 // SQLite from reading the window through the created_at index (random reads
-// of the table, slower than the one sequential scan the floor is).
+// of the table, slower than the one sequential scan the floor is), and
+// MATERIALIZED keeps it from scanning once per EXCEPT that reads m
+// (PostgreSQL materializes a CTE read twice by itself).
 const (
-	healthFloorSQLite = `WITH m AS (
+	healthFloorSQLite = `WITH m AS MATERIALIZED (
   SELECT task_session_id AS s, task_id, json_extract(metadata, '$.tool_call_id') AS t
   FROM task_session_messages
   WHERE (instr(metadata, 'subagent_task') > 0 OR (instr(metadata, '\u00') > 0 AND metadata GLOB '*\u00[5-7]*'))
