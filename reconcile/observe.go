@@ -32,6 +32,14 @@ func (e EndState) KeyBearing() bool {
 	return e.ExecutionColumnNotNull && e.ThreeColumnUnique && e.TwoColumnUniqueAbsent
 }
 
+// EndState is AC-33's end state of the declared task_session_subagents
+// itself: what a store reconciled to this declaration observes, and so
+// whether a reconcile to it writes execution_since (clauses 1–3).
+func (d *Declaration) EndState() EndState {
+	t := d.Table(subagentsTable)
+	return observe(t, t)
+}
+
 // observe reads the end state off an inspected live table (nil when the table
 // does not exist). Uniqueness is recognised in every form it can take: an
 // inline constraint (SQLite autoindex), a named unique index, or a PostgreSQL

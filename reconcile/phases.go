@@ -79,7 +79,7 @@ func (r *run) applyPhases(ctx context.Context, ps phaseSession, step string) Ste
 			}
 			r.progress(step, "phase "+ph.ID())
 		}
-		h := phaseHooks{fail: r.o.fail, progress: func(msg string) { r.progress(step, msg) }}
+		h := phaseHooks{fail: r.o.fail, progress: func(msg string) { r.progress(step, msg) }, executed: r.o.executed}
 		if step == StepShape && i == lastTx {
 			h.beforeCommit = func() error { return r.o.fail(FailpointShapeApplied) }
 		}

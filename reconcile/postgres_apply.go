@@ -40,6 +40,8 @@ type phaseHooks struct {
 	progress func(msg string)
 	// beforeCommit runs inside a transactional phase before it commits.
 	beforeCommit func() error
+	// executed is told each statement once it ran (WithExecHook).
+	executed func(stmt string)
 }
 
 // runPhases applies a group of phases: one non-transactional phase, or
@@ -54,8 +56,12 @@ func (s *pgSession) runPhases(ctx context.Context, group []Phase, h phaseHooks) 
 	if len(group) == 1 && !group[0].Transactional {
 		ran[0], err = s.runAlone(ctx, group[0], h)
 	} else {
+		// Reported once the transaction committed: a retried attempt's
+		// statements were rolled back.
+		var executed []string
 		err = s.withLockRetry(ctx, group[0].Table, func(timeout time.Duration) error {
 			clear(ran)
+			executed = executed[:0]
 			return s.inTx(ctx, timeout, func(tx *sql.Tx) error {
 				for i, ph := range group {
 					todo, err := s.todo(ctx, tx, ph)
@@ -66,6 +72,7 @@ func (s *pgSession) runPhases(ctx context.Context, group []Phase, h phaseHooks) 
 						if _, err := tx.ExecContext(ctx, stmt); err != nil {
 							return fmt.Errorf("%s: %s: %w", ph.ID(), firstLine(stmt), withDetail(err))
 						}
+						executed = append(executed, stmt)
 					}
 					ran[i] = true
 				}
@@ -75,6 +82,11 @@ func (s *pgSession) runPhases(ctx context.Context, group []Phase, h phaseHooks) 
 				return nil
 			})
 		})
+		if err == nil {
+			for _, stmt := range executed {
+				h.executed(stmt)
+			}
+		}
 	}
 	if err != nil {
 		clear(ran) // rolled back, or (CONCURRENTLY) cleaned up
@@ -163,6 +175,9 @@ func (s *pgSession) concurrently(ctx context.Context, ph Phase, h phaseHooks) er
 		stop := s.watchIndexBuild(ctx, ph, h.progress)
 		_, err := s.conn.ExecContext(ctx, stmt)
 		stop()
+		if err == nil {
+			h.executed(stmt)
+		}
 		if isLockTimeout(err) {
 			err = fmt.Errorf("%w: %s: waited %s%s: %w", ErrLockNotAcquired, ph.Table, s.o.concurrentWait, s.holders(ctx, ph.Table), err)
 		}
@@ -247,6 +262,9 @@ func (s *pgSession) copyBatches(ctx context.Context, ph Phase, h phaseHooks) err
 		})
 		if err != nil {
 			return fmt.Errorf("copy pages %d–%d: %w", from, from+batch, err)
+		}
+		if from == 0 {
+			h.executed(ph.SQL[0])
 		}
 		h.progress(fmt.Sprintf("copying %s: %d rows copied, page %d of %d", ph.Table, rows, min(from+batch, pages), pages))
 		if err := h.fail(FailpointCopyBatch); err != nil {

@@ -191,6 +191,7 @@ type options struct {
 	failpoint      func(string) error
 	progress       func(Progress)
 	prune          bool
+	execHook       func(string)
 }
 
 // Progress is reported while a long step runs.
@@ -251,6 +252,22 @@ func WithFailpoint(fn func(point string) error) Option { return func(o *options)
 // the step that reports through it. It is never called after Reconcile
 // returns.
 func WithProgress(fn func(Progress)) Option { return func(o *options) { o.progress = fn } }
+
+// WithExecHook installs fn, called with each statement of a plan phase
+// right after the database executed it, so a caller can hold what a
+// reconcile ran against the plan that printed it (Phase.SQL). A statement of
+// a PostgreSQL transaction that was retried for its lock is reported once,
+// from the attempt that committed; a widen_copy phase's batch statement is
+// reported once, however many batches ran. SQLite commits every step at the
+// end of the reconcile: a statement reported there is undone if its step
+// fails.
+func WithExecHook(fn func(stmt string)) Option { return func(o *options) { o.execHook = fn } }
+
+func (o *options) executed(stmt string) {
+	if o.execHook != nil {
+		o.execHook(stmt)
+	}
+}
 
 func newOptions(db *sql.DB, opts []Option) (*options, error) {
 	o := &options{logger: slog.Default(), lockWait: 60 * time.Second, ddlLockTimeout: 5 * time.Second,
@@ -525,7 +542,7 @@ func (r *run) shape(ctx context.Context, q dialect.Querier) Step {
 		}
 		r.progress(StepShape, "applying "+tp.Table)
 		if tp.Rebuild != nil {
-			k, err := tp.Rebuild.apply(ctx, q, r.o.fail, func(msg string) { r.progress(StepShape, msg) })
+			k, err := tp.Rebuild.apply(ctx, q, r.o.fail, func(msg string) { r.progress(StepShape, msg) }, r.o.executed)
 			n += k
 			if err != nil {
 				return failed(fmt.Errorf("rebuild %s: %w", tp.Table, err))
@@ -537,6 +554,7 @@ func (r *run) shape(ctx context.Context, q dialect.Querier) Step {
 			if _, err := q.ExecContext(ctx, stmt); err != nil {
 				return failed(fmt.Errorf("%s: %s: %w", tp.Table, firstLine(stmt), withDetail(err)))
 			}
+			r.o.executed(stmt)
 			n++
 		}
 		if tp.Live == nil {

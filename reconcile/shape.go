@@ -52,6 +52,29 @@ type ShapePlan struct {
 	MissingHostTables []string
 }
 
+// TableChanges is one owned table's diff as the shape step planned it.
+type TableChanges struct {
+	Table string
+	// Live is the table as inspected (nil when it does not exist yet);
+	// Want as declared.
+	Live, Want *schema.Table
+	// Changes are Atlas's changes from Live to Want, the undeclared objects
+	// kept out of them, before they are split into phases.
+	Changes []schema.Change
+	// Refused names each change the shape step refuses (Refused).
+	Refused []string
+}
+
+// Tables lists every owned table's diff, in declaration order: what the
+// phases were planned from, for a caller judging a change (schemastate lint).
+func (p *ShapePlan) Tables() []TableChanges {
+	out := make([]TableChanges, len(p.tables))
+	for i, t := range p.tables {
+		out[i] = TableChanges{Table: t.Table, Live: t.Live, Want: t.Want, Changes: t.Changes, Refused: t.Refused}
+	}
+	return out
+}
+
 // Statements lists every statement of every phase (Phases), in order.
 func (p *ShapePlan) Statements() []string {
 	var out []string

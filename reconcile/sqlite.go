@@ -329,7 +329,7 @@ func keptIndex(ctx context.Context, drv migrate.Driver, q dialect.Querier, want 
 
 // apply runs the rebuild and refuses to let it commit unless every row was
 // copied and no foreign-key violation appeared.
-func (r *rebuild) apply(ctx context.Context, q dialect.Querier, fail func(string) error, say func(string)) (int, error) {
+func (r *rebuild) apply(ctx context.Context, q dialect.Querier, fail func(string) error, say, executed func(string)) (int, error) {
 	before, err := r.fkViolations(ctx, q)
 	if err != nil {
 		return 0, err
@@ -360,6 +360,7 @@ func (r *rebuild) apply(ctx context.Context, q dialect.Querier, fail func(string
 		if err != nil {
 			return n, fmt.Errorf("%s: %w", firstLine(stmt), err)
 		}
+		executed(stmt)
 		n++
 		if stmt == r.copy {
 			copied, err := res.RowsAffected()
