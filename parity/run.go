@@ -11,6 +11,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/schemastate/schemastate"
@@ -71,11 +72,11 @@ var ErrReconcile = errors.New("parity: reconcile failed")
 // Run builds a fresh, a pre-amendment and a host-DDL store, reconciles each,
 // and compares the other two with the fresh one.
 func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
-	sc, err := newScratch(ctx, cfg.Server)
+	sc, err := NewScratch(ctx, cfg.Server)
 	if err != nil {
 		return nil, err
 	}
-	defer func() { err = errors.Join(err, sc.close()) }()
+	defer func() { err = errors.Join(err, sc.Close()) }()
 	ref, err := build(ctx, sc, Fresh, cfg)
 	if err != nil {
 		return nil, err
@@ -109,11 +110,11 @@ func Against(ctx context.Context, live *sql.DB, cfg Config) (rep *Report, err er
 	} else if cfg.Server == "" {
 		return nil, errors.New("parity: a PostgreSQL database is compared with a fresh store built on a PostgreSQL server: Config.Server is empty")
 	}
-	sc, err := newScratch(ctx, cfg.Server)
+	sc, err := NewScratch(ctx, cfg.Server)
 	if err != nil {
 		return nil, err
 	}
-	defer func() { err = errors.Join(err, sc.close()) }()
+	defer func() { err = errors.Join(err, sc.Close()) }()
 	ref, err := build(ctx, sc, Fresh, cfg)
 	if err != nil {
 		return nil, err
@@ -133,32 +134,13 @@ func (r *Report) add(store string, got *Snapshot) {
 }
 
 // build seeds one store from its fixtures, reconciles it and reads it back.
-func build(ctx context.Context, sc *scratch, store string, cfg Config) (*Snapshot, error) {
-	db, err := sc.open(ctx, store)
+func build(ctx context.Context, sc *Scratch, store string, cfg Config) (*Snapshot, error) {
+	db, err := sc.Open(ctx, store)
 	if err != nil {
 		return nil, err
 	}
-	d := string(sc.d)
-	scripts := []func() (string, error){func() (string, error) { return schemastate.HostFixture(d) }}
-	switch store {
-	case PreAmendment:
-		scripts = append(scripts,
-			func() (string, error) { return schemastate.LegacyFixture(d) },
-			func() (string, error) { return schemastate.LifecycleLegacyFixture(d) },
-			schemastate.DemoFixture)
-	case HostDDL:
-		scripts = append(scripts,
-			func() (string, error) { return schemastate.HostAmendedFixture(d) },
-			func() (string, error) { return schemastate.LifecycleLegacyFixture(d) })
-	}
-	for _, s := range scripts {
-		script, err := s()
-		if err == nil {
-			err = schemastate.ApplyScript(ctx, db, script)
-		}
-		if err != nil {
-			return nil, fmt.Errorf("parity: seed the %s store: %w", store, err)
-		}
+	if err := Seed(ctx, db, sc.d, store); err != nil {
+		return nil, err
 	}
 	opts := []reconcile.Option{reconcile.WithLogger(cfg.logger())}
 	if cfg.SchemaFile != "" {
@@ -174,6 +156,38 @@ func build(ctx context.Context, sc *scratch, store string, cfg Config) (*Snapsho
 	return s, nil
 }
 
+// Seed writes an installed-base state's fixtures into an empty store: the
+// host tables (Fresh), plus the pre-amendment table with rows and keys
+// (PreAmendment) or the table as the host's own DDL creates it (HostDDL).
+func Seed(ctx context.Context, db *sql.DB, d dialect.Dialect, store string) error {
+	ds := string(d)
+	scripts := []func() (string, error){func() (string, error) { return schemastate.HostFixture(ds) }}
+	switch store {
+	case Fresh:
+	case PreAmendment:
+		scripts = append(scripts,
+			func() (string, error) { return schemastate.LegacyFixture(ds) },
+			func() (string, error) { return schemastate.LifecycleLegacyFixture(ds) },
+			schemastate.DemoFixture)
+	case HostDDL:
+		scripts = append(scripts,
+			func() (string, error) { return schemastate.HostAmendedFixture(ds) },
+			func() (string, error) { return schemastate.LifecycleLegacyFixture(ds) })
+	default:
+		return fmt.Errorf("parity: no installed-base state %q", store)
+	}
+	for _, s := range scripts {
+		script, err := s()
+		if err == nil {
+			err = schemastate.ApplyScript(ctx, db, script)
+		}
+		if err != nil {
+			return fmt.Errorf("parity: seed the %s store: %w", store, err)
+		}
+	}
+	return nil
+}
+
 func (c Config) logger() *slog.Logger {
 	if c.Logger != nil {
 		return c.Logger
@@ -181,9 +195,9 @@ func (c Config) logger() *slog.Logger {
 	return slog.New(slog.DiscardHandler)
 }
 
-// scratch creates empty databases and removes them all on close: files in a
+// Scratch creates empty databases and removes them all on Close: files in a
 // temporary directory (SQLite) or schemas on a server (PostgreSQL).
-type scratch struct {
+type Scratch struct {
 	d       dialect.Dialect
 	dir     string
 	server  string
@@ -193,10 +207,13 @@ type scratch struct {
 	dbs     []*sql.DB
 }
 
-func newScratch(ctx context.Context, server string) (*scratch, error) {
+// NewScratch prepares stores on server, a PostgreSQL URL (each store a
+// schema there), or, when server is empty, in a temporary directory (each
+// store a SQLite file).
+func NewScratch(ctx context.Context, server string) (*Scratch, error) {
 	var b [6]byte
 	_, _ = rand.Read(b[:])
-	sc := &scratch{d: dialect.SQLite, prefix: "schemastate_parity_" + hex.EncodeToString(b[:])}
+	sc := &Scratch{d: dialect.SQLite, prefix: "schemastate_parity_" + hex.EncodeToString(b[:])}
 	if server == "" {
 		dir, err := os.MkdirTemp("", sc.prefix)
 		if err != nil {
@@ -220,12 +237,26 @@ func newScratch(ctx context.Context, server string) (*scratch, error) {
 	return sc, nil
 }
 
-func (sc *scratch) open(ctx context.Context, store string) (*sql.DB, error) {
+// Dialect is the dialect of the stores.
+func (sc *Scratch) Dialect() dialect.Dialect { return sc.d }
+
+// Open creates an empty store named store (unique within sc) and opens it;
+// Close closes it.
+func (sc *Scratch) Open(ctx context.Context, store string) (*sql.DB, error) {
 	var dsn, driver string
 	if sc.d == dialect.SQLite {
 		dsn, driver = dialect.SQLiteNewStoreDSN(filepath.Join(sc.dir, store+".db")), "sqlite"
 	} else {
-		name := sc.prefix + "_" + map[string]string{Fresh: "fresh", PreAmendment: "pre", HostDDL: "host"}[store]
+		short, ok := map[string]string{Fresh: "fresh", PreAmendment: "pre", HostDDL: "host"}[store]
+		if !ok {
+			short = strings.Map(func(r rune) rune {
+				if r >= 'a' && r <= 'z' || r >= '0' && r <= '9' {
+					return r
+				}
+				return '_'
+			}, strings.ToLower(store))
+		}
+		name := sc.prefix + "_" + short
 		if _, err := sc.admin.ExecContext(ctx, "CREATE SCHEMA "+dialect.QuoteIdent(name)); err != nil {
 			return nil, fmt.Errorf("parity: create the scratch schema %s (the stores are built in temporary schemas: build them on a server where that is allowed): %w", name, err)
 		}
@@ -247,9 +278,9 @@ func (sc *scratch) open(ctx context.Context, store string) (*sql.DB, error) {
 	return db, nil
 }
 
-// close removes every store, also when the context was cancelled: the drops
+// Close removes every store, also when the context was cancelled: the drops
 // run on a context of their own, bounded.
-func (sc *scratch) close() error {
+func (sc *Scratch) Close() error {
 	var errs []error
 	for _, db := range sc.dbs {
 		db.Close()

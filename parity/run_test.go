@@ -22,7 +22,7 @@ func TestScratch_RemovesEveryStore(t *testing.T) {
 				dbtest.Open(t, d) // skips (or fails in CI) without a server
 				server = dbtest.PostgresDSN()
 			}
-			sc, err := newScratch(ctx, server)
+			sc, err := NewScratch(ctx, server)
 			require.NoError(t, err)
 			for _, store := range []string{Fresh, PreAmendment, HostDDL} {
 				_, err := build(ctx, sc, store, Config{})
@@ -36,7 +36,7 @@ func TestScratch_RemovesEveryStore(t *testing.T) {
 				require.NoError(t, err)
 				defer admin.Close()
 			}
-			require.NoError(t, sc.close())
+			require.NoError(t, sc.Close())
 			if d == dialect.SQLite {
 				_, err := os.Stat(dir)
 				require.ErrorIs(t, err, os.ErrNotExist)
