@@ -268,6 +268,12 @@ func render(ctx context.Context, drv migrate.Driver, changes []schema.Change) ([
 	return out, nil
 }
 
+// Destructive reports whether the shape step refuses c on dialect d because
+// it would destroy data, and says why.
+func Destructive(d dialect.Dialect, c schema.Change) (why string, refused bool) {
+	return destructive(d, c)
+}
+
 // destructive reports changes that would destroy data. They are refused at
 // boot and reported by name; nothing the declaration merely dropped is ever
 // dropped from a live database.

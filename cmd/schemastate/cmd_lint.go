@@ -1,0 +1,143 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/schemastate/schemastate/dialect"
+	"github.com/schemastate/schemastate/lint"
+)
+
+func init() {
+	register(&command{name: "lint", summary: "review a schema.hcl change: the plan and its hazards on every dialect and installed-base state",
+		exits: "0 no hazard at or above --fail-on, 1 hazards at or above it, 2 usage or evaluation error (a bad HCL names file:line)", run: runLint})
+}
+
+const lintUsage = `[--base OLD.hcl | --base-git REF] [NEW.hcl] [--dialect sqlite|postgres|both] [--db DSN] [--fail-on refused|rewrite|any] [--json]
+
+Plans the reconcile to NEW.hcl (default: the built-in schema.hcl) on a scratch store
+of each installed-base state — predating (no owned table), pre-amendment, amended
+by the host's own DDL, and, with a base, the base declaration's shape — and prints
+every phase (SQL, transaction, lock, cost) with the hazards found. SQLite stores are
+temporary files; PostgreSQL stores are temporary schemas on the --db server, dropped
+afterwards (without a PostgreSQL --db, PostgreSQL is skipped and said so). A --db
+that is a real store also gives the row counts a rebuild or rewrite will copy.
+--base-git REF reads the base with 'git show REF:schema.hcl'.
+`
+
+func runLint(ctx context.Context, e *env, args []string) int {
+	fs := flags(e, "lint", lintUsage)
+	base := fs.String("base", "", "the declaration installations run today, from a file")
+	baseGit := fs.String("base-git", "", "the declaration installations run today, as 'git show REF:schema.hcl' reads it")
+	dialects := fs.String("dialect", "both", "sqlite, postgres or both")
+	db := fs.String("db", "", "PostgreSQL server for the PostgreSQL stores, and/or a real store (either dialect) for row counts")
+	failOn := fs.String("fail-on", "refused", "exit 1 on a hazard at or above: refused, rewrite or any")
+	asJSON := fs.Bool("json", false, "print the whole report as one JSON object")
+	if code, ok := parseArgs(e, fs, args, 1, "one declaration (NEW.hcl)"); !ok {
+		return code
+	}
+	usageErr := func(format string, a ...any) int {
+		fmt.Fprintf(e.stderr, "schemastate lint: "+format+"\n", a...)
+		return exitUsage
+	}
+	level, err := lint.ParseFailOn(*failOn)
+	if err != nil {
+		return usageErr("%v", err)
+	}
+	cfg := lint.Config{Logger: e.logger, DB: *db}
+	switch *dialects {
+	case "both":
+	case "sqlite", "postgres":
+		cfg.Dialects = []dialect.Dialect{dialect.Dialect(*dialects)}
+	default:
+		return usageErr("--dialect %q: want sqlite, postgres or both", *dialects)
+	}
+	if *db != "" {
+		if _, err := dialect.Parse(*db); err != nil {
+			return usageErr("%v", err)
+		}
+	}
+	if fs.NArg() == 1 {
+		if cfg.New, err = lint.FileSource(fs.Arg(0)); err != nil {
+			return usageErr("%v", err)
+		}
+	}
+	switch {
+	case *base != "" && *baseGit != "":
+		return usageErr("--base and --base-git name the same thing: give one")
+	case *base != "":
+		s, err := lint.FileSource(*base)
+		if err != nil {
+			return usageErr("--base: %v", err)
+		}
+		cfg.Base = &s
+	case *baseGit != "":
+		s, err := lint.GitSource(ctx, ".", *baseGit, "schema.hcl")
+		if err != nil {
+			return usageErr("--base-git: %v", err)
+		}
+		cfg.Base = &s
+	}
+	rep, err := lint.Lint(ctx, cfg)
+	if err != nil {
+		fail(e, "lint", errors.Unwrap(err))
+		return exitUsage
+	}
+	if *asJSON {
+		writeJSON(e.stdout, rep)
+	} else {
+		printLint(e, rep, level)
+	}
+	return rep.Exit(level)
+}
+
+func printLint(e *env, r *lint.Report, level lint.Level) {
+	against := "no base"
+	if r.Base != "" {
+		against = "base " + r.Base
+	}
+	fmt.Fprintf(e.stdout, "lint %s against %s\n", r.New, against)
+	for _, s := range r.Skipped {
+		fmt.Fprintf(e.stdout, "-- not checked: %s\n", s)
+	}
+	for _, run := range r.Runs {
+		fmt.Fprintf(e.stdout, "\n== %s, %s: %d phase(s)\n", run.Dialect, run.State, len(run.Phases))
+		for _, ph := range run.Phases {
+			tx := "no transaction"
+			if ph.Transactional {
+				tx = "one transaction"
+			}
+			fmt.Fprintf(e.stdout, "-- phase %s (step %s; %s; lock %s; %s)\n", ph.ID(), ph.Step, tx, ph.Lock, ph.Cost)
+			for _, s := range ph.SQL {
+				fmt.Fprintf(e.stdout, "%s;\n", s)
+			}
+		}
+		for _, ref := range run.Refused {
+			fmt.Fprintf(e.stdout, "-- REFUSED (never applied at boot): %s\n", ref)
+		}
+	}
+	hs := r.Hazards()
+	fmt.Fprintf(e.stdout, "\n%d hazard(s); failing at %s and above\n", len(hs), level)
+	for _, h := range hs {
+		where := string(h.Dialect)
+		if h.State != "" {
+			where += "/" + h.State
+		} else {
+			where += "/declaration"
+		}
+		obj := h.Table
+		if h.Column != "" {
+			obj += "." + h.Column
+		}
+		if h.Index != "" {
+			obj += " index " + h.Index
+		}
+		rows := ""
+		if h.Rows != nil {
+			rows = fmt.Sprintf(" [%d rows in --db]", *h.Rows)
+		}
+		fmt.Fprintf(e.stdout, "%-7s %-20s %-28s %s: %s%s\n        advice: %s\n", strings.ToUpper(string(h.Level)), h.Code, where, obj, h.Detail, rows, h.Advice)
+	}
+}

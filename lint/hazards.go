@@ -1,0 +1,395 @@
+package lint
+
+import (
+	"bytes"
+	"fmt"
+	"regexp"
+	"strings"
+
+	"ariga.io/atlas/sql/postgres"
+	"ariga.io/atlas/sql/schema"
+	"ariga.io/atlas/sql/sqlite"
+
+	"github.com/schemastate/schemastate/dialect"
+	"github.com/schemastate/schemastate/reconcile"
+)
+
+// Level ranks a hazard for --fail-on.
+type Level string
+
+const (
+	// LevelRefused: the change does not reach the database at boot — the
+	// reconcile refuses it, fails on it, or never looks at it.
+	LevelRefused Level = "refused"
+	// LevelRewrite: the change is applied, but copies, rewrites or scans a
+	// table while writers (or readers) wait.
+	LevelRewrite Level = "rewrite"
+	// LevelNotice: worth a reviewer's eye; nothing waits and nothing is lost.
+	LevelNotice Level = "notice"
+)
+
+func (l Level) rank() int {
+	switch l {
+	case LevelRefused:
+		return 3
+	case LevelRewrite:
+		return 2
+	}
+	return 1
+}
+
+func (l Level) atLeast(o Level) bool { return l.rank() >= o.rank() }
+
+// ParseFailOn reads --fail-on: refused, rewrite or any.
+func ParseFailOn(s string) (Level, error) {
+	switch s {
+	case "refused":
+		return LevelRefused, nil
+	case "rewrite":
+		return LevelRewrite, nil
+	case "any":
+		return LevelNotice, nil
+	}
+	return "", fmt.Errorf("--fail-on %q: want refused, rewrite or any", s)
+}
+
+// Hazard codes. They are stable: CI jobs and reviewers match on them.
+const (
+	CodeDropTable        = "drop-table"           // refused: a table the base owns is no longer declared
+	CodeDropColumn       = "drop-column"          // refused: a column dropped
+	CodeTypeChange       = "type-change"          // refused: a type change that does not keep every value
+	CodeNotNullNoDefault = "not-null-no-default"  // refused: a new NOT NULL column without a DEFAULT
+	CodeEndState         = "end-state"            // refused when AC-33's end state is lost, notice when gained
+	CodeHostTable        = "host-table"           // refused: a host table edited (never applied)
+	CodeTableRewrite     = "table-rewrite"        // rewrite: PostgreSQL rewrites or scans the table under ACCESS EXCLUSIVE
+	CodeSQLiteRebuild    = "sqlite-rebuild"       // rewrite: SQLite copies the table into a new one
+	CodeIndexNotConc     = "index-not-concurrent" // rewrite: PostgreSQL builds an index without CONCURRENTLY
+	CodeCertificate      = "certificate"          // notice: every installation leaves the certified steady state once
+)
+
+// Hazard is one thing a reviewer must know about the change.
+type Hazard struct {
+	Code  string `json:"code"`
+	Level Level  `json:"level"`
+	// Dialect and State say where it was found; State is empty for a
+	// hazard found by comparing the declarations.
+	Dialect dialect.Dialect `json:"dialect"`
+	State   string          `json:"state,omitempty"`
+	Table   string          `json:"table"`
+	Column  string          `json:"column,omitempty"`
+	Index   string          `json:"index,omitempty"`
+	Detail  string          `json:"detail"`
+	Advice  string          `json:"advice"`
+	// Rows is the table's row count in the real store --db names, for a
+	// hazard whose cost grows with it; absent without one.
+	Rows *int64 `json:"rows,omitempty"`
+	// copiesRows marks the hazards Rows is read for.
+	copiesRows bool
+}
+
+// planHazards judges one state's plan: the diff of every table it changes,
+// and the phases chosen for it.
+func planHazards(d dialect.Dialect, state string, tables []reconcile.TableChanges, phases []reconcile.Phase) []Hazard {
+	var out []Hazard
+	add := func(h Hazard) {
+		h.Dialect, h.State = d, state
+		out = append(out, h)
+	}
+	for _, tc := range tables {
+		if tc.Live == nil {
+			continue // a new table: nothing to refuse, copy or lock
+		}
+		if len(tc.Refused) > 0 {
+			// The table is left exactly as it is: only the refusals happen.
+			for _, c := range tc.Changes {
+				if why, refused := reconcile.Destructive(d, c); refused {
+					add(refusedHazard(tc.Table, c, why))
+				}
+			}
+			continue
+		}
+		for _, c := range tc.Changes {
+			switch c := c.(type) {
+			case *schema.AddColumn:
+				if !c.C.Type.Null && c.C.Default == nil {
+					add(Hazard{Code: CodeNotNullNoDefault, Level: LevelRefused, Table: tc.Table, Column: c.C.Name,
+						Detail: "a new NOT NULL column without a DEFAULT: the reconcile fails on every installation whose table holds a row, every boot",
+						Advice: "declare a DEFAULT, or add the column nullable, fill it, and make it NOT NULL in a later release"})
+				}
+				if d == dialect.Postgres && volatileDefault(c.C) {
+					add(Hazard{Code: CodeTableRewrite, Level: LevelRewrite, Table: tc.Table, Column: c.C.Name, copiesRows: true,
+						Detail: fmt.Sprintf("ADD COLUMN with the volatile default %s rewrites the table under ACCESS EXCLUSIVE", exprText(c.C.Default)),
+						Advice: "add the column with a constant default (or none) and fill it in batches"})
+				}
+			case *schema.ModifyColumn:
+				if d != dialect.Postgres {
+					continue
+				}
+				if c.Change.Is(schema.ChangeType) && !catalogOnlyType(c.From.Type.Type, c.To.Type.Type) && !widenedOnline(phases, tc.Table) {
+					add(Hazard{Code: CodeTableRewrite, Level: LevelRewrite, Table: tc.Table, Column: c.To.Name, copiesRows: true,
+						Detail: fmt.Sprintf("ALTER COLUMN TYPE %s → %s rewrites the table under ACCESS EXCLUSIVE (a table above the online threshold is widened in expand/copy/contract phases instead, when the column allows it)", typeName(d, c.From.Type.Type), typeName(d, c.To.Type.Type)),
+						Advice: "ship it when the table is small, or make the column nullable, without default or index, so it is widened online"})
+				}
+				if c.Change.Is(schema.ChangeNull) && !c.To.Type.Null && !validatedNotNull(tc.Live, c.To.Name) {
+					add(Hazard{Code: CodeTableRewrite, Level: LevelRewrite, Table: tc.Table, Column: c.To.Name, copiesRows: true,
+						Detail: "SET NOT NULL without a validated CHECK (… IS NOT NULL) scans the whole table under ACCESS EXCLUSIVE",
+						Advice: "add CHECK (col IS NOT NULL) NOT VALID, VALIDATE it, then SET NOT NULL (catalog-only on PostgreSQL ≥ 12)"})
+				}
+			case *schema.AddIndex:
+				if d != dialect.Postgres || builtConcurrently(phases, tc.Table, c.I.Name) {
+					continue
+				}
+				add(Hazard{Code: CodeIndexNotConc, Level: LevelRewrite, Table: tc.Table, Index: c.I.Name, copiesRows: true,
+					Detail: fmt.Sprintf("index %s (%s) is built inside the reconcile's transaction, without CONCURRENTLY: writers wait for the whole build (tables at or above the online threshold build it CONCURRENTLY)", c.I.Name, indexColumns(c.I)),
+					Advice: "expected for a small table; on a large one confirm the online threshold (reconcile.WithOnlineAbove) sends it to the CONCURRENTLY path"})
+			}
+		}
+	}
+	for _, ph := range phases {
+		if ph.Name == reconcile.PhaseRebuild {
+			add(Hazard{Code: CodeSQLiteRebuild, Level: LevelRewrite, Table: ph.Table, copiesRows: true,
+				Detail: "SQLite copies the table into a new one (CREATE, INSERT … SELECT, DROP, RENAME) under the database write lock: every writer of the database waits for the copy",
+				Advice: "expected for a key or column-definition change; count the rows (lint --db STORE) to size the boot's pause"})
+		}
+	}
+	return out
+}
+
+func refusedHazard(table string, c schema.Change, why string) Hazard {
+	h := Hazard{Level: LevelRefused, Table: table, Detail: why + " — refused at boot, the table is left as it is",
+		Advice: "keep the old definition in schema.hcl; drop or narrow by hand, with a backup, if it must go"}
+	switch c := c.(type) {
+	case *schema.DropTable:
+		h.Code = CodeDropTable
+	case *schema.DropColumn:
+		h.Code, h.Column = CodeDropColumn, c.C.Name
+	case *schema.ModifyColumn:
+		h.Code, h.Column = CodeTypeChange, c.To.Name
+		h.Advice = "widen instead (integer → bigint, varchar → text), or keep the old type"
+	default:
+		h.Code = CodeTypeChange
+	}
+	return h
+}
+
+// catalogOnlyType reports a PostgreSQL type change that rewrites nothing:
+// varchar(n) → text or a longer varchar, a timestamp gaining precision
+// (binary-coercible, or a typmod the server only re-reads).
+func catalogOnlyType(from, to schema.Type) bool {
+	switch f := from.(type) {
+	case *schema.StringType:
+		t, ok := to.(*schema.StringType)
+		if !ok {
+			return false
+		}
+		if strings.EqualFold(t.T, "text") {
+			return true
+		}
+		return strings.EqualFold(f.T, t.T) && (t.Size == 0 || f.Size != 0 && t.Size >= f.Size)
+	case *schema.TimeType:
+		t, ok := to.(*schema.TimeType)
+		return ok && strings.EqualFold(f.T, t.T) && precision(t) >= precision(f)
+	}
+	return false
+}
+
+func precision(t *schema.TimeType) int {
+	if t.Precision == nil {
+		return 6
+	}
+	return *t.Precision
+}
+
+// widenedOnline reports a table whose widening the plan makes in the online
+// expand/copy/contract phases (no exclusive rewrite).
+func widenedOnline(phases []reconcile.Phase, table string) bool {
+	for _, ph := range phases {
+		if ph.Table == table && ph.Name == reconcile.PhaseWidenCopy {
+			return true
+		}
+	}
+	return false
+}
+
+func builtConcurrently(phases []reconcile.Phase, table, index string) bool {
+	for _, ph := range phases {
+		if ph.Table == table && ph.Name == reconcile.PhaseBuildIndex && ph.Object == index {
+			return true
+		}
+	}
+	return false
+}
+
+// notNullCheck matches a CHECK that makes a column NOT NULL.
+var notNullCheck = regexp.MustCompile(`(?i)^\(*\s*"?([a-z_][a-z0-9_]*)"?\s+IS\s+NOT\s+NULL\s*\)*$`)
+
+func validatedNotNull(live *schema.Table, column string) bool {
+	for _, a := range live.Attrs {
+		if c, ok := a.(*schema.Check); ok {
+			if m := notNullCheck.FindStringSubmatch(c.Expr); m != nil && m[1] == column {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// stableDefaults are default expressions PostgreSQL evaluates once for ADD
+// COLUMN (STABLE or IMMUTABLE): no rewrite.
+var stableDefaults = regexp.MustCompile(`(?i)^\(?\s*(now\(\)|current_timestamp|current_date|current_time|localtimestamp|localtime|transaction_timestamp\(\)|statement_timestamp\(\))\s*\)?$`)
+
+// volatileDefault reports a default that is an expression PostgreSQL must
+// evaluate per row (random(), gen_random_uuid(), clock_timestamp(), …).
+func volatileDefault(c *schema.Column) bool {
+	x, ok := c.Default.(*schema.RawExpr)
+	return ok && !stableDefaults.MatchString(strings.TrimSpace(x.X))
+}
+
+func exprText(x schema.Expr) string {
+	switch x := x.(type) {
+	case *schema.RawExpr:
+		return x.X
+	case *schema.Literal:
+		return x.V
+	}
+	return fmt.Sprintf("%v", x)
+}
+
+func indexColumns(idx *schema.Index) string {
+	var cols []string
+	for _, p := range idx.Parts {
+		if p.C != nil {
+			cols = append(cols, p.C.Name)
+		}
+	}
+	return strings.Join(cols, ", ")
+}
+
+func typeName(d dialect.Dialect, t schema.Type) string {
+	format := sqlite.FormatType
+	if d == dialect.Postgres {
+		format = postgres.FormatType
+	}
+	if s, err := format(t); err == nil {
+		return s
+	}
+	return fmt.Sprintf("%T", t)
+}
+
+// declarationHazards compares the base and new declarations of one dialect.
+func declarationHazards(d dialect.Dialect, base, next Source, bd, nd *reconcile.Declaration) []Hazard {
+	var out []Hazard
+	add := func(h Hazard) {
+		h.Dialect = d
+		out = append(out, h)
+	}
+	for _, t := range bd.Owned {
+		if nd.Table(t.Name) == nil {
+			add(Hazard{Code: CodeDropTable, Level: LevelRefused, Table: t.Name,
+				Detail: "the base declaration owns this table and the new one does not: a reconcile never drops it, it stays in every installation, no longer kept in shape",
+				Advice: "keep declaring it; drop it by hand, with a backup, if it must go"})
+		}
+	}
+	for _, name := range hostTableNames(bd, nd) {
+		if why := hostTableChange(d, hostTable(bd, name), hostTable(nd, name)); why != "" {
+			add(Hazard{Code: CodeHostTable, Level: LevelRefused, Table: name,
+				Detail: "host table " + why + ": host tables are never inspected or changed, so this edit is never applied",
+				Advice: "change the host's own migration; here, declare only what the foreign keys need"})
+		}
+	}
+	if b, n := bd.EndState().KeyBearing(), nd.EndState().KeyBearing(); b != n {
+		add(endStateHazard(d, n, nd.EndState()))
+	}
+	if !bytes.Equal(base.text(), next.text()) {
+		add(Hazard{Code: CodeCertificate, Level: LevelNotice, Table: "*",
+			Detail: "schema.hcl changed: the certificate vouches for the declaration's exact text, so every installation's next boot leaves the fast path once — it takes the lock, inspects, plans and re-certifies",
+			Advice: "expected for any release that edits schema.hcl; batch edits rather than ship them one by one"})
+	}
+	return out
+}
+
+func endStateHazard(d dialect.Dialect, reached bool, es reconcile.EndState) Hazard {
+	if reached {
+		return Hazard{Code: CodeEndState, Level: LevelNotice, Dialect: d, Table: "task_session_subagents",
+			Detail: "the new declaration reaches AC-33's end state (clauses 1–3) and the base did not: the reconcile writes subagent_context_execution_since, and the backfill runs",
+			Advice: "expected when the amendment ships"}
+	}
+	var missing []string
+	if !es.ExecutionColumnNotNull {
+		missing = append(missing, "agent_execution_id NOT NULL")
+	}
+	if !es.ThreeColumnUnique {
+		missing = append(missing, "UNIQUE (task_session_id, agent_execution_id, tool_call_id)")
+	}
+	if !es.TwoColumnUniqueAbsent {
+		missing = append(missing, "no two-column UNIQUE (task_session_id, tool_call_id)")
+	}
+	return Hazard{Code: CodeEndState, Level: LevelRefused, Dialect: d, Table: "task_session_subagents",
+		Detail: "the new declaration does not reach AC-33's end state (missing: " + strings.Join(missing, "; ") + "): no installation that lacks subagent_context_execution_since would ever write it, nor run the backfill",
+		Advice: "keep agent_execution_id NOT NULL and the three-column unique key, and declare no two-column unique"}
+}
+
+func hostTableNames(a, b *reconcile.Declaration) []string {
+	var out []string
+	seen := map[string]bool{}
+	for _, d := range []*reconcile.Declaration{a, b} {
+		for _, t := range d.Host {
+			if !seen[t.Name] {
+				seen[t.Name] = true
+				out = append(out, t.Name)
+			}
+		}
+	}
+	return out
+}
+
+func hostTable(d *reconcile.Declaration, name string) *schema.Table {
+	for _, t := range d.Host {
+		if t.Name == name {
+			return t
+		}
+	}
+	return nil
+}
+
+// hostTableChange says how a host table's declaration changed, or "".
+func hostTableChange(d dialect.Dialect, from, to *schema.Table) string {
+	switch {
+	case from == nil:
+		return to.Name + " newly declared"
+	case to == nil:
+		return from.Name + " no longer declared"
+	}
+	differ := sqlite.DefaultDiff
+	if d == dialect.Postgres {
+		differ = postgres.DefaultDiff
+	}
+	changes, err := differ.TableDiff(from, to)
+	if err != nil {
+		return "changed (" + err.Error() + ")"
+	}
+	if len(changes) == 0 {
+		return ""
+	}
+	var what []string
+	for _, c := range changes {
+		what = append(what, changeText(c))
+	}
+	return to.Name + " changed: " + strings.Join(what, ", ")
+}
+
+func changeText(c schema.Change) string {
+	switch c := c.(type) {
+	case *schema.AddColumn:
+		return "adds column " + c.C.Name
+	case *schema.DropColumn:
+		return "drops column " + c.C.Name
+	case *schema.ModifyColumn:
+		return "modifies column " + c.To.Name
+	case *schema.AddIndex:
+		return "adds index " + c.I.Name
+	case *schema.DropIndex:
+		return "drops index " + c.I.Name
+	}
+	return strings.TrimPrefix(fmt.Sprintf("%T", c), "*schema.")
+}

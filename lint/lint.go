@@ -1,0 +1,403 @@
+// Package lint reviews a change to schema.hcl before it ships. For each
+// dialect and each installed-base state the reconciler meets in the field it
+// builds the state in a scratch store (package parity's), plans the
+// reconcile to the new declaration there — the plan only, nothing is applied
+// — and reports the plan phase by phase with the hazards a reviewer must
+// know: a change refused at boot, a table rewritten under an exclusive lock,
+// a SQLite rebuild, an index built without CONCURRENTLY, a NOT NULL column
+// without a default, an edit to a host table, a change to AC-33's end state,
+// and any change at all (every installation leaves its certified steady
+// state once).
+package lint
+
+import (
+	"bytes"
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+
+	"github.com/schemastate/schemastate"
+	"github.com/schemastate/schemastate/dialect"
+	"github.com/schemastate/schemastate/parity"
+	"github.com/schemastate/schemastate/reconcile"
+)
+
+// The installed-base states a lint plans from (host-context.md).
+const (
+	// Predating: the host's tables only, no owned table (states 1 and 2).
+	Predating = "predating"
+	// PreAmendment: the pre-amendment table with rows and second-precision
+	// keys (states 3 and 4), background_agent_log before transcripts.
+	PreAmendment = "pre-amendment"
+	// HostDDL: the amended table as the host's own DDL creates it (state 6
+	// reached without this module).
+	HostDDL = "host-ddl"
+	// OldShape: a store reconciled to the base declaration — every
+	// installation that booted the version under review's predecessor.
+	OldShape = "old-shape"
+)
+
+// States lists the states in the order a lint reports them.
+var States = []string{Predating, PreAmendment, HostDDL, OldShape}
+
+// seeds maps a state to the parity store it is built from.
+var seeds = map[string]string{Predating: parity.Fresh, PreAmendment: parity.PreAmendment, HostDDL: parity.HostDDL, OldShape: parity.Fresh}
+
+// Source is one declaration: its HCL and the name errors cite it by.
+type Source struct {
+	// HCL is the declaration's text; nil means the built-in schema.hcl.
+	HCL []byte
+	// File names it ("schema.hcl", "main:schema.hcl").
+	File string
+}
+
+func (s Source) builtin() bool { return s.HCL == nil }
+
+func (s Source) name() string {
+	if s.builtin() {
+		return "schema.hcl (built in)"
+	}
+	return s.File
+}
+
+func (s Source) text() []byte {
+	if s.builtin() {
+		return schemastate.SchemaHCL
+	}
+	return s.HCL
+}
+
+// Config says what is linted, against what, and where.
+type Config struct {
+	// New is the declaration under review (zero: the built-in one).
+	New Source
+	// Base is the declaration installations run today; nil when there is
+	// none, and then the old-shape state and the hazards that compare two
+	// declarations are left out (the report says so).
+	Base *Source
+	// Dialects to lint (default both).
+	Dialects []dialect.Dialect
+	// DB is --db: a PostgreSQL URL whose server holds the PostgreSQL stores
+	// (temporary schemas, dropped afterwards) — without one PostgreSQL is
+	// skipped — and a real store of either dialect whose row counts the
+	// hazards that copy or rewrite a table quote.
+	DB string
+	// Logger receives the scratch reconciles' logs (default: discarded).
+	Logger *slog.Logger
+	// Options are added to every plan, and to the reconcile a test holds
+	// the plan to (reconcile.WithOnlineAbove, say).
+	Options []reconcile.Option
+}
+
+// Phase is a plan phase as lint prints it: the reconcile's phase and what
+// its cost grows with.
+type Phase struct {
+	reconcile.Phase
+	// Cost is CostCatalog or CostRows.
+	Cost string `json:"cost"`
+}
+
+// Phase costs.
+const (
+	CostCatalog = "catalog-only"
+	CostRows    = "proportional-to-rows"
+)
+
+// Run is one dialect × state: the plan a reconcile to New makes there.
+type Run struct {
+	Dialect dialect.Dialect   `json:"dialect"`
+	State   string            `json:"state"`
+	Phases  []Phase           `json:"phases"`
+	Refused []string          `json:"refused"`
+	Drift   []reconcile.Drift `json:"drift"`
+	Hazards []Hazard          `json:"hazards"`
+}
+
+// Report is a whole lint.
+type Report struct {
+	New  string `json:"new"`
+	Base string `json:"base,omitempty"`
+	// Declaration holds the hazards found by comparing the two declarations
+	// (per dialect), before any store is built.
+	Declaration []Hazard `json:"declaration"`
+	Runs        []Run    `json:"runs"`
+	// Skipped says what was not evaluated and why.
+	Skipped []string `json:"skipped"`
+}
+
+// Hazards lists every hazard: the declaration's, then each run's.
+func (r *Report) Hazards() []Hazard {
+	out := append([]Hazard(nil), r.Declaration...)
+	for _, run := range r.Runs {
+		out = append(out, run.Hazards...)
+	}
+	return out
+}
+
+// Exit is the exit code a CI job branches on: 1 when a hazard is at or
+// above level, else 0. (2, an evaluation error, is Lint's error.)
+func (r *Report) Exit(level Level) int {
+	if r.Fails(level) {
+		return 1
+	}
+	return 0
+}
+
+// Fails reports whether any hazard is at or above level.
+func (r *Report) Fails(level Level) bool {
+	for _, h := range r.Hazards() {
+		if h.Level.atLeast(level) {
+			return true
+		}
+	}
+	return false
+}
+
+// ErrEvaluate is wrapped by every error that stops a lint: a declaration
+// that does not evaluate, a store that cannot be built or planned.
+var ErrEvaluate = errors.New("lint: evaluation failed")
+
+// Lint plans New on every state of every dialect in cfg and reports the
+// plans and their hazards. It changes nothing but the scratch stores it
+// creates and removes.
+func Lint(ctx context.Context, cfg Config) (rep *Report, err error) {
+	if len(cfg.Dialects) == 0 {
+		cfg.Dialects = []dialect.Dialect{dialect.SQLite, dialect.Postgres}
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	rep = &Report{New: cfg.New.name(), Declaration: []Hazard{}, Runs: []Run{}, Skipped: []string{}}
+	var real *target
+	if cfg.DB != "" {
+		t, err := dialect.Parse(cfg.DB)
+		if err != nil {
+			return nil, fmt.Errorf("%w: --db: %w", ErrEvaluate, err)
+		}
+		if real, err = openReal(ctx, t); err != nil {
+			return nil, fmt.Errorf("%w: --db %s: %w", ErrEvaluate, t.Display, err)
+		}
+		defer real.db.Close()
+	}
+	if cfg.Base != nil {
+		rep.Base = cfg.Base.name()
+	} else {
+		rep.Skipped = append(rep.Skipped, "no base declaration (--base or --base-git): the old-shape state, and the edits to host tables, the dropped tables, the AC-33 end state and the certificate, which compare two declarations, were not checked")
+	}
+	// The reconcile reads a declaration from a file: write the ones given
+	// as text to a directory of their own.
+	dir, err := os.MkdirTemp("", "schemastate_lint_")
+	if err != nil {
+		return nil, fmt.Errorf("%w: temporary directory: %w", ErrEvaluate, err)
+	}
+	defer os.RemoveAll(dir)
+	newFile, err := writeSource(dir, "new.hcl", cfg.New)
+	if err != nil {
+		return nil, err
+	}
+	baseFile := ""
+	if cfg.Base != nil {
+		if baseFile, err = writeSource(dir, "base.hcl", *cfg.Base); err != nil {
+			return nil, err
+		}
+	}
+	for _, d := range cfg.Dialects {
+		newDecl, err := reconcile.EvalDeclaration(cfg.New.text(), cfg.New.name(), d, "main")
+		if err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrEvaluate, err)
+		}
+		var baseDecl *reconcile.Declaration
+		if cfg.Base != nil {
+			if baseDecl, err = reconcile.EvalDeclaration(cfg.Base.text(), cfg.Base.name(), d, "main"); err != nil {
+				return nil, fmt.Errorf("%w: %w", ErrEvaluate, err)
+			}
+			rep.Declaration = append(rep.Declaration, declarationHazards(d, *cfg.Base, cfg.New, baseDecl, newDecl)...)
+		} else if es := newDecl.EndState(); !es.KeyBearing() {
+			rep.Declaration = append(rep.Declaration, endStateHazard(d, false, es))
+		}
+		server := ""
+		if d == dialect.Postgres {
+			if real == nil || real.t.Dialect != dialect.Postgres {
+				rep.Skipped = append(rep.Skipped, "postgres: no PostgreSQL --db given, so no server to build its stores on: PostgreSQL was not linted")
+				continue
+			}
+			server = cfg.DB
+		}
+		runs, err := lintDialect(ctx, cfg, d, server, newFile, baseFile, real)
+		if err != nil {
+			return nil, err
+		}
+		rep.Runs = append(rep.Runs, runs...)
+	}
+	return rep, nil
+}
+
+func writeSource(dir, name string, s Source) (string, error) {
+	if s.builtin() {
+		return "", nil
+	}
+	path := filepath.Join(dir, name)
+	if err := os.WriteFile(path, s.HCL, 0o600); err != nil {
+		return "", fmt.Errorf("%w: %w", ErrEvaluate, err)
+	}
+	return path, nil
+}
+
+// lintDialect builds each state on one dialect's scratch stores and plans it.
+func lintDialect(ctx context.Context, cfg Config, d dialect.Dialect, server, newFile, baseFile string, real *target) (runs []Run, err error) {
+	sc, err := parity.NewScratch(ctx, server)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrEvaluate, err)
+	}
+	defer func() { err = errors.Join(err, sc.Close()) }()
+	for _, state := range States {
+		if state == OldShape && cfg.Base == nil {
+			continue
+		}
+		db, err := Build(ctx, sc, state, baseFile, cfg.Logger)
+		if err != nil {
+			return nil, err
+		}
+		run, err := PlanState(ctx, db, d, state, newFile, cfg.Options)
+		if err != nil {
+			return nil, err
+		}
+		for i, h := range run.Hazards {
+			if h.copiesRows && real != nil && real.t.Dialect == d {
+				run.Hazards[i].Rows = real.rows(ctx, h.Table)
+			}
+		}
+		runs = append(runs, run)
+	}
+	return runs, nil
+}
+
+// Build creates one state's store on sc: the state's fixtures, and for
+// OldShape a reconcile to the base declaration (baseFile; empty means the
+// built-in one).
+func Build(ctx context.Context, sc *parity.Scratch, state, baseFile string, logger *slog.Logger) (*sql.DB, error) {
+	seed, ok := seeds[state]
+	if !ok {
+		return nil, fmt.Errorf("%w: no installed-base state %q", ErrEvaluate, state)
+	}
+	db, err := sc.Open(ctx, state)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrEvaluate, err)
+	}
+	if err := parity.Seed(ctx, db, sc.Dialect(), seed); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrEvaluate, err)
+	}
+	if state != OldShape {
+		return db, nil
+	}
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	opts := []reconcile.Option{reconcile.WithDialect(sc.Dialect()), reconcile.WithLogger(logger)}
+	if baseFile != "" {
+		opts = append(opts, reconcile.WithSchemaFile(baseFile))
+	}
+	if _, err := reconcile.Reconcile(ctx, db, opts...); err != nil {
+		return nil, fmt.Errorf("%w: build the %s store on %s (reconcile to the base declaration): %w", ErrEvaluate, state, sc.Dialect(), err)
+	}
+	return db, nil
+}
+
+// PlanOptions are the options a lint plans with: the dialect, the
+// declaration under review (newFile; empty means the built-in one) and the
+// caller's own.
+func PlanOptions(d dialect.Dialect, newFile string, extra []reconcile.Option) []reconcile.Option {
+	opts := []reconcile.Option{reconcile.WithDialect(d)}
+	if newFile != "" {
+		opts = append(opts, reconcile.WithSchemaFile(newFile))
+	}
+	return append(opts, extra...)
+}
+
+// PlanState plans the reconcile of one state's store (db) to the
+// declaration under review (newFile; empty means the built-in one) and
+// judges it: the plan Lint prints for the state, and the statements a
+// reconcile of that store with PlanOptions then runs.
+func PlanState(ctx context.Context, db *sql.DB, d dialect.Dialect, state, newFile string, extra []reconcile.Option) (Run, error) {
+	p, err := reconcile.Plan(ctx, db, PlanOptions(d, newFile, extra)...)
+	if err != nil {
+		return Run{}, fmt.Errorf("%w: plan the %s store on %s: %w", ErrEvaluate, state, d, err)
+	}
+	run := Run{Dialect: d, State: state, Phases: []Phase{}, Refused: nonNil(p.Refused()), Drift: p.Drift(), Hazards: []Hazard{}}
+	if run.Drift == nil {
+		run.Drift = []reconcile.Drift{}
+	}
+	tables := p.Tables()
+	for _, ph := range p.Phases() {
+		run.Phases = append(run.Phases, Phase{Phase: ph, Cost: cost(d, ph, tables)})
+	}
+	run.Hazards = append(run.Hazards, planHazards(d, state, tables, p.Phases())...)
+	return run, nil
+}
+
+func nonNil(s []string) []string {
+	if s == nil {
+		return []string{}
+	}
+	return s
+}
+
+// target is the real store --db names, opened read-only.
+type target struct {
+	t  dialect.Target
+	db *sql.DB
+}
+
+func openReal(ctx context.Context, t dialect.Target) (*target, error) {
+	if t.Dialect == dialect.SQLite {
+		if _, err := os.Stat(t.Path); err != nil {
+			return nil, err
+		}
+		t = t.ReadOnly()
+	}
+	db, err := t.Open(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return &target{t: t, db: db}, nil
+}
+
+// rows counts a table's rows in the real store; nil when it has no such
+// table (or cannot say).
+func (r *target) rows(ctx context.Context, table string) *int64 {
+	var n int64
+	if err := r.db.QueryRowContext(ctx, "SELECT count(*) FROM "+dialect.QuoteIdent(table)).Scan(&n); err != nil {
+		return nil
+	}
+	return &n
+}
+
+// GitSource reads path (relative to the repository root) as it is at ref,
+// with `git show REF:PATH` run in dir.
+func GitSource(ctx context.Context, dir, ref, path string) (Source, error) {
+	spec := ref + ":" + path
+	cmd := exec.CommandContext(ctx, "git", "show", spec)
+	cmd.Dir = dir
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return Source{}, fmt.Errorf("git show %s: %w: %s", spec, err, strings.TrimSpace(stderr.String()))
+	}
+	return Source{HCL: out, File: spec}, nil
+}
+
+// FileSource reads a declaration from a file.
+func FileSource(path string) (Source, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return Source{}, fmt.Errorf("read declaration: %w", err)
+	}
+	return Source{HCL: b, File: path}, nil
+}

@@ -1,0 +1,272 @@
+package lint
+
+import (
+	"context"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/schemastate/schemastate"
+	"github.com/schemastate/schemastate/dialect"
+	"github.com/schemastate/schemastate/internal/dbtest"
+	"github.com/schemastate/schemastate/parity"
+	"github.com/schemastate/schemastate/reconcile"
+)
+
+// edit is a real change to schema.hcl: the built-in text with one
+// replacement.
+type edit struct {
+	name     string
+	old, new string
+	// want maps "dialect/state" (or "dialect/declaration") to the hazards
+	// expected there, where they differ from baseline; exit is the exit
+	// code at the default --fail-on refused.
+	want map[string][]string
+	exit int
+}
+
+const subagents = "task_session_subagents"
+
+// baseline is what every state plans with no edit at all: the
+// pre-amendment table is rebuilt (SQLite) or gets its key and widened
+// metrics in one transaction (PostgreSQL, small tables); the host's
+// amended table has its metrics widened.
+var baseline = map[string][]string{
+	"sqlite/pre-amendment": {"sqlite-rebuild " + subagents},
+	"postgres/pre-amendment": {
+		"index-not-concurrent " + subagents + " index task_session_subagents_session_execution_tool_call_key",
+		"table-rewrite " + subagents + ".duration_ms",
+		"table-rewrite " + subagents + ".tool_use_count",
+		"table-rewrite " + subagents + ".total_tokens",
+	},
+	"postgres/host-ddl": {
+		"table-rewrite " + subagents + ".duration_ms",
+		"table-rewrite " + subagents + ".tool_use_count",
+		"table-rewrite " + subagents + ".total_tokens",
+	},
+}
+
+const noteAfter = `  column "updated_at" {
+    type = local.timestamp
+    null = false
+  }
+`
+
+var certificate = map[string][]string{"sqlite/declaration": {"certificate *"}, "postgres/declaration": {"certificate *"}}
+
+func with(m map[string][]string, more map[string][]string) map[string][]string {
+	out := map[string][]string{}
+	for k, v := range m {
+		out[k] = v
+	}
+	for k, v := range more {
+		out[k] = v
+	}
+	return out
+}
+
+func plus(key string, extra ...string) []string {
+	return append(append([]string(nil), baseline[key]...), extra...)
+}
+
+var edits = []edit{
+	{name: "touch nothing", exit: 0},
+	{name: "add a nullable column", old: noteAfter, new: noteAfter + "  column \"note\" {\n    type = local.text\n    null = true\n  }\n",
+		want: certificate, exit: 0},
+	{name: "add a NOT NULL column with a default", old: noteAfter, new: noteAfter + "  column \"note\" {\n    type    = local.text\n    null    = false\n    default = \"\"\n  }\n",
+		want: certificate, exit: 0},
+	{name: "add a NOT NULL column without a default", old: noteAfter, new: noteAfter + "  column \"note\" {\n    type = local.text\n    null = false\n  }\n",
+		want: with(certificate, map[string][]string{
+			// SQLite cannot ADD COLUMN … NOT NULL without a default: rebuild.
+			"sqlite/pre-amendment":   plus("sqlite/pre-amendment", "not-null-no-default "+subagents+".note"),
+			"sqlite/host-ddl":        {"not-null-no-default " + subagents + ".note", "sqlite-rebuild " + subagents},
+			"sqlite/old-shape":       {"not-null-no-default " + subagents + ".note", "sqlite-rebuild " + subagents},
+			"postgres/pre-amendment": plus("postgres/pre-amendment", "not-null-no-default "+subagents+".note"),
+			"postgres/host-ddl":      plus("postgres/host-ddl", "not-null-no-default "+subagents+".note"),
+			"postgres/old-shape":     {"not-null-no-default " + subagents + ".note"},
+		}), exit: 1},
+	{name: "widen a type", old: "  column \"is_async\" {\n    type    = local.int\n", new: "  column \"is_async\" {\n    type    = local.int64\n",
+		// integer and bigint are one type class on SQLite: no change there.
+		want: with(certificate, map[string][]string{
+			"postgres/pre-amendment": plus("postgres/pre-amendment", "table-rewrite "+subagents+".is_async"),
+			"postgres/host-ddl":      plus("postgres/host-ddl", "table-rewrite "+subagents+".is_async"),
+			"postgres/old-shape":     {"table-rewrite " + subagents + ".is_async"},
+		}), exit: 0},
+	{name: "narrow a type", old: "  column \"total_tokens\" {\n    type = local.int64\n", new: "  column \"total_tokens\" {\n    type = sql(\"smallint\")\n",
+		// A refused table is left exactly as it is: its other changes go too.
+		want: with(certificate, map[string][]string{
+			"postgres/pre-amendment": {"type-change " + subagents + ".total_tokens"},
+			"postgres/host-ddl":      {"type-change " + subagents + ".total_tokens"},
+			"postgres/old-shape":     {"type-change " + subagents + ".total_tokens"},
+		}), exit: 1},
+	{name: "drop a column", old: "  column \"model\" {\n    type = local.text\n    null = true\n  }\n  column \"agent_status\"", new: "  column \"agent_status\"",
+		want: with(certificate, map[string][]string{
+			"sqlite/pre-amendment":   {"drop-column " + subagents + ".model"},
+			"sqlite/host-ddl":        {"drop-column " + subagents + ".model"},
+			"sqlite/old-shape":       {"drop-column " + subagents + ".model"},
+			"postgres/pre-amendment": {"drop-column " + subagents + ".model"},
+			"postgres/host-ddl":      {"drop-column " + subagents + ".model"},
+			"postgres/old-shape":     {"drop-column " + subagents + ".model"},
+		}), exit: 1},
+	{name: "add an index", old: "  index \"idx_subagents_turn_id\" {", new: "  index \"idx_subagents_model\" {\n    columns = [column.model]\n  }\n  index \"idx_subagents_turn_id\" {",
+		want: with(certificate, map[string][]string{
+			"postgres/pre-amendment": plus("postgres/pre-amendment", "index-not-concurrent "+subagents+" index idx_subagents_model"),
+			"postgres/host-ddl":      plus("postgres/host-ddl", "index-not-concurrent "+subagents+" index idx_subagents_model"),
+			"postgres/old-shape":     {"index-not-concurrent " + subagents + " index idx_subagents_model"},
+		}), exit: 0},
+	{name: "add a unique", old: "  index \"idx_subagents_turn_id\" {", new: "  index \"task_session_subagents_agent_id_key\" {\n    unique  = true\n    columns = [column.agent_id]\n  }\n  index \"idx_subagents_turn_id\" {",
+		want: with(certificate, map[string][]string{
+			"postgres/pre-amendment": plus("postgres/pre-amendment", "index-not-concurrent "+subagents+" index task_session_subagents_agent_id_key"),
+			"postgres/host-ddl":      plus("postgres/host-ddl", "index-not-concurrent "+subagents+" index task_session_subagents_agent_id_key"),
+			"postgres/old-shape":     {"index-not-concurrent " + subagents + " index task_session_subagents_agent_id_key"},
+		}), exit: 0},
+	{name: "rename an index", old: `index "idx_subagents_task_id" {`, new: `index "idx_subagents_task" {`,
+		want: with(certificate, map[string][]string{
+			"postgres/pre-amendment": plus("postgres/pre-amendment", "index-not-concurrent "+subagents+" index idx_subagents_task"),
+			"postgres/host-ddl":      plus("postgres/host-ddl", "index-not-concurrent "+subagents+" index idx_subagents_task"),
+			"postgres/old-shape":     {"index-not-concurrent " + subagents + " index idx_subagents_task"},
+		}), exit: 0},
+	{name: "edit a host table", old: "  comment = \"host: parent of task_session_subagents (FK target only)\"\n", new: "  comment = \"host: parent of task_session_subagents (FK target only)\"\n  column \"title\" {\n    type = local.text\n    null = true\n  }\n",
+		want: with(certificate, map[string][]string{
+			"sqlite/declaration":   {"certificate *", "host-table task_sessions"},
+			"postgres/declaration": {"certificate *", "host-table task_sessions"},
+		}), exit: 1},
+	{name: "retire the upsert key", old: "  index \"task_session_subagents_session_execution_tool_call_key\" {\n    unique  = true\n", new: "  index \"task_session_subagents_session_execution_tool_call_key\" {\n    unique  = false\n",
+		want: with(certificate, map[string][]string{
+			"sqlite/declaration":   {"certificate *", "end-state " + subagents},
+			"postgres/declaration": {"certificate *", "end-state " + subagents},
+		}), exit: 1},
+}
+
+func (e edit) hcl(t *testing.T) []byte {
+	src := string(schemastate.SchemaHCL)
+	if e.old == "" {
+		return []byte(src)
+	}
+	require.Equal(t, 1, strings.Count(src, e.old), "the edit's anchor must occur once in schema.hcl")
+	return []byte(strings.Replace(src, e.old, e.new, 1))
+}
+
+func label(h Hazard) string {
+	s := h.Code + " " + h.Table
+	if h.Column != "" {
+		s += "." + h.Column
+	}
+	if h.Index != "" {
+		s += " index " + h.Index
+	}
+	return s
+}
+
+// Issue 14: each real edit × both dialects × every installed-base state
+// plans the hazards it must, and lint's exit code at the default level
+// follows them.
+func TestLint_Edits_HazardsAndExitCode(t *testing.T) {
+	dbtest.Open(t, dialect.Postgres) // skips (or fails in CI) without a server
+	ctx := context.Background()
+	for _, e := range edits {
+		t.Run(e.name, func(t *testing.T) {
+			base := Source{HCL: schemastate.SchemaHCL, File: "base/schema.hcl"}
+			rep, err := Lint(ctx, Config{New: Source{HCL: e.hcl(t), File: "schema.hcl"}, Base: &base, DB: dbtest.PostgresDSN()})
+			require.NoError(t, err)
+			got := map[string][]string{}
+			for _, h := range rep.Declaration {
+				got[string(h.Dialect)+"/declaration"] = append(got[string(h.Dialect)+"/declaration"], label(h))
+			}
+			require.Len(t, rep.Runs, 2*len(States), "every dialect × state is planned")
+			for _, run := range rep.Runs {
+				for _, h := range run.Hazards {
+					k := string(run.Dialect) + "/" + run.State
+					got[k] = append(got[k], label(h))
+				}
+			}
+			want := with(baseline, e.want)
+			for k := range got {
+				sort.Strings(got[k])
+			}
+			for k := range want {
+				sort.Strings(want[k])
+				if len(want[k]) == 0 {
+					delete(want, k)
+				}
+			}
+			require.Equal(t, want, got)
+			require.Equal(t, e.exit, rep.Exit(LevelRefused))
+			require.Equal(t, len(rep.Hazards()) > 0, rep.Exit(LevelNotice) == 1, "--fail-on any fails on any hazard")
+		})
+	}
+}
+
+// Issue 14: the plan lint prints for a state is what a reconcile of that
+// state then runs, statement by statement — for every edit, dialect and
+// state. A reconcile that fails part way (a NOT NULL column without a
+// default meeting rows) has run a prefix of it.
+func TestLint_Edits_PlanIsWhatReconcileRuns(t *testing.T) {
+	ctx := context.Background()
+	for _, d := range []dialect.Dialect{dialect.SQLite, dialect.Postgres} {
+		t.Run(string(d), func(t *testing.T) {
+			server := ""
+			if d == dialect.Postgres {
+				dbtest.Open(t, d)
+				server = dbtest.PostgresDSN()
+			}
+			for _, e := range edits {
+				t.Run(e.name, func(t *testing.T) {
+					newFile := filepath.Join(t.TempDir(), "schema.hcl")
+					require.NoError(t, os.WriteFile(newFile, e.hcl(t), 0o600))
+					sc, err := parity.NewScratch(ctx, server)
+					require.NoError(t, err)
+					defer func() { require.NoError(t, sc.Close()) }()
+					for _, state := range States {
+						db, err := Build(ctx, sc, state, "", nil)
+						require.NoError(t, err)
+						run, err := PlanState(ctx, db, d, state, newFile, nil)
+						require.NoError(t, err)
+						var planned, ran []string
+						for _, ph := range run.Phases {
+							planned = append(planned, ph.SQL...)
+						}
+						opts := PlanOptions(d, newFile, []reconcile.Option{reconcile.WithExecHook(func(s string) { ran = append(ran, s) }), reconcile.WithLogger(slog.New(slog.DiscardHandler))})
+						rep, err := reconcile.Reconcile(ctx, db, opts...)
+						if failedStep(rep, reconcile.StepShape) || failedStep(rep, reconcile.StepWiden) {
+							require.True(t, hasCode(run, CodeNotNullNoDefault), "%s: an unexpected failure: %v", state, err)
+							require.True(t, subsequence(ran, planned), "%s: what ran of a failed plan is some of its statements, in order:\nran %q\nplanned %q", state, ran, planned)
+							continue
+						}
+						require.Equal(t, planned, ran, "%s: the plan is what the reconcile ran", state)
+					}
+				})
+			}
+		})
+	}
+}
+
+func hasCode(r Run, code string) bool {
+	for _, h := range r.Hazards {
+		if h.Code == code {
+			return true
+		}
+	}
+	return false
+}
+
+func failedStep(rep *reconcile.Report, name string) bool {
+	s := rep.Step(name)
+	return s != nil && s.Status == reconcile.Failed
+}
+
+// subsequence reports whether xs appear in ys in the same order.
+func subsequence(xs, ys []string) bool {
+	i := 0
+	for _, y := range ys {
+		if i < len(xs) && xs[i] == y {
+			i++
+		}
+	}
+	return i == len(xs)
+}
