@@ -137,9 +137,13 @@ var edits = []edit{
 			"postgres/declaration": {"certificate *", "host-table task_sessions"},
 		}), exit: 1},
 	{name: "retire the upsert key", old: "  index \"task_session_subagents_session_execution_tool_call_key\" {\n    unique  = true\n", new: "  index \"task_session_subagents_session_execution_tool_call_key\" {\n    unique  = false\n",
+		// The key becomes a plain index: rebuilt on SQLite, built beside the
+		// host's own unique constraint (kept as undeclared) on PostgreSQL.
 		want: with(certificate, map[string][]string{
 			"sqlite/declaration":   {"certificate *", "end-state " + subagents},
 			"postgres/declaration": {"certificate *", "end-state " + subagents},
+			"sqlite/old-shape":     {"sqlite-rebuild " + subagents},
+			"postgres/host-ddl":    plus("postgres/host-ddl", "index-not-concurrent "+subagents+" index task_session_subagents_session_execution_tool_call_key"),
 		}), exit: 1},
 }
 

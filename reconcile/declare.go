@@ -75,8 +75,11 @@ func EvalDeclaration(src []byte, file string, d dialect.Dialect, schemaName stri
 		err = fmt.Errorf("unsupported dialect %q", d)
 	}
 	if err != nil {
-		// hcl diagnostics already carry "file:line,col"; name the file when they
-		// refer to the in-memory source.
+		// hcl diagnostics on in-memory source carry ":line,col" with no file
+		// name: prefix the file so the message reads "file:line,col: …".
+		if strings.HasPrefix(err.Error(), ":") {
+			return nil, fmt.Errorf("%s%w", file, err)
+		}
 		return nil, fmt.Errorf("%s: %w", file, err)
 	}
 	s.Name = schemaName

@@ -82,7 +82,8 @@ func runLint(ctx context.Context, e *env, args []string) int {
 	}
 	rep, err := lint.Lint(ctx, cfg)
 	if err != nil {
-		fail(e, "lint", errors.Unwrap(err))
+		// Lint's errors all wrap lint.ErrEvaluate; say it once, as "lint".
+		fail(e, "lint", errors.New(strings.TrimPrefix(err.Error(), lint.ErrEvaluate.Error()+": ")))
 		return exitUsage
 	}
 	if *asJSON {

@@ -1,0 +1,109 @@
+package main
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/schemastate/schemastate"
+	"github.com/schemastate/schemastate/internal/dbtest"
+)
+
+type lintJSON struct {
+	Base        string
+	Declaration []struct{ Code, Level, Dialect string }
+	Runs        []struct {
+		Dialect, State string
+		Phases         []struct {
+			Name, Lock, Cost string
+			Transactional    bool
+			SQL              []string
+		}
+		Hazards []struct{ Code, Level, Table, Column string }
+	}
+	Skipped []string
+}
+
+func writeHCL(t *testing.T, name string, src []byte) string {
+	path := filepath.Join(t.TempDir(), name)
+	require.NoError(t, os.WriteFile(path, src, 0o600))
+	return path
+}
+
+// Issue 14: exit 0 below --fail-on, 1 at or above it, 2 for a declaration
+// that does not evaluate (naming file:line) or a usage error; --json prints
+// the report; without a PostgreSQL --db PostgreSQL is skipped and said so.
+func TestCLI_Lint_ExitCodes(t *testing.T) {
+	base := writeHCL(t, "base.hcl", schemastate.SchemaHCL)
+	src := string(schemastate.SchemaHCL)
+	drop := strings.Replace(src, "  column \"model\" {\n    type = local.text\n    null = true\n  }\n  column \"agent_status\"", "  column \"agent_status\"", 1)
+	require.NotEqual(t, src, drop)
+	dropped := writeHCL(t, "drop.hcl", []byte(drop))
+	index := strings.Replace(src, "  index \"idx_subagents_turn_id\" {", "  index \"idx_subagents_model\" {\n    columns = [column.model]\n  }\n  index \"idx_subagents_turn_id\" {", 1)
+	indexed := writeHCL(t, "index.hcl", []byte(index))
+
+	code, out, errOut := cli(t, "lint", "--base", base, dropped, "--dialect", "sqlite", "--json")
+	require.Equal(t, 1, code, errOut)
+	var rep lintJSON
+	require.NoError(t, json.Unmarshal([]byte(out), &rep), out)
+	require.Len(t, rep.Runs, 4)
+	require.Equal(t, "old-shape", rep.Runs[3].State)
+	require.Equal(t, "drop-column", rep.Runs[3].Hazards[0].Code)
+	require.Equal(t, "model", rep.Runs[3].Hazards[0].Column)
+	require.Equal(t, "create", rep.Runs[0].Phases[0].Name)
+	require.Equal(t, "catalog-only", rep.Runs[0].Phases[0].Cost)
+
+	// A NOT NULL-free index: below refused (exit 0), at rewrite on
+	// PostgreSQL only, at any (the certificate) everywhere.
+	code, out, errOut = cli(t, "lint", "--base", base, indexed, "--dialect", "sqlite")
+	require.Equal(t, 0, code, errOut)
+	require.Contains(t, out, "CREATE INDEX `idx_subagents_model`")
+	code, _, _ = cli(t, "lint", "--base", base, indexed, "--dialect", "sqlite", "--fail-on", "any")
+	require.Equal(t, 1, code)
+	code, out, _ = cli(t, "lint", "--base", base, indexed)
+	require.Equal(t, 0, code)
+	require.Contains(t, out, "-- not checked: postgres: no PostgreSQL --db given")
+
+	bad := writeHCL(t, "bad.hcl", []byte("variable \"dialect\" {\n  type = string\n}\ntable \"x\" {\n  column \"a\" {\n    type = nosuch(\n  }\n}\n"))
+	code, _, errOut = cli(t, "lint", bad, "--dialect", "sqlite")
+	require.Equal(t, exitUsage, code)
+	require.Contains(t, errOut, bad+":7,")
+
+	for _, args := range [][]string{
+		{"lint", "--fail-on", "sometimes"},
+		{"lint", "--dialect", "oracle"},
+		{"lint", "--base", base, "--base-git", "HEAD"},
+		{"lint", "a.hcl", "b.hcl"},
+		{"lint", filepath.Join(t.TempDir(), "missing.hcl")},
+	} {
+		code, _, errOut := cli(t, args...)
+		require.Equal(t, exitUsage, code, "%v: %s", args, errOut)
+	}
+}
+
+// Issue 14: on PostgreSQL the stores are temporary schemas of --db, and a
+// widening is a rewrite: --fail-on rewrite fails where refused does not.
+func TestCLI_Lint_PostgresRewrite(t *testing.T) {
+	dbtest.Open(t, "postgres")
+	base := writeHCL(t, "base.hcl", schemastate.SchemaHCL)
+	widened := writeHCL(t, "widen.hcl", []byte(strings.Replace(string(schemastate.SchemaHCL), "  column \"is_async\" {\n    type    = local.int\n", "  column \"is_async\" {\n    type    = local.int64\n", 1)))
+	args := []string{"lint", "--base", base, widened, "--dialect", "postgres", "--db", dbtest.PostgresDSN()}
+	code, out, errOut := cli(t, append(args, "--json")...)
+	require.Equal(t, 0, code, errOut)
+	var rep lintJSON
+	require.NoError(t, json.Unmarshal([]byte(out), &rep), out)
+	require.Len(t, rep.Runs, 4)
+	old := rep.Runs[3]
+	require.Equal(t, "old-shape", old.State)
+	require.Len(t, old.Hazards, 1)
+	require.Equal(t, "table-rewrite", old.Hazards[0].Code)
+	require.Equal(t, "is_async", old.Hazards[0].Column)
+	require.Equal(t, "widen", old.Phases[0].Name)
+	require.Equal(t, "proportional-to-rows", old.Phases[0].Cost)
+	code, _, _ = cli(t, append(args, "--fail-on", "rewrite")...)
+	require.Equal(t, 1, code)
+}
