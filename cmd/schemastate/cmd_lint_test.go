@@ -1,6 +1,7 @@
 package main
 
 import (
+	"database/sql"
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -106,4 +107,40 @@ func TestCLI_Lint_PostgresRewrite(t *testing.T) {
 	require.Equal(t, "proportional-to-rows", old.Phases[0].Cost)
 	code, _, _ = cli(t, append(args, "--fail-on", "rewrite")...)
 	require.Equal(t, 1, code)
+}
+
+// Issue 14: a SQLite rebuild quotes the rows it will copy when --db points
+// at a real store.
+func TestCLI_Lint_RebuildRowsFromRealStore(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "store.db")
+	code, _, errOut := cli(t, "demo", "--db", "sqlite:"+path)
+	require.Equal(t, exitOK, code, errOut)
+	code, out, errOut := cli(t, "lint", "--dialect", "sqlite", "--db", "sqlite:"+path, "--json")
+	require.Equal(t, exitOK, code, errOut)
+	var rep struct {
+		Runs []struct {
+			State   string
+			Hazards []struct {
+				Code string
+				Rows *int64
+			}
+		}
+	}
+	require.NoError(t, json.Unmarshal([]byte(out), &rep), out)
+	var rows *int64
+	for _, r := range rep.Runs {
+		for _, h := range r.Hazards {
+			if r.State == "pre-amendment" && h.Code == "sqlite-rebuild" {
+				rows = h.Rows
+			}
+		}
+	}
+	require.NotNil(t, rows, "the rebuild hazard quotes the store's rows")
+	var n int64
+	real, err := sql.Open("sqlite", "file:"+path+"?mode=ro")
+	require.NoError(t, err)
+	defer real.Close()
+	require.NoError(t, real.QueryRow("SELECT count(*) FROM task_session_subagents").Scan(&n))
+	require.Positive(t, n)
+	require.Equal(t, n, *rows)
 }
