@@ -54,10 +54,17 @@ func runLint(ctx context.Context, e *env, args []string) int {
 	default:
 		return usageErr("--dialect %q: want sqlite, postgres or both", *dialects)
 	}
+	var server dialect.Dialect
 	if *db != "" {
-		if _, err := dialect.Parse(*db); err != nil {
+		t, err := dialect.Parse(*db)
+		if err != nil {
 			return usageErr("%v", err)
 		}
+		server = t.Dialect
+	}
+	if *dialects == "postgres" && server != dialect.Postgres {
+		// Linting nothing and exiting 0 would read as a clean review.
+		return usageErr("--dialect postgres builds its stores on a PostgreSQL server: give one with --db postgres://…")
 	}
 	if fs.NArg() == 1 {
 		if cfg.New, err = lint.FileSource(fs.Arg(0)); err != nil {

@@ -77,6 +77,8 @@ func TestCLI_Lint_ExitCodes(t *testing.T) {
 	for _, args := range [][]string{
 		{"lint", "--fail-on", "sometimes"},
 		{"lint", "--dialect", "oracle"},
+		{"lint", "--dialect", "postgres"},
+		{"lint", "--dialect", "postgres", "--db", "sqlite:" + base},
 		{"lint", "--base", base, "--base-git", "HEAD"},
 		{"lint", "a.hcl", "b.hcl"},
 		{"lint", filepath.Join(t.TempDir(), "missing.hcl")},
