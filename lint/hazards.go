@@ -284,10 +284,23 @@ func declarationHazards(d dialect.Dialect, base, next Source, bd, nd *reconcile.
 		out = append(out, h)
 	}
 	for _, t := range bd.Owned {
-		if nd.Table(t.Name) == nil {
+		nt := nd.Table(t.Name)
+		if nt == nil {
 			add(Hazard{Code: CodeDropTable, Level: LevelRefused, Table: t.Name,
 				Detail: "the base declaration owns this table and the new one does not: a reconcile never drops it, it stays in every installation, no longer kept in shape",
 				Advice: "keep declaring it; drop it by hand, with a backup, if it must go"})
+			continue
+		}
+		for _, c := range t.Columns {
+			if _, ok := nt.Column(c.Name); !ok {
+				// Refused where the table exists (each state says so); a new
+				// installation creates the table without it, and every writer
+				// that still names the column (the live upsert, the backfill)
+				// fails there.
+				add(Hazard{Code: CodeDropColumn, Level: LevelRefused, Table: t.Name, Column: c.Name,
+					Detail: "the new declaration no longer has this column: refused at boot where the table exists, and a new installation creates the table without it, where every writer that names it fails",
+					Advice: "keep declaring it until no writer names it; drop it by hand, with a backup, if it must go"})
+			}
 		}
 	}
 	for _, name := range hostTableNames(bd, nd) {

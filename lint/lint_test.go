@@ -106,6 +106,8 @@ var edits = []edit{
 		}), exit: 1},
 	{name: "drop a column", old: "  column \"model\" {\n    type = local.text\n    null = true\n  }\n  column \"agent_status\"", new: "  column \"agent_status\"",
 		want: with(certificate, map[string][]string{
+			"sqlite/declaration":     {"certificate *", "drop-column " + subagents + ".model"},
+			"postgres/declaration":   {"certificate *", "drop-column " + subagents + ".model"},
 			"sqlite/pre-amendment":   {"drop-column " + subagents + ".model"},
 			"sqlite/host-ddl":        {"drop-column " + subagents + ".model"},
 			"sqlite/old-shape":       {"drop-column " + subagents + ".model"},
