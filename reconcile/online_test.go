@@ -80,7 +80,7 @@ func TestOnline_PlanIsWhatReconcileRuns(t *testing.T) {
 		{"small table: single transaction", nil,
 			[]string{"task_session_subagents.alter", "background_agent_log.create", "task_session_subagents.widen"},
 			[]reconcile.LockClass{reconcile.LockRewrite, reconcile.LockCatalog, reconcile.LockRewrite},
-			"under the online threshold 8.0 MiB: single transaction"},
+			"under the online threshold 256 kB: single transaction"},
 		{"online phases", online,
 			[]string{"task_session_subagents.alter", "task_session_subagents.build_index." + subagentsKey, "task_session_subagents.swap_key",
 				"background_agent_log.create",

@@ -1,0 +1,238 @@
+package reconcile_test
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/schemastate/schemastate/dialect"
+	"github.com/schemastate/schemastate/internal/dbtest"
+	"github.com/schemastate/schemastate/reconcile"
+)
+
+// BenchmarkOnlineUpgrade measures the PostgreSQL upgrade of a legacy table
+// while the host reads and writes it: ours (the path the live table's size
+// chooses: the online phases above WithOnlineAbove), our single-transaction
+// path forced (ours_single), and the naive anchor (the one ALTER TABLE the
+// host's own migration and Atlas's plan run, without the widening). For each
+// it reports the worst latency of a concurrent reader loop (SELECT by
+// session) and of a concurrent writer loop (single-row INSERTs of new rows),
+// the total time, and the ACCESS EXCLUSIVE windows polled from pg_locks.
+//
+//	SCHEMASTATE_BENCH_ONLINE_ROWS=1000000,4000000 go test ./reconcile -run '^$' -bench OnlineUpgrade -benchtime 1x -timeout 60m
+//
+// Rows default to 100000 so a plain -bench run stays short.
+func BenchmarkOnlineUpgrade(b *testing.B) {
+	sizes := []int{100000}
+	if v := os.Getenv("SCHEMASTATE_BENCH_ONLINE_ROWS"); v != "" {
+		sizes = nil
+		for _, f := range strings.Split(v, ",") {
+			n, err := strconv.Atoi(strings.TrimSpace(f))
+			require.NoError(b, err)
+			sizes = append(sizes, n)
+		}
+	}
+	modes := []string{"ours", "naive_alter"}
+	if v := os.Getenv("SCHEMASTATE_BENCH_ONLINE_MODES"); v != "" {
+		modes = strings.Split(v, ",")
+	}
+	for _, rows := range sizes {
+		for _, mode := range modes {
+			b.Run(fmt.Sprintf("rows=%d/%s", rows, mode), func(b *testing.B) {
+				for i := 0; i < b.N; i++ {
+					benchUpgrade(b, rows, mode)
+				}
+			})
+		}
+	}
+}
+
+func benchUpgrade(b *testing.B, rows int, mode string) {
+	b.StopTimer()
+	db := dbtest.Open(b, dialect.Postgres).Host(b).Legacy(b)
+	db.Exec(b, `INSERT INTO task_sessions (id, task_id) SELECT 's' || i, 'k' || i FROM generate_series(1, 200) i`)
+	db.Exec(b, fmt.Sprintf(`INSERT INTO task_session_subagents (id, task_session_id, task_id, tool_call_id, subagent_type, is_async, total_tokens, tool_use_count, duration_ms, source, observed_at, updated_at)
+ SELECT 'r' || i, 's' || (i %% 200 + 1), 'k' || (i %% 200 + 1), 'toolu_' || i, 'general', 0, i, i %% 50, i %% 100000, 'live',
+   timestamp '2026-07-30 00:00:00' + i * interval '1 ms', timestamp '2026-07-30 00:00:00' + i * interval '1 ms'
+ FROM generate_series(1, %d) i`, rows))
+	db.Exec(b, `ANALYZE task_session_subagents`)
+	var size string
+	require.NoError(b, db.QueryRow(`SELECT pg_size_pretty(pg_table_size('task_session_subagents'))`).Scan(&size))
+
+	ctx, cancel := context.WithCancel(context.Background())
+	mon := startMonitors(b, ctx, db)
+	time.Sleep(time.Second) // a baseline for the loops
+	start := time.Now()
+	b.StartTimer()
+	switch mode {
+	case "ours", "ours_single":
+		var last string
+		opts := []reconcile.Option{reconcile.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))),
+			reconcile.WithProgress(func(p reconcile.Progress) {
+				if msg := p.Step + ": " + p.Message; !strings.HasPrefix(p.Message, "copying") && msg != last {
+					last = msg
+					fmt.Fprintf(os.Stderr, "%8.3fs %s\n", time.Since(start).Seconds(), msg)
+				}
+			})}
+		if mode == "ours_single" {
+			opts = append(opts, reconcile.WithOnlineAbove(1<<62), reconcile.WithDDLLockTimeout(time.Hour))
+		}
+		rep, err := reconcile.Reconcile(ctx, db.DB, opts...)
+		require.NoError(b, err, describe(rep))
+		b.Logf("%s: %s; widen: %s", mode, rep.Step(reconcile.StepShape).Detail, rep.Step(reconcile.StepWiden).Detail)
+	case "naive_alter":
+		_, err := db.DB.ExecContext(ctx, `ALTER TABLE task_session_subagents DROP CONSTRAINT task_session_subagents_task_session_id_tool_call_id_key,
+ ADD COLUMN agent_execution_id text NOT NULL DEFAULT 'unknown',
+ ADD CONSTRAINT task_session_subagents_session_execution_tool_call_key UNIQUE (task_session_id, agent_execution_id, tool_call_id)`)
+		require.NoError(b, err)
+	default:
+		b.Fatalf("unknown mode %q", mode)
+	}
+	b.StopTimer()
+	total := time.Since(start)
+	time.Sleep(500 * time.Millisecond)
+	cancel()
+	r := mon.wait()
+	b.ReportMetric(float64(r.readerWorst.Microseconds())/1000, "reader_worst_ms")
+	b.ReportMetric(float64(r.writerWorst.Microseconds())/1000, "writer_worst_ms")
+	b.ReportMetric(float64(r.readerBase.Microseconds())/1000, "reader_median_ms")
+	b.ReportMetric(float64(r.writerBase.Microseconds())/1000, "writer_median_ms")
+	b.ReportMetric(total.Seconds(), "total_s")
+	b.ReportMetric(float64(r.exclusiveWorst.Microseconds())/1000, "excl_window_max_ms")
+	b.ReportMetric(float64(r.exclusiveWindows), "excl_windows")
+	b.ReportMetric(float64(r.reads), "reads")
+	b.ReportMetric(float64(r.writes), "writes")
+	fmt.Fprintf(os.Stderr, "%s rows=%d (%s): total %s, reader worst %s at %.3fs (median %s, %d reads), writer worst %s at %.3fs (median %s, %d writes), ACCESS EXCLUSIVE windows seen %d, longest %s at %.3fs",
+		mode, rows, size, total.Round(time.Millisecond), r.readerWorst, r.readerAt.Sub(start).Seconds(), r.readerBase, r.reads,
+		r.writerWorst, r.writerAt.Sub(start).Seconds(), r.writerBase, r.writes, r.exclusiveWindows, r.exclusiveWorst, r.exclusiveAt.Sub(start).Seconds())
+	fmt.Fprintln(os.Stderr)
+}
+
+type monitorResult struct {
+	readerWorst, writerWorst, readerBase, writerBase time.Duration
+	readerAt, writerAt, exclusiveAt                  time.Time // when each worst began
+	reads, writes                                    int
+	exclusiveWindows                                 int
+	exclusiveWorst                                   time.Duration
+}
+
+type monitors struct {
+	wg  sync.WaitGroup
+	mu  sync.Mutex
+	res monitorResult
+	rl  []sample
+	wl  []sample
+}
+
+type sample struct {
+	at time.Time
+	d  time.Duration
+}
+
+// startMonitors runs, each on its own connection, a reader loop, a writer
+// loop and a pg_locks poller (every 2 ms) until ctx ends.
+func startMonitors(b *testing.B, ctx context.Context, db *dbtest.DB) *monitors {
+	m := &monitors{}
+	open := func() *sql.DB {
+		d, err := sql.Open("pgx", db.DSN)
+		require.NoError(b, err)
+		d.SetMaxOpenConns(1)
+		b.Cleanup(func() { d.Close() })
+		require.NoError(b, d.Ping())
+		return d
+	}
+	reader, writer, poller := open(), open(), open()
+	var seq atomic.Int64
+	loop := func(run func(i int) error, into *[]sample) {
+		m.wg.Add(1)
+		go func() {
+			defer m.wg.Done()
+			for i := 0; ctx.Err() == nil; i++ {
+				t0 := time.Now()
+				if err := run(i); err != nil {
+					if ctx.Err() == nil {
+						b.Errorf("monitor: %v", err)
+					}
+					return
+				}
+				d := time.Since(t0)
+				m.mu.Lock()
+				*into = append(*into, sample{t0, d})
+				m.mu.Unlock()
+			}
+		}()
+	}
+	loop(func(i int) error {
+		var n int
+		return reader.QueryRowContext(context.Background(), `SELECT count(*) FROM task_session_subagents WHERE task_session_id = $1`, fmt.Sprintf("s%d", i%200+1)).Scan(&n)
+	}, &m.rl)
+	loop(func(i int) error {
+		id := fmt.Sprintf("w%d", seq.Add(1))
+		_, err := writer.ExecContext(context.Background(), `INSERT INTO task_session_subagents (id, task_session_id, task_id, tool_call_id, source, observed_at, updated_at) VALUES ($1, 's1', 'k1', $1, 'live', now(), now())`, id)
+		return err
+	}, &m.wl)
+	m.wg.Add(1)
+	go func() {
+		defer m.wg.Done()
+		var since time.Time
+		for ctx.Err() == nil {
+			var held bool
+			err := poller.QueryRowContext(context.Background(), `SELECT EXISTS (SELECT 1 FROM pg_locks WHERE relation = to_regclass($1) AND mode = 'AccessExclusiveLock' AND granted)`,
+				db.Schema+".task_session_subagents").Scan(&held)
+			if err != nil {
+				continue
+			}
+			now := time.Now()
+			switch {
+			case held && since.IsZero():
+				since = now
+			case !held && !since.IsZero():
+				m.mu.Lock()
+				m.res.exclusiveWindows++
+				if now.Sub(since) > m.res.exclusiveWorst {
+					m.res.exclusiveWorst, m.res.exclusiveAt = now.Sub(since), since
+				}
+				m.mu.Unlock()
+				since = time.Time{}
+			}
+			time.Sleep(2 * time.Millisecond)
+		}
+	}()
+	return m
+}
+
+func (m *monitors) wait() monitorResult {
+	m.wg.Wait()
+	m.res.reads, m.res.writes = len(m.rl), len(m.wl)
+	m.res.readerWorst, m.res.readerAt, m.res.readerBase = worstAndMedian(m.rl)
+	m.res.writerWorst, m.res.writerAt, m.res.writerBase = worstAndMedian(m.wl)
+	return m.res
+}
+
+func worstAndMedian(ss []sample) (time.Duration, time.Time, time.Duration) {
+	if len(ss) == 0 {
+		return 0, time.Time{}, 0
+	}
+	ds := make([]time.Duration, len(ss))
+	worst := ss[0]
+	for i, s := range ss {
+		ds[i] = s.d
+		if s.d > worst.d {
+			worst = s
+		}
+	}
+	slices.Sort(ds)
+	return worst.d, worst.at, ds[len(ds)/2]
+}
