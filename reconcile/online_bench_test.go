@@ -117,7 +117,7 @@ func benchUpgrade(b *testing.B, rows int, mode string) {
 	fmt.Fprintf(os.Stderr, "%s rows=%d (%s): total %s, reader worst %s at %.3fs (median %s, %d reads), writer worst %s at %.3fs (median %s, %d writes), ACCESS EXCLUSIVE windows seen %d, longest %s at %.3fs",
 		mode, rows, size, total.Round(time.Millisecond), r.readerWorst, r.readerAt.Sub(start).Seconds(), r.readerBase, r.reads,
 		r.writerWorst, r.writerAt.Sub(start).Seconds(), r.writerBase, r.writes, r.exclusiveWindows, r.exclusiveWorst, r.exclusiveAt.Sub(start).Seconds())
-	fmt.Fprintln(os.Stderr)
+	fmt.Fprintf(os.Stderr, "  reader/writer statements running > 50 ms, by what they waited on (2 ms polls): %v\n\n", r.waits)
 }
 
 type monitorResult struct {
@@ -126,6 +126,10 @@ type monitorResult struct {
 	reads, writes                                    int
 	exclusiveWindows                                 int
 	exclusiveWorst                                   time.Duration
+	// waits counts what the reader's and writer's backends were waiting on
+	// (pg_stat_activity wait_event_type:wait_event) in polls that found
+	// their statement running for more than 50 ms.
+	waits map[string]int
 }
 
 type monitors struct {
@@ -154,6 +158,13 @@ func startMonitors(b *testing.B, ctx context.Context, db *dbtest.DB) *monitors {
 		return d
 	}
 	reader, writer, poller := open(), open(), open()
+	pid := func(d *sql.DB) int {
+		var p int
+		require.NoError(b, d.QueryRow(`SELECT pg_backend_pid()`).Scan(&p))
+		return p
+	}
+	m.res.waits = map[string]int{}
+	readerPID, writerPID := pid(reader), pid(writer)
 	var seq atomic.Int64
 	loop := func(run func(i int) error, into *[]sample) {
 		m.wg.Add(1)
@@ -189,11 +200,21 @@ func startMonitors(b *testing.B, ctx context.Context, db *dbtest.DB) *monitors {
 		var since time.Time
 		for ctx.Err() == nil {
 			var held bool
-			err := poller.QueryRowContext(context.Background(), `SELECT EXISTS (SELECT 1 FROM pg_locks WHERE relation = to_regclass($1) AND mode = 'AccessExclusiveLock' AND granted)`,
-				db.Schema+".task_session_subagents").Scan(&held)
+			var slow string
+			err := poller.QueryRowContext(context.Background(), `SELECT EXISTS (SELECT 1 FROM pg_locks WHERE relation = to_regclass($1) AND mode = 'AccessExclusiveLock' AND granted),
+  array_to_string(ARRAY(SELECT CASE pid WHEN $2 THEN 'reader ' ELSE 'writer ' END || coalesce(wait_event_type || ':' || wait_event, 'on CPU')
+        FROM pg_stat_activity WHERE pid IN ($2, $3) AND state = 'active' AND now() - query_start > interval '50 ms'), ',')`,
+				db.Schema+".task_session_subagents", readerPID, writerPID).Scan(&held, &slow)
 			if err != nil {
 				continue
 			}
+			m.mu.Lock()
+			for _, w := range strings.Split(slow, ",") {
+				if w != "" {
+					m.res.waits[w]++
+				}
+			}
+			m.mu.Unlock()
 			now := time.Now()
 			switch {
 			case held && since.IsZero():
