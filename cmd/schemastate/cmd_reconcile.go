@@ -289,6 +289,9 @@ func runStatus(ctx context.Context, e *env, args []string) int {
 	printKeys(e, obs.Keys, obs.KeysRead)
 	printEndState(e, obs.EndState, true)
 	printDrift(e, obs.Drift)
+	if u := obs.Upgrade; u != nil {
+		fmt.Fprintf(e.stdout, "online upgrade stopped between phases: %s; next phase: %s\n", strings.Join(u.Found, "; "), u.Next)
+	}
 	for t, idx := range obs.Indexes {
 		fmt.Fprintf(e.stdout, "indexes on %s:\n", t)
 		for _, i := range idx {
