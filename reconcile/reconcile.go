@@ -221,7 +221,7 @@ func WithLockWait(d time.Duration) Option { return func(o *options) { o.lockWait
 func WithDDLLockTimeout(d time.Duration) Option { return func(o *options) { o.ddlLockTimeout = d } }
 
 // WithDDLLockAttempt is the lock_timeout of one attempt of a PostgreSQL DDL
-// statement that takes an exclusive lock (default 200ms): the longest the
+// statement that takes an exclusive lock (default 50ms): the longest the
 // statement can sit in the lock queue in front of the host's readers.
 func WithDDLLockAttempt(d time.Duration) Option { return func(o *options) { o.ddlLockAttempt = d } }
 
@@ -271,7 +271,7 @@ func (o *options) executed(stmt string) {
 
 func newOptions(db *sql.DB, opts []Option) (*options, error) {
 	o := &options{logger: slog.Default(), lockWait: 60 * time.Second, ddlLockTimeout: 5 * time.Second,
-		ddlLockAttempt: 200 * time.Millisecond, concurrentWait: 30 * time.Second, onlineAbove: 256 << 10, copyBatchPages: 256}
+		ddlLockAttempt: 50 * time.Millisecond, concurrentWait: 30 * time.Second, onlineAbove: 256 << 10, copyBatchPages: 256}
 	for _, opt := range opts {
 		opt(o)
 	}
