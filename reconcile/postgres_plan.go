@@ -178,6 +178,11 @@ func planOnline(ctx context.Context, drv migrate.Driver, schemaName string, tp *
 		widenOther  []schema.Change
 		catalogOnly = len(tp.Fills) == 0
 	)
+	for _, stmt := range tp.Prelude {
+		if !strings.Contains(stmt, " RENAME CONSTRAINT ") {
+			catalogOnly = false // a fill, or a deferrable key rebuilt as declared
+		}
+	}
 	for _, c := range tp.Changes {
 		switch c := c.(type) {
 		case *schema.AddIndex:
