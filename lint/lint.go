@@ -90,8 +90,8 @@ type Config struct {
 	DB string
 	// Logger receives the scratch reconciles' logs (default: discarded).
 	Logger *slog.Logger
-	// Options are added to every plan, and to the reconcile a test holds
-	// the plan to (reconcile.WithOnlineAbove, say).
+	// Options are added to every plan (reconcile.WithOnlineAbove, to plan
+	// the online path a large field table takes).
 	Options []reconcile.Option
 }
 
