@@ -338,3 +338,23 @@ func TestLint_OnlinePath_NoExclusiveBuild(t *testing.T) {
 		}
 	}
 }
+
+// Issue 14: without a base, a declaration that does not reach AC-33's end
+// state is still said (execution_since would never be written), and what
+// needs a base is reported skipped.
+func TestLint_NoBase_EndStateStillChecked(t *testing.T) {
+	e := edits[11]
+	require.Equal(t, "retire the upsert key", e.name)
+	rep, err := Lint(context.Background(), Config{New: Source{HCL: e.hcl(t), File: "schema.hcl"}, Dialects: []dialect.Dialect{dialect.SQLite}})
+	require.NoError(t, err)
+	require.Len(t, rep.Declaration, 1)
+	require.Equal(t, CodeEndState, rep.Declaration[0].Code)
+	require.Equal(t, LevelRefused, rep.Declaration[0].Level)
+	require.Equal(t, 1, rep.Exit(LevelRefused))
+	require.Len(t, rep.Runs, 3, "no old-shape state without a base")
+	require.Contains(t, rep.Skipped[0], "no base declaration")
+
+	rep, err = Lint(context.Background(), Config{Dialects: []dialect.Dialect{dialect.SQLite}})
+	require.NoError(t, err)
+	require.Empty(t, rep.Declaration, "the built-in declaration reaches the end state")
+}
