@@ -122,6 +122,13 @@ func planHazards(d dialect.Dialect, state string, tables []reconcile.TableChange
 						Advice: "add the column with a constant default (or none) and fill it in batches"})
 				}
 			case *schema.ModifyColumn:
+				if c.Change.Is(schema.ChangeNull) && !c.To.Type.Null && c.To.Default == nil {
+					// With a default, the reconcile fills the NULLs first
+					// (PostgreSQL) or the rebuild copies them into it (SQLite).
+					add(Hazard{Code: CodeNotNullNoDefault, Level: LevelRefused, Table: tc.Table, Column: c.To.Name,
+						Detail: "a column made NOT NULL without a DEFAULT: the reconcile fails on every installation where a row holds NULL in it, every boot",
+						Advice: "declare a DEFAULT (the reconcile fills the NULLs with it), or fill them in the host first"})
+				}
 				if d != dialect.Postgres {
 					continue
 				}

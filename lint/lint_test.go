@@ -138,6 +138,25 @@ var edits = []edit{
 			"sqlite/declaration":   {"certificate *", "host-table task_sessions"},
 			"postgres/declaration": {"certificate *", "host-table task_sessions"},
 		}), exit: 1},
+	{name: "tighten a column to NOT NULL", old: "  column \"turn_id\" {\n    type = local.text\n    null = true\n  }\n", new: "  column \"turn_id\" {\n    type = local.text\n    null = false\n  }\n",
+		// The host's own row holds a NULL turn_id: the tightening fails there.
+		want: with(certificate, map[string][]string{
+			"sqlite/pre-amendment":   plus("sqlite/pre-amendment", "not-null-no-default "+subagents+".turn_id"),
+			"sqlite/host-ddl":        {"not-null-no-default " + subagents + ".turn_id", "sqlite-rebuild " + subagents},
+			"sqlite/old-shape":       {"not-null-no-default " + subagents + ".turn_id", "sqlite-rebuild " + subagents},
+			"postgres/pre-amendment": plus("postgres/pre-amendment", "not-null-no-default "+subagents+".turn_id", "table-rewrite "+subagents+".turn_id"),
+			"postgres/host-ddl":      plus("postgres/host-ddl", "not-null-no-default "+subagents+".turn_id", "table-rewrite "+subagents+".turn_id"),
+			"postgres/old-shape":     {"not-null-no-default " + subagents + ".turn_id", "table-rewrite " + subagents + ".turn_id"},
+		}), exit: 1},
+	{name: "add a column with a volatile default", old: noteAfter, new: noteAfter + "  column \"nonce\" {\n    type    = local.text\n    null    = true\n    default = local.pg ? sql(\"gen_random_uuid()\") : sql(\"(lower(hex(randomblob(16))))\")\n  }\n",
+		// SQLite cannot ADD COLUMN with a non-constant default: rebuild.
+		want: with(certificate, map[string][]string{
+			"sqlite/host-ddl":        {"sqlite-rebuild " + subagents},
+			"sqlite/old-shape":       {"sqlite-rebuild " + subagents},
+			"postgres/pre-amendment": plus("postgres/pre-amendment", "table-rewrite "+subagents+".nonce"),
+			"postgres/host-ddl":      plus("postgres/host-ddl", "table-rewrite "+subagents+".nonce"),
+			"postgres/old-shape":     {"table-rewrite " + subagents + ".nonce"},
+		}), exit: 0},
 	{name: "retire the upsert key", old: "  index \"task_session_subagents_session_execution_tool_call_key\" {\n    unique  = true\n", new: "  index \"task_session_subagents_session_execution_tool_call_key\" {\n    unique  = false\n",
 		// The key becomes a plain index: rebuilt on SQLite, built beside the
 		// host's own unique constraint (kept as undeclared) on PostgreSQL.
@@ -343,7 +362,7 @@ func TestLint_OnlinePath_NoExclusiveBuild(t *testing.T) {
 // state is still said (execution_since would never be written), and what
 // needs a base is reported skipped.
 func TestLint_NoBase_EndStateStillChecked(t *testing.T) {
-	e := edits[11]
+	e := edits[len(edits)-1]
 	require.Equal(t, "retire the upsert key", e.name)
 	rep, err := Lint(context.Background(), Config{New: Source{HCL: e.hcl(t), File: "schema.hcl"}, Dialects: []dialect.Dialect{dialect.SQLite}})
 	require.NoError(t, err)
