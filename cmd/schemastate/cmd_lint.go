@@ -125,6 +125,10 @@ func printLint(e *env, r *lint.Report, level lint.Level) {
 		for _, ref := range run.Refused {
 			fmt.Fprintf(e.stdout, "-- REFUSED (never applied at boot): %s\n", ref)
 		}
+		for _, d := range run.Drift {
+			// A renamed index leaves the old one here: kept, not dropped.
+			fmt.Fprintf(e.stdout, "-- UNDECLARED (kept; reconcile --prune drops it): %s\n", d)
+		}
 	}
 	hs := r.Hazards()
 	fmt.Fprintf(e.stdout, "\n%d hazard(s); failing at %s and above\n", len(hs), level)
