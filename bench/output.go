@@ -214,7 +214,11 @@ func Tables(rep *Report, imagePrefix string) []byte {
 				if !seen[a.Name] {
 					seen[a.Name] = true
 					anchors = append(anchors, a.Name)
-					fmt.Fprintf(&b, "Anchor *%s*: %s.\n", a.Name, a.Is)
+					is := a.Is
+					if a.Name == AnchorPhysical {
+						is = "the rebuilt table and its indexes written once at the disk's sequential write rate, measured right before the size's runs (both per size below)"
+					}
+					fmt.Fprintf(&b, "Anchor *%s*: %s.\n", a.Name, is)
 				}
 			}
 		}
@@ -286,6 +290,9 @@ func Tables(rep *Report, imagePrefix string) []byte {
 			if m.Bytes > 0 {
 				extra = fmt.Sprintf(" Table and indexes written: %.1f MiB, %.1f MiB/s by ours, %.1f MiB/s by the floor.", float64(m.Bytes)/(1<<20),
 					float64(m.Bytes)/(1<<20)/m.Ours.Seconds(), float64(m.Bytes)/(1<<20)/m.Floor.Seconds())
+			}
+			if a := m.Anchor(AnchorPhysical); a != nil {
+				extra += " Physical limit: " + a.Is + "."
 			}
 			fmt.Fprintf(&b, "- %s: %s.%s\n", FormatCount(float64(m.N)), m.Detail, extra)
 		}
