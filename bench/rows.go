@@ -61,7 +61,7 @@ func (b *bench) rebuild(ctx context.Context, rep *Report, n int) error {
 	floor := handRebuildSQLite
 	if b.d == dialect.Postgres {
 		m.Name, m.Target = ConstraintSwap, 0
-		m.OursIs = "reconcile.Reconcile on the legacy store, in process, wall time (lock, certificate check, declaration, inspect, plan, the shape and widen steps — one transaction under the online threshold of 8 MiB of table, the online phases at and above it: catalog-only exclusive locks, CONCURRENTLY index build, expand/contract widening — and execution_since)"
+		m.OursIs = "reconcile.Reconcile on the legacy store, in process, wall time (lock, certificate check, declaration, inspect, plan, the shape and widen steps — one transaction under the online threshold (reconcile.WithOnlineAbove), the online phases at and above it: catalog-only exclusive locks, CONCURRENTLY index build, expand/contract widening — and execution_since)"
 		m.FloorIs = "one hand-written ALTER TABLE to the declared shape (drop constraint, widen the three metrics to bigint, add column, add constraint) in one transaction, timed with its COMMIT"
 		floor = handSwapPostgres
 	}
