@@ -570,7 +570,9 @@ func TestBackfill_RepeatedRunsOnOneSession(t *testing.T) {
 			// The scan's private table is gone with the run, on the session that made it.
 			left := `SELECT COUNT(*) FROM sqlite_temp_master WHERE name = 'schemastate_backfill_winners'`
 			if db.Dialect == dialect.Postgres {
-				left = `SELECT COUNT(*) FROM pg_class WHERE relname = 'schemastate_backfill_winners'`
+				// pg_class lists every session's temp tables: a backfill of
+				// another test running in the same database is not this run's.
+				left = `SELECT COUNT(*) FROM pg_class WHERE relname = 'schemastate_backfill_winners' AND relnamespace = pg_my_temp_schema()`
 			}
 			var n int
 			require.NoError(t, conn.QueryRowContext(context.Background(), left).Scan(&n))
