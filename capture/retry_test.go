@@ -19,8 +19,9 @@ import (
 )
 
 // holdSQLiteLock takes the write lock of db's file on its own connection and
-// releases it after d. It returns once the lock is held.
-func holdSQLiteLock(t *testing.T, db *dbtest.DB, d time.Duration) <-chan struct{} {
+// releases it after d, or earlier when release is called. It returns once the
+// lock is held.
+func holdSQLiteLock(t *testing.T, db *dbtest.DB, d time.Duration) (released <-chan struct{}, release func()) {
 	t.Helper()
 	holder, err := sql.Open("sqlite", db.DSN)
 	require.NoError(t, err)
@@ -29,14 +30,20 @@ func holdSQLiteLock(t *testing.T, db *dbtest.DB, d time.Duration) <-chan struct{
 	require.NoError(t, err)
 	_, err = conn.ExecContext(context.Background(), `BEGIN IMMEDIATE`)
 	require.NoError(t, err)
-	released := make(chan struct{})
+	done, stop := make(chan struct{}), make(chan struct{})
 	go func() {
-		defer close(released)
-		time.Sleep(d)
+		defer close(done)
+		select {
+		case <-time.After(d):
+		case <-stop:
+		}
 		_, _ = conn.ExecContext(context.Background(), `COMMIT`)
 		conn.Close()
 	}()
-	return released
+	var once sync.Once
+	release = func() { once.Do(func() { close(stop) }) }
+	t.Cleanup(func() { release(); <-done })
+	return done, release
 }
 
 // sqliteWithBusyTimeout opens the store's file again with a shorter busy
@@ -60,7 +67,7 @@ func TestRecord_RetriesThroughSQLiteLockHeldPastBusyTimeout(t *testing.T) {
 	const busy = 300
 	w := capture.NewWriter(sqliteWithBusyTimeout(t, db, busy), db.Dialect, capture.WithLogger(slog.New(slog.NewJSONHandler(s.log, nil))))
 
-	released := holdSQLiteLock(t, db, busy*time.Millisecond+2*time.Second)
+	released, _ := holdSQLiteLock(t, db, busy*time.Millisecond+2*time.Second)
 	var wg sync.WaitGroup
 	errs := make([]error, 8)
 	for i := range errs {
@@ -88,21 +95,26 @@ func TestRecord_RetriesThroughSQLiteLockHeldPastBusyTimeout(t *testing.T) {
 }
 
 // The live path's retries are bounded by the policy's budget: with the lock
-// held far longer, Record gives up after several attempts, counts the frame
-// failed (and retried), and returns long before the lock is released.
+// held far longer and attempts that would never run out, Record gives up when
+// its budget is spent, counts the frame failed (and retried), and returns
+// while the lock is still held — only the budget can have ended it (without
+// it, Record waits the lock out and succeeds).
 func TestRecord_RetryBudgetBoundsTheLivePath(t *testing.T) {
 	db := dbtest.Open(t, dialect.SQLite)
 	s := newStore(t, db)
 	w := capture.NewWriter(sqliteWithBusyTimeout(t, db, 200), db.Dialect, capture.WithLogger(slog.New(slog.NewJSONHandler(s.log, nil))),
-		capture.WithRetry(capture.RetryPolicy{Budget: 1500 * time.Millisecond}))
+		capture.WithRetry(capture.RetryPolicy{Attempts: 1 << 20, Budget: 1500 * time.Millisecond}))
 
-	const hold = 4500 * time.Millisecond
-	start := time.Now()
-	released := holdSQLiteLock(t, db, hold)
+	released, release := holdSQLiteLock(t, db, time.Minute)
 	err := w.Record(context.Background(), frame("toolu_1", at(0)))
-	returned := time.Since(start)
 	require.Error(t, err)
-	require.Less(t, returned, hold-2*time.Second, "Record returned within its budget, not when the lock went")
+	select {
+	case <-released:
+		t.Fatal("Record returned only when the lock went, not within its budget")
+	default:
+	}
+	release()
+	<-released
 	require.Equal(t, capture.Counters{Attempted: 1, Failed: 1, Retried: 1}, w.Counters())
 	var warn map[string]any
 	for _, r := range s.log.records(t) {
@@ -112,7 +124,6 @@ func TestRecord_RetryBudgetBoundsTheLivePath(t *testing.T) {
 	}
 	require.NotNil(t, warn)
 	require.Greater(t, warn["attempts"], float64(1))
-	<-released
 }
 
 // PostgreSQL serialization failures (40001) and deadlocks (40P01) raised by
