@@ -76,17 +76,9 @@ func (b *bench) health(ctx context.Context, rep *Report, n, messages int) error 
 	if ks.CaptureSince == nil {
 		return fmt.Errorf("%w: no capture_since for the health window", errUnexpected)
 	}
-	bound, err := keys.NewBoundary(*ks.CaptureSince)
+	q, arg, err := healthFloorQuery(b.d, *ks.CaptureSince)
 	if err != nil {
 		return err
-	}
-	q, arg := healthFloorPostgres, any(bound.Arg())
-	if b.d == dialect.SQLite {
-		t := bound.Time()
-		if tr := t.Truncate(time.Microsecond); !tr.Equal(t) {
-			t = tr.Add(time.Microsecond)
-		}
-		q, arg = healthFloorSQLite, keys.RowTime(dialect.SQLite, t)
 	}
 	m := Measurement{Name: Health, Family: FamilyMessages, N: n, Messages: messages, Target: 1.2,
 		OursIs:  "health.Evaluate, in process, wall time (read transaction, key read, table checks, the one statement)",
@@ -125,6 +117,23 @@ func (b *bench) health(ctx context.Context, rep *Report, n, messages int) error 
 		verdict, ours.shortfall, ours.excess, ours.collisions, *ks.CaptureSince)
 	rep.Measurements = append(rep.Measurements, m)
 	return nil
+}
+
+// healthFloorQuery is the floor's statement for dialect d and its one bind
+// value, the capture_since boundary in the form the statement compares.
+func healthFloorQuery(d dialect.Dialect, captureSince string) (string, any, error) {
+	bound, err := keys.NewBoundary(captureSince)
+	if err != nil {
+		return "", nil, err
+	}
+	if d == dialect.Postgres {
+		return healthFloorPostgres, bound.Arg(), nil
+	}
+	t := bound.Time()
+	if tr := t.Truncate(time.Microsecond); !tr.Equal(t) {
+		t = tr.Add(time.Microsecond)
+	}
+	return healthFloorSQLite, keys.RowTime(dialect.SQLite, t), nil
 }
 
 func (b *bench) healthFloor(ctx context.Context, q string, arg any) (healthCounts, error) {
