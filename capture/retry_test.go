@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"fmt"
 	"log/slog"
-	"net/url"
 	"strings"
 	"sync"
 	"testing"
@@ -172,18 +171,6 @@ func TestRecord_RetriesSerializationFailureAndDeadlock(t *testing.T) {
 	require.Equal(t, int64(10), n, "4 successes after 6 failures: every failure was followed by another attempt")
 }
 
-// withAppName is db's DSN with an application_name, so a test can find the
-// writer's own backends in pg_stat_activity.
-func withAppName(t *testing.T, dsn, name string) string {
-	t.Helper()
-	u, err := url.Parse(dsn)
-	require.NoError(t, err)
-	q := u.Query()
-	q.Set("application_name", name)
-	u.RawQuery = q.Encode()
-	return u.String()
-}
-
 // terminateBackends ends every backend of application name (from another
 // connection) and waits until they are gone.
 func terminateBackends(t *testing.T, admin *sql.DB, name string) {
@@ -205,7 +192,10 @@ func terminateBackends(t *testing.T, admin *sql.DB, name string) {
 func TestRecord_RetriesAfterBackendTerminated(t *testing.T) {
 	db := dbtest.Open(t, dialect.Postgres)
 	s := newStore(t, db)
-	pool, err := sql.Open("pgx", withAppName(t, db.DSN, "capture-terminated"))
+	// The test's own schema in the name: a run of the same test elsewhere on
+	// the server is not terminated with this one.
+	app := "capture-terminated-" + db.Schema
+	pool, err := sql.Open("pgx", dbtest.WithParam(t, db.DSN, "application_name", app))
 	require.NoError(t, err)
 	t.Cleanup(func() { pool.Close() })
 	pool.SetMaxOpenConns(1)
@@ -213,7 +203,7 @@ func TestRecord_RetriesAfterBackendTerminated(t *testing.T) {
 	ctx := context.Background()
 	require.NoError(t, w.Record(ctx, frame("toolu_1", at(0))))
 	require.NoError(t, w.Record(ctx, frame("toolu_2", at(0))))
-	terminateBackends(t, db.DB, "capture-terminated")
+	terminateBackends(t, db.DB, app)
 	require.NoError(t, w.Record(ctx, frame("toolu_3", at(0))))
 	require.Equal(t, capture.Counters{Attempted: 3, Persisted: 3, Retried: 1}, w.Counters())
 	require.Equal(t, 3, s.count(t, "1 = 1"))
@@ -226,12 +216,7 @@ func TestRecord_RetriesAfterBackendTerminated(t *testing.T) {
 func TestRecord_RetriesRealSerializationFailures(t *testing.T) {
 	db := dbtest.Open(t, dialect.Postgres)
 	s := newStore(t, db)
-	u, err := url.Parse(db.DSN)
-	require.NoError(t, err)
-	q := u.Query()
-	q.Set("default_transaction_isolation", "serializable")
-	u.RawQuery = q.Encode()
-	pool, err := sql.Open("pgx", u.String())
+	pool, err := sql.Open("pgx", dbtest.WithParam(t, db.DSN, "default_transaction_isolation", "serializable"))
 	require.NoError(t, err)
 	t.Cleanup(func() { pool.Close() })
 	w := capture.NewWriter(pool, db.Dialect, capture.WithLogger(slog.New(slog.NewJSONHandler(s.log, nil))))

@@ -3,7 +3,6 @@ package reconcile_test
 import (
 	"context"
 	"database/sql"
-	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -287,12 +286,7 @@ func TestAdversarial_HostTablesMissingNamesTheSchema(t *testing.T) {
 			first := db.Schema + "_first"
 			db.Exec(t, "CREATE SCHEMA "+first)
 			t.Cleanup(func() { _, _ = db.DB.Exec("DROP SCHEMA " + first + " CASCADE") })
-			u, err := url.Parse(db.DSN)
-			require.NoError(t, err)
-			q := u.Query()
-			q.Set("search_path", first+","+db.Schema)
-			u.RawQuery = q.Encode()
-			pool, err := sql.Open("pgx", u.String())
+			pool, err := sql.Open("pgx", dbtest.WithParam(t, db.DSN, "search_path", first+","+db.Schema))
 			require.NoError(t, err)
 			defer pool.Close()
 			target, want = pool, `"`+first+`"`

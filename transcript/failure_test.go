@@ -59,30 +59,6 @@ func TestTranscript_AppendFailingMidBatchLeavesNoneOfIt(t *testing.T) {
 	require.Equal(t, int64(2), tr.LastSeq)
 }
 
-// lockLifecycle holds background_agent_log's write lock from another
-// connection (SQLite: an IMMEDIATE transaction; PostgreSQL: LOCK TABLE …
-// EXCLUSIVE, which still admits readers) until the returned func is called.
-func lockLifecycle(t *testing.T, db *dbtest.DB) func() {
-	t.Helper()
-	tx, err := db.DB.BeginTx(ctx, nil)
-	require.NoError(t, err)
-	q := `DELETE FROM background_agent_log WHERE 1 = 0`
-	if db.Dialect == dialect.Postgres {
-		q = `LOCK TABLE background_agent_log IN EXCLUSIVE MODE`
-	}
-	_, err = tx.ExecContext(ctx, q)
-	require.NoError(t, err)
-	released := false
-	release := func() {
-		if !released {
-			released = true
-			require.NoError(t, tx.Rollback())
-		}
-	}
-	t.Cleanup(release)
-	return release
-}
-
 // Recover running while a child is being created — its lifecycle row not yet
 // written — must not finish the live child's transcript as "interrupted": the
 // execution is alive from the moment its transcript exists. Otherwise every
@@ -96,7 +72,7 @@ func TestTranscript_RecoverDuringCreateLeavesTheLiveChildAlone(t *testing.T) {
 		require.NoError(t, err)
 		p, _ := s.PathsFor("sess-cr", "agent-cr")
 
-		release := lockLifecycle(t, db)
+		release := db.LockWrites(t, "background_agent_log")
 		created := make(chan error, 1)
 		go func() { created <- s.Create(ctx, header("sess-cr", "agent-cr", transcript.KindRunInBackground)) }()
 		// Give Create time to get as far as it can while the table is locked.
@@ -143,7 +119,7 @@ func TestTranscript_KillNineBetweenDocumentAndLifecycleEnd(t *testing.T) {
 		p, _ := s.PathsFor("sess-k9", "agent-k9")
 		id := transcript.Identity{WorkspacePath: "/ws", SessionID: "sess-k9", AgentID: "agent-k9"}
 
-		release := lockLifecycle(t, db)
+		release := db.LockWrites(t, "background_agent_log")
 		cmd := child(t, "finish-db", root, "sess-k9", "agent-k9", db.DSN)
 		require.NoError(t, cmd.Start())
 		require.Eventually(t, func() bool { _, err := os.Stat(p.Transcript); return err == nil }, 20*time.Second, time.Millisecond)

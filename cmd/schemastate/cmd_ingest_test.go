@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net/url"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -385,25 +384,24 @@ func TestIngest_SQLiteLockHeldPastBusyTimeoutLosesNothing(t *testing.T) {
 func TestIngest_BackendTerminatedLosesNothing(t *testing.T) {
 	db := dbtest.Open(t, dialect.Postgres)
 	ingestStore(t, db, map[string]string{"s1": "t1"})
-	u, err := url.Parse(db.CLIDSN)
-	require.NoError(t, err)
-	q := u.Query()
-	q.Set("application_name", "ingest-terminated")
-	u.RawQuery = q.Encode()
+	// The test's own schema in the name: a run of the same test elsewhere on
+	// the server is not terminated with this one.
+	app := "ingest-terminated-" + db.Schema
+	dsn := dbtest.WithParam(t, db.CLIDSN, "application_name", app)
 	terminated := 0
 	in := &scriptedInput{lines: retryFrames(8), before: func(i int) {
 		if i != 4 {
 			return
 		}
-		require.NoError(t, db.DB.QueryRow(`SELECT COUNT(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = 'ingest-terminated'`).Scan(&terminated))
+		require.NoError(t, db.DB.QueryRow(`SELECT COUNT(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = $1`, app).Scan(&terminated))
 		require.Eventually(t, func() bool {
 			var n int
-			require.NoError(t, db.DB.QueryRow(`SELECT COUNT(*) FROM pg_stat_activity WHERE application_name = 'ingest-terminated'`).Scan(&n))
+			require.NoError(t, db.DB.QueryRow(`SELECT COUNT(*) FROM pg_stat_activity WHERE application_name = $1`, app).Scan(&n))
 			return n == 0
 		}, 5*time.Second, 5*time.Millisecond)
 	}}
 	var out, errb bytes.Buffer
-	code := run(context.Background(), []string{"ingest", "--db", u.String(), "--json"}, in, &out, &errb)
+	code := run(context.Background(), []string{"ingest", "--db", dsn, "--json"}, in, &out, &errb)
 	require.Equal(t, exitOK, code, errb.String())
 	require.Positive(t, terminated)
 	s := decodeSummary(t, out.String())

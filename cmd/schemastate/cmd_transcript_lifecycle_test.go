@@ -15,7 +15,6 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/schemastate/schemastate/dialect"
 	"github.com/schemastate/schemastate/internal/dbtest"
 	"github.com/schemastate/schemastate/transcript"
 )
@@ -181,30 +180,6 @@ func TestCLI_Transcript_TimeoutEndsTranscriptAndRowAsTimedOut(t *testing.T) {
 	require.Contains(t, errOut, "negative")
 }
 
-// lockLifecycleTable holds background_agent_log's write lock from another
-// connection until the returned func is called: SQLite, an IMMEDIATE
-// transaction (the DSN's _txlock); PostgreSQL, LOCK TABLE … EXCLUSIVE.
-func lockLifecycleTable(t *testing.T, db *dbtest.DB) func() {
-	t.Helper()
-	tx, err := db.DB.BeginTx(context.Background(), nil)
-	require.NoError(t, err)
-	q := `DELETE FROM background_agent_log WHERE 1 = 0`
-	if db.Dialect == dialect.Postgres {
-		q = `LOCK TABLE background_agent_log IN EXCLUSIVE MODE`
-	}
-	_, err = tx.Exec(q)
-	require.NoError(t, err)
-	released := false
-	release := func() {
-		if !released {
-			released = true
-			require.NoError(t, tx.Rollback())
-		}
-	}
-	t.Cleanup(release)
-	return release
-}
-
 // Issue 12 §3: a cancel that arrives while record is finishing — the
 // document already published, the row's update waiting on a lock — must not
 // abort that update: the two end the same, exactly once.
@@ -219,7 +194,7 @@ func TestCLI_Transcript_CancelWhileFinishingLeavesBothAgreeing(t *testing.T) {
 			row := lifecycleRow(t, db, ws, sess, agent)
 			return row != nil && row.TranscriptStatus == "ok"
 		}, 20*time.Second, 5*time.Millisecond, "create recorded")
-		release := lockLifecycleTable(t, db)
+		release := db.LockWrites(t, "background_agent_log")
 		r.write(t, fixtureLinesCLI(t, "claude_success.jsonl")...)
 		require.NoError(t, r.stdin.Close())
 		doc := filepath.Join(root, "background", sess, agent+".json")

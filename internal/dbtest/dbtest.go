@@ -102,7 +102,7 @@ func openPostgres(t testing.TB) *DB {
 	schemaName := "t_" + hex.EncodeToString(b[:])
 	_, err = admin.Exec("CREATE SCHEMA " + schemaName)
 	require.NoError(t, err)
-	dsn := withSearchPath(t, base, schemaName)
+	dsn := WithParam(t, base, "search_path", schemaName)
 	db, err := sql.Open("pgx", dsn)
 	require.NoError(t, err)
 	t.Cleanup(func() {
@@ -113,11 +113,15 @@ func openPostgres(t testing.TB) *DB {
 	return &DB{DB: db, Dialect: dialect.Postgres, DSN: dsn, CLIDSN: dsn, Schema: schemaName}
 }
 
-func withSearchPath(t testing.TB, dsn, schemaName string) string {
+// WithParam is the PostgreSQL URL dsn with its query parameter key set to
+// value: a search_path, or an application_name by which a test finds its own
+// backends in pg_stat_activity.
+func WithParam(t testing.TB, dsn, key, value string) string {
+	t.Helper()
 	u, err := url.Parse(dsn)
 	require.NoError(t, err)
 	q := u.Query()
-	q.Set("search_path", schemaName)
+	q.Set(key, value)
 	u.RawQuery = q.Encode()
 	return u.String()
 }
@@ -159,3 +163,28 @@ func (db *DB) Legacy(t testing.TB) *DB {
 
 // Q rebinds a '?' query for the database's dialect.
 func (db *DB) Q(q string) string { return db.Dialect.Rebind(q) }
+
+// LockWrites holds table's write lock from another connection until the
+// returned func is called (or the test ends): on SQLite an IMMEDIATE
+// transaction (the DSN's _txlock) that has written nothing, on PostgreSQL
+// LOCK TABLE … IN EXCLUSIVE MODE, which still admits readers.
+func (db *DB) LockWrites(t testing.TB, table string) (release func()) {
+	t.Helper()
+	tx, err := db.DB.BeginTx(context.Background(), nil)
+	require.NoError(t, err)
+	q := `DELETE FROM ` + table + ` WHERE 1 = 0`
+	if db.Dialect == dialect.Postgres {
+		q = `LOCK TABLE ` + table + ` IN EXCLUSIVE MODE`
+	}
+	_, err = tx.Exec(q)
+	require.NoError(t, err)
+	released := false
+	release = func() {
+		if !released {
+			released = true
+			require.NoError(t, tx.Rollback())
+		}
+	}
+	t.Cleanup(release)
+	return release
+}
