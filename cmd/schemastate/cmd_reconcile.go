@@ -28,7 +28,7 @@ func init() {
 }
 
 func runReconcile(ctx context.Context, e *env, args []string) int {
-	fs := flags(e, "reconcile", "[--db DSN] [--schema FILE] [--prune] [--json]")
+	fs := flags(e, "reconcile", "[--db DSN] [--schema FILE] [--prune] [--lock-wait D] [--json]")
 	sf := addShapeFlags(fs, "print the report as one JSON object")
 	prune := pruneFlag(fs)
 	lockWait := durationFlag(fs, "lock-wait", 60*time.Second, "how long to wait for another replica's lock")

@@ -33,7 +33,10 @@ type command struct {
 	summary string
 	// exits lists the command's exit codes, printed by its -h.
 	exits string
-	run   func(ctx context.Context, env *env, args []string) int
+	// subExits replaces exits in the -h of a subcommand whose codes differ
+	// (transcript record).
+	subExits map[string]string
+	run      func(ctx context.Context, env *env, args []string) int
 }
 
 var commands = map[string]*command{}
@@ -131,8 +134,15 @@ func flags(e *env, name, usageLine string) *flag.FlagSet {
 	fs.Usage = func() {
 		fmt.Fprintf(e.stderr, "usage: schemastate %s %s\n", name, usageLine)
 		fs.PrintDefaults()
-		if c := commands[strings.Fields(name)[0]]; c != nil && c.exits != "" {
-			fmt.Fprintf(e.stderr, "exit: %s\n", c.exits)
+		words := strings.Fields(name)
+		if c := commands[words[0]]; c != nil {
+			exits := c.exits
+			if len(words) > 1 && c.subExits[words[1]] != "" {
+				exits = c.subExits[words[1]]
+			}
+			if exits != "" {
+				fmt.Fprintf(e.stderr, "exit: %s\n", exits)
+			}
 		}
 	}
 	return fs

@@ -156,8 +156,21 @@ func TestCLI_HelpShowsExitCodesEverywhere(t *testing.T) {
 		require.Equal(t, exitOK, code, label)
 		require.Contains(t, out+errOut, "exit: 0 ", label)
 		require.Contains(t, out+errOut, "usage: schemastate "+strings.Join(argv[:len(argv)-1], " "), label)
+		// The last line ends: the shell's next output does not run onto it.
+		require.True(t, strings.HasSuffix(out+errOut, "\n"), "%s: -h output ends without a newline: %q", label, errOut)
 	}
-	_, _, errOut := cli(t, "transcript", "recover", "-h")
+	for _, argv := range [][]string{{"-h"}, {"transcript", "-h"}} {
+		_, out, errOut := cli(t, argv...)
+		require.True(t, strings.HasSuffix(out+errOut, "\n"), "%v: -h output ends without a newline", argv)
+	}
+	// record's exit 1 is not the other subcommands' "something found wrong".
+	_, _, errOut := cli(t, "transcript", "record", "-h")
+	require.Contains(t, errOut, "exit: 0 recorded (whatever the child's outcome), 1 a write failed, the transcript already existed, or no line was the provider's, 2 ")
+	_, _, errOut = cli(t, "reconcile", "-h")
+	require.Contains(t, strings.SplitN(errOut, "\n", 2)[0], "[--lock-wait D]", "the synopsis names every flag the README's command table does")
+	_, _, errOut = cli(t, "transcript", "ls", "-h")
+	require.Contains(t, errOut, "exit: 0 ok, 1 something found wrong, 2 ")
+	_, _, errOut = cli(t, "transcript", "recover", "-h")
 	require.NotContains(t, errOut, `(default "sqlite:kandev.db")`, "recover requires --db: it has no default")
 	_, _, errOut = cli(t, "generate", "-h")
 	require.Contains(t, errOut, "(default 328)")
