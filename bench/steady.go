@@ -184,8 +184,8 @@ func (b *bench) catalogFloor(ctx context.Context, owned, host []string) (time.Du
 			keys.CaptureSince, keys.BackfillThrough, keys.ExecutionSince, certificateRow)
 	}
 	// A certified boot takes no lock (reconcile checks the certificate
-	// before taking one), so neither does the floor: the two reads, each in
-	// its own implicit read transaction, as ours runs them.
+	// before taking one, in a deferred read transaction), so neither does
+	// the floor: the two reads, each in its own implicit read transaction.
 	catalog, args := floorCatalogPostgres, []any{strings.Join(owned, ","), strings.Join(host, ",")}
 	if b.d == dialect.SQLite {
 		catalog, args = fmt.Sprintf(floorCatalogSQLite, marks(len(owned)), marks(len(host))), append(anys(owned), anys(host)...)
