@@ -124,6 +124,8 @@ func indexDefinition(idx *schema.Index) string {
 	return def
 }
 
+// partNames spells each part of idx: a column's name, an expression's text,
+// then DESC where the part is descending.
 func partNames(idx *schema.Index) []string {
 	var cols []string
 	for _, p := range idx.Parts {

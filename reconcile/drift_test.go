@@ -200,3 +200,18 @@ INSERT INTO task_session_turns (id, task_session_id, task_id, started_at, create
 		require.Len(t, observe(t, db).Drift, 3)
 	})
 }
+
+// An operator's expression index reads the same in status's index set as in
+// the drift report: the expression's text, as the database spells it (the
+// index set used to print Atlas's Go value, "&{lower(model)}").
+func TestObserve_ExpressionIndexSpelledAsText(t *testing.T) {
+	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
+		db.Host(t)
+		settle(t, db, quiet)
+		db.Exec(t, `CREATE INDEX idx_host_lower_model ON task_session_subagents (lower(model))`)
+		obs := observe(t, db)
+		require.Contains(t, obs.Indexes["task_session_subagents"], "idx_host_lower_model index(lower(model))")
+		require.Len(t, obs.Drift, 1)
+		require.Equal(t, "index (lower(model))", obs.Drift[0].Definition)
+	})
+}

@@ -362,25 +362,11 @@ func IndexSet(t *schema.Table) []string {
 	}
 	var out []string
 	for _, idx := range t.Indexes {
-		var cols []string
-		for _, p := range idx.Parts {
-			c := "?"
-			switch {
-			case p.C != nil:
-				c = p.C.Name
-			case p.X != nil:
-				c = fmt.Sprintf("%v", p.X)
-			}
-			if p.Desc {
-				c += " DESC"
-			}
-			cols = append(cols, c)
-		}
 		kind := "index"
 		if idx.Unique {
 			kind = "unique"
 		}
-		out = append(out, fmt.Sprintf("%s %s(%s)", idx.Name, kind, strings.Join(cols, ", ")))
+		out = append(out, fmt.Sprintf("%s %s(%s)", idx.Name, kind, strings.Join(partNames(idx), ", ")))
 	}
 	sort.Strings(out)
 	return out
