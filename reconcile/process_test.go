@@ -36,7 +36,7 @@ func TestMain(m *testing.M) {
 	if os.Getenv(envChild) == "reconcile" {
 		os.Exit(childReconcile())
 	}
-	os.Exit(m.Run())
+	os.Exit(dbtest.Main(m))
 }
 
 // childReconcile is the child process: one Reconcile, its report as JSON on

@@ -15,6 +15,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/schemastate/schemastate/internal/dbtest"
 	"github.com/schemastate/schemastate/transcript"
 )
 
@@ -33,7 +34,7 @@ func TestMain(m *testing.M) {
 	if role := os.Getenv(envRole); role != "" {
 		os.Exit(playRole(role))
 	}
-	os.Exit(m.Run())
+	os.Exit(dbtest.Main(m))
 }
 
 func playRole(role string) int {

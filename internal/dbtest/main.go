@@ -1,0 +1,107 @@
+package dbtest
+
+import (
+	"context"
+	"crypto/rand"
+	"database/sql"
+	"encoding/hex"
+	"fmt"
+	"net/url"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// databasePrefix names the PostgreSQL databases Main creates.
+const databasePrefix = "schemastate_test_"
+
+// staleAfter is how old a database named by Main must be before a later test
+// binary drops it as left behind by a killed run: longer than any test run.
+const staleAfter = 6 * time.Hour
+
+// Main runs a test binary's tests (m.Run) with every PostgreSQL test of the
+// binary in a database of its own, created on the server of PostgresDSN and
+// dropped afterwards; schemas still isolate the tests inside it.
+//
+// go test runs packages in parallel against one server. CREATE INDEX
+// CONCURRENTLY (the online upgrade) waits for every transaction of its
+// database that holds an older snapshot, so in a shared database one
+// package's long transaction would stall another package's online reconcile.
+// Snapshots do not cross databases.
+//
+// The database's URL is put in EnvDSN, so PostgresDSN and every child process
+// a test starts reach it. When the server is unreachable nothing is created
+// and each PostgreSQL test skips or fails as Open decides.
+func Main(m *testing.M) int {
+	drop := ownDatabase()
+	code := m.Run()
+	drop()
+	return code
+}
+
+func ownDatabase() (drop func()) {
+	noop := func() {}
+	base := PostgresDSN()
+	u, err := url.Parse(base)
+	if err != nil {
+		return noop
+	}
+	admin, err := sql.Open("pgx", base)
+	if err != nil {
+		return noop
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := admin.PingContext(ctx); err != nil {
+		admin.Close()
+		return noop
+	}
+	dropStale(ctx, admin)
+
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	name := fmt.Sprintf("%s%d_%s", databasePrefix, time.Now().Unix(), hex.EncodeToString(b[:]))
+	if _, err := admin.ExecContext(ctx, "CREATE DATABASE "+name); err != nil {
+		fmt.Fprintf(os.Stderr, "dbtest: CREATE DATABASE %s: %v (tests share %s)\n", name, err, u.Path)
+		admin.Close()
+		return noop
+	}
+	u.Path = "/" + name
+	os.Setenv(EnvDSN, u.String())
+	return func() {
+		os.Setenv(EnvDSN, base)
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if _, err := admin.ExecContext(ctx, "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)"); err != nil {
+			fmt.Fprintf(os.Stderr, "dbtest: DROP DATABASE %s: %v\n", name, err)
+		}
+		admin.Close()
+	}
+}
+
+// dropStale drops databases Main created more than staleAfter ago: a test
+// binary that was killed never dropped its own.
+func dropStale(ctx context.Context, admin *sql.DB) {
+	rows, err := admin.QueryContext(ctx, "SELECT datname FROM pg_database WHERE datname LIKE $1", databasePrefix+"%")
+	if err != nil {
+		return
+	}
+	var stale []string
+	for rows.Next() {
+		var name string
+		if rows.Scan(&name) != nil {
+			continue
+		}
+		created, _, ok := strings.Cut(strings.TrimPrefix(name, databasePrefix), "_")
+		sec, err := strconv.ParseInt(created, 10, 64)
+		if ok && err == nil && time.Since(time.Unix(sec, 0)) > staleAfter {
+			stale = append(stale, name)
+		}
+	}
+	rows.Close()
+	for _, name := range stale {
+		_, _ = admin.ExecContext(ctx, "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)")
+	}
+}
