@@ -30,6 +30,7 @@ func transcriptCLI(t *testing.T, stdin string, args ...string) (int, string, str
 
 var (
 	binOnce sync.Once
+	binDir  string
 	binPath string
 	binErr  error
 )
@@ -45,7 +46,7 @@ func cliBinary(t *testing.T) string {
 			binErr = err
 			return
 		}
-		binPath = filepath.Join(dir, "schemastate")
+		binDir, binPath = dir, filepath.Join(dir, "schemastate")
 		out, err := exec.Command("go", "build", "-o", binPath, ".").CombinedOutput()
 		if err != nil {
 			binErr = err
