@@ -62,16 +62,7 @@ func dropExecutionDefault(t *testing.T, db *dbtest.DB) {
 	require.NoError(t, db.QueryRow(`SELECT sql FROM sqlite_master WHERE type = 'table' AND name = 'task_session_subagents'`).Scan(&table))
 	def := regexp.MustCompile("(?i)([`\"]?agent_execution_id[`\"]?\\s+\\w+\\s+NOT NULL)\\s+DEFAULT\\s+\\(?'unknown'\\)?")
 	require.Regexp(t, def, table)
-	rows, err := db.Query(`SELECT sql FROM sqlite_master WHERE tbl_name = 'task_session_subagents' AND type IN ('index', 'trigger') AND sql IS NOT NULL`)
-	require.NoError(t, err)
-	var others []string
-	for rows.Next() {
-		var q string
-		require.NoError(t, rows.Scan(&q))
-		others = append(others, q)
-	}
-	require.NoError(t, rows.Err())
-	require.NoError(t, rows.Close())
+	others := db.Strings(t, `SELECT sql FROM sqlite_master WHERE tbl_name = 'task_session_subagents' AND type IN ('index', 'trigger') AND sql IS NOT NULL`)
 	db.Exec(t, `DROP TABLE task_session_subagents`)
 	db.Exec(t, def.ReplaceAllString(table, "$1"))
 	for _, q := range others {

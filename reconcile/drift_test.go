@@ -42,16 +42,7 @@ UNION ALL SELECT 'check: host_tokens_check' FROM sqlite_master WHERE name = 'tas
 		q = `SELECT c.relname || ': ' || pg_get_indexdef(c.oid) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = current_schema() AND c.relname LIKE 'idx_host_%'
 UNION ALL SELECT con.conname || ': ' || pg_get_constraintdef(con.oid) FROM pg_constraint con JOIN pg_namespace n ON n.oid = con.connamespace WHERE n.nspname = current_schema() AND con.conname LIKE 'host_%'`
 	}
-	rows, err := db.Query(q)
-	require.NoError(t, err)
-	defer rows.Close()
-	var out []string
-	for rows.Next() {
-		var s string
-		require.NoError(t, rows.Scan(&s))
-		out = append(out, s)
-	}
-	require.NoError(t, rows.Err())
+	out := db.Strings(t, q)
 	sort.Strings(out)
 	return out
 }

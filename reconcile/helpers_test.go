@@ -49,17 +49,7 @@ func snapshot(t *testing.T, db *dbtest.DB) []string {
 			exprs[i] = "COALESCE(" + c + "::text, 'NULL')"
 		}
 	}
-	rows, err := db.Query("SELECT " + strings.Join(exprs, " || '|' || ") + " FROM task_session_subagents ORDER BY id")
-	require.NoError(t, err)
-	defer rows.Close()
-	var out []string
-	for rows.Next() {
-		var s string
-		require.NoError(t, rows.Scan(&s))
-		out = append(out, s)
-	}
-	require.NoError(t, rows.Err())
-	return out
+	return db.Strings(t, "SELECT "+strings.Join(exprs, " || '|' || ")+" FROM task_session_subagents ORDER BY id")
 }
 
 func count(t *testing.T, db *dbtest.DB, q string, args ...any) int {

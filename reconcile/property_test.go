@@ -126,16 +126,7 @@ func rewriteTable(t *testing.T, db *dbtest.DB, from, to string) {
 	var create string
 	require.NoError(t, db.QueryRow(`SELECT sql FROM sqlite_master WHERE type = 'table' AND name = ?`, subagents).Scan(&create))
 	require.Contains(t, create, from)
-	rows, err := db.Query(`SELECT sql FROM sqlite_master WHERE type = 'index' AND tbl_name = ? AND sql IS NOT NULL`, subagents)
-	require.NoError(t, err)
-	var indexes []string
-	for rows.Next() {
-		var s string
-		require.NoError(t, rows.Scan(&s))
-		indexes = append(indexes, s)
-	}
-	require.NoError(t, rows.Err())
-	rows.Close()
+	indexes := db.Strings(t, `SELECT sql FROM sqlite_master WHERE type = 'index' AND tbl_name = ? AND sql IS NOT NULL`, subagents)
 	db.Exec(t, "DROP TABLE "+subagents)
 	db.Exec(t, strings.Replace(create, from, to, 1))
 	for _, s := range indexes {

@@ -108,16 +108,7 @@ func catalogIndexes(t *testing.T, db *dbtest.DB) []string {
 	} else {
 		q = `SELECT indexname || ':' || replace(indexdef, current_schema() || '.', '') FROM pg_indexes WHERE schemaname = current_schema() AND tablename = 'task_session_subagents' ORDER BY indexname`
 	}
-	rows, err := db.Query(q)
-	require.NoError(t, err)
-	defer rows.Close()
-	var out []string
-	for rows.Next() {
-		var s string
-		require.NoError(t, rows.Scan(&s))
-		out = append(out, s)
-	}
-	return out
+	return db.Strings(t, q)
 }
 
 // AC-33a: the rebuild fails; boot survives, the pre-amendment table is intact,

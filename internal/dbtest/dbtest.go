@@ -161,6 +161,23 @@ func (db *DB) Legacy(t testing.TB) *DB {
 	return db
 }
 
+// Strings runs q (with '?' placeholders) and returns its one text column,
+// row by row.
+func (db *DB) Strings(t testing.TB, q string, args ...any) []string {
+	t.Helper()
+	rows, err := db.DB.Query(db.Q(q), args...)
+	require.NoError(t, err)
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var s string
+		require.NoError(t, rows.Scan(&s))
+		out = append(out, s)
+	}
+	require.NoError(t, rows.Err())
+	return out
+}
+
 // Q rebinds a '?' query for the database's dialect.
 func (db *DB) Q(q string) string { return db.Dialect.Rebind(q) }
 
