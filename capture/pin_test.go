@@ -58,16 +58,11 @@ func dropExecutionDefault(t *testing.T, db *dbtest.DB) {
 		db.Exec(t, `ALTER TABLE task_session_subagents ALTER COLUMN agent_execution_id DROP DEFAULT`)
 		return
 	}
-	var table string
-	require.NoError(t, db.QueryRow(`SELECT sql FROM sqlite_master WHERE type = 'table' AND name = 'task_session_subagents'`).Scan(&table))
 	def := regexp.MustCompile("(?i)([`\"]?agent_execution_id[`\"]?\\s+\\w+\\s+NOT NULL)\\s+DEFAULT\\s+\\(?'unknown'\\)?")
-	require.Regexp(t, def, table)
-	others := db.Strings(t, `SELECT sql FROM sqlite_master WHERE tbl_name = 'task_session_subagents' AND type IN ('index', 'trigger') AND sql IS NOT NULL`)
-	db.Exec(t, `DROP TABLE task_session_subagents`)
-	db.Exec(t, def.ReplaceAllString(table, "$1"))
-	for _, q := range others {
-		db.Exec(t, q)
-	}
+	db.RecreateSQLiteTable(t, "task_session_subagents", func(create string) string {
+		require.Regexp(t, def, create)
+		return def.ReplaceAllString(create, "$1")
+	})
 	var after string
 	require.NoError(t, db.QueryRow(`SELECT sql FROM sqlite_master WHERE type = 'table' AND name = 'task_session_subagents'`).Scan(&after))
 	require.NotRegexp(t, `(?i)DEFAULT\s+\(?'unknown'`, after)

@@ -123,15 +123,10 @@ CREATE TRIGGER trg_subagent_audit AFTER INSERT ON task_session_subagents FOR EAC
 // store is empty, so nothing is copied.
 func rewriteTable(t *testing.T, db *dbtest.DB, from, to string) {
 	t.Helper()
-	var create string
-	require.NoError(t, db.QueryRow(`SELECT sql FROM sqlite_master WHERE type = 'table' AND name = ?`, subagents).Scan(&create))
-	require.Contains(t, create, from)
-	indexes := db.Strings(t, `SELECT sql FROM sqlite_master WHERE type = 'index' AND tbl_name = ? AND sql IS NOT NULL`, subagents)
-	db.Exec(t, "DROP TABLE "+subagents)
-	db.Exec(t, strings.Replace(create, from, to, 1))
-	for _, s := range indexes {
-		db.Exec(t, s)
-	}
+	db.RecreateSQLiteTable(t, subagents, func(create string) string {
+		require.Contains(t, create, from)
+		return strings.Replace(create, from, to, 1)
+	})
 }
 
 // Issue 11 item 6: after a certified boot, for every kind of catalog or key
