@@ -3,6 +3,8 @@ package reconcile_test
 import (
 	"database/sql"
 	"fmt"
+	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -121,7 +123,23 @@ func TestOnline_PlanIsWhatReconcileRuns(t *testing.T) {
 				}
 			}
 
-			rep := mustReconcile(t, db, tc.opts...)
+			var mu sync.Mutex
+			var said []string
+			progress := reconcile.WithProgress(func(p reconcile.Progress) {
+				mu.Lock()
+				defer mu.Unlock()
+				said = append(said, p.Step+": "+p.Message)
+			})
+			rep := mustReconcile(t, db, append(tc.opts, progress)...)
+			if tc.opts != nil {
+				// Progress of the long phases: the copy's rows, batch by batch
+				// (303 rows; r2 and r3 carry no metric, already equal as NULLs).
+				require.True(t, slices.ContainsFunc(said, func(m string) bool {
+					return strings.HasPrefix(m, "widen: copying task_session_subagents: ") && strings.Contains(m, " rows copied, page 1 of ")
+				}), "%v", said)
+				require.Contains(t, said, "widen: copied task_session_subagents: 301 rows")
+				require.Contains(t, said, "widen: phase task_session_subagents.widen_copy")
+			}
 			var ran []string
 			for _, s := range []string{reconcile.StepShape, reconcile.StepWiden} {
 				ran = append(ran, rep.Step(s).Phases...)
