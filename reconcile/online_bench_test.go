@@ -25,7 +25,8 @@ import (
 // BenchmarkOnlineUpgrade measures the PostgreSQL upgrade of a legacy table
 // while the host reads and writes it: ours (the path the live table's size
 // chooses: the online phases above WithOnlineAbove), our single-transaction
-// path forced (ours_single), and the naive anchor (the one ALTER TABLE the
+// path forced (ours_single), ours with the copy never resting between
+// batches (ours_nopause), and the naive anchor (the one ALTER TABLE the
 // host's own migration and Atlas's plan run, without the widening). For each
 // it reports the worst latency of a concurrent reader loop (SELECT by
 // session) and of a concurrent writer loop (single-row INSERTs of new rows),
@@ -77,7 +78,7 @@ func benchUpgrade(b *testing.B, rows int, mode string) {
 	start := time.Now()
 	b.StartTimer()
 	switch mode {
-	case "ours", "ours_single":
+	case "ours", "ours_single", "ours_nopause":
 		var last string
 		opts := []reconcile.Option{reconcile.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))),
 			reconcile.WithProgress(func(p reconcile.Progress) {
@@ -86,6 +87,9 @@ func benchUpgrade(b *testing.B, rows int, mode string) {
 					fmt.Fprintf(os.Stderr, "%8.3fs %s\n", time.Since(start).Seconds(), msg)
 				}
 			})}
+		if mode == "ours_nopause" {
+			opts = append(opts, reconcile.WithCopyPause(0))
+		}
 		if mode == "ours_single" {
 			opts = append(opts, reconcile.WithOnlineAbove(1<<62), reconcile.WithDDLLockTimeout(time.Hour))
 		}

@@ -249,6 +249,7 @@ func (s *pgSession) copyBatches(ctx context.Context, ph Phase, h phaseHooks) err
 	batch := int64(max(s.o.copyBatchPages, 1))
 	var rows int64
 	for from := int64(0); from < pages; from += batch {
+		began := time.Now()
 		err := s.withLockRetry(ctx, ph.Table, func(timeout time.Duration) error {
 			return s.inTx(ctx, timeout, func(tx *sql.Tx) error {
 				res, err := tx.ExecContext(ctx, ph.SQL[0], fmt.Sprintf("(%d,0)", from), fmt.Sprintf("(%d,0)", from+batch))
@@ -269,6 +270,13 @@ func (s *pgSession) copyBatches(ctx context.Context, ph Phase, h phaseHooks) err
 		h.progress(fmt.Sprintf("copying %s: %d rows copied, page %d of %d", ph.Table, rows, min(from+batch, pages), pages))
 		if err := h.fail(FailpointCopyBatch); err != nil {
 			return err
+		}
+		if rest := time.Duration(float64(time.Since(began)) * s.o.copyPause); rest > 0 && from+batch < pages {
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(rest):
+			}
 		}
 	}
 	var done bool
