@@ -2,7 +2,6 @@ package reconcile_test
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"testing"
 	"time"
@@ -26,18 +25,7 @@ func TestReconcile_StepErrorKeepsDatabaseError(t *testing.T) {
 	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
 		db.Host(t).Legacy(t)
 		seedLegacy(t, db)
-		if db.Dialect == dialect.SQLite {
-			db.Exec(t, `INSERT INTO task_session_subagents (id, task_session_id, task_id, tool_call_id, observed_at, updated_at) VALUES (NULL, 's1', 'k1', 'toolu_null', '2026-07-30 01:00:00+00:00', '2026-07-30 01:00:00+00:00')`)
-		} else {
-			other, err := sql.Open("pgx", db.DSN)
-			require.NoError(t, err)
-			defer other.Close()
-			tx, err := other.Begin()
-			require.NoError(t, err)
-			defer tx.Rollback()
-			_, err = tx.Exec(`LOCK TABLE task_session_subagents IN ACCESS SHARE MODE`)
-			require.NoError(t, err)
-		}
+		failShape(t, db)
 		rep, err := reconcile.Reconcile(ctx, db.DB, reconcile.WithDDLLockTimeout(200*time.Millisecond))
 		require.ErrorIs(t, err, reconcile.ErrStepFailed, describe(rep))
 

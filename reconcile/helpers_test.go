@@ -2,6 +2,7 @@ package reconcile_test
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"strings"
@@ -119,4 +120,26 @@ func failAt(point string) reconcile.Option {
 		}
 		return nil
 	})
+}
+
+// failShape makes a reconcile of the seeded legacy store fail its shape step
+// with a real database error until undo is called: on SQLite a legacy row
+// whose (nullable) primary key is NULL, which the copy into the declared NOT
+// NULL key refuses; on PostgreSQL another session holding a lock on the table,
+// which a DDL lock_timeout (WithDDLLockTimeout) then outlasts.
+func failShape(t *testing.T, db *dbtest.DB) (undo func()) {
+	t.Helper()
+	if db.Dialect == dialect.SQLite {
+		db.Exec(t, `INSERT INTO task_session_subagents (id, task_session_id, task_id, tool_call_id, observed_at, updated_at) VALUES (NULL, 's1', 'k1', 'toolu_null', '2026-07-30 01:00:00+00:00', '2026-07-30 01:00:00+00:00')`)
+		return func() { db.Exec(t, `DELETE FROM task_session_subagents WHERE id IS NULL`) }
+	}
+	other, err := sql.Open("pgx", db.DSN)
+	require.NoError(t, err)
+	t.Cleanup(func() { other.Close() })
+	tx, err := other.Begin()
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = tx.Rollback() })
+	_, err = tx.Exec(`LOCK TABLE task_session_subagents IN ACCESS SHARE MODE`)
+	require.NoError(t, err)
+	return func() { require.NoError(t, tx.Rollback()) }
 }

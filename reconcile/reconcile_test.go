@@ -160,19 +160,7 @@ func TestReconcile_AC33a_RealFailureRollsBack(t *testing.T) {
 	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
 		db.Host(t).Legacy(t)
 		seedLegacy(t, db)
-		var release func()
-		if db.Dialect == dialect.SQLite {
-			db.Exec(t, `INSERT INTO task_session_subagents (id, task_session_id, task_id, tool_call_id, observed_at, updated_at) VALUES (NULL, 's1', 'k1', 'toolu_null', '2026-07-30 01:00:00+00:00', '2026-07-30 01:00:00+00:00')`)
-		} else {
-			other, err := sql.Open("pgx", db.DSN)
-			require.NoError(t, err)
-			defer other.Close()
-			tx, err := other.Begin()
-			require.NoError(t, err)
-			_, err = tx.Exec(`LOCK TABLE task_session_subagents IN ACCESS SHARE MODE`)
-			require.NoError(t, err)
-			release = func() { tx.Rollback() }
-		}
+		undo := failShape(t, db)
 		before := snapshot(t, db)
 		rep, err := reconcile.Reconcile(ctx, db.DB, reconcile.WithDDLLockTimeout(200*time.Millisecond))
 		require.ErrorIs(t, err, reconcile.ErrStepFailed, describe(rep))
@@ -181,11 +169,7 @@ func TestReconcile_AC33a_RealFailureRollsBack(t *testing.T) {
 		require.Equal(t, reconcile.Skipped, rep.Step(reconcile.StepBackfill).Status, "AC-33c")
 		requireLegacyIntact(t, db, before)
 
-		if release != nil {
-			release()
-		} else {
-			db.Exec(t, `DELETE FROM task_session_subagents WHERE id IS NULL`)
-		}
+		undo()
 		mustReconcile(t, db)
 		requireAC33(t, db, freshIndexSet(t, db.Dialect))
 	})
