@@ -205,28 +205,14 @@ func TestReconcile_SteadyStateBootTakesNoLock(t *testing.T) {
 		}
 
 		// Another replica holds the lock, stopped inside its shape step.
-		holding, release := make(chan struct{}), make(chan struct{})
-		done := make(chan error, 1)
-		edited := reconcile.WithSchemaFile(editedDeclaration(t))
-		go func() {
-			_, err := reconcile.Reconcile(ctx, db.DB, edited,
-				reconcile.WithFailpoint(func(p string) error {
-					if p == reconcile.FailpointShapeApplied {
-						close(holding)
-						<-release
-					}
-					return nil
-				}))
-			done <- err
-		}()
-		<-holding
+		finish := replicaHoldingTheLock(t, db, reconcile.WithSchemaFile(editedDeclaration(t)))
 		rep := mustReconcile(t, db, shortWait)
 		require.Contains(t, rep.Step(reconcile.StepShape).Detail, certifiedDetail, describe(rep))
 		rep, err := reconcile.Reconcile(ctx, db.DB, shortWait, reconcile.WithSchemaFile(editedDeclaration(t)))
 		require.Error(t, err, "control: a boot with work waits for the replica")
 		require.Equal(t, reconcile.Failed, rep.Step(reconcile.StepLock).Status, describe(rep))
-		close(release)
-		require.NoError(t, <-done)
+		_, err = finish()
+		require.NoError(t, err)
 	})
 }
 
@@ -287,19 +273,7 @@ func TestReconcile_BootThatWaitedForTheLockRechecksTheCertificate(t *testing.T) 
 		db.Exec(t, `DELETE FROM kandev_meta WHERE key = 'schemastate_shape_certificate'`)
 
 		// A: a clean full check, held under the lock before it certifies.
-		holding, release := make(chan struct{}), make(chan struct{})
-		aDone := make(chan *reconcile.Report, 1)
-		go func() {
-			rep, _ := reconcile.Reconcile(ctx, db.DB, quiet, reconcile.WithFailpoint(func(p string) error {
-				if p == reconcile.FailpointShapeApplied {
-					close(holding)
-					<-release
-				}
-				return nil
-			}))
-			aDone <- rep
-		}()
-		<-holding
+		finishA := replicaHoldingTheLock(t, db, quiet)
 
 		// B: finds no certificate, says so, and waits for the lock.
 		w := &signalWriter{want: "no certificate holds", seen: make(chan struct{})}
@@ -310,13 +284,44 @@ func TestReconcile_BootThatWaitedForTheLockRechecksTheCertificate(t *testing.T) 
 			bDone <- rep
 		}()
 		<-w.seen
-		close(release)
-
-		a := <-aDone
+		a, _ := finishA()
 		require.True(t, a.Certified, describe(a))
 		b := <-bDone
 		require.Equal(t, reconcile.Applied, b.Step(reconcile.StepLock).Status, describe(b))
 		require.Contains(t, b.Step(reconcile.StepShape).Detail, certifiedDetail, describe(b))
 		require.True(t, b.Certified)
 	})
+}
+
+// replicaHoldingTheLock starts a reconcile (with opts) that stops inside its
+// shape step, holding the lock, and returns once it does; finish lets it go on
+// and returns its report and error.
+func replicaHoldingTheLock(t *testing.T, db *dbtest.DB, opts ...reconcile.Option) (finish func() (*reconcile.Report, error)) {
+	t.Helper()
+	holding, release := make(chan struct{}), make(chan struct{})
+	type result struct {
+		rep *reconcile.Report
+		err error
+	}
+	done := make(chan result, 1)
+	opts = append(opts, reconcile.WithFailpoint(func(p string) error {
+		if p == reconcile.FailpointShapeApplied {
+			close(holding)
+			<-release
+		}
+		return nil
+	}))
+	go func() {
+		rep, err := reconcile.Reconcile(ctx, db.DB, opts...)
+		done <- result{rep, err}
+	}()
+	<-holding
+	var once sync.Once
+	t.Cleanup(func() { once.Do(func() { close(release) }) }) // a failed test lets it go too
+	finish = func() (*reconcile.Report, error) {
+		once.Do(func() { close(release) })
+		r := <-done
+		return r.rep, r.err
+	}
+	return finish
 }
