@@ -17,20 +17,32 @@ import (
 // SQLite: the lock is SQLite's own write lock. The session opens in a plain
 // (deferred) read transaction, in which the certificate is checked: a
 // steady-state boot reads, finds nothing to do, and never waits behind a host
-// writer. Only when there is work does lock end that read and take the write
-// lock, and the reconcile then runs on that one pinned connection inside one
+// writer. It runs nothing but that transaction and the certificate's query:
+// the connection's pragmas matter only to a reconcile that writes, so a
+// certified boot neither reads nor sets them and hands the connection back
+// exactly as it was lent. Only when there is work does lock end that read,
+// switch the connection to the reconcile's settings and take the write lock,
+// and the reconcile then runs on that one pinned connection inside one
 // BEGIN IMMEDIATE transaction, each step inside a SAVEPOINT, so a failed step
 // rolls back to exactly the state before it and a crash at any instant
 // commits nothing. Foreign keys are switched off on that
 // connection BEFORE the transaction (the pragma is a no-op inside one) and
 // verified off: with them on, the rebuild's DROP TABLE would fire ON DELETE
 // CASCADE in every referencing table and silently delete their rows.
+//
+// The certificate's read runs under the host's own busy timeout. Should it
+// meet a writer's commit lock (rollback journal) and fail, the boot takes
+// the lock and runs the full check, which is always correct.
 
 type sqliteSession struct {
-	conn    *sql.Conn
+	conn *sql.Conn
+	// lockWait is the busy timeout the write lock waits under.
+	lockWait time.Duration
+	// set records that lock changed the connection's pragmas; fkWasOn and
+	// busyWas are the host's values, restored before the connection goes
+	// back to its pool.
+	set     bool
 	fkWasOn bool
-	// busyWas is the connection's busy timeout before the reconcile set its
-	// own: the connection is the host's and goes back to its pool.
 	busyWas int
 	step    string
 }
@@ -40,52 +52,57 @@ func openSQLite(ctx context.Context, db *sql.DB, o *options) (*sqliteSession, er
 	if err != nil {
 		return nil, err
 	}
-	s := &sqliteSession{conn: conn}
-	var fk int
-	if err := conn.QueryRowContext(ctx, "PRAGMA foreign_keys").Scan(&fk); err != nil {
-		conn.Close()
-		return nil, err
-	}
-	s.fkWasOn = fk == 1
-	if err := conn.QueryRowContext(ctx, "PRAGMA busy_timeout").Scan(&s.busyWas); err != nil {
-		conn.Close()
-		return nil, err
-	}
-	for _, stmt := range []string{
-		"PRAGMA foreign_keys = OFF",
-		fmt.Sprintf("PRAGMA busy_timeout = %d", o.lockWait.Milliseconds()),
-	} {
-		if _, err := conn.ExecContext(ctx, stmt); err != nil {
-			s.release(ctx)
-			return nil, err
-		}
-	}
-	if err := conn.QueryRowContext(ctx, "PRAGMA foreign_keys").Scan(&fk); err != nil {
-		s.release(ctx)
-		return nil, fmt.Errorf("could not read foreign_keys on the reconcile connection: %w", err)
-	} else if fk != 0 {
-		s.release(ctx)
-		return nil, fmt.Errorf("could not switch foreign keys off on the reconcile connection (foreign_keys=%d)", fk)
-	}
 	// A deferred BEGIN takes no lock until its first read, and then only a
 	// shared one, which a host writer's RESERVED lock (BEGIN IMMEDIATE) does
 	// not block.
 	if _, err := conn.ExecContext(ctx, "BEGIN"); err != nil {
-		s.release(ctx)
+		conn.Close()
 		return nil, err
 	}
-	return s, nil
+	return &sqliteSession{conn: conn, lockWait: o.lockWait}, nil
 }
 
-// lock ends the read transaction and takes the write lock, waiting up to the
-// lock wait (the connection's busy timeout).
+// lock ends the read transaction, switches foreign keys off (verified) and
+// the busy timeout to the lock wait, and takes the write lock, waiting up to
+// the lock wait.
 func (s *sqliteSession) lock(ctx context.Context) error {
 	if _, err := s.conn.ExecContext(ctx, "ROLLBACK"); err != nil {
+		return err
+	}
+	if err := s.setPragmas(ctx); err != nil {
 		return err
 	}
 	start := time.Now()
 	if _, err := s.conn.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
 		return fmt.Errorf("take the write lock (waited %s): %w", time.Since(start).Round(time.Millisecond), err)
+	}
+	return nil
+}
+
+// setPragmas records the host's foreign_keys and busy_timeout, then sets the
+// reconcile's, outside any transaction.
+func (s *sqliteSession) setPragmas(ctx context.Context) error {
+	var fk int
+	if err := s.conn.QueryRowContext(ctx, "PRAGMA foreign_keys").Scan(&fk); err != nil {
+		return fmt.Errorf("read foreign_keys on the reconcile connection: %w", err)
+	}
+	var busy int
+	if err := s.conn.QueryRowContext(ctx, "PRAGMA busy_timeout").Scan(&busy); err != nil {
+		return fmt.Errorf("read busy_timeout on the reconcile connection: %w", err)
+	}
+	s.set, s.fkWasOn, s.busyWas = true, fk == 1, busy
+	for _, stmt := range []string{
+		"PRAGMA foreign_keys = OFF",
+		fmt.Sprintf("PRAGMA busy_timeout = %d", s.lockWait.Milliseconds()),
+	} {
+		if _, err := s.conn.ExecContext(ctx, stmt); err != nil {
+			return fmt.Errorf("%s: %w", stmt, err)
+		}
+	}
+	if err := s.conn.QueryRowContext(ctx, "PRAGMA foreign_keys").Scan(&fk); err != nil {
+		return fmt.Errorf("could not read foreign_keys on the reconcile connection: %w", err)
+	} else if fk != 0 {
+		return fmt.Errorf("could not switch foreign keys off on the reconcile connection (foreign_keys=%d)", fk)
 	}
 	return nil
 }
@@ -126,11 +143,15 @@ func (s *sqliteSession) abort() {
 	s.release(context.Background())
 }
 
+// release restores the host's pragmas, where lock changed them, and hands
+// the connection back to its pool.
 func (s *sqliteSession) release(ctx context.Context) {
-	if s.fkWasOn {
-		_, _ = s.conn.ExecContext(context.Background(), "PRAGMA foreign_keys = ON")
+	if s.set {
+		if s.fkWasOn {
+			_, _ = s.conn.ExecContext(context.Background(), "PRAGMA foreign_keys = ON")
+		}
+		_, _ = s.conn.ExecContext(context.Background(), fmt.Sprintf("PRAGMA busy_timeout = %d", s.busyWas))
 	}
-	_, _ = s.conn.ExecContext(context.Background(), fmt.Sprintf("PRAGMA busy_timeout = %d", s.busyWas))
 	s.conn.Close()
 }
 

@@ -1,0 +1,125 @@
+package reconcile_test
+
+import (
+	"context"
+	"database/sql"
+	"database/sql/driver"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+	"modernc.org/sqlite"
+
+	"github.com/schemastate/schemastate/dialect"
+	"github.com/schemastate/schemastate/internal/dbtest"
+	"github.com/schemastate/schemastate/reconcile"
+)
+
+// recorder is a modernc connector that records every statement its
+// connections are sent, in order: what a reconcile ran, as the driver saw it.
+type recorder struct {
+	dsn   string
+	mu    sync.Mutex
+	stmts []string
+}
+
+func (r *recorder) Connect(context.Context) (driver.Conn, error) {
+	c, err := (&sqlite.Driver{}).Open(r.dsn)
+	if err != nil {
+		return nil, err
+	}
+	return recordingConn{Conn: c, r: r}, nil
+}
+
+func (r *recorder) Driver() driver.Driver { return &sqlite.Driver{} }
+
+func (r *recorder) add(q string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.stmts = append(r.stmts, strings.Join(strings.Fields(q), " "))
+}
+
+func (r *recorder) take() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := r.stmts
+	r.stmts = nil
+	return out
+}
+
+type recordingConn struct {
+	driver.Conn
+	r *recorder
+}
+
+func (c recordingConn) ExecContext(ctx context.Context, q string, args []driver.NamedValue) (driver.Result, error) {
+	c.r.add(q)
+	return c.Conn.(driver.ExecerContext).ExecContext(ctx, q, args)
+}
+
+func (c recordingConn) QueryContext(ctx context.Context, q string, args []driver.NamedValue) (driver.Rows, error) {
+	c.r.add(q)
+	return c.Conn.(driver.QueryerContext).QueryContext(ctx, q, args)
+}
+
+func (c recordingConn) PrepareContext(ctx context.Context, q string) (driver.Stmt, error) {
+	c.r.add(q)
+	return c.Conn.(driver.ConnPrepareContext).PrepareContext(ctx, q)
+}
+
+func indexOf(stmts []string, stmt string) int {
+	return slices.IndexFunc(stmts, func(s string) bool { return strings.EqualFold(s, stmt) })
+}
+
+// Issue 13: a certified SQLite boot runs its read transaction and the
+// certificate's queries and nothing else — no pragma read, set or restored
+// (they cost a steady-state boot a third of its time). A boot with work
+// still switches foreign keys off, and verifies it, before BEGIN IMMEDIATE,
+// and gives the host its busy timeout and foreign keys back after COMMIT.
+// (PostgreSQL's session sets nothing on its connection before the lock.)
+func TestReconcile_SQLiteCertifiedBootRunsOnlyItsRead(t *testing.T) {
+	db := dbtest.Open(t, dialect.SQLite).Host(t)
+	settle(t, db, quiet)
+	rec := &recorder{dsn: db.DSN}
+	pool := sql.OpenDB(rec)
+	defer pool.Close()
+	pool.SetMaxOpenConns(1)
+	_, err := pool.Exec(`PRAGMA busy_timeout = 250`)
+	require.NoError(t, err)
+	rec.take()
+
+	rep, err := reconcile.Reconcile(ctx, pool, quiet, reconcile.WithDialect(dialect.SQLite))
+	require.NoError(t, err)
+	require.True(t, rep.Certified, describe(rep))
+	require.Equal(t, reconcile.Unchanged, rep.Step(reconcile.StepLock).Status, describe(rep))
+	stmts := rec.take()
+	require.Equal(t, "BEGIN", stmts[0], "%q", stmts)
+	require.Equal(t, "COMMIT", stmts[len(stmts)-1], "%q", stmts)
+	for _, s := range stmts[1 : len(stmts)-1] {
+		require.True(t, strings.HasPrefix(s, "SELECT"), "a certified boot ran %q (all: %q)", s, stmts)
+	}
+
+	// A boot with work: the certificate is gone, so the full check runs.
+	db.Exec(t, `DELETE FROM kandev_meta WHERE key = 'schemastate_shape_certificate'`)
+	rep, err = reconcile.Reconcile(ctx, pool, quiet, reconcile.WithDialect(dialect.SQLite))
+	require.NoError(t, err)
+	require.Equal(t, reconcile.Applied, rep.Step(reconcile.StepLock).Status, describe(rep))
+	stmts = rec.take()
+	off, verify, immediate := indexOf(stmts, "PRAGMA foreign_keys = OFF"), -1, indexOf(stmts, "BEGIN IMMEDIATE")
+	for i := off + 1; off >= 0 && i < len(stmts); i++ {
+		if strings.EqualFold(stmts[i], "PRAGMA foreign_keys") {
+			verify = i
+			break
+		}
+	}
+	require.True(t, off >= 0 && verify > off && immediate > verify, "foreign keys off and verified before BEGIN IMMEDIATE: %q", stmts)
+	commit := slices.Index(stmts, "COMMIT")
+	require.Greater(t, indexOf(stmts, "PRAGMA foreign_keys = ON"), commit, "%q", stmts)
+	require.Greater(t, indexOf(stmts, "PRAGMA busy_timeout = 250"), commit, "%q", stmts)
+	var busy, fk int
+	require.NoError(t, pool.QueryRow(`PRAGMA busy_timeout`).Scan(&busy))
+	require.NoError(t, pool.QueryRow(`PRAGMA foreign_keys`).Scan(&fk))
+	require.Equal(t, []int{250, 1}, []int{busy, fk})
+}
