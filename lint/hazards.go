@@ -134,7 +134,7 @@ func planHazards(d dialect.Dialect, state string, tables []reconcile.TableChange
 				}
 				if c.Change.Is(schema.ChangeType) && !catalogOnlyType(c.From.Type.Type, c.To.Type.Type) && !widenedOnline(phases, tc.Table) {
 					add(Hazard{Code: CodeTableRewrite, Level: LevelRewrite, Table: tc.Table, Column: c.To.Name, copiesRows: true,
-						Detail: fmt.Sprintf("ALTER COLUMN TYPE %s → %s rewrites the table under ACCESS EXCLUSIVE (a table above the online threshold is widened in expand/copy/contract phases instead, when the column allows it)", typeName(d, c.From.Type.Type), typeName(d, c.To.Type.Type)),
+						Detail: fmt.Sprintf("ALTER COLUMN TYPE %s → %s rewrites the table under ACCESS EXCLUSIVE (a table above the online threshold is widened in expand/copy/contract phases instead, when the column allows it)", reconcile.TypeName(d, c.From.Type.Type), reconcile.TypeName(d, c.To.Type.Type)),
 						Advice: "ship it when the table is small, or make the column nullable, without default or index, so it is widened online"})
 				}
 				if c.Change.Is(schema.ChangeNull) && !c.To.Type.Null && !validatedNotNull(tc.Live, c.To.Name) {
@@ -272,17 +272,6 @@ func indexColumns(idx *schema.Index) string {
 	return strings.Join(cols, ", ")
 }
 
-func typeName(d dialect.Dialect, t schema.Type) string {
-	format := sqlite.FormatType
-	if d == dialect.Postgres {
-		format = postgres.FormatType
-	}
-	if s, err := format(t); err == nil {
-		return s
-	}
-	return fmt.Sprintf("%T", t)
-}
-
 // declarationHazards compares the base and new declarations of one dialect.
 func declarationHazards(d dialect.Dialect, base, next Source, bd, nd *reconcile.Declaration) []Hazard {
 	var out []Hazard
@@ -334,18 +323,8 @@ func endStateHazard(d dialect.Dialect, reached bool, es reconcile.EndState) Haza
 			Detail: "the new declaration reaches AC-33's end state (clauses 1–3) and the base did not: the reconcile writes subagent_context_execution_since, and the backfill runs",
 			Advice: "expected when the amendment ships"}
 	}
-	var missing []string
-	if !es.ExecutionColumnNotNull {
-		missing = append(missing, "agent_execution_id NOT NULL")
-	}
-	if !es.ThreeColumnUnique {
-		missing = append(missing, "UNIQUE (task_session_id, agent_execution_id, tool_call_id)")
-	}
-	if !es.TwoColumnUniqueAbsent {
-		missing = append(missing, "no two-column UNIQUE (task_session_id, tool_call_id)")
-	}
 	return Hazard{Code: CodeEndState, Level: LevelRefused, Dialect: d, Table: "task_session_subagents",
-		Detail: "the new declaration does not reach AC-33's end state (missing: " + strings.Join(missing, "; ") + "): no installation that lacks subagent_context_execution_since would ever write it, nor run the backfill",
+		Detail: "the new declaration does not reach AC-33's end state (" + strings.Join(es.Missing(), "; ") + "): no installation that lacks subagent_context_execution_since would ever write it, nor run the backfill",
 		Advice: "keep agent_execution_id NOT NULL and the three-column unique key, and declare no two-column unique"}
 }
 

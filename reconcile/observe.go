@@ -40,6 +40,21 @@ func (d *Declaration) EndState() EndState {
 	return observe(t, t)
 }
 
+// Missing names each AC-33 clause (1–3) the end state lacks, in clause order.
+func (e EndState) Missing() []string {
+	var m []string
+	if !e.ExecutionColumnNotNull {
+		m = append(m, "agent_execution_id NOT NULL column absent")
+	}
+	if !e.ThreeColumnUnique {
+		m = append(m, "UNIQUE(task_session_id, agent_execution_id, tool_call_id) absent")
+	}
+	if !e.TwoColumnUniqueAbsent {
+		m = append(m, "two-column UNIQUE(task_session_id, tool_call_id) still present")
+	}
+	return m
+}
+
 // observe reads the end state off an inspected live table (nil when the table
 // does not exist). Uniqueness is recognised in every form it can take: an
 // inline constraint (SQLite autoindex), a named unique index, or a PostgreSQL

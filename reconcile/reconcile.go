@@ -613,7 +613,7 @@ func (r *run) executionSince(ctx context.Context, q dialect.Querier) Step {
 	}
 	r.rep.EndState, r.rep.EndStateObserved = es, true
 	if !es.KeyBearing() {
-		return Step{Status: Skipped, Detail: "AC-33 end state not observed: " + describeMissing(es)}
+		return Step{Status: Skipped, Detail: "AC-33 end state not observed: " + strings.Join(es.Missing(), "; ")}
 	}
 	if err := r.o.fail(FailpointExecutionSinceWrite); err != nil {
 		return failed(err)
@@ -645,20 +645,6 @@ func (r *run) observe(ctx context.Context, q dialect.Querier) (EndState, error) 
 		return EndState{}, err
 	}
 	return observe(lt, r.decl.Table(subagentsTable)), nil
-}
-
-func describeMissing(es EndState) string {
-	var m []string
-	if !es.ExecutionColumnNotNull {
-		m = append(m, "agent_execution_id NOT NULL column absent")
-	}
-	if !es.ThreeColumnUnique {
-		m = append(m, "UNIQUE(task_session_id, agent_execution_id, tool_call_id) absent")
-	}
-	if !es.TwoColumnUniqueAbsent {
-		m = append(m, "two-column UNIQUE(task_session_id, tool_call_id) still present")
-	}
-	return strings.Join(m, "; ")
 }
 
 // backfill is the last step; it runs only in a pass that observed the AC-33

@@ -285,7 +285,7 @@ func destructive(d dialect.Dialect, c schema.Change) (string, bool) {
 		return "would drop column " + c.C.Name, true
 	case *schema.ModifyColumn:
 		if c.Change.Is(schema.ChangeType) && !widens(c.From.Type.Type, c.To.Type.Type) {
-			return fmt.Sprintf("would change column %s from %s to %s", c.From.Name, typeName(d, c.From.Type.Type), typeName(d, c.To.Type.Type)), true
+			return fmt.Sprintf("would change column %s from %s to %s", c.From.Name, TypeName(d, c.From.Type.Type), TypeName(d, c.To.Type.Type)), true
 		}
 	}
 	return "", false
@@ -341,8 +341,8 @@ func timePrecision(t *schema.TimeType) int {
 	return *t.Precision
 }
 
-// typeName spells a type as the dialect's SQL does (timestamp(3), timestamptz).
-func typeName(d dialect.Dialect, t schema.Type) string {
+// TypeName spells a type as the dialect's SQL does (timestamp(3), timestamptz).
+func TypeName(d dialect.Dialect, t schema.Type) string {
 	format := sqlite.FormatType
 	if d == dialect.Postgres {
 		format = postgres.FormatType
