@@ -554,7 +554,7 @@ func (r *run) shape(ctx context.Context, q dialect.Querier) Step {
 			if err != nil {
 				return failed(fmt.Errorf("rebuild %s: %w", tp.Table, err))
 			}
-			did = append(did, "rebuilt "+tp.Table)
+			did = append(did, tp.Rebuild.detail())
 			continue
 		}
 		for _, stmt := range tp.Stmts {

@@ -234,7 +234,8 @@ func TestReconcile_RebuildKeepsCascadingChildRows(t *testing.T) {
 		db.Exec(t, `CREATE TABLE subagent_notes (id TEXT PRIMARY KEY, subagent_id TEXT NOT NULL REFERENCES task_session_subagents(id) ON DELETE CASCADE, note TEXT);
 INSERT INTO subagent_notes (id, subagent_id, note) VALUES ('n1', 'r1', 'keep me');
 INSERT INTO subagent_notes (id, subagent_id, note) VALUES ('n2', 'r2', 'and me')`)
-		mustReconcile(t, db)
+		rep := mustReconcile(t, db)
+		require.NotContains(t, rep.Step(reconcile.StepShape).Detail, "foreign_key_check skipped", "a referencing table is checked")
 		require.Equal(t, 2, count(t, db, `SELECT COUNT(*) FROM subagent_notes`))
 		requireAC33(t, db, freshIndexSet(t, db.Dialect))
 		if db.Dialect == dialect.SQLite {

@@ -199,7 +199,7 @@ func planShape(ctx context.Context, drv migrate.Driver, d dialect.Dialect, q dia
 				continue
 			}
 		}
-		if tp.Rebuild, err = planRebuild(ctx, drv, q, lt, want, kept); err != nil {
+		if tp.Rebuild, err = planRebuild(ctx, drv, q, lt, want, changes, kept); err != nil {
 			return nil, fmt.Errorf("plan rebuild of %s: %w", want.Name, err)
 		}
 		tp.Stmts = tp.Rebuild.statements()

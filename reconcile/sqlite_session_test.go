@@ -123,3 +123,47 @@ func TestReconcile_SQLiteCertifiedBootRunsOnlyItsRead(t *testing.T) {
 	require.NoError(t, pool.QueryRow(`PRAGMA foreign_keys`).Scan(&fk))
 	require.Equal(t, []int{250, 1}, []int{busy, fk})
 }
+
+// Issue 13: a rebuild that copies its rows verbatim under the foreign keys
+// the live table already has, with no table referencing it, skips the
+// foreign_key_check scans before and after the copy (the violation set
+// cannot change) and says so. A violation already in the table is carried
+// over as it was, not refused.
+func TestReconcile_SQLiteRebuildSkipsForeignKeyCheckWhenNoForeignKeyChanges(t *testing.T) {
+	db := dbtest.Open(t, dialect.SQLite).Host(t).Legacy(t)
+	seedLegacy(t, db)
+	db.Exec(t, `PRAGMA foreign_keys = OFF;
+INSERT INTO task_session_subagents (id, task_session_id, task_id, tool_call_id, source, observed_at, updated_at) VALUES ('orphan', 'no such session', 'k9', 'toolu_9', 'live', '2026-07-30 00:00:00+00:00', '2026-07-30 00:00:00+00:00');
+PRAGMA foreign_keys = ON`)
+	before := snapshot(t, db)
+
+	rep := mustReconcile(t, db)
+	require.Contains(t, rep.Step(reconcile.StepShape).Detail, "foreign_key_check skipped", describe(rep))
+	requireAC33(t, db, freshIndexSet(t, db.Dialect))
+	require.Equal(t, before, snapshot(t, db))
+	require.Equal(t, []string{"task_session_subagents"}, db.Strings(t, `SELECT "table" FROM pragma_foreign_key_check`), "the one violation, as it was")
+}
+
+// The other side of the same rule: a rebuild that adds a foreign key still
+// compares foreign_key_check before and after, and refuses the rows that
+// violate the new key — the step fails and the table is left as it was.
+func TestReconcile_SQLiteRebuildAddingAForeignKeyRefusesNewViolations(t *testing.T) {
+	db := dbtest.Open(t, dialect.SQLite).Host(t)
+	legacyWith(t, db, "", "    FOREIGN KEY (task_session_id) REFERENCES task_sessions(id) ON DELETE CASCADE,\n", "")
+	seedLegacy(t, db)
+	db.Exec(t, `INSERT INTO task_session_subagents (id, task_session_id, task_id, tool_call_id, source, observed_at, updated_at) VALUES ('orphan', 'no such session', 'k9', 'toolu_9', 'live', '2026-07-30 00:00:00+00:00', '2026-07-30 00:00:00+00:00')`)
+	before := snapshot(t, db)
+
+	rep, err := reconcile.Reconcile(ctx, db.DB, quiet)
+	require.ErrorIs(t, err, reconcile.ErrStepFailed)
+	shape := rep.Step(reconcile.StepShape)
+	require.Equal(t, reconcile.Failed, shape.Status, describe(rep))
+	require.Contains(t, shape.Detail, "introduced 1 foreign-key violations")
+	require.Equal(t, before, snapshot(t, db))
+	require.False(t, observe(t, db).EndState.KeyBearing(), "the table keeps its legacy shape")
+
+	db.Exec(t, `DELETE FROM task_session_subagents WHERE id = 'orphan'`)
+	rep = mustReconcile(t, db)
+	require.NotContains(t, rep.Step(reconcile.StepShape).Detail, "skipped", "the foreign keys change: checked")
+	requireAC33(t, db, freshIndexSet(t, db.Dialect))
+}
