@@ -367,14 +367,7 @@ func TestOnline_ConcurrentReconcilesConverge(t *testing.T) {
 		}(i)
 	}
 	wg.Wait()
-	applied := 0
-	for i := range reps {
-		require.NoError(t, errs[i], describe(reps[i]))
-		if reps[i].Step(reconcile.StepShape).Status == reconcile.Applied {
-			applied++
-		}
-	}
-	require.Equal(t, 1, applied)
+	requireOneAppliedShape(t, reps, errs)
 	requireAC33(t, db, freshIndexSet(t, db.Dialect))
 	requireBackfilledOnceAmong(t, db, 300)
 	require.Subset(t, snapshot(t, db), before)

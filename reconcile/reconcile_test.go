@@ -305,14 +305,7 @@ func TestReconcile_ConcurrentReconcilesConverge(t *testing.T) {
 			}(i)
 		}
 		wg.Wait()
-		applied := 0
-		for i := range reps {
-			require.NoError(t, errs[i], describe(reps[i]))
-			if reps[i].Step(reconcile.StepShape).Status == reconcile.Applied {
-				applied++
-			}
-		}
-		require.Equal(t, 1, applied, "exactly one replica performs the change")
+		requireOneAppliedShape(t, reps, errs)
 		requireAC33(t, db, freshIndexSet(t, db.Dialect))
 		require.Equal(t, before, snapshot(t, db), "no row duplicated or lost")
 		require.Equal(t, 1, count(t, db, `SELECT COUNT(*) FROM kandev_meta WHERE key = 'subagent_context_execution_since'`))
@@ -470,4 +463,19 @@ func TestReconcile_ProgressCallbackIsSerialized(t *testing.T) {
 		}
 		require.NotZero(t, ticks, "the watcher reported while the step was slow")
 	})
+}
+
+// requireOneAppliedShape requires every one of several concurrent reconciles
+// to succeed and exactly one of them to have applied the shape step: the
+// others waited for the lock and found the work done.
+func requireOneAppliedShape(t *testing.T, reps []*reconcile.Report, errs []error) {
+	t.Helper()
+	applied := 0
+	for i := range reps {
+		require.NoError(t, errs[i], describe(reps[i]))
+		if reps[i].Step(reconcile.StepShape).Status == reconcile.Applied {
+			applied++
+		}
+	}
+	require.Equal(t, 1, applied, "exactly one replica performs the change")
 }
