@@ -58,8 +58,11 @@ func BenchmarkRecord(b *testing.B) {
 				q := db.Q(`INSERT INTO task_session_subagents (` + strings.Join(cols, ", ") + `) VALUES (` +
 					strings.TrimSuffix(strings.Repeat("?, ", len(cols)), ", ") + `)`)
 				now := keys.RowTime(d, time.Now())
+				stmt, err := db.DB.PrepareContext(context.Background(), q) // prepared once, as Record's upsert is
+				require.NoError(b, err)
+				defer stmt.Close()
 				for i := 0; b.Loop(); i++ {
-					_, err := db.DB.ExecContext(context.Background(), q, fmt.Sprintf("id-%d", i), sessA, taskA, turn1, execE,
+					_, err := stmt.ExecContext(context.Background(), fmt.Sprintf("id-%d", i), sessA, taskA, turn1, execE,
 						fmt.Sprintf("toolu_%d", i), nil, "reviewer", "review the diff", "agent-1", nil, "claude-opus-5[1m]",
 						"completed", "completed", 1, int64(27000), int64(12), int64(93000), "live", now, now, now)
 					if err != nil {

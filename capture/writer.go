@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/schemastate/schemastate/dialect"
@@ -37,6 +38,13 @@ type Writer struct {
 	upsert   string
 	retry    RetryPolicy
 	counters counterSet
+
+	// stmt is the upsert prepared once and reused: parsing the statement
+	// and generating its conflict clause's code is most of a frame's cost
+	// on SQLite. database/sql prepares it again on each pool connection it
+	// runs on, and SQLite re-prepares it after a schema change.
+	stmtMu sync.Mutex
+	stmt   *sql.Stmt
 }
 
 // Option configures a Writer.
@@ -56,6 +64,36 @@ func NewWriter(db *sql.DB, d dialect.Dialect, opts ...Option) *Writer {
 		o(w)
 	}
 	return w
+}
+
+// Close releases the statement the Writer keeps prepared on the pool's
+// connections. A Writer lives as long as its *sql.DB; one that is dropped
+// earlier should be closed. A Record after Close prepares the statement again.
+func (w *Writer) Close() error {
+	w.stmtMu.Lock()
+	defer w.stmtMu.Unlock()
+	if w.stmt == nil {
+		return nil
+	}
+	err := w.stmt.Close()
+	w.stmt = nil
+	return err
+}
+
+// prepared returns the prepared upsert, preparing it on first use. It
+// returns nil when the statement cannot be prepared now (the table is
+// missing, or still in its pre-amendment shape): the frame is then sent as
+// a plain statement, which reports that error as it always did, and the
+// next frame tries to prepare again.
+func (w *Writer) prepared(ctx context.Context) *sql.Stmt {
+	w.stmtMu.Lock()
+	defer w.stmtMu.Unlock()
+	if w.stmt == nil {
+		if stmt, err := w.db.PrepareContext(ctx, w.upsert); err == nil {
+			w.stmt = stmt
+		}
+	}
+	return w.stmt
 }
 
 // Counters is a snapshot of this Writer's own counters (the process-wide sum
@@ -110,8 +148,13 @@ func (w *Writer) record(ctx context.Context, f Frame, line int) error {
 	r := w.row(f)
 	// The upsert is idempotent, so sending it again after an attempt whose
 	// outcome is unknown (a dropped connection) cannot double anything.
+	args := r.args()
 	attempts, err := w.retry.do(ctx, func(ctx context.Context) error {
-		_, err := w.db.ExecContext(ctx, w.upsert, r.args()...)
+		if stmt := w.prepared(ctx); stmt != nil {
+			_, err := stmt.ExecContext(ctx, args...)
+			return err
+		}
+		_, err := w.db.ExecContext(ctx, w.upsert, args...)
 		return err
 	})
 	// AC-9: anomalous_value counts every frame that reached the write.

@@ -2,6 +2,7 @@ package capture_test
 
 import (
 	"context"
+	"log/slog"
 	"testing"
 	"time"
 
@@ -10,6 +11,7 @@ import (
 	"github.com/schemastate/schemastate/capture"
 	"github.com/schemastate/schemastate/internal/dbtest"
 	"github.com/schemastate/schemastate/keys"
+	"github.com/schemastate/schemastate/reconcile"
 )
 
 // AC-11: the spec's six terminal values, pinned to the function and the
@@ -468,5 +470,42 @@ func TestRecord_AC32_LateFrameFromEarlierExecutionLeavesLaterRowIntact(t *testin
 		require.Equal(t, int64(1), *e.TotalTokens)
 		require.Equal(t, turn1, *e.TurnID)
 		require.True(t, e.SettledAt.Equal(at(3*time.Minute)))
+	})
+}
+
+// The Writer keeps its upsert prepared. A Writer made before the table
+// exists sends each frame as a plain statement (which fails, as it always
+// did) and prepares once the table is there; a statement prepared before a
+// schema change to the table keeps working after it; Close releases the
+// statement and a later Record prepares it again.
+func TestRecord_PreparedUpsertFollowsTheTable(t *testing.T) {
+	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
+		ctx := context.Background()
+		db.Host(t)
+		s := withSessions(t, db)
+		require.Error(t, s.w.Record(ctx, frame("toolu_before", at(0))), "no table yet")
+		require.Equal(t, int64(1), s.w.Counters().Failed)
+
+		_, err := reconcile.Reconcile(ctx, db.DB, reconcile.WithLogger(slog.New(slog.DiscardHandler)))
+		require.NoError(t, err)
+		s.record(t, frame("toolu_1", at(time.Second)))
+
+		// A schema change after the statement was prepared: an operator's
+		// column and index. The statement is prepared again underneath.
+		_, err = db.DB.ExecContext(ctx, `ALTER TABLE task_session_subagents ADD COLUMN operator_note TEXT`)
+		require.NoError(t, err)
+		_, err = db.DB.ExecContext(ctx, `CREATE INDEX operator_idx ON task_session_subagents (description)`)
+		require.NoError(t, err)
+		s.record(t, frame("toolu_2", at(2*time.Second)), frame("toolu_1", at(3*time.Second), func(f *capture.Frame) { f.ToolStatus = "completed" }))
+
+		require.NoError(t, s.w.Close())
+		require.NoError(t, s.w.Close(), "a second Close is a no-op")
+		s.record(t, frame("toolu_3", at(4*time.Second)))
+
+		require.Equal(t, 3, s.count(t, "task_session_id = ?", sessA))
+		require.NotNil(t, s.one(t, execE, "toolu_1").SettledAt)
+		c := s.w.Counters()
+		require.Equal(t, int64(4), c.Persisted)
+		require.Equal(t, int64(1), c.Failed)
 	})
 }

@@ -58,6 +58,7 @@ func runIngest(ctx context.Context, e *env, args []string) int {
 	}
 	defer conn.Close()
 	w := capture.NewWriter(conn, target.Dialect, capture.WithLogger(e.logger))
+	defer w.Close()
 	if err := w.Check(ctx); err != nil {
 		fmt.Fprintf(e.stderr, "schemastate ingest: %s on %s is not in its declared shape: %v\n", capture.Table, target.Display, err)
 		fmt.Fprintf(e.stderr, "run 'schemastate reconcile --db …' first\n")
