@@ -1,14 +1,19 @@
 package reconcile
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"runtime/debug"
+	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 
+	schemastate "github.com/schemastate/schemastate"
 	"github.com/schemastate/schemastate/dialect"
 	"github.com/schemastate/schemastate/keys"
 )
@@ -66,11 +71,30 @@ func (c certificate) String() string {
 }
 
 func parseCertificate(s string) (certificate, bool) {
+	// Boot after boot reads the same certificate: the last one parsed is
+	// kept (certificate holds only values, so a copy is never shared).
+	if last := lastCertificate.Load(); last != nil && last.src == s {
+		return last.c.clone(), true
+	}
 	var c certificate
 	if err := json.Unmarshal([]byte(s), &c); err != nil || c.Version != PlannerVersion || len(c.Owned) == 0 {
 		return certificate{}, false
 	}
+	lastCertificate.Store(&parsedCertificate{src: s, c: c.clone()})
 	return c, true
+}
+
+// lastCertificate is the certificate parseCertificate parsed last.
+var lastCertificate atomic.Pointer[parsedCertificate]
+
+type parsedCertificate struct {
+	src string
+	c   certificate
+}
+
+func (c certificate) clone() certificate {
+	c.Owned, c.Host, c.Drift = slices.Clone(c.Owned), slices.Clone(c.Host), slices.Clone(c.Drift)
+	return c
 }
 
 // declarationHash identifies what a certificate vouches for: the declaration
@@ -78,24 +102,53 @@ func parseCertificate(s string) (certificate, bool) {
 // in one build (this module's and Atlas's versions, and the host binary's own
 // revision), so a new build re-runs the full check once.
 func declarationHash(d dialect.Dialect, src []byte, schemaName string) string {
+	builtIn := len(src) > 0 && len(src) == len(schemastate.SchemaHCL) && &src[0] == &schemastate.SchemaHCL[0]
+	key := builtInKey{d, schemaName}
+	if builtIn {
+		if v, ok := builtInHashes.Load(key); ok {
+			return v.(string)
+		}
+	}
 	h := sha256.New()
 	fmt.Fprintf(h, "%s\x00%s\x00%s\x00", PlannerVersion, d, schemaName)
+	h.Write(buildIdentity())
+	h.Write(src)
+	sum := hex.EncodeToString(h.Sum(nil))[:32]
+	if builtIn {
+		builtInHashes.Store(key, sum)
+	}
+	return sum
+}
+
+// builtInHashes keeps declarationHash of the built-in declaration per
+// dialect and schema: it cannot change while the process runs.
+var builtInHashes sync.Map
+
+type builtInKey struct {
+	d      dialect.Dialect
+	schema string
+}
+
+// buildIdentity is the part of declarationHash that names the build. It
+// cannot change while the process runs, so it is read once, on the first
+// boot that needs it.
+var buildIdentity = sync.OnceValue(func() []byte {
+	var b bytes.Buffer
 	if bi, ok := debug.ReadBuildInfo(); ok {
-		fmt.Fprintf(h, "%s@%s\x00", bi.Main.Path, bi.Main.Version)
+		fmt.Fprintf(&b, "%s@%s\x00", bi.Main.Path, bi.Main.Version)
 		for _, s := range bi.Settings {
 			if strings.HasPrefix(s.Key, "vcs.") {
-				fmt.Fprintf(h, "%s=%s\x00", s.Key, s.Value)
+				fmt.Fprintf(&b, "%s=%s\x00", s.Key, s.Value)
 			}
 		}
 		for _, m := range bi.Deps {
 			if m.Path == "ariga.io/atlas" || m.Path == "github.com/schemastate/schemastate" {
-				fmt.Fprintf(h, "%s@%s%s\x00", m.Path, m.Version, m.Sum)
+				fmt.Fprintf(&b, "%s@%s%s\x00", m.Path, m.Version, m.Sum)
 			}
 		}
 	}
-	h.Write(src)
-	return hex.EncodeToString(h.Sum(nil))[:32]
-}
+	return b.Bytes()
+})
 
 // catalogHash hashes the live catalog entries of the owned tables, and the
 // presence of the host tables, in one query.
@@ -111,9 +164,12 @@ func catalogHash(ctx context.Context, d dialect.Dialect, q dialect.Querier, owne
 	}
 	var query string
 	if d == dialect.SQLite {
-		query = `SELECT type || ':' || name || ':' || tbl_name || ':' || COALESCE(sql, '') FROM sqlite_master WHERE tbl_name IN (` + ownedIn + `)
-UNION ALL SELECT 'host:' || name FROM sqlite_master WHERE type = 'table' AND name IN (` + hostIn + `)
-ORDER BY 1`
+		// One pass over sqlite_master; the entries are sorted below, as
+		// an ORDER BY would sort them (bytewise), which costs SQLite a
+		// compound select and a sorter for a few dozen rows.
+		query = `SELECT CASE WHEN tbl_name IN (` + ownedIn + `) THEN type || ':' || name || ':' || tbl_name || ':' || COALESCE(sql, '') ELSE 'host:' || name END
+FROM sqlite_master WHERE tbl_name IN (` + ownedIn + `) OR (type = 'table' AND name IN (` + hostIn + `))`
+		args = append(args[:len(owned):len(owned)], args...)
 	} else {
 		query = `WITH rel AS (
   SELECT c.oid, c.relname, c.relkind, c.relpersistence, c.reloptions FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
@@ -139,20 +195,26 @@ ORDER BY 1`
 		return "", err
 	}
 	defer rows.Close()
-	h := sha256.New()
-	n := 0
+	var entries []string
 	for rows.Next() {
 		var s string
 		if err := rows.Scan(&s); err != nil {
 			return "", err
 		}
-		h.Write([]byte(s))
-		h.Write([]byte{0})
-		n++
+		entries = append(entries, s)
 	}
 	if err := rows.Err(); err != nil {
 		return "", err
 	}
+	if d == dialect.SQLite {
+		slices.Sort(entries)
+	}
+	h := sha256.New()
+	for _, s := range entries {
+		h.Write([]byte(s))
+		h.Write([]byte{0})
+	}
+	n := len(entries)
 	return fmt.Sprintf("%d-%s", n, hex.EncodeToString(h.Sum(nil))[:32]), nil
 }
 

@@ -15,23 +15,28 @@ import (
 	"github.com/schemastate/schemastate/dialect"
 )
 
-// SQLite: the lock is SQLite's own write lock. The session opens in a plain
-// (deferred) read transaction, in which the certificate is checked: a
-// steady-state boot reads, finds nothing to do, and never waits behind a host
-// writer. It runs nothing but that transaction and the certificate's query:
-// the connection's pragmas matter only to a reconcile that writes, so a
-// certified boot neither reads nor sets them and hands the connection back
-// exactly as it was lent. Only when there is work does lock end that read,
-// switch the connection to the reconcile's settings and take the write lock,
-// and the reconcile then runs on that one pinned connection inside one
-// BEGIN IMMEDIATE transaction, each step inside a SAVEPOINT, so a failed step
-// rolls back to exactly the state before it and a crash at any instant
-// commits nothing. Foreign keys are switched off on that
-// connection BEFORE the transaction (the pragma is a no-op inside one) and
-// verified off: with them on, the rebuild's DROP TABLE would fire ON DELETE
-// CASCADE in every referencing table and silently delete their rows.
+// SQLite: the lock is SQLite's own write lock. The certificate is checked
+// first, with no transaction and no lock: its two reads (the keys with the
+// certificate, then the catalog) each take SQLite's shared lock for one
+// statement, which a host writer's RESERVED lock (BEGIN IMMEDIATE) does not
+// block, so a steady-state boot reads, finds nothing to do, and never waits
+// behind a host writer. The two reads need no common snapshot: the keys are
+// write-once and the certificate names the catalog it vouches for, so a
+// catalog changed between them only fails the match and sends the boot to
+// the full check. A certified boot runs nothing but those two statements:
+// the connection's pragmas matter only to a reconcile that writes, so it
+// neither reads nor sets them and hands the connection back exactly as it
+// was lent. Only when there is work does lock switch the connection to the
+// reconcile's settings and take the write lock, and the reconcile then runs
+// on that one pinned connection inside one BEGIN IMMEDIATE transaction, each
+// step inside a SAVEPOINT, so a failed step rolls back to exactly the state
+// before it and a crash at any instant commits nothing. Foreign keys are
+// switched off on that connection BEFORE the transaction (the pragma is a
+// no-op inside one) and verified off: with them on, the rebuild's DROP TABLE
+// would fire ON DELETE CASCADE in every referencing table and silently
+// delete their rows.
 //
-// The certificate's read runs under the host's own busy timeout. Should it
+// The certificate's reads run under the host's own busy timeout. Should one
 // meet a writer's commit lock (rollback journal) and fail, the boot takes
 // the lock and runs the full check, which is always correct.
 
@@ -46,6 +51,8 @@ type sqliteSession struct {
 	fkWasOn bool
 	busyWas int
 	step    string
+	// inTx: lock began the write transaction, which close commits.
+	inTx bool
 }
 
 func openSQLite(ctx context.Context, db *sql.DB, o *options) (*sqliteSession, error) {
@@ -53,23 +60,12 @@ func openSQLite(ctx context.Context, db *sql.DB, o *options) (*sqliteSession, er
 	if err != nil {
 		return nil, err
 	}
-	// A deferred BEGIN takes no lock until its first read, and then only a
-	// shared one, which a host writer's RESERVED lock (BEGIN IMMEDIATE) does
-	// not block.
-	if _, err := conn.ExecContext(ctx, "BEGIN"); err != nil {
-		conn.Close()
-		return nil, err
-	}
 	return &sqliteSession{conn: conn, lockWait: o.lockWait}, nil
 }
 
-// lock ends the read transaction, switches foreign keys off (verified) and
-// the busy timeout to the lock wait, and takes the write lock, waiting up to
-// the lock wait.
+// lock switches foreign keys off (verified) and the busy timeout to the
+// lock wait, and takes the write lock, waiting up to the lock wait.
 func (s *sqliteSession) lock(ctx context.Context) error {
-	if _, err := s.conn.ExecContext(ctx, "ROLLBACK"); err != nil {
-		return err
-	}
 	if err := s.setPragmas(ctx); err != nil {
 		return err
 	}
@@ -77,6 +73,7 @@ func (s *sqliteSession) lock(ctx context.Context) error {
 	if _, err := s.conn.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
 		return fmt.Errorf("take the write lock (waited %s): %w", time.Since(start).Round(time.Millisecond), err)
 	}
+	s.inTx = true
 	return nil
 }
 
@@ -131,16 +128,20 @@ func (s *sqliteSession) end(ctx context.Context, ok bool) error {
 }
 
 func (s *sqliteSession) close(ctx context.Context) error {
-	_, err := s.conn.ExecContext(ctx, "COMMIT")
-	if err != nil {
-		_, _ = s.conn.ExecContext(context.Background(), "ROLLBACK")
+	var err error
+	if s.inTx {
+		if _, err = s.conn.ExecContext(ctx, "COMMIT"); err != nil {
+			_, _ = s.conn.ExecContext(context.Background(), "ROLLBACK")
+		}
 	}
 	s.release(ctx)
 	return err
 }
 
 func (s *sqliteSession) abort() {
-	_, _ = s.conn.ExecContext(context.Background(), "ROLLBACK")
+	if s.inTx {
+		_, _ = s.conn.ExecContext(context.Background(), "ROLLBACK")
+	}
 	s.release(context.Background())
 }
 

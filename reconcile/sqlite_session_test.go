@@ -73,9 +73,9 @@ func indexOf(stmts []string, stmt string) int {
 	return slices.IndexFunc(stmts, func(s string) bool { return strings.EqualFold(s, stmt) })
 }
 
-// Issue 13: a certified SQLite boot runs its read transaction and the
-// certificate's queries and nothing else — no pragma read, set or restored
-// (they cost a steady-state boot a third of its time). A boot with work
+// Issue 13: a certified SQLite boot runs the certificate's two reads and
+// nothing else — no transaction, no pragma read, set or restored (they cost
+// a steady-state boot a third of its time). A boot with work
 // still switches foreign keys off, and verifies it, before BEGIN IMMEDIATE,
 // and gives the host its busy timeout and foreign keys back after COMMIT.
 // (PostgreSQL's session sets nothing on its connection before the lock.)
@@ -95,9 +95,8 @@ func TestReconcile_SQLiteCertifiedBootRunsOnlyItsRead(t *testing.T) {
 	require.True(t, rep.Certified, describe(rep))
 	require.Equal(t, reconcile.Unchanged, rep.Step(reconcile.StepLock).Status, describe(rep))
 	stmts := rec.take()
-	require.Equal(t, "BEGIN", stmts[0], "%q", stmts)
-	require.Equal(t, "COMMIT", stmts[len(stmts)-1], "%q", stmts)
-	for _, s := range stmts[1 : len(stmts)-1] {
+	require.Len(t, stmts, 2, "%q", stmts)
+	for _, s := range stmts {
 		require.True(t, strings.HasPrefix(s, "SELECT"), "a certified boot ran %q (all: %q)", s, stmts)
 	}
 
