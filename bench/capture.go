@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"sync"
@@ -99,7 +100,7 @@ func (b *bench) capture(ctx context.Context, rep *Report, rowsN int) error {
 				f := frame(run, i)
 				now := time.Now()
 				_, err := insert.ExecContext(ctx,
-					fmt.Sprintf("bench-%d-%d", run, i), f.SessionID, f.TaskID, f.TurnID, f.ExecutionID, f.ToolCallID,
+					randomUUID(), f.SessionID, f.TaskID, f.TurnID, f.ExecutionID, f.ToolCallID,
 					nil, f.Subagent.SubagentType, f.Subagent.Description, f.Subagent.AgentID, nil,
 					f.Subagent.Model, f.Subagent.Status, f.ToolStatus, 1, nil, nil,
 					nil, "live", keys.RowTime(b.d, f.ObservedAt), keys.RowTime(b.d, f.ObservedAt), keys.RowTime(b.d, now))
@@ -115,7 +116,7 @@ func (b *bench) capture(ctx context.Context, rep *Report, rowsN int) error {
 
 	m := Measurement{Name: Capture, Family: FamilyRows, N: rowsN, Rows: rowsN, Count: n, Target: 1 / 0.9,
 		OursIs:  fmt.Sprintf("%d async_launched frames through capture.Writer.Record, each creating a row", n),
-		FloorIs: fmt.Sprintf("%d plain single-row INSERTs of the same 22 columns through the same pool, prepared once, one autocommit statement each", n)}
+		FloorIs: fmt.Sprintf("%d plain single-row INSERTs of the same 22 columns through the same pool, prepared once, one autocommit statement each, ids random UUIDs as Record's are", n)}
 	if err := b.measure(&m, b.cfg.runsAt(rowsN), record(1), plain(1)); err != nil {
 		return err
 	}
@@ -140,6 +141,16 @@ func (b *bench) capture(ctx context.Context, rep *Report, rowsN int) error {
 		after.Retried-before.Retried, after.Attempted-before.Attempted)
 	rep.Measurements = append(rep.Measurements, mc)
 	return nil
+}
+
+// randomUUID is a version 4 UUID: the floor's rows carry ids of the same
+// kind as Record's, so both insert into the primary key at random places.
+func randomUUID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	b[6] = b[6]&0x0f | 0x40
+	b[8] = b[8]&0x3f | 0x80
+	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:16])
 }
 
 // captureWriters is how many concurrent writers CaptureConcurrent uses.

@@ -50,7 +50,7 @@ const certificateKey = "schemastate_shape_certificate"
 // where build info cannot tell builds apart — a test binary reports
 // "(devel)", and a dirty tree keeps its commit's revision. Change it with
 // any such rule.
-const PlannerVersion = "2026-11-30.1"
+const PlannerVersion = "2026-11-30.2"
 
 // certificate is the kandev_meta value, stored as JSON.
 type certificate struct {
@@ -151,7 +151,8 @@ var buildIdentity = sync.OnceValue(func() []byte {
 })
 
 // catalogHash hashes the live catalog entries of the owned tables, and the
-// presence of the host tables, in one query.
+// host tables (on SQLite their definitions, on PostgreSQL their presence), in
+// one query.
 func catalogHash(ctx context.Context, d dialect.Dialect, q dialect.Querier, owned, host []string) (string, error) {
 	args := make([]any, 0, len(owned)+len(host))
 	for _, n := range append(append([]string{}, owned...), host...) {
@@ -164,12 +165,15 @@ func catalogHash(ctx context.Context, d dialect.Dialect, q dialect.Querier, owne
 	}
 	var query string
 	if d == dialect.SQLite {
-		// One pass over sqlite_master; the entries are sorted below, as
-		// an ORDER BY would sort them (bytewise), which costs SQLite a
-		// compound select and a sorter for a few dozen rows.
-		query = `SELECT CASE WHEN tbl_name IN (` + ownedIn + `) THEN type || ':' || name || ':' || tbl_name || ':' || COALESCE(sql, '') ELSE 'host:' || name END
-FROM sqlite_master WHERE tbl_name IN (` + ownedIn + `) OR (type = 'table' AND name IN (` + hostIn + `))`
-		args = append(args[:len(owned):len(owned)], args...)
+		// One pass over sqlite_master: every entry of the owned tables
+		// (table, indexes, triggers, each with the SQL that made it, which
+		// names its table) and the host tables with theirs. So on SQLite a
+		// host migration that changes a host table sends the next boot to
+		// the full check once, which certifies again. The entries are
+		// sorted below, as an ORDER BY would sort them (bytewise), which
+		// would cost SQLite a sorter for a few dozen rows.
+		query = `SELECT type || ':' || name || ':' || COALESCE(sql, '') FROM sqlite_master
+WHERE tbl_name IN (` + ownedIn + `) OR (type = 'table' AND name IN (` + hostIn + `))`
 	} else {
 		query = `WITH rel AS (
   SELECT c.oid, c.relname, c.relkind, c.relpersistence, c.reloptions FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
@@ -195,26 +199,20 @@ ORDER BY 1`
 		return "", err
 	}
 	defer rows.Close()
-	var entries []string
+	h := sha256.New()
+	n := 0
+	var s []byte
 	for rows.Next() {
-		var s string
 		if err := rows.Scan(&s); err != nil {
 			return "", err
 		}
-		entries = append(entries, s)
+		h.Write(s)
+		h.Write([]byte{0})
+		n++
 	}
 	if err := rows.Err(); err != nil {
 		return "", err
 	}
-	if d == dialect.SQLite {
-		slices.Sort(entries)
-	}
-	h := sha256.New()
-	for _, s := range entries {
-		h.Write([]byte(s))
-		h.Write([]byte{0})
-	}
-	n := len(entries)
 	return fmt.Sprintf("%d-%s", n, hex.EncodeToString(h.Sum(nil))[:32]), nil
 }
 
