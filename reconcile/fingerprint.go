@@ -50,7 +50,7 @@ const certificateKey = "schemastate_shape_certificate"
 // where build info cannot tell builds apart — a test binary reports
 // "(devel)", and a dirty tree keeps its commit's revision. Change it with
 // any such rule.
-const PlannerVersion = "2026-11-30.2"
+const PlannerVersion = "2026-11-30.3"
 
 // certificate is the kandev_meta value, stored as JSON.
 type certificate struct {
@@ -175,21 +175,35 @@ func catalogHash(ctx context.Context, d dialect.Dialect, q dialect.Querier, owne
 		query = `SELECT type || ':' || name || ':' || COALESCE(sql, '') FROM sqlite_master
 WHERE tbl_name IN (` + ownedIn + `) OR (type = 'table' AND name IN (` + hostIn + `))`
 	} else {
+		// Stored forms where a deparser would cost a lookup per row (an
+		// index is its whole pg_index row, whatever columns this server
+		// version has; a default its stored expression) and comments
+		// joined rather than fetched per row (col_description,
+		// obj_description): a definition's stored form changes whenever
+		// its rendering does, so the hash still covers everything the
+		// full check compares, at a third of the cost. (A REINDEX or
+		// CLUSTER also changes an index's row: one full check.) Constraints and triggers keep their
+		// deparsed form (a handful of rows; it names the referenced
+		// table as it is called now).
 		query = `WITH rel AS (
   SELECT c.oid, c.relname, c.relkind, c.relpersistence, c.reloptions FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
   WHERE n.nspname = current_schema() AND c.relkind IN ('r', 'p') AND c.relname IN (` + ownedIn + `)
 )
-SELECT 'col:' || rel.relname || ':' || a.attnum::text || ':' || a.attname || ':' || format_type(a.atttypid, a.atttypmod) || ':' || COALESCE(coll.collname, '') || ':' || a.attnotnull::text || ':' || a.attidentity::text || ':' || a.attgenerated::text || ':' || COALESCE(pg_get_expr(ad.adbin, ad.adrelid), '') || ':' || COALESCE(col_description(rel.oid, a.attnum), '')
+SELECT 'col:' || rel.relname || ':' || a.attnum::text || ':' || a.attname || ':' || format_type(a.atttypid, a.atttypmod) || ':' || COALESCE(coll.collname, '') || ':' || a.attnotnull::text || ':' || a.attidentity::text || ':' || a.attgenerated::text || ':' || COALESCE(ad.adbin::text, '') || ':' || COALESCE(d.description, '')
   FROM rel JOIN pg_attribute a ON a.attrelid = rel.oid AND a.attnum > 0 AND NOT a.attisdropped
   LEFT JOIN pg_attrdef ad ON ad.adrelid = rel.oid AND ad.adnum = a.attnum
   LEFT JOIN pg_collation coll ON coll.oid = a.attcollation
-UNION ALL SELECT 'idx:' || rel.relname || ':' || pg_get_indexdef(i.indexrelid) || ':' || i.indisvalid::text || ':' || COALESCE(obj_description(i.indexrelid, 'pg_class'), '')
-  FROM rel JOIN pg_index i ON i.indrelid = rel.oid
-UNION ALL SELECT 'con:' || rel.relname || ':' || con.conname || ':' || con.contype::text || ':' || pg_get_constraintdef(con.oid) || ':' || con.condeferrable::text || ':' || con.condeferred::text || ':' || con.convalidated::text || ':' || COALESCE(obj_description(con.oid, 'pg_constraint'), '')
+  LEFT JOIN pg_description d ON d.objoid = rel.oid AND d.classoid = 'pg_class'::regclass AND d.objsubid = a.attnum
+UNION ALL SELECT 'idx:' || rel.relname || ':' || ic.relname || ':' || ic.relam::text || ':' || i::text || ':' || COALESCE(array_to_string(ic.reloptions, ','), '') || ':' || COALESCE(d.description, '')
+  FROM rel JOIN pg_index i ON i.indrelid = rel.oid JOIN pg_class ic ON ic.oid = i.indexrelid
+  LEFT JOIN pg_description d ON d.objoid = i.indexrelid AND d.classoid = 'pg_class'::regclass AND d.objsubid = 0
+UNION ALL SELECT 'con:' || rel.relname || ':' || con.conname || ':' || con.contype::text || ':' || pg_get_constraintdef(con.oid) || ':' || con.condeferrable::text || ':' || con.condeferred::text || ':' || con.convalidated::text || ':' || COALESCE(d.description, '')
   FROM rel JOIN pg_constraint con ON con.conrelid = rel.oid
+  LEFT JOIN pg_description d ON d.objoid = con.oid AND d.classoid = 'pg_constraint'::regclass AND d.objsubid = 0
 UNION ALL SELECT 'trg:' || rel.relname || ':' || pg_get_triggerdef(t.oid) || ':' || t.tgenabled::text
   FROM rel JOIN pg_trigger t ON t.tgrelid = rel.oid AND NOT t.tgisinternal
-UNION ALL SELECT 'tbl:' || rel.relname || ':' || rel.relkind::text || ':' || rel.relpersistence::text || ':' || COALESCE(array_to_string(rel.reloptions, ','), '') || ':' || COALESCE(obj_description(rel.oid, 'pg_class'), '') FROM rel
+UNION ALL SELECT 'tbl:' || rel.relname || ':' || rel.relkind::text || ':' || rel.relpersistence::text || ':' || COALESCE(array_to_string(rel.reloptions, ','), '') || ':' || COALESCE(d.description, '')
+  FROM rel LEFT JOIN pg_description d ON d.objoid = rel.oid AND d.classoid = 'pg_class'::regclass AND d.objsubid = 0
 UNION ALL SELECT 'host:' || c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
   WHERE n.nspname = current_schema() AND c.relkind IN ('r', 'p') AND c.relname IN (` + hostIn + `)
 ORDER BY 1`

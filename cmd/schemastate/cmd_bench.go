@@ -8,6 +8,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/schemastate/schemastate/bench"
 	"github.com/schemastate/schemastate/dialect"
@@ -104,6 +105,10 @@ func runBench(ctx context.Context, e *env, args []string) int {
 		if terminal(e.stderr) {
 			cfg.Progress = func(msg string) { fmt.Fprintf(e.stderr, "\r\033[Kbench: %s", msg) }
 			defer fmt.Fprint(e.stderr, "\r\033[K")
+		} else {
+			// A log (a CI job, nohup): one timestamped line per step, so a
+			// run of tens of minutes shows where it is.
+			cfg.Progress = func(msg string) { fmt.Fprintf(e.stderr, "%s bench: %s\n", time.Now().UTC().Format(time.TimeOnly), msg) }
 		}
 	}
 	rep, err := bench.Run(ctx, stores, cfg)
