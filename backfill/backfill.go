@@ -128,18 +128,23 @@ func Run(ctx context.Context, q dialect.Querier, d dialect.Dialect, opts ...Opti
 	res.Ran = true
 
 	stmts := statementsFor(d)
-	for _, p := range stmts.prepare {
-		if _, err := q.ExecContext(ctx, p); err != nil {
-			return res, fmt.Errorf("backfill: prepare: %w", err)
-		}
-	}
-
 	// AC-23a: one unbounded scan, no LIMIT, no batching. It reads every
 	// message once, in one statement and so over one snapshot, and keeps the
 	// winner of each (task_session_id, tool_call_id) with every column derived.
 	o.report("computing backfill_through and the rows to copy over task_session_messages")
-	if _, err := q.ExecContext(ctx, stmts.winners); err != nil {
-		return res, fmt.Errorf("backfill: scan of the source predicate: %w", err)
+	scanned, err := fastScan(ctx, q, stmts, o)
+	if err != nil {
+		return res, err
+	}
+	if !scanned {
+		for _, p := range stmts.prepare {
+			if _, err := q.ExecContext(ctx, p); err != nil {
+				return res, fmt.Errorf("backfill: prepare: %w", err)
+			}
+		}
+		if _, err := q.ExecContext(ctx, stmts.winners); err != nil {
+			return res, fmt.Errorf("backfill: scan of the source predicate: %w", err)
+		}
 	}
 
 	// AC-24d: the MAX and the INSERT both read the winners, so the MAX is
@@ -211,4 +216,38 @@ func Run(ctx context.Context, q dialect.Querier, d dialect.Dialect, opts ...Opti
 		return res, err
 	}
 	return res, nil
+}
+
+// fastScan runs the scan with the plain metadata cast (statements.fast), in
+// a savepoint. It reports whether the winners table now holds the scan's
+// rows. A malformed candidate makes the plain cast raise: the savepoint is
+// rolled back, the transaction is as before, and the caller runs the
+// guarded scan, whose rows are those the plain cast would have given for
+// every well-formed document. The scan is still one statement over one
+// snapshot either way; a history with malformed metadata pays for a second
+// scan, once.
+func fastScan(ctx context.Context, q dialect.Querier, stmts statements, o *options) (bool, error) {
+	if stmts.fast == "" {
+		return false, nil
+	}
+	// (prepare's first statement drops a leftover winners table.)
+	for _, stmt := range []string{"SAVEPOINT schemastate_backfill_scan", stmts.prepare[0]} {
+		if _, err := q.ExecContext(ctx, stmt); err != nil {
+			return false, fmt.Errorf("backfill: prepare: %w", err)
+		}
+	}
+	_, scanErr := q.ExecContext(ctx, stmts.fast)
+	if scanErr != nil {
+		if _, err := q.ExecContext(ctx, "ROLLBACK TO SAVEPOINT schemastate_backfill_scan"); err != nil {
+			return false, fmt.Errorf("backfill: scan of the source predicate: %w (and its rollback: %v)", scanErr, err)
+		}
+		if ctx.Err() != nil {
+			return false, fmt.Errorf("backfill: scan of the source predicate: %w", scanErr)
+		}
+		o.report("a candidate message's metadata is not well-formed JSON: reading every candidate through the guarded cast")
+	}
+	if _, err := q.ExecContext(ctx, "RELEASE SAVEPOINT schemastate_backfill_scan"); err != nil {
+		return false, fmt.Errorf("backfill: scan of the source predicate: %w", err)
+	}
+	return scanErr == nil, nil
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"testing"
 	"time"
 
@@ -673,4 +674,43 @@ func TestBackfill_AC21_UnreadableCreatedAtIsCountedNotDropped(t *testing.T) {
 	step := rep.Step(reconcile.StepBackfill)
 	require.NotNil(t, step)
 	require.Contains(t, step.Detail, "6 qualifying messages skipped: created_at is not a time (first: m-bad1)")
+}
+
+// PostgreSQL scans with a plain cast of each candidate's metadata first and
+// takes the guarded cast (a PL/pgSQL call and a subtransaction per
+// candidate) only when a candidate is malformed; both give the same rows
+// and keys, and the failed first attempt leaves the transaction usable.
+func TestBackfill_PostgresGuardedCastOnlyForMalformedCandidates(t *testing.T) {
+	guarded := func(msgs []string) bool {
+		for _, m := range msgs {
+			if strings.Contains(m, "guarded cast") {
+				return true
+			}
+		}
+		return false
+	}
+	for _, tc := range []struct {
+		name      string
+		malformed bool
+	}{{"well-formed candidates", false}, {"one malformed candidate", true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			db := dbtest.Open(t, dialect.Postgres)
+			declared(t, db)
+			seed(t, db, message{ID: "good", Session: "s1", Task: "task-1", Turn: "t", Created: base, Meta: subagent("toolu_good", nil, nil)})
+			seed(t, db, message{ID: "empty", Session: "s1", Task: "task-1", Turn: "t", Created: base.Add(time.Hour), Meta: ""})
+			seed(t, db, message{ID: "none", Session: "s1", Task: "task-1", Turn: "t", Created: base.Add(time.Hour), NoMeta: true})
+			seed(t, db, message{ID: "array", Session: "s1", Task: "task-1", Turn: "t", Created: base.Add(time.Hour), Meta: `["subagent_task"]`})
+			if tc.malformed {
+				seed(t, db, message{ID: "bad", Session: "s1", Task: "task-1", Turn: "t", Created: base.Add(time.Hour),
+					Meta: `{"tool_call_id":"x","normalized":{"kind":"subagent_task"`})
+			}
+			var msgs []string
+			res := mustRun(t, db, backfill.WithProgress(func(m string) { msgs = append(msgs, m) }))
+			require.Equal(t, tc.malformed, guarded(msgs), "%q", msgs)
+			require.EqualValues(t, 1, res.Inserted)
+			require.Equal(t, keys.Format(base), res.BackfillThrough)
+			require.Len(t, rows(t, db), 1)
+			require.True(t, keySet(t, db).BackfillDone())
+		})
+	}
 }

@@ -18,10 +18,15 @@ import (
 
 // statements are the SQL texts one Run executes, in order.
 type statements struct {
-	prepare []string // before the scan: drop a leftover winners table; PostgreSQL's metadata guard
+	prepare []string // before the scan: drop a leftover winners table (always first); PostgreSQL's metadata guard
 	// winners is the one full scan of task_session_messages: CREATE TABLE
 	// <temp table> AS the per-key winners, every target column derived.
 	winners string
+	// fast, when set, is winners with each candidate's metadata cast
+	// plainly instead of through the guard: the same rows whenever no
+	// candidate's metadata is malformed, and an error otherwise, after
+	// which Run rolls it back and runs prepare and winners (PostgreSQL).
+	fast string
 	// max is one row: the newest winner's created_at, normalized; the number
 	// of qualifying messages whose created_at is not a time; the least id
 	// among them.
@@ -185,7 +190,8 @@ func postgresStatements() statements {
 		candidate: `(strpos(m.metadata::text, 'subagent_task') > 0 OR ` +
 			`(strpos(m.metadata::text, '\u00') > 0 AND m.metadata::text ~ '\\u00[5-7]'))`,
 		// The guarded cast costs a subtransaction per row; the candidate
-		// test keeps it to the rows that can qualify.
+		// test keeps it to the rows that can qualify, and Run tries the
+		// plain cast first (statements.fast).
 		meta: pgMetaFunc + `(m.metadata::text)`,
 		text: func(p jsonPath) string {
 			return fmt.Sprintf(`CASE WHEN jsonb_typeof(meta #> %[1]s) = 'string' THEN NULLIF(meta #>> %[1]s, '') END`, path(p))
@@ -213,7 +219,15 @@ func postgresStatements() statements {
 		max:     func(col string) string { return keys.MaxExpr(dialect.Postgres, col) },
 		temp:    "pg_temp." + winnersTable,
 	}
-	return build(f, []string{pgPrepare}, []string{pgCleanup})
+	st := build(f, []string{pgPrepare}, []string{pgCleanup})
+	// The guard costs each candidate a PL/pgSQL call and a subtransaction.
+	// A history whose candidates are all well-formed JSON (the usual
+	// case) needs neither: the plain cast gives the same document, and
+	// raises on the first malformed one, which sends Run to the guard.
+	f.meta = `CASE WHEN m.metadata IS NULL OR m.metadata::text IN ('', 'null') THEN '{}'::jsonb ` +
+		`WHEN jsonb_typeof(m.metadata::text::jsonb) = 'object' THEN m.metadata::text::jsonb ELSE '{}'::jsonb END`
+	st.fast = build(f, nil, nil).winners
+	return st
 }
 
 // build assembles the shared statement text from a dialect's fragments.
