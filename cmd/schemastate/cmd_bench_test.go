@@ -22,6 +22,8 @@ func TestCLI_Bench_PrintsEachPointWithItsRatioAndWritesTheFiles(t *testing.T) {
 		code, stdout, stderr := cli(t, "bench", "--db", db.CLIDSN, "--rows", "300", "--messages", "3000", "--rows-store-mb", "2",
 			"--runs", "1", "--frames", "10", "--disk-mb", "4", "--no-cli", "--out", out)
 		require.Equal(t, exitOK, code, stderr)
+		// stderr is not a terminal here: progress comes as timestamped lines.
+		require.Regexp(t, `(?m)^\d\d:\d\d:\d\d bench: generating a `, stderr)
 		rebuild := "sqlite_rebuild"
 		if db.Dialect == "postgres" {
 			rebuild = "postgres_constraint_swap"
