@@ -153,7 +153,9 @@ FROM pg_class c WHERE c.relnamespace = current_schema()::regnamespace`
 
 // The floor's catalog reads, written for the floor: what changes whenever a
 // column, default, index, constraint or trigger of an owned table changes,
-// and which host tables exist.
+// and which host tables exist. On PostgreSQL in a fixed order, as ours: the
+// order of a UNION ALL's rows follows the plan, which changes once the
+// prepared statement's generic plan takes over.
 const (
 	floorCatalogSQLite = `SELECT type || ':' || name || ':' || COALESCE(sql, '') FROM sqlite_master
 WHERE tbl_name IN (%s) OR (type = 'table' AND name IN (%s))`
@@ -171,7 +173,8 @@ UNION ALL SELECT 'c' || t.relname || c.conname || c.contype::text || COALESCE(c.
 UNION ALL SELECT 'g' || t.relname || g.tgname || g.tgfoid || g.tgtype
   FROM t JOIN pg_trigger g ON g.tgrelid = t.oid AND NOT g.tgisinternal
 UNION ALL SELECT 'h' || relname FROM pg_class
-  WHERE relnamespace = current_schema()::regnamespace AND relname = ANY (string_to_array($2, ','))`
+  WHERE relnamespace = current_schema()::regnamespace AND relname = ANY (string_to_array($2, ','))
+ORDER BY 1`
 )
 
 // catalogFloor is the steady-state floor on one pinned connection; it
