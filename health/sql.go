@@ -319,15 +319,22 @@ func postgresMsgCTE() string {
 )`, pgAnyString, pgValidWrapped, pgScalar, pgInnermost, pgMayNameKind, keys.AtOrAfter(dialect.Postgres, "m.created_at", "$1"))
 }
 
-// pgCandidates selects, from one scan of the messages, the rows whose
-// metadata can name subagent_task (the same text test as postgresMsgCTE's)
-// and whose created_at is at or after $1 or not a time at all.
+// pgCandidates selects the rows whose metadata can name subagent_task (the
+// same text test as postgresMsgCTE's, its \u00 test first) and whose
+// created_at is at or after $1 or not a time at all. The two windows are
+// disjoint and each is a plain range or NULL test on created_at, so the
+// planner can walk the created_at index over the window instead of reading
+// every message: one OR of the two sent it to a sequential scan of the
+// whole table.
 func pgCandidates(cols string) string {
-	return fmt.Sprintf(`SELECT %s
+	one := func(window string) string {
+		return fmt.Sprintf(`SELECT %s
   FROM task_session_messages m
   WHERE (strpos(m.metadata::text, 'subagent_task') > 0
-      OR (strpos(m.metadata::text, '\u') > 0 AND m.metadata::text ~ '%s'))
-    AND (%s OR m.created_at IS NULL)`, cols, pgMayNameKind, keys.AtOrAfter(dialect.Postgres, "m.created_at", "$1"))
+      OR (strpos(m.metadata::text, '\u00') > 0 AND m.metadata::text ~ '%s'))
+    AND %s`, cols, pgMayNameKind, window)
+	}
+	return one(keys.AtOrAfter(dialect.Postgres, "m.created_at", "$1")) + "\nUNION ALL\n" + one("m.created_at IS NULL")
 }
 
 // postgresEvalCTE is the msg CTE of Evaluate on PostgreSQL, exact for a
