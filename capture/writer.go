@@ -16,6 +16,7 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/schemastate/schemastate/dialect"
@@ -43,8 +44,9 @@ type Writer struct {
 	// and generating its conflict clause's code is most of a frame's cost
 	// on SQLite. database/sql prepares it again on each pool connection it
 	// runs on, and SQLite re-prepares it after a schema change.
+	// Frames read it without a lock; stmtMu serializes preparing and Close.
 	stmtMu sync.Mutex
-	stmt   *sql.Stmt
+	stmt   atomic.Pointer[sql.Stmt]
 }
 
 // Option configures a Writer.
@@ -72,12 +74,11 @@ func NewWriter(db *sql.DB, d dialect.Dialect, opts ...Option) *Writer {
 func (w *Writer) Close() error {
 	w.stmtMu.Lock()
 	defer w.stmtMu.Unlock()
-	if w.stmt == nil {
+	stmt := w.stmt.Swap(nil)
+	if stmt == nil {
 		return nil
 	}
-	err := w.stmt.Close()
-	w.stmt = nil
-	return err
+	return stmt.Close()
 }
 
 // prepared returns the prepared upsert, preparing it on first use. It
@@ -86,14 +87,20 @@ func (w *Writer) Close() error {
 // a plain statement, which reports that error as it always did, and the
 // next frame tries to prepare again.
 func (w *Writer) prepared(ctx context.Context) *sql.Stmt {
+	if stmt := w.stmt.Load(); stmt != nil {
+		return stmt
+	}
 	w.stmtMu.Lock()
 	defer w.stmtMu.Unlock()
-	if w.stmt == nil {
-		if stmt, err := w.db.PrepareContext(ctx, w.upsert); err == nil {
-			w.stmt = stmt
-		}
+	if stmt := w.stmt.Load(); stmt != nil {
+		return stmt
 	}
-	return w.stmt
+	stmt, err := w.db.PrepareContext(ctx, w.upsert)
+	if err != nil {
+		return nil
+	}
+	w.stmt.Store(stmt)
+	return stmt
 }
 
 // Counters is a snapshot of this Writer's own counters (the process-wide sum
