@@ -9,9 +9,9 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/schemastate/schemastate"
 	"github.com/schemastate/schemastate/dialect"
 	"github.com/schemastate/schemastate/internal/dbtest"
+	"github.com/schemastate/schemastate/internal/fixtures"
 	"github.com/schemastate/schemastate/keys"
 	"github.com/schemastate/schemastate/reconcile"
 )
@@ -24,7 +24,7 @@ import (
 // replaced (pairs of from, to), then runs extra (a script) after it.
 func legacyWith(t *testing.T, db *dbtest.DB, extra string, fromTo ...string) {
 	t.Helper()
-	ddl, err := schemastate.LegacyFixture(string(db.Dialect))
+	ddl, err := fixtures.LegacyFixture(string(db.Dialect))
 	require.NoError(t, err)
 	for i := 0; i+1 < len(fromTo); i += 2 {
 		require.Contains(t, ddl, fromTo[i])

@@ -15,6 +15,7 @@ import (
 	"github.com/schemastate/schemastate"
 	"github.com/schemastate/schemastate/dialect"
 	"github.com/schemastate/schemastate/internal/dbtest"
+	"github.com/schemastate/schemastate/internal/dsn"
 	"github.com/schemastate/schemastate/reconcile"
 )
 
@@ -221,10 +222,10 @@ func TestReconcile_SteadyStateBootTakesNoLock(t *testing.T) {
 // IMMEDIATE, with an uncommitted row, does not hold up a certified boot.
 func TestReconcile_SQLiteRollbackJournalSteadyStateBootTakesNoLock(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "host.db")
-	sqlDB, err := sql.Open("sqlite", dialect.SQLiteDSN(path))
+	sqlDB, err := sql.Open("sqlite", dsn.SQLiteDSN(path))
 	require.NoError(t, err)
 	defer sqlDB.Close()
-	db := &dbtest.DB{DB: sqlDB, Dialect: dialect.SQLite, DSN: dialect.SQLiteDSN(path), Schema: "main"}
+	db := &dbtest.DB{DB: sqlDB, Dialect: dialect.SQLite, DSN: dsn.SQLiteDSN(path), Schema: "main"}
 	db.Host(t)
 	settle(t, db, quiet)
 	var mode string

@@ -462,7 +462,7 @@ func (r *run) prepare(ctx context.Context) bool {
 		// Name the schema: on PostgreSQL it is current_schema(), the first
 		// schema on search_path that exists, which need not be where the host's
 		// own unqualified queries find these tables.
-		err = fmt.Errorf("host tables missing: %s (looked in schema %q; schemastate never creates host tables; testdata/host has a fixture)", strings.Join(missing, ", "), r.schema)
+		err = fmt.Errorf("host tables missing: %s (looked in schema %q; schemastate never creates host tables; internal/fixtures/host has a fixture)", strings.Join(missing, ", "), r.schema)
 	}
 	if err != nil {
 		r.record(Step{Name: StepHostTables, Status: Failed, Detail: err.Error(), Err: err})

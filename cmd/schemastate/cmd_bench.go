@@ -10,9 +10,10 @@ import (
 	"strings"
 	"time"
 
-	"github.com/schemastate/schemastate/bench"
 	"github.com/schemastate/schemastate/dialect"
-	"github.com/schemastate/schemastate/gen"
+	"github.com/schemastate/schemastate/internal/bench"
+	"github.com/schemastate/schemastate/internal/dsn"
+	"github.com/schemastate/schemastate/internal/gen"
 )
 
 // Exit codes of bench.
@@ -25,7 +26,7 @@ func init() {
 
 func runBench(ctx context.Context, e *env, args []string) int {
 	fs := flags(e, "bench", "[--db DSN] [--rows N,…] [--messages N,…] [--runs N] [--large-runs N] [--frames N] [--out DIR] [--json]")
-	dsn := dbFlag(fs)
+	dbArg := dbFlag(fs)
 	rowsFlag := fs.String("rows", "", "task_session_subagents sizes of the rebuild/steady/capture curves (default 1000,10000,100000,300000,1000000; PostgreSQL also 4000000; 0 for none)")
 	msgsFlag := fs.String("messages", "", "task_session_messages sizes of the backfill/health/steady curves (default 100000,600000,2000000; 0 for none)")
 	runs := fs.Int("runs", 3, "repetitions per measurement; medians are reported")
@@ -45,7 +46,7 @@ func runBench(ctx context.Context, e *env, args []string) int {
 	if *render != "" {
 		return renderBench(e, *render, *out, *images)
 	}
-	t, err := dialect.Parse(*dsn)
+	t, err := dsn.Parse(*dbArg)
 	if err != nil {
 		fmt.Fprintf(e.stderr, "schemastate: %v\n", err)
 		return exitUsage
@@ -80,7 +81,7 @@ func runBench(ctx context.Context, e *env, args []string) int {
 	if t.Dialect == dialect.Postgres {
 		// Unreachable is a usage error, as for every command that takes --db;
 		// the stores open their own pool.
-		db, _, ok := openOrCreateDB(ctx, e, *dsn)
+		db, _, ok := openOrCreateDB(ctx, e, *dbArg)
 		if !ok {
 			return exitUsage
 		}

@@ -4,7 +4,7 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/schemastate/schemastate"
+	"github.com/schemastate/schemastate/internal/fixtures"
 	"github.com/schemastate/schemastate/reconcile"
 )
 
@@ -44,18 +44,18 @@ func runDemo(ctx context.Context, e *env, args []string) int {
 	}
 	if len(obs.MissingHostTables) == len(obs.HostTables) {
 		scripts := []func() (string, error){
-			func() (string, error) { return schemastate.HostFixture(string(target.Dialect)) },
-			schemastate.DemoSessionsFixture, // testdata/frames/ ingests into every demo store
+			func() (string, error) { return fixtures.HostFixture(string(target.Dialect)) },
+			fixtures.DemoSessionsFixture, // testdata/frames/ ingests into every demo store
 		}
 		if *state == "legacy" {
 			scripts = append(scripts,
-				func() (string, error) { return schemastate.LegacyFixture(string(target.Dialect)) },
-				schemastate.DemoFixture)
+				func() (string, error) { return fixtures.LegacyFixture(string(target.Dialect)) },
+				fixtures.DemoFixture)
 		}
 		for _, s := range scripts {
 			script, err := s()
 			if err == nil {
-				err = schemastate.ApplyScript(ctx, db, script)
+				err = fixtures.ApplyScript(ctx, db, script)
 			}
 			if err != nil {
 				fail(e, "demo", err)

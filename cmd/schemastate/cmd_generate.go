@@ -7,7 +7,7 @@ import (
 	"slices"
 	"time"
 
-	"github.com/schemastate/schemastate/gen"
+	"github.com/schemastate/schemastate/internal/gen"
 )
 
 // Exit codes of generate.

@@ -7,7 +7,8 @@ import (
 	"strings"
 
 	"github.com/schemastate/schemastate/dialect"
-	"github.com/schemastate/schemastate/lint"
+	"github.com/schemastate/schemastate/internal/dsn"
+	"github.com/schemastate/schemastate/internal/lint"
 )
 
 func init() {
@@ -56,7 +57,7 @@ func runLint(ctx context.Context, e *env, args []string) int {
 	}
 	var server dialect.Dialect
 	if *db != "" {
-		t, err := dialect.Parse(*db)
+		t, err := dsn.Parse(*db)
 		if err != nil {
 			return usageErr("%v", err)
 		}

@@ -7,7 +7,8 @@ import (
 	"strings"
 
 	"github.com/schemastate/schemastate/dialect"
-	"github.com/schemastate/schemastate/parity"
+	"github.com/schemastate/schemastate/internal/dsn"
+	"github.com/schemastate/schemastate/internal/parity"
 )
 
 // Exit codes of parity: 0 identical, 1 different, 2 error.
@@ -44,7 +45,7 @@ func runParity(ctx context.Context, e *env, args []string) int {
 		return code
 	}
 	if *server != "" {
-		t, err := dialect.Parse(*server)
+		t, err := dsn.Parse(*server)
 		if err != nil {
 			fmt.Fprintf(e.stderr, "schemastate parity: %v\n", err)
 			return exitUsage

@@ -15,8 +15,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/schemastate/schemastate/dialect"
 	"github.com/schemastate/schemastate/internal/dbtest"
+	"github.com/schemastate/schemastate/internal/dsn"
 	"github.com/schemastate/schemastate/reconcile"
 	"github.com/schemastate/schemastate/transcript"
 )
@@ -288,7 +288,7 @@ func TestCLI_Transcript_DatabaseErrorsNameTheDatabase(t *testing.T) {
 	require.Contains(t, errOut, "--db")
 
 	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
-		target, err := dialect.Parse(db.CLIDSN)
+		target, err := dsn.Parse(db.CLIDSN)
 		require.NoError(t, err)
 		root := filepath.Join(t.TempDir(), "conv")
 		for name, args := range map[string][]string{

@@ -9,11 +9,12 @@ import (
 	"os"
 
 	"github.com/schemastate/schemastate/dialect"
+	"github.com/schemastate/schemastate/internal/dsn"
 )
 
 // dbFlag registers --db.
 func dbFlag(fs *flag.FlagSet) *string {
-	return fs.String("db", dialect.DefaultDSN, "database: sqlite:PATH, a plain path, or postgres://…")
+	return fs.String("db", dsn.DefaultDSN, "database: sqlite:PATH, a plain path, or postgres://…")
 }
 
 // How a command opens --db.
@@ -36,23 +37,23 @@ const (
 // openDB parses and opens --db, printing a clear error (credentials removed)
 // when it cannot. A SQLite file that does not exist is an error here: a typo
 // in a path must not silently create an empty database.
-func openDB(ctx context.Context, e *env, dsn string) (*sql.DB, dialect.Target, bool) {
-	return open(ctx, e, dsn, readWrite)
+func openDB(ctx context.Context, e *env, dbArg string) (*sql.DB, dsn.Target, bool) {
+	return open(ctx, e, dbArg, readWrite)
 }
 
 // openReadOnlyDB is openDB for the commands that only read.
-func openReadOnlyDB(ctx context.Context, e *env, dsn string) (*sql.DB, dialect.Target, bool) {
-	return open(ctx, e, dsn, readOnly)
+func openReadOnlyDB(ctx context.Context, e *env, dbArg string) (*sql.DB, dsn.Target, bool) {
+	return open(ctx, e, dbArg, readOnly)
 }
 
 // openOrCreateDB is openDB for the commands whose job is to write a new store
 // (demo, generate, bench): a missing SQLite file is created.
-func openOrCreateDB(ctx context.Context, e *env, dsn string) (*sql.DB, dialect.Target, bool) {
-	return open(ctx, e, dsn, create)
+func openOrCreateDB(ctx context.Context, e *env, dbArg string) (*sql.DB, dsn.Target, bool) {
+	return open(ctx, e, dbArg, create)
 }
 
-func open(ctx context.Context, e *env, dsn string, mode openMode) (*sql.DB, dialect.Target, bool) {
-	t, err := dialect.Parse(dsn)
+func open(ctx context.Context, e *env, dbArg string, mode openMode) (*sql.DB, dsn.Target, bool) {
+	t, err := dsn.Parse(dbArg)
 	if err != nil {
 		fmt.Fprintf(e.stderr, "schemastate: %v\n", err)
 		return nil, t, false

@@ -20,7 +20,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/schemastate/schemastate/dialect"
+	"github.com/schemastate/schemastate/internal/dsn"
 	"github.com/schemastate/schemastate/internal/redact"
 
 	_ "github.com/schemastate/schemastate/drivers"
@@ -121,7 +121,7 @@ func usage(w io.Writer) {
 		fmt.Fprintf(w, "  %-12s %s\n", n, commands[n].summary)
 	}
 	fmt.Fprintln(w)
-	fmt.Fprintf(w, "--db takes %s (default %s).\n", dialect.Supported, dialect.DefaultDSN)
+	fmt.Fprintf(w, "--db takes %s (default %s).\n", dsn.Supported, dsn.DefaultDSN)
 	fmt.Fprintln(w, "Run 'schemastate <command> -h' for a command's flags and exit codes; exit 2 is always")
 	fmt.Fprintln(w, "a usage error or an unreachable database.")
 }

@@ -13,8 +13,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/schemastate/schemastate"
 	"github.com/schemastate/schemastate/dialect"
+	"github.com/schemastate/schemastate/internal/fixtures"
 )
 
 // fileState is a database file's bytes (md5) and the names in its directory,
@@ -65,9 +65,9 @@ func rollbackStore(t *testing.T) string {
 	db, err := sql.Open("sqlite", "file:"+path+"?_pragma=journal_mode(DELETE)")
 	require.NoError(t, err)
 	defer db.Close()
-	script, err := schemastate.HostFixture(string(dialect.SQLite))
+	script, err := fixtures.HostFixture(string(dialect.SQLite))
 	require.NoError(t, err)
-	require.NoError(t, schemastate.ApplyScript(context.Background(), db, script))
+	require.NoError(t, fixtures.ApplyScript(context.Background(), db, script))
 	require.NoError(t, db.Close())
 	require.Equal(t, "rollback", journalMode(t, path))
 	return path

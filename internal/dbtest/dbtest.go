@@ -20,8 +20,9 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/schemastate/schemastate"
 	"github.com/schemastate/schemastate/dialect"
+	"github.com/schemastate/schemastate/internal/dsn"
+	"github.com/schemastate/schemastate/internal/fixtures"
 
 	_ "github.com/schemastate/schemastate/drivers"
 )
@@ -60,7 +61,7 @@ func Open(t testing.TB, d dialect.Dialect) *DB {
 	t.Helper()
 	if d == dialect.SQLite {
 		path := filepath.Join(t.TempDir(), "test.db")
-		dsn := dialect.SQLiteNewStoreDSN(path)
+		dsn := dsn.SQLiteNewStoreDSN(path)
 		db, err := sql.Open("sqlite", dsn)
 		require.NoError(t, err)
 		t.Cleanup(func() { db.Close() })
@@ -136,7 +137,7 @@ func redact(dsn string) string {
 // Exec runs a multi-statement SQL script.
 func (db *DB) Exec(t testing.TB, script string) {
 	t.Helper()
-	for _, stmt := range schemastate.SplitSQL(script) {
+	for _, stmt := range fixtures.SplitSQL(script) {
 		_, err := db.DB.Exec(stmt)
 		require.NoError(t, err, "statement: %s", stmt)
 	}
@@ -146,7 +147,7 @@ func (db *DB) Exec(t testing.TB, script string) {
 // task_session_messages, kandev_meta).
 func (db *DB) Host(t testing.TB) *DB {
 	t.Helper()
-	s, err := schemastate.HostFixture(string(db.Dialect))
+	s, err := fixtures.HostFixture(string(db.Dialect))
 	require.NoError(t, err)
 	db.Exec(t, s)
 	return db
@@ -155,7 +156,7 @@ func (db *DB) Host(t testing.TB) *DB {
 // Legacy creates the pre-amendment task_session_subagents table (state 3).
 func (db *DB) Legacy(t testing.TB) *DB {
 	t.Helper()
-	s, err := schemastate.LegacyFixture(string(db.Dialect))
+	s, err := fixtures.LegacyFixture(string(db.Dialect))
 	require.NoError(t, err)
 	db.Exec(t, s)
 	return db

@@ -19,8 +19,8 @@ import (
 	"math/rand/v2"
 	"time"
 
-	"github.com/schemastate/schemastate"
 	"github.com/schemastate/schemastate/dialect"
+	"github.com/schemastate/schemastate/internal/fixtures"
 	"github.com/schemastate/schemastate/keys"
 	"github.com/schemastate/schemastate/reconcile"
 )
@@ -131,19 +131,19 @@ func Generate(ctx context.Context, db *sql.DB, cfg Config) (*Summary, error) {
 	if err := requireEmpty(ctx, db, d); err != nil {
 		return nil, err
 	}
-	host, err := schemastate.HostFixture(string(d))
+	host, err := fixtures.HostFixture(string(d))
 	if err != nil {
 		return nil, err
 	}
-	if err := schemastate.ApplyScript(ctx, db, host); err != nil {
+	if err := fixtures.ApplyScript(ctx, db, host); err != nil {
 		return nil, fmt.Errorf("gen: host tables: %w", err)
 	}
 	if cfg.State == Legacy {
-		legacy, err := schemastate.LegacyFixture(string(d))
+		legacy, err := fixtures.LegacyFixture(string(d))
 		if err != nil {
 			return nil, err
 		}
-		if err := schemastate.ApplyScript(ctx, db, legacy); err != nil {
+		if err := fixtures.ApplyScript(ctx, db, legacy); err != nil {
 			return nil, fmt.Errorf("gen: legacy table: %w", err)
 		}
 	}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/schemastate/schemastate"
 	"github.com/schemastate/schemastate/dialect"
+	"github.com/schemastate/schemastate/internal/dsn"
 )
 
 // The Atlas anchor: what `atlas schema apply --include task_session_subagents`
@@ -69,7 +70,7 @@ func atlasOpen(d dialect.Dialect, q schema.ExecQuerier) (migrate.Driver, error) 
 }
 
 func (b *bench) atlasApply(ctx context.Context) (time.Duration, error) {
-	t, err := dialect.Parse(b.dsn)
+	t, err := dsn.Parse(b.dsn)
 	if err != nil {
 		return 0, err
 	}

@@ -12,9 +12,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/schemastate/schemastate/dialect"
-	"github.com/schemastate/schemastate/gen"
 	"github.com/schemastate/schemastate/health"
 	"github.com/schemastate/schemastate/internal/dbtest"
+	"github.com/schemastate/schemastate/internal/gen"
 	"github.com/schemastate/schemastate/keys"
 	"github.com/schemastate/schemastate/reconcile"
 )

@@ -12,8 +12,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/schemastate/schemastate/bench"
 	"github.com/schemastate/schemastate/dialect"
+	"github.com/schemastate/schemastate/internal/bench"
 	"github.com/schemastate/schemastate/internal/dbtest"
 	"github.com/schemastate/schemastate/reconcile"
 )

@@ -14,7 +14,7 @@ import (
 	"github.com/schemastate/schemastate"
 	"github.com/schemastate/schemastate/dialect"
 	"github.com/schemastate/schemastate/internal/dbtest"
-	"github.com/schemastate/schemastate/parity"
+	"github.com/schemastate/schemastate/internal/parity"
 	"github.com/schemastate/schemastate/reconcile"
 )
 

@@ -1,4 +1,4 @@
-package dialect_test
+package dsn_test
 
 import (
 	"database/sql"
@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/schemastate/schemastate/dialect"
+	"github.com/schemastate/schemastate/internal/dsn"
 
 	_ "github.com/schemastate/schemastate/drivers"
 )
@@ -17,7 +18,7 @@ import (
 func TestSQLiteDSN_EscapesURIMetacharacters(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "store#1?x=%20.db")
-	db, err := sql.Open("sqlite", dialect.SQLiteDSN(path))
+	db, err := sql.Open("sqlite", dsn.SQLiteDSN(path))
 	require.NoError(t, err)
 	defer db.Close()
 	_, err = db.Exec(`CREATE TABLE t (id INTEGER)`)
@@ -32,11 +33,11 @@ func TestSQLiteDSN_EscapesURIMetacharacters(t *testing.T) {
 }
 
 func TestParse_RedactsPassword(t *testing.T) {
-	tg, err := dialect.Parse("postgres://alice:s3cret@db.example:5432/kandev")
+	tg, err := dsn.Parse("postgres://alice:s3cret@db.example:5432/kandev")
 	require.NoError(t, err)
 	require.Equal(t, dialect.Postgres, tg.Dialect)
 	require.NotContains(t, tg.Display, "s3cret")
-	tg, err = dialect.Parse("/var/lib/kandev.db")
+	tg, err = dsn.Parse("/var/lib/kandev.db")
 	require.NoError(t, err)
 	require.Equal(t, dialect.SQLite, tg.Dialect)
 	require.Equal(t, "sqlite:/var/lib/kandev.db", tg.Display)

@@ -5,8 +5,8 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/schemastate/schemastate"
 	"github.com/schemastate/schemastate/dialect"
+	"github.com/schemastate/schemastate/internal/fixtures"
 	"github.com/schemastate/schemastate/keys"
 )
 
@@ -88,11 +88,11 @@ func (b *bench) restoreLegacy(ctx context.Context) error {
 	if err := b.restorePredating(ctx); err != nil {
 		return err
 	}
-	legacy, err := schemastate.LegacyFixture(string(b.d))
+	legacy, err := fixtures.LegacyFixture(string(b.d))
 	if err != nil {
 		return err
 	}
-	if err := schemastate.ApplyScript(ctx, b.db, legacy); err != nil {
+	if err := fixtures.ApplyScript(ctx, b.db, legacy); err != nil {
 		return err
 	}
 	cols := strings.Join(legacyColumns, ", ")

@@ -9,6 +9,7 @@ import (
 
 	"github.com/schemastate/schemastate/dialect"
 	"github.com/schemastate/schemastate/internal/dbtest"
+	"github.com/schemastate/schemastate/internal/dsn"
 )
 
 // The stores are removed when the run ends: the temporary directory on
@@ -32,7 +33,7 @@ func TestScratch_RemovesEveryStore(t *testing.T) {
 			schemas, dir := sc.schemas, sc.dir
 			if d == dialect.Postgres {
 				require.Len(t, schemas, 3)
-				admin, err = dialect.Target{DriverName: "pgx", DSN: server}.Open(ctx)
+				admin, err = dsn.Target{DriverName: "pgx", DSN: server}.Open(ctx)
 				require.NoError(t, err)
 				defer admin.Close()
 			}

@@ -14,8 +14,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/schemastate/schemastate"
 	"github.com/schemastate/schemastate/dialect"
+	"github.com/schemastate/schemastate/internal/dsn"
+	"github.com/schemastate/schemastate/internal/fixtures"
 	"github.com/schemastate/schemastate/reconcile"
 
 	_ "github.com/schemastate/schemastate/drivers"
@@ -161,25 +162,25 @@ func build(ctx context.Context, sc *Scratch, store string, cfg Config) (*Snapsho
 // (PreAmendment) or the table as the host's own DDL creates it (HostDDL).
 func Seed(ctx context.Context, db *sql.DB, d dialect.Dialect, store string) error {
 	ds := string(d)
-	scripts := []func() (string, error){func() (string, error) { return schemastate.HostFixture(ds) }}
+	scripts := []func() (string, error){func() (string, error) { return fixtures.HostFixture(ds) }}
 	switch store {
 	case Fresh:
 	case PreAmendment:
 		scripts = append(scripts,
-			func() (string, error) { return schemastate.LegacyFixture(ds) },
-			func() (string, error) { return schemastate.LifecycleLegacyFixture(ds) },
-			schemastate.DemoFixture)
+			func() (string, error) { return fixtures.LegacyFixture(ds) },
+			func() (string, error) { return fixtures.LifecycleLegacyFixture(ds) },
+			fixtures.DemoFixture)
 	case HostDDL:
 		scripts = append(scripts,
-			func() (string, error) { return schemastate.HostAmendedFixture(ds) },
-			func() (string, error) { return schemastate.LifecycleLegacyFixture(ds) })
+			func() (string, error) { return fixtures.HostAmendedFixture(ds) },
+			func() (string, error) { return fixtures.LifecycleLegacyFixture(ds) })
 	default:
 		return fmt.Errorf("parity: no installed-base state %q", store)
 	}
 	for _, s := range scripts {
 		script, err := s()
 		if err == nil {
-			err = schemastate.ApplyScript(ctx, db, script)
+			err = fixtures.ApplyScript(ctx, db, script)
 		}
 		if err != nil {
 			return fmt.Errorf("parity: seed the %s store: %w", store, err)
@@ -222,7 +223,7 @@ func NewScratch(ctx context.Context, server string) (*Scratch, error) {
 		sc.dir = dir
 		return sc, nil
 	}
-	t, err := dialect.Parse(server)
+	t, err := dsn.Parse(server)
 	if err != nil {
 		return nil, err
 	}
@@ -243,9 +244,9 @@ func (sc *Scratch) Dialect() dialect.Dialect { return sc.d }
 // Open creates an empty store named store (unique within sc) and opens it;
 // Close closes it.
 func (sc *Scratch) Open(ctx context.Context, store string) (*sql.DB, error) {
-	var dsn, driver string
+	var storeDSN, driver string
 	if sc.d == dialect.SQLite {
-		dsn, driver = dialect.SQLiteNewStoreDSN(filepath.Join(sc.dir, store+".db")), "sqlite"
+		storeDSN, driver = dsn.SQLiteNewStoreDSN(filepath.Join(sc.dir, store+".db")), "sqlite"
 	} else {
 		short, ok := map[string]string{Fresh: "fresh", PreAmendment: "pre", HostDDL: "host"}[store]
 		if !ok {
@@ -268,9 +269,9 @@ func (sc *Scratch) Open(ctx context.Context, store string) (*sql.DB, error) {
 		q := u.Query()
 		q.Set("search_path", name)
 		u.RawQuery = q.Encode()
-		dsn, driver = u.String(), "pgx"
+		storeDSN, driver = u.String(), "pgx"
 	}
-	db, err := sql.Open(driver, dsn)
+	db, err := sql.Open(driver, storeDSN)
 	if err != nil {
 		return nil, fmt.Errorf("parity: open the %s store: %w", store, err)
 	}

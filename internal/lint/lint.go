@@ -24,7 +24,8 @@ import (
 
 	"github.com/schemastate/schemastate"
 	"github.com/schemastate/schemastate/dialect"
-	"github.com/schemastate/schemastate/parity"
+	"github.com/schemastate/schemastate/internal/dsn"
+	"github.com/schemastate/schemastate/internal/parity"
 	"github.com/schemastate/schemastate/reconcile"
 )
 
@@ -176,7 +177,7 @@ func Lint(ctx context.Context, cfg Config) (rep *Report, err error) {
 	rep = &Report{New: cfg.New.name(), Declaration: []Hazard{}, Runs: []Run{}, Skipped: []string{}}
 	var real *target
 	if cfg.DB != "" {
-		t, err := dialect.Parse(cfg.DB)
+		t, err := dsn.Parse(cfg.DB)
 		if err != nil {
 			return nil, fmt.Errorf("%w: --db: %w", ErrEvaluate, err)
 		}
@@ -350,11 +351,11 @@ func nonNil(s []string) []string {
 
 // target is the real store --db names, opened read-only.
 type target struct {
-	t  dialect.Target
+	t  dsn.Target
 	db *sql.DB
 }
 
-func openReal(ctx context.Context, t dialect.Target) (*target, error) {
+func openReal(ctx context.Context, t dsn.Target) (*target, error) {
 	if t.Dialect == dialect.SQLite {
 		if _, err := os.Stat(t.Path); err != nil {
 			return nil, err

@@ -9,7 +9,8 @@ import (
 	"path/filepath"
 
 	"github.com/schemastate/schemastate/dialect"
-	"github.com/schemastate/schemastate/gen"
+	"github.com/schemastate/schemastate/internal/dsn"
+	"github.com/schemastate/schemastate/internal/gen"
 
 	_ "github.com/schemastate/schemastate/drivers"
 )
@@ -55,7 +56,7 @@ func (s *sqliteStores) Fresh(ctx context.Context) (*sql.DB, string, error) {
 			}
 		}
 	}
-	t, err := dialect.Parse("sqlite:" + s.path)
+	t, err := dsn.Parse("sqlite:" + s.path)
 	if err != nil {
 		return nil, "", err
 	}
@@ -105,7 +106,7 @@ func (s *pgStores) Dir() string { return os.TempDir() }
 
 func (s *pgStores) Fresh(ctx context.Context) (*sql.DB, string, error) {
 	if s.db == nil {
-		t, err := dialect.Parse(s.dsn)
+		t, err := dsn.Parse(s.dsn)
 		if err != nil {
 			return nil, "", err
 		}

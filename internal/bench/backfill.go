@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/schemastate/schemastate/dialect"
-	"github.com/schemastate/schemastate/gen"
+	"github.com/schemastate/schemastate/internal/gen"
 	"github.com/schemastate/schemastate/reconcile"
 )
 

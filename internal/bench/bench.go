@@ -35,7 +35,7 @@ import (
 	"time"
 
 	"github.com/schemastate/schemastate/dialect"
-	"github.com/schemastate/schemastate/gen"
+	"github.com/schemastate/schemastate/internal/gen"
 	"github.com/schemastate/schemastate/keys"
 )
 
