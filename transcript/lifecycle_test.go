@@ -12,6 +12,7 @@ import (
 
 	"github.com/schemastate/schemastate/dialect"
 	"github.com/schemastate/schemastate/internal/dbtest"
+	"github.com/schemastate/schemastate/internal/fixtures"
 	"github.com/schemastate/schemastate/keys"
 	"github.com/schemastate/schemastate/reconcile"
 	"github.com/schemastate/schemastate/transcript"
@@ -31,9 +32,9 @@ func lifecycleDB(t *testing.T, db *dbtest.DB) *transcript.Lifecycle {
 
 func legacyLifecycleFixture(t *testing.T, db *dbtest.DB) {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join("..", "testdata", "host", "background_agent_log_legacy.sql"))
+	script, err := fixtures.LifecycleLegacyFixture(string(db.Dialect))
 	require.NoError(t, err)
-	db.Exec(t, string(b))
+	db.Exec(t, script)
 }
 
 // storageID names the table's physical storage: SQLite's rootpage, or
