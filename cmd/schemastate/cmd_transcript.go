@@ -15,13 +15,6 @@ import (
 // transcript); 2 usage or database errors.
 const exitFoundWrong = 1
 
-func init() {
-	register(&command{name: "transcript", summary: "background-agent transcripts: show, ls, recover, record",
-		exits:    "0 ok, 1 something found wrong, 2 usage or database error",
-		subExits: map[string]string{"record": "0 recorded (whatever the child's outcome), 1 a write failed, the transcript already existed, or no line was the provider's, 2 usage or database error"},
-		run:      runTranscript})
-}
-
 const transcriptUsage = `usage: schemastate transcript <subcommand> [flags]
 
   show PATH | --root DIR --session S --agent A [--json]
