@@ -85,6 +85,9 @@ type env struct {
 	stdin          io.Reader
 	stdout, stderr io.Writer
 	logger         *slog.Logger
+	// sqliteBusy is the busy timeout of the SQLite connections the
+	// command opens (0: dsn.DefaultBusyTimeout).
+	sqliteBusy time.Duration
 }
 
 // Exit codes shared by every command.
