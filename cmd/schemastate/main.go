@@ -143,6 +143,20 @@ func (e *env) run(ctx context.Context, args []string) int {
 		return exitUsage
 	}
 	e.cmd = c
+	// A stop (SIGTERM, SIGINT) is logged as it comes: a command finishing a
+	// write goes on until the write is done (transcript record's final
+	// writes are not cancelled), and whoever sent it sees why it has not
+	// ended yet.
+	logged := make(chan struct{})
+	stop := context.AfterFunc(ctx, func() {
+		defer close(logged)
+		e.logger.Info("stop requested; finishing the writes under way", "cause", context.Cause(ctx))
+	})
+	defer func() {
+		if !stop() {
+			<-logged
+		}
+	}()
 	return c.run(ctx, e, args[1:])
 }
 
