@@ -375,6 +375,13 @@ INSERT INTO task_sessions (id, task_id) VALUES ('s1', 'k1');
 INSERT INTO task_session_subagents (id, task_session_id, task_id, agent_execution_id, tool_call_id, observed_at, updated_at) VALUES ('h1', 's1', 'k1', '6f1c2a9e-0000-4000-8000-000000000001', 'toolu_1', '2026-08-01 00:00:00.5+00:00', '2026-08-01 00:00:00.5+00:00')`
 }
 
+// hostAmendedDDLNotNullID is hostAmendedDDL with the primary key spelled NOT
+// NULL: on SQLite it then differs from the declaration only in how the key is
+// spelled (an inline UNIQUE), which costs no rebuild.
+func hostAmendedDDLNotNullID(uniq string) string {
+	return strings.Replace(hostAmendedDDL(uniq), "    id TEXT PRIMARY KEY,", "    id TEXT NOT NULL PRIMARY KEY,", 1)
+}
+
 // Installed-base state 6 reached through the host's own DDL: the first boot
 // publishes execution_since (AC-33b) and keeps the row, and from then on a
 // boot runs no DDL at all.
@@ -395,6 +402,59 @@ func TestAdversarial_State6_HostCreatedAmendedTableSettles(t *testing.T) {
 		}
 		require.Equal(t, before, catalogVersion(t, db))
 	})
+}
+
+// Issue 22 §4: the host's `id TEXT PRIMARY KEY` inspects as nullable on SQLite
+// (SQLite lets a non-INTEGER primary key hold NULL) while the declaration says
+// NOT NULL. The reconcile enforces the declared shape: it rebuilds the table
+// once, keeping every row, to a NOT NULL key and the fresh index set, and a
+// boot after that runs no DDL. A row whose id is NULL cannot be copied: the
+// rebuild refuses, naming the row, and leaves the table as it was until the
+// row is given an id. (PostgreSQL's primary key is NOT NULL by construction;
+// parity pins both dialects' end states identical.)
+func TestReconcile_SQLiteNullableKeyRebuiltToDeclaredNotNull(t *testing.T) {
+	db := dbtest.Open(t, dialect.SQLite).Host(t)
+	db.Exec(t, hostAmendedDDL("task_session_id, agent_execution_id, tool_call_id"))
+	db.Exec(t, `INSERT INTO task_session_subagents (id, task_session_id, task_id, agent_execution_id, tool_call_id, model, observed_at, updated_at) VALUES (NULL, 's1', 'k1', 'unknown', 'toolu_null', 'kept', '2026-08-01 00:00:01+00:00', '2026-08-01 00:00:01+00:00')`)
+	notNull := func() int {
+		return count(t, db, `SELECT "notnull" FROM pragma_table_info('task_session_subagents') WHERE name = 'id'`)
+	}
+	require.Zero(t, notNull())
+	rows := func() []string {
+		return db.Strings(t, `SELECT quote(rowid) || '|' || quote(id) || '|' || tool_call_id || '|' || agent_execution_id || '|' || quote(model) FROM task_session_subagents ORDER BY rowid`)
+	}
+	tableSQL := func() []string {
+		return db.Strings(t, `SELECT type || ' ' || name || ' ' || COALESCE(sql, '') FROM sqlite_master WHERE tbl_name = 'task_session_subagents' ORDER BY name`)
+	}
+	before, shapeBefore := rows(), tableSQL()
+
+	rep, err := reconcile.Reconcile(ctx, db.DB, quiet)
+	require.ErrorIs(t, err, reconcile.ErrStepFailed)
+	require.ErrorIs(t, err, reconcile.ErrNullRow)
+	require.Equal(t, reconcile.Failed, rep.Step(reconcile.StepShape).Status)
+	require.Contains(t, err.Error(), `rowid "2"`, "the row is named")
+	require.Contains(t, err.Error(), `tool_call_id "toolu_null"`)
+	require.Contains(t, err.Error(), "holds NULL in id")
+	require.Equal(t, before, rows(), "no row changed")
+	require.Equal(t, shapeBefore, tableSQL(), "the table is as it was")
+	require.False(t, rep.Certified)
+
+	db.Exec(t, `UPDATE task_session_subagents SET id = 'h2' WHERE id IS NULL`)
+	rep = mustReconcile(t, db, quiet)
+	require.Equal(t, reconcile.Applied, rep.Step(reconcile.StepShape).Status, describe(rep))
+	require.Contains(t, rep.Step(reconcile.StepShape).Detail, "rebuilt task_session_subagents")
+	require.Equal(t, 1, notNull())
+	require.Equal(t, []string{`'h1'|toolu_1|6f1c2a9e-0000-4000-8000-000000000001|NULL`, `'h2'|toolu_null|unknown|'kept'`},
+		db.Strings(t, `SELECT quote(id) || '|' || tool_call_id || '|' || agent_execution_id || '|' || quote(model) FROM task_session_subagents ORDER BY id`))
+	requireAC33(t, db, freshIndexSet(t, db.Dialect))
+
+	plan, err := reconcile.Plan(ctx, db.DB)
+	require.NoError(t, err)
+	require.Empty(t, plan.Statements())
+	version := catalogVersion(t, db)
+	rep = settle(t, db, quiet)
+	require.True(t, rep.Certified)
+	require.Equal(t, version, catalogVersion(t, db), "rebuilt once, never again")
 }
 
 // AC-33b clause 2 names the columns in order: a unique over

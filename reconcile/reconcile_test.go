@@ -152,10 +152,10 @@ func requireLegacyIntact(t *testing.T, db *dbtest.DB, before []string) {
 	require.Equal(t, 1, tables, "no leftover copy table")
 }
 
-// AC-33a with a real database failure rather than a failpoint: on SQLite a
-// legacy row whose (nullable) primary key is NULL cannot be copied into the
-// declared NOT NULL key; on PostgreSQL another session holds a lock on the
-// table and the swap's lock_timeout expires.
+// AC-33a with a real failure rather than a failpoint: on SQLite a legacy row
+// whose (nullable) primary key is NULL cannot be copied into the declared NOT
+// NULL key, and the rebuild refuses it by name; on PostgreSQL another session
+// holds a lock on the table and the swap's lock_timeout expires.
 func TestReconcile_AC33a_RealFailureRollsBack(t *testing.T) {
 	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
 		db.Host(t).Legacy(t)
@@ -164,6 +164,10 @@ func TestReconcile_AC33a_RealFailureRollsBack(t *testing.T) {
 		before := snapshot(t, db)
 		rep, err := reconcile.Reconcile(ctx, db.DB, reconcile.WithDDLLockTimeout(200*time.Millisecond))
 		require.ErrorIs(t, err, reconcile.ErrStepFailed, describe(rep))
+		if db.Dialect == dialect.SQLite {
+			require.ErrorIs(t, err, reconcile.ErrNullRow)
+			require.Contains(t, err.Error(), `tool_call_id "toolu_null"`)
+		}
 		require.Equal(t, reconcile.Failed, rep.Step(reconcile.StepShape).Status)
 		require.Equal(t, reconcile.Skipped, rep.Step(reconcile.StepExecutionSince).Status)
 		require.Equal(t, reconcile.Skipped, rep.Step(reconcile.StepBackfill).Status, "AC-33c")
