@@ -179,6 +179,37 @@ func TestReconcile_AC33a_RealFailureRollsBack(t *testing.T) {
 	})
 }
 
+// AC-24 / AC-33b: execution_since is the instant the end state was observed
+// to hold — not earlier than the moment the boot began observing it, not
+// later than the moment the key was written (the backfill step's first
+// failpoint runs after the execution_since step). The failpoint sleeps
+// before it reads the clock, so a key sampled when the transaction began (at
+// the lock on SQLite, at the step's BEGIN on PostgreSQL) or before the
+// observation falls outside, as does a fixed instant.
+func TestReconcile_AC24_ExecutionSinceSampledAfterObservingTheEndState(t *testing.T) {
+	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
+		db.Host(t).Legacy(t)
+		seedLegacy(t, db)
+		var observing, written time.Time
+		mustReconcile(t, db, quiet, reconcile.WithFailpoint(func(p string) error {
+			switch p {
+			case reconcile.FailpointExecutionSinceObserve:
+				time.Sleep(30 * time.Millisecond)
+				observing = time.Now()
+			case reconcile.FailpointBackfillMaxTaken:
+				written = time.Now()
+			}
+			return nil
+		}))
+		require.False(t, observing.IsZero())
+		require.False(t, written.IsZero())
+		es, err := keys.Parse(*readKeys(t, db).ExecutionSince)
+		require.NoError(t, err)
+		require.False(t, es.Before(observing), "execution_since %s precedes the observation's start %s", es, observing)
+		require.False(t, es.After(written), "execution_since %s follows the key write %s", es, written)
+	})
+}
+
 // AC-33b, the discriminating case: the table is already amended but the key
 // is missing (a committed rebuild whose key write failed). The next run writes
 // the key with no rebuild and no table creation.
