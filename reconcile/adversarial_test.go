@@ -375,6 +375,39 @@ INSERT INTO task_sessions (id, task_id) VALUES ('s1', 'k1');
 INSERT INTO task_session_subagents (id, task_session_id, task_id, agent_execution_id, tool_call_id, observed_at, updated_at) VALUES ('h1', 's1', 'k1', '6f1c2a9e-0000-4000-8000-000000000001', 'toolu_1', '2026-08-01 00:00:00.5+00:00', '2026-08-01 00:00:00.5+00:00')`
 }
 
+// AC-7, "the one shape a builder must not get wrong": after a reconcile, a row
+// inserted without the three metric columns holds NULL in each — on a fresh
+// table, on a rebuilt (SQLite) or swapped (PostgreSQL) pre-amendment table,
+// and on the host's own amended table, on both dialects. Both writers bind
+// NULL explicitly, so only an insert that leaves the columns out sees a
+// DEFAULT 0 in the declaration or the rebuild.
+func TestReconcile_AC7_OmittedMetricsStoreNull(t *testing.T) {
+	stores := []struct {
+		name string
+		seed func(t *testing.T, db *dbtest.DB)
+	}{
+		{"fresh", func(*testing.T, *dbtest.DB) {}},
+		{"pre-amendment", func(t *testing.T, db *dbtest.DB) { db.Legacy(t); seedLegacy(t, db) }},
+		{"host-ddl", func(t *testing.T, db *dbtest.DB) {
+			db.Exec(t, hostAmendedDDL("task_session_id, agent_execution_id, tool_call_id"))
+		}},
+	}
+	for _, st := range stores {
+		t.Run(st.name, func(t *testing.T) {
+			dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
+				db.Host(t)
+				st.seed(t, db)
+				mustReconcile(t, db, quiet)
+				db.Exec(t, `INSERT INTO task_sessions (id, task_id) VALUES ('s-metrics', 'k-metrics');
+INSERT INTO task_session_subagents (id, task_session_id, task_id, agent_execution_id, tool_call_id, agent_status, is_async, observed_at, updated_at)
+ VALUES ('r-async', 's-metrics', 'k-metrics', 'unknown', 'toolu_async', 'async_launched', 1, '2026-08-01 00:00:00+00:00', '2026-08-01 00:00:00+00:00')`)
+				require.Equal(t, 1, count(t, db, `SELECT COUNT(*) FROM task_session_subagents WHERE id = 'r-async'
+ AND total_tokens IS NULL AND tool_use_count IS NULL AND duration_ms IS NULL`), "every metric NULL, none 0")
+			})
+		})
+	}
+}
+
 // hostAmendedDDLNotNullID is hostAmendedDDL with the primary key spelled NOT
 // NULL: on SQLite it then differs from the declaration only in how the key is
 // spelled (an inline UNIQUE), which costs no rebuild.
