@@ -123,3 +123,35 @@ func TestCLI_Subagents_AC25_Text(t *testing.T) {
 		require.Contains(t, stderr, `subagent_context_execution_since = "yesterday"`)
 	})
 }
+
+// `status` carries the same counts store-wide, after everything it printed
+// before; in --json as "subagents", equal to the whole store's summary.
+func TestCLI_Status_AC25_StoreWideCounts(t *testing.T) {
+	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
+		subagentStore(t, db)
+		code, out, stderr := cli(t, "status", "--db", db.CLIDSN, "--json")
+		require.Equal(t, exitOK, code, stderr)
+		var st map[string]json.RawMessage
+		require.NoError(t, json.Unmarshal([]byte(out), &st))
+		for _, k := range []string{"dialect", "keys", "keys_read", "state", "end_state", "indexes", "drift", "subagents"} {
+			require.Contains(t, st, k)
+		}
+		_, all, _ := cli(t, "subagents", "--db", db.CLIDSN, "--json")
+		var whole struct {
+			Summary json.RawMessage `json:"summary"`
+		}
+		require.NoError(t, json.Unmarshal([]byte(all), &whole))
+		require.JSONEq(t, string(whole.Summary), string(st["subagents"]))
+		var counts struct{ Rows, Subagents, Executions int }
+		require.NoError(t, json.Unmarshal(st["subagents"], &counts))
+		require.Equal(t, struct{ Rows, Subagents, Executions int }{3, 3, 1}, counts)
+
+		code, out, stderr = cli(t, "status", "--db", db.CLIDSN)
+		require.Equal(t, exitOK, code, stderr)
+		require.True(t, strings.HasPrefix(out, "dialect: "), "existing output first")
+		i := strings.Index(out, "subagents, store-wide:\n")
+		require.Greater(t, i, strings.Index(out, "indexes on "), "the counts come last")
+		require.Contains(t, out[i:], "rows:       3\nsubagents:  3 ")
+		require.Contains(t, out[i:], "executions: 1 ")
+	})
+}
