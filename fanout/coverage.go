@@ -2,6 +2,7 @@ package fanout
 
 import (
 	"fmt"
+	"strings"
 
 	"github.com/schemastate/schemastate/keys"
 )
@@ -86,10 +87,29 @@ func (c *Coverage) fill(s *Summary) {
 		d = append(d, fmt.Sprintf("Execution identity from execution_since %s: 'unknown' rows before it predate the execution dimension (%d unrecorded_legacy), 'unknown' live rows from it on arrived without an id (%d unrecorded_live), backfilled rows never carry one (%d unrecorded_backfill); real ids count on either side (%d real). Executions compared across it disclose this split (AC-25).",
 			*c.ExecutionIdentityFrom, s.ByIdentity[UnrecordedLegacy], s.ByIdentity[UnrecordedLive], s.ByIdentity[UnrecordedBackfill], s.ByIdentity[Real]))
 	}
+	for _, key := range []struct {
+		name  string
+		value *string
+	}{{"capture_since", k.CaptureSince}, {"backfill_through", k.BackfillThrough}, {"execution_since", k.ExecutionSince}} {
+		if secondPrecision(key.value) {
+			d = append(d, fmt.Sprintf("%s %s is at second precision (written by an earlier build and never rewritten): that boundary is ambiguous by up to one second (AC-24 point 5).", key.name, *key.value))
+		}
+	}
 	d = append(d, fmt.Sprintf("Provenance: %d live, %d backfill; backfilled rows hold only what survived in message metadata and are not comparable like-for-like with live rows (AC-25).",
 		s.BySource[SourceLive], s.BySource[SourceBackfill]))
 	if !c.TablePresent {
 		d = append(d, "task_session_subagents does not exist: there are no rows, which is not evidence of no fan-out.")
 	}
 	c.Disclosures = d
+}
+
+// secondPrecision reports a key value with no fractional second: one an
+// earlier build wrote with time.RFC3339. This build writes nine digits,
+// zeros included.
+func secondPrecision(v *string) bool {
+	if v == nil || *v == "" {
+		return false
+	}
+	_, err := keys.Parse(*v)
+	return err == nil && !strings.Contains(*v, ".")
 }

@@ -2,6 +2,7 @@ package fanout_test
 
 import (
 	"database/sql"
+	"strings"
 	"testing"
 	"time"
 
@@ -20,11 +21,13 @@ import (
 var since = time.Date(2026, 8, 1, 9, 30, 15, 500000000, time.UTC)
 
 // activatedAt is a fully activated store whose keys name chosen instants:
-// execution_since at since, capture and backfill an hour before it.
+// execution_since at since, capture_since an hour before it on a whole
+// second (nine zero digits, as this build writes one), backfill_through
+// before that.
 func activatedAt(t *testing.T, db *dbtest.DB) {
 	t.Helper()
 	db.Host(t)
-	setKey(t, db, keys.CaptureSince, keys.Format(since.Add(-time.Hour)))
+	setKey(t, db, keys.CaptureSince, keys.Format(since.Add(-time.Hour).Truncate(time.Second)))
 	setKey(t, db, keys.BackfillThrough, keys.Format(since.Add(-2*time.Hour)))
 	setKey(t, db, keys.ExecutionSince, keys.Format(since))
 	mustReconcile(t, db)
@@ -59,6 +62,9 @@ func TestFanout_AC25_LiveClassesAtTheMicrosecondBoundary(t *testing.T) {
 		require.Equal(t, map[string]int64{"live": 6, "backfill": 0}, s.BySource)
 		require.Equal(t, keys.Activated, s.Coverage.State)
 		require.Equal(t, ptr(keys.Format(since)), s.Coverage.ExecutionIdentityFrom)
+		for _, d := range s.Coverage.Disclosures {
+			require.NotContains(t, d, "second precision", "keys this build writes carry nine digits, whole second or not")
+		}
 	})
 }
 
@@ -254,6 +260,14 @@ func TestFanout_AC25_PartialKeyPairUnknownBeforeCaptureSince(t *testing.T) {
 		require.Equal(t, ptr("2026-07-30T01:39:37Z"), c.FanoutUnknownBefore)
 		require.Equal(t, ptr("2026-07-30T01:39:37Z"), c.CompleteFrom)
 		require.False(t, c.NothingToBackfill)
+		require.Contains(t, c.Disclosures, "capture_since 2026-07-30T01:39:37Z is at second precision (written by an earlier build and never rewritten): that boundary is ambiguous by up to one second (AC-24 point 5).")
+		n := 0
+		for _, d := range c.Disclosures {
+			if strings.Contains(d, "second precision") {
+				n++
+			}
+		}
+		require.Equal(t, 1, n, "only the key that has no fraction")
 	})
 }
 
