@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/schemastate/schemastate/dialect"
+	"github.com/schemastate/schemastate/fanout"
 	"github.com/schemastate/schemastate/keys"
 	"github.com/schemastate/schemastate/reconcile"
 )
@@ -23,7 +24,7 @@ func init() {
 		exits: "0 ok, 3 a step failed (the database is consistent; retried next boot), 2 usage, unreadable --schema or unreachable database", run: runReconcile})
 	register(&command{name: "plan", summary: "dry run: print the SQL the shape step would run; changes nothing",
 		exits: "0 no change, 1 changes pending, 2 usage, missing host tables or unreachable database", run: runPlan})
-	register(&command{name: "status", summary: "read-only: activation keys, AC-24c state, AC-33 end state, index sets",
+	register(&command{name: "status", summary: "read-only: activation keys, AC-24c state, AC-33 end state, index sets, store-wide subagent counts (AC-25)",
 		exits: "0 read, 2 usage or unreachable database", run: runStatus})
 }
 
@@ -278,8 +279,18 @@ func runStatus(ctx context.Context, e *env, args []string) int {
 		fail(e, "status", err)
 		return exitUsage
 	}
+	// The store-wide counts a consumer may publish, read as `subagents`
+	// reads them (AC-25).
+	counts, err := fanout.Count(ctx, db, fanout.Scope{})
+	if err != nil {
+		fail(e, "status", err)
+		return exitUsage
+	}
 	if *asJSON {
-		writeJSON(e.stdout, obs)
+		writeJSON(e.stdout, struct {
+			*reconcile.Observation
+			Subagents *fanout.Summary `json:"subagents"`
+		}{obs, counts})
 		return exitOK
 	}
 	fmt.Fprintf(e.stdout, "dialect: %s\n", obs.Dialect)
@@ -298,5 +309,7 @@ func runStatus(ctx context.Context, e *env, args []string) int {
 			fmt.Fprintf(e.stdout, "  %s\n", i)
 		}
 	}
+	fmt.Fprintln(e.stdout, "subagents, store-wide:")
+	printSummary(e, counts)
 	return exitOK
 }
