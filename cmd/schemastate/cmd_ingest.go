@@ -96,6 +96,7 @@ func printIngestSummary(e *env, res capture.IngestResult, asJSON bool) {
 	row(out, "skipped_no_identity", s.SkippedNoIdentity)
 	row(out, "failed", s.Failed)
 	row(out, "anomalous_value", s.AnomalousValue)
+	row(out, "unstorable_text", s.UnstorableText)
 	row(out, "unknown_execution", s.UnknownExecution)
 	row(out, "retried", s.Retried)
 	row(out, "malformed", int64(s.Malformed))

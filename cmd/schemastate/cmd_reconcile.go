@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/schemastate/schemastate/dialect"
+	"github.com/schemastate/schemastate/fanout"
 	"github.com/schemastate/schemastate/keys"
 	"github.com/schemastate/schemastate/reconcile"
 )
@@ -271,8 +272,18 @@ func runStatus(ctx context.Context, e *env, args []string) int {
 		fail(e, "status", err)
 		return exitUsage
 	}
+	// The store-wide counts a consumer may publish, read as `subagents`
+	// reads them (AC-25).
+	counts, err := fanout.Count(ctx, db, fanout.Scope{})
+	if err != nil {
+		fail(e, "status", err)
+		return exitUsage
+	}
 	if *asJSON {
-		writeJSON(e.stdout, obs)
+		writeJSON(e.stdout, struct {
+			*reconcile.Observation
+			Subagents *fanout.Summary `json:"subagents"`
+		}{obs, counts})
 		return exitOK
 	}
 	fmt.Fprintf(e.stdout, "dialect: %s\n", obs.Dialect)
@@ -292,5 +303,7 @@ func runStatus(ctx context.Context, e *env, args []string) int {
 			fmt.Fprintf(e.stdout, "  %s\n", i)
 		}
 	}
+	fmt.Fprintln(e.stdout, "subagents, store-wide:")
+	printSummary(e, counts)
 	return exitOK
 }

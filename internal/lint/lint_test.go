@@ -35,9 +35,11 @@ const subagents = "task_session_subagents"
 // baseline is what every state plans with no edit at all: the
 // pre-amendment table is rebuilt (SQLite) or gets its key and widened
 // metrics in one transaction (PostgreSQL, small tables); the host's
-// amended table has its metrics widened.
+// amended table has its metrics widened (PostgreSQL) or is rebuilt once for
+// its nullable `id TEXT PRIMARY KEY` (SQLite, issue 22).
 var baseline = map[string][]string{
 	"sqlite/pre-amendment": {"sqlite-rebuild " + subagents},
+	"sqlite/host-ddl":      {"sqlite-rebuild " + subagents},
 	"postgres/pre-amendment": {
 		"index-not-concurrent " + subagents + " index task_session_subagents_session_execution_tool_call_key",
 		"table-rewrite " + subagents + ".duration_ms",
