@@ -26,6 +26,7 @@ import (
 	"github.com/schemastate/schemastate/dialect"
 	"github.com/schemastate/schemastate/internal/dsn"
 	"github.com/schemastate/schemastate/internal/parity"
+	"github.com/schemastate/schemastate/internal/store"
 	"github.com/schemastate/schemastate/reconcile"
 )
 
@@ -252,7 +253,7 @@ func writeSource(dir, name string, s Source) (string, error) {
 
 // lintDialect builds each state on one dialect's scratch stores and plans it.
 func lintDialect(ctx context.Context, cfg Config, d dialect.Dialect, server, newFile, baseFile string, real *target) (runs []Run, err error) {
-	sc, err := parity.NewScratch(ctx, server)
+	sc, err := store.NewScratch(ctx, server, "lint")
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrEvaluate, err)
 	}
@@ -282,15 +283,16 @@ func lintDialect(ctx context.Context, cfg Config, d dialect.Dialect, server, new
 // Build creates one state's store on sc: the state's fixtures, and for
 // OldShape a reconcile to the base declaration (baseFile; empty means the
 // built-in one).
-func Build(ctx context.Context, sc *parity.Scratch, state, baseFile string, logger *slog.Logger) (*sql.DB, error) {
+func Build(ctx context.Context, sc *store.Scratch, state, baseFile string, logger *slog.Logger) (*sql.DB, error) {
 	seed, ok := seeds[state]
 	if !ok {
 		return nil, fmt.Errorf("%w: no installed-base state %q", ErrEvaluate, state)
 	}
-	db, err := sc.Open(ctx, state)
+	st, err := sc.Open(ctx, state)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrEvaluate, err)
 	}
+	db := st.DB
 	if err := parity.Seed(ctx, db, sc.Dialect(), seed); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrEvaluate, err)
 	}

@@ -2,21 +2,14 @@ package parity
 
 import (
 	"context"
-	"crypto/rand"
 	"database/sql"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
-	"net/url"
-	"os"
-	"path/filepath"
-	"strings"
-	"time"
 
 	"github.com/schemastate/schemastate/dialect"
-	"github.com/schemastate/schemastate/internal/dsn"
 	"github.com/schemastate/schemastate/internal/fixtures"
+	"github.com/schemastate/schemastate/internal/store"
 	"github.com/schemastate/schemastate/reconcile"
 
 	_ "github.com/schemastate/schemastate/drivers"
@@ -73,7 +66,7 @@ var ErrReconcile = errors.New("parity: reconcile failed")
 // Run builds a fresh, a pre-amendment and a host-DDL store, reconciles each,
 // and compares the other two with the fresh one.
 func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
-	sc, err := NewScratch(ctx, cfg.Server)
+	sc, err := store.NewScratch(ctx, cfg.Server, "parity")
 	if err != nil {
 		return nil, err
 	}
@@ -82,7 +75,7 @@ func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
 	if err != nil {
 		return nil, err
 	}
-	rep = &Report{Dialect: sc.d, Identical: true, Reference: ref}
+	rep = &Report{Dialect: sc.Dialect(), Identical: true, Reference: ref}
 	for _, store := range []string{PreAmendment, HostDDL} {
 		got, err := build(ctx, sc, store, cfg)
 		if err != nil {
@@ -111,7 +104,7 @@ func Against(ctx context.Context, live *sql.DB, cfg Config) (rep *Report, err er
 	} else if cfg.Server == "" {
 		return nil, errors.New("parity: a PostgreSQL database is compared with a fresh store built on a PostgreSQL server: Config.Server is empty")
 	}
-	sc, err := NewScratch(ctx, cfg.Server)
+	sc, err := store.NewScratch(ctx, cfg.Server, "parity")
 	if err != nil {
 		return nil, err
 	}
@@ -135,12 +128,13 @@ func (r *Report) add(store string, got *Snapshot) {
 }
 
 // build seeds one store from its fixtures, reconciles it and reads it back.
-func build(ctx context.Context, sc *Scratch, store string, cfg Config) (*Snapshot, error) {
-	db, err := sc.Open(ctx, store)
+func build(ctx context.Context, sc *store.Scratch, name string, cfg Config) (*Snapshot, error) {
+	st, err := sc.Open(ctx, name)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("parity: the %s store: %w", name, err)
 	}
-	if err := Seed(ctx, db, sc.d, store); err != nil {
+	db := st.DB
+	if err := Seed(ctx, db, st.Dialect, name); err != nil {
 		return nil, err
 	}
 	opts := []reconcile.Option{reconcile.WithLogger(cfg.logger())}
@@ -148,11 +142,11 @@ func build(ctx context.Context, sc *Scratch, store string, cfg Config) (*Snapsho
 		opts = append(opts, reconcile.WithSchemaFile(cfg.SchemaFile))
 	}
 	if _, err := reconcile.Reconcile(ctx, db, opts...); err != nil {
-		return nil, fmt.Errorf("%w on the %s store: %w", ErrReconcile, store, err)
+		return nil, fmt.Errorf("%w on the %s store: %w", ErrReconcile, name, err)
 	}
 	s, err := Read(ctx, db, cfg.SchemaFile)
 	if err != nil {
-		return nil, fmt.Errorf("parity: read the %s store: %w", store, err)
+		return nil, fmt.Errorf("parity: read the %s store: %w", name, err)
 	}
 	return s, nil
 }
@@ -194,110 +188,4 @@ func (c Config) logger() *slog.Logger {
 		return c.Logger
 	}
 	return slog.New(slog.DiscardHandler)
-}
-
-// Scratch creates empty databases and removes them all on Close: files in a
-// temporary directory (SQLite) or schemas on a server (PostgreSQL).
-type Scratch struct {
-	d       dialect.Dialect
-	dir     string
-	server  string
-	admin   *sql.DB
-	prefix  string
-	schemas []string
-	dbs     []*sql.DB
-}
-
-// NewScratch prepares stores on server, a PostgreSQL URL (each store a
-// schema there), or, when server is empty, in a temporary directory (each
-// store a SQLite file).
-func NewScratch(ctx context.Context, server string) (*Scratch, error) {
-	var b [6]byte
-	_, _ = rand.Read(b[:])
-	sc := &Scratch{d: dialect.SQLite, prefix: "schemastate_parity_" + hex.EncodeToString(b[:])}
-	if server == "" {
-		dir, err := os.MkdirTemp("", sc.prefix)
-		if err != nil {
-			return nil, fmt.Errorf("parity: temporary directory: %w", err)
-		}
-		sc.dir = dir
-		return sc, nil
-	}
-	t, err := dsn.Parse(server)
-	if err != nil {
-		return nil, err
-	}
-	if t.Dialect != dialect.Postgres {
-		return nil, fmt.Errorf("parity: the scratch server must be PostgreSQL, not %s", t.Display)
-	}
-	admin, err := t.Open(ctx)
-	if err != nil {
-		return nil, err
-	}
-	sc.d, sc.server, sc.admin = dialect.Postgres, t.DSN, admin
-	return sc, nil
-}
-
-// Dialect is the dialect of the stores.
-func (sc *Scratch) Dialect() dialect.Dialect { return sc.d }
-
-// Open creates an empty store named store (unique within sc) and opens it;
-// Close closes it.
-func (sc *Scratch) Open(ctx context.Context, store string) (*sql.DB, error) {
-	var storeDSN, driver string
-	if sc.d == dialect.SQLite {
-		storeDSN, driver = dsn.SQLiteNewStoreDSN(filepath.Join(sc.dir, store+".db")), "sqlite"
-	} else {
-		short, ok := map[string]string{Fresh: "fresh", PreAmendment: "pre", HostDDL: "host"}[store]
-		if !ok {
-			short = strings.Map(func(r rune) rune {
-				if r >= 'a' && r <= 'z' || r >= '0' && r <= '9' {
-					return r
-				}
-				return '_'
-			}, strings.ToLower(store))
-		}
-		name := sc.prefix + "_" + short
-		if _, err := sc.admin.ExecContext(ctx, "CREATE SCHEMA "+dialect.QuoteIdent(name)); err != nil {
-			return nil, fmt.Errorf("parity: create the scratch schema %s (the stores are built in temporary schemas: build them on a server where that is allowed): %w", name, err)
-		}
-		sc.schemas = append(sc.schemas, name)
-		u, err := url.Parse(sc.server)
-		if err != nil {
-			return nil, fmt.Errorf("parity: server URL: %w", err)
-		}
-		q := u.Query()
-		q.Set("search_path", name)
-		u.RawQuery = q.Encode()
-		storeDSN, driver = u.String(), "pgx"
-	}
-	db, err := sql.Open(driver, storeDSN)
-	if err != nil {
-		return nil, fmt.Errorf("parity: open the %s store: %w", store, err)
-	}
-	sc.dbs = append(sc.dbs, db)
-	return db, nil
-}
-
-// Close removes every store, also when the context was cancelled: the drops
-// run on a context of their own, bounded.
-func (sc *Scratch) Close() error {
-	var errs []error
-	for _, db := range sc.dbs {
-		db.Close()
-	}
-	if sc.dir != "" {
-		errs = append(errs, os.RemoveAll(sc.dir))
-	}
-	if sc.admin != nil {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		for _, s := range sc.schemas {
-			if _, err := sc.admin.ExecContext(ctx, "DROP SCHEMA IF EXISTS "+dialect.QuoteIdent(s)+" CASCADE"); err != nil {
-				errs = append(errs, fmt.Errorf("parity: drop schema %s: %w", s, err))
-			}
-		}
-		errs = append(errs, sc.admin.Close())
-	}
-	return errors.Join(errs...)
 }
