@@ -13,6 +13,7 @@ import (
 
 	"github.com/schemastate/schemastate"
 	"github.com/schemastate/schemastate/dialect"
+	"github.com/schemastate/schemastate/internal/basestate"
 	"github.com/schemastate/schemastate/internal/dbtest"
 	"github.com/schemastate/schemastate/internal/store"
 	"github.com/schemastate/schemastate/reconcile"
@@ -339,7 +340,7 @@ func TestLint_OnlinePath_NoExclusiveBuild(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, rep.Runs, len(States))
 	for _, run := range rep.Runs {
-		if run.State == Predating {
+		if run.State == basestate.Predating.Name {
 			continue
 		}
 		var builds []string

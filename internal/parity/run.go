@@ -8,28 +8,22 @@ import (
 	"log/slog"
 
 	"github.com/schemastate/schemastate/dialect"
-	"github.com/schemastate/schemastate/internal/fixtures"
+	"github.com/schemastate/schemastate/internal/basestate"
 	"github.com/schemastate/schemastate/internal/store"
 	"github.com/schemastate/schemastate/reconcile"
 
 	_ "github.com/schemastate/schemastate/drivers"
 )
 
-// The stores Run builds. Each starts from an installed-base state
-// (host-context.md) and is reconciled once.
-const (
-	// Fresh: the host tables only; the reconcile creates every owned table.
-	Fresh = "fresh"
-	// PreAmendment: the pre-amendment task_session_subagents with rows and
-	// second-precision keys (states 3 and 4), and background_agent_log as
-	// deployed before transcripts: the SQLite rebuild / PostgreSQL swap path.
-	PreAmendment = "pre-amendment"
-	// HostDDL: the amended table as the host's own DDL creates it (an inline
-	// three-column UNIQUE), reached without this module (state 6).
-	HostDDL = "host-ddl"
-	// Live names the database given to Against.
-	Live = "live"
+// The stores Run builds, each from an installed-base state reconciled once:
+// the Reference, and the states compared with it.
+var (
+	Reference = basestate.Fresh
+	compared  = []*basestate.State{basestate.PreAmendment, basestate.HostDDL}
 )
+
+// Live names the database given to Against.
+const Live = "live"
 
 // Config says where the stores are built and which declaration is reconciled.
 type Config struct {
@@ -71,17 +65,17 @@ func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
 		return nil, err
 	}
 	defer func() { err = errors.Join(err, sc.Close()) }()
-	ref, err := build(ctx, sc, Fresh, cfg)
+	ref, err := build(ctx, sc, Reference, cfg)
 	if err != nil {
 		return nil, err
 	}
 	rep = &Report{Dialect: sc.Dialect(), Identical: true, Reference: ref}
-	for _, store := range []string{PreAmendment, HostDDL} {
-		got, err := build(ctx, sc, store, cfg)
+	for _, state := range compared {
+		got, err := build(ctx, sc, state, cfg)
 		if err != nil {
 			return nil, err
 		}
-		rep.add(store, got)
+		rep.add(state.Name, got)
 	}
 	return rep, nil
 }
@@ -109,7 +103,7 @@ func Against(ctx context.Context, live *sql.DB, cfg Config) (rep *Report, err er
 		return nil, err
 	}
 	defer func() { err = errors.Join(err, sc.Close()) }()
-	ref, err := build(ctx, sc, Fresh, cfg)
+	ref, err := build(ctx, sc, Reference, cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -123,64 +117,28 @@ func (r *Report) add(store string, got *Snapshot) {
 	if diffs == nil {
 		diffs = []Difference{}
 	}
-	r.Comparisons = append(r.Comparisons, Comparison{Store: store, Against: Fresh, Identical: len(diffs) == 0, Differences: diffs})
+	r.Comparisons = append(r.Comparisons, Comparison{Store: store, Against: Reference.Name, Identical: len(diffs) == 0, Differences: diffs})
 	r.Identical = r.Identical && len(diffs) == 0
 }
 
-// build seeds one store from its fixtures, reconciles it and reads it back.
-func build(ctx context.Context, sc *store.Scratch, name string, cfg Config) (*Snapshot, error) {
-	st, err := sc.Open(ctx, name)
+// build builds one state's store, reconciles it and reads it back.
+func build(ctx context.Context, sc *store.Scratch, state *basestate.State, cfg Config) (*Snapshot, error) {
+	st, err := state.Build(ctx, sc)
 	if err != nil {
-		return nil, fmt.Errorf("parity: the %s store: %w", name, err)
-	}
-	db := st.DB
-	if err := Seed(ctx, db, st.Dialect, name); err != nil {
-		return nil, err
+		return nil, fmt.Errorf("parity: %w", err)
 	}
 	opts := []reconcile.Option{reconcile.WithLogger(cfg.logger())}
 	if cfg.SchemaFile != "" {
 		opts = append(opts, reconcile.WithSchemaFile(cfg.SchemaFile))
 	}
-	if _, err := reconcile.Reconcile(ctx, db, opts...); err != nil {
-		return nil, fmt.Errorf("%w on the %s store: %w", ErrReconcile, name, err)
+	if _, err := reconcile.Reconcile(ctx, st.DB, opts...); err != nil {
+		return nil, fmt.Errorf("%w on the %s store: %w", ErrReconcile, state.Name, err)
 	}
-	s, err := Read(ctx, db, cfg.SchemaFile)
+	s, err := Read(ctx, st.DB, cfg.SchemaFile)
 	if err != nil {
-		return nil, fmt.Errorf("parity: read the %s store: %w", name, err)
+		return nil, fmt.Errorf("parity: read the %s store: %w", state.Name, err)
 	}
 	return s, nil
-}
-
-// Seed writes an installed-base state's fixtures into an empty store: the
-// host tables (Fresh), plus the pre-amendment table with rows and keys
-// (PreAmendment) or the table as the host's own DDL creates it (HostDDL).
-func Seed(ctx context.Context, db *sql.DB, d dialect.Dialect, store string) error {
-	ds := string(d)
-	scripts := []func() (string, error){func() (string, error) { return fixtures.HostFixture(ds) }}
-	switch store {
-	case Fresh:
-	case PreAmendment:
-		scripts = append(scripts,
-			func() (string, error) { return fixtures.LegacyFixture(ds) },
-			func() (string, error) { return fixtures.LifecycleLegacyFixture(ds) },
-			fixtures.DemoFixture)
-	case HostDDL:
-		scripts = append(scripts,
-			func() (string, error) { return fixtures.HostAmendedFixture(ds) },
-			func() (string, error) { return fixtures.LifecycleLegacyFixture(ds) })
-	default:
-		return fmt.Errorf("parity: no installed-base state %q", store)
-	}
-	for _, s := range scripts {
-		script, err := s()
-		if err == nil {
-			err = fixtures.ApplyScript(ctx, db, script)
-		}
-		if err != nil {
-			return fmt.Errorf("parity: seed the %s store: %w", store, err)
-		}
-	}
-	return nil
 }
 
 func (c Config) logger() *slog.Logger {
