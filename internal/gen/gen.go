@@ -22,6 +22,7 @@ import (
 
 	"github.com/schemastate/schemastate/dialect"
 	"github.com/schemastate/schemastate/internal/basestate"
+	"github.com/schemastate/schemastate/internal/owned"
 	"github.com/schemastate/schemastate/keys"
 	"github.com/schemastate/schemastate/reconcile"
 )
@@ -288,11 +289,16 @@ func (g *generator) run(ctx context.Context, conn *sql.Conn) error {
 	g.w = &writer{ctx: ctx, conn: conn, d: g.d}
 	g.turns = g.w.table("task_session_turns", "id", "task_session_id", "task_id", "started_at", "completed_at", "metadata", "created_at", "updated_at")
 	g.messages = g.w.table("task_session_messages", "id", "task_session_id", "task_id", "turn_id", "author_type", "author_id", "content", "requests_input", "type", "metadata", "created_at", "updated_at")
-	cols := []string{"id", "task_session_id", "task_id", "turn_id", "tool_call_id", "parent_tool_call_id", "subagent_type", "description", "agent_id", "child_session_id", "model", "agent_status", "tool_status", "is_async", "total_tokens", "tool_use_count", "duration_ms", "source", "observed_at", "settled_at", "updated_at"}
+	// The table's columns as the state has it: the declared ones once
+	// amended, the pre-amendment ones before.
+	cols, err := owned.PreAmendmentColumns()
 	if g.cfg.State == Amended {
-		cols = append(cols, "agent_execution_id")
+		cols, err = owned.Columns(owned.Subagents)
 	}
-	g.subagentRows = g.w.table("task_session_subagents", cols...)
+	if err != nil {
+		return fmt.Errorf("gen: %w", err)
+	}
+	g.subagentRows = g.w.table(owned.Subagents, cols...)
 	g.w.onCommit = func() {
 		if g.cfg.Progress != nil {
 			g.cfg.Progress(Progress{Messages: g.sum.Messages, PlannedMessage: g.plan.messages, Bytes: g.sum.ContentBytes + int64(g.sum.Messages)*overheadPerMessage, TargetBytes: target, Elapsed: time.Since(g.start)})

@@ -192,12 +192,21 @@ func (g *generator) subagentRow(m subagentMeta, sessionID, taskID, turnID, execu
 	if m.Status == "completed" {
 		settled = g.at(updated)
 	}
-	vals := []any{newUUID(g.rng), sessionID, taskID, turnID, m.ToolCallID, null(m.ParentToolCallID),
-		null(st.SubagentType), null(st.Description), null(st.AgentID), null(st.ChildSessionID), null(st.Model),
-		null(st.Status), m.Status, boolInt(st.IsAsync), positive(st.TotalTokens), ptr(st.ToolUseCount), positive(st.DurationMs),
-		source, g.at(created), settled, g.at(updated)}
-	if g.cfg.State == Amended {
-		vals = append(vals, execution)
+	row := map[string]any{"id": newUUID(g.rng), "task_session_id": sessionID, "task_id": taskID, "turn_id": turnID,
+		"agent_execution_id": execution, "tool_call_id": m.ToolCallID, "parent_tool_call_id": null(m.ParentToolCallID),
+		"subagent_type": null(st.SubagentType), "description": null(st.Description), "agent_id": null(st.AgentID),
+		"child_session_id": null(st.ChildSessionID), "model": null(st.Model), "agent_status": null(st.Status),
+		"tool_status": m.Status, "is_async": boolInt(st.IsAsync), "total_tokens": positive(st.TotalTokens),
+		"tool_use_count": ptr(st.ToolUseCount), "duration_ms": positive(st.DurationMs), "source": source,
+		"observed_at": g.at(created), "settled_at": settled, "updated_at": g.at(updated)}
+	cols := g.subagentRows.cols
+	vals := make([]any, len(cols))
+	for i, c := range cols {
+		v, ok := row[c]
+		if !ok {
+			return fmt.Errorf("gen: no value for the declared column %s.%s", g.subagentRows.name, c)
+		}
+		vals[i] = v
 	}
 	if source == "live" {
 		g.sum.LiveRows++
