@@ -9,7 +9,6 @@ package capture
 
 import (
 	"context"
-	"crypto/rand"
 	"database/sql"
 	"errors"
 	"fmt"
@@ -18,6 +17,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/google/uuid"
 
 	"github.com/schemastate/schemastate/dialect"
 	"github.com/schemastate/schemastate/keys"
@@ -337,13 +338,7 @@ func metric(v int64, zeroReported bool) (any, bool) {
 }
 
 // newID is a random (version 4) UUID.
-func newID() string {
-	var b [16]byte
-	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails (Go ≥ 1.24)
-	b[6] = b[6]&0x0f | 0x40
-	b[8] = b[8]&0x3f | 0x80
-	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:16])
-}
+func newID() string { return uuid.NewString() }
 
 // columns is the insert column list, in args() order.
 var columns = []string{"id", "task_session_id", "task_id", "turn_id", "agent_execution_id", "tool_call_id",

@@ -25,11 +25,11 @@ type Target struct {
 	DSN        string
 	// Display is the DSN with any password removed, safe to print.
 	Display string
-	// Path is the dialect.SQLite file's path (empty on PostgreSQL).
+	// Path is the SQLite file's path (empty on PostgreSQL).
 	Path string
 }
 
-// ReadOnly is the target opened for reading only. On dialect.SQLite that is
+// ReadOnly is the target opened for reading only. On SQLite that is
 // SQLiteReadOnlyDSN: the file is never created, written or switched to
 // another journal mode. PostgreSQL is returned as it is.
 func (t Target) ReadOnly() Target {
@@ -40,7 +40,7 @@ func (t Target) ReadOnly() Target {
 }
 
 // NewStore is the target for a store schemastate creates itself (demo,
-// generate, bench): on dialect.SQLite, SQLiteNewStoreDSN.
+// generate, bench): on SQLite, SQLiteNewStoreDSN.
 func (t Target) NewStore() Target {
 	if t.Dialect == dialect.SQLite {
 		t.DSN = SQLiteNewStoreDSN(t.Path)
@@ -48,12 +48,12 @@ func (t Target) NewStore() Target {
 	return t
 }
 
-// DefaultDSN is the CLI's default database: an embedded dialect.SQLite file in the
+// DefaultDSN is the CLI's default database: an embedded SQLite file in the
 // working directory.
 const DefaultDSN = "sqlite:kandev.db"
 
 // Supported names the --db forms, for messages that refuse one.
-const Supported = "sqlite:PATH, a plain file path (dialect.SQLite), or a postgres:// or postgresql:// URL"
+const Supported = "sqlite:PATH, a plain file path (SQLite), or a postgres:// or postgresql:// URL"
 
 // scheme matches a URL scheme followed by "//". A one-letter scheme is a
 // Windows drive (C://…), read as a path.
@@ -63,10 +63,10 @@ var scheme = regexp.MustCompile(`^([A-Za-z][A-Za-z0-9+.\-]+)://`)
 // ("host=… dbname=…"): a supported-looking key followed by '='.
 var keywordDSN = regexp.MustCompile(`(?i)^\s*(host|hostaddr|port|dbname|user|password|sslmode|service|connect_timeout)\s*=`)
 
-// Parse reads a DSN: "sqlite:PATH", a plain path (dialect.SQLite), or a
+// Parse reads a DSN: "sqlite:PATH", a plain path (SQLite), or a
 // postgres:// / postgresql:// URL (the scheme in any case, RFC 3986 §3.1).
 // Anything else that looks like a URL or a libpq keyword string is refused
-// naming the supported forms: it is never taken for a dialect.SQLite file name. No
+// naming the supported forms: it is never taken for a SQLite file name. No
 // error repeats the DSN; Display is safe to print.
 func Parse(dsn string) (Target, error) {
 	if dsn == "" {
@@ -113,7 +113,7 @@ func parsePostgres(dsn string) (Target, error) {
 	return Target{Dialect: dialect.Postgres, DriverName: "pgx", DSN: dsn, Display: redact.String(u.Redacted())}, nil
 }
 
-// SQLiteDSN is the modernc DSN schemastate uses to write an existing dialect.SQLite
+// SQLiteDSN is the modernc DSN schemastate uses to write an existing SQLite
 // file (reconcile, ingest, transcript recover): foreign keys on (as the host
 // runs), a busy timeout so replicas wait for each other's write lock instead
 // of failing, and BEGIN IMMEDIATE. It sets no journal mode: the journal mode
@@ -129,7 +129,7 @@ func SQLiteNewStoreDSN(path string) string {
 	return SQLiteDSN(path) + "&_pragma=journal_mode(WAL)"
 }
 
-// SQLiteReadOnlyDSN opens a dialect.SQLite file for reading only (status, health,
+// SQLiteReadOnlyDSN opens a SQLite file for reading only (status, health,
 // plan, transcript ls): mode=ro, so the file is never created (a missing file
 // fails to open), written, given a header (a 0-byte file stays 0 bytes) or
 // switched to another journal mode, and a read-only file or directory reads

@@ -42,3 +42,9 @@ func TestParse_RedactsPassword(t *testing.T) {
 	require.Equal(t, dialect.SQLite, tg.Dialect)
 	require.Equal(t, "sqlite:/var/lib/kandev.db", tg.Display)
 }
+
+// A refused --db names the supported forms in words a user reads.
+func TestParse_RefusalNamesTheSupportedForms(t *testing.T) {
+	_, err := dsn.Parse("mysql://db.example/kandev")
+	require.ErrorContains(t, err, `unsupported scheme "mysql": use sqlite:PATH, a plain file path (SQLite), or a postgres:// or postgresql:// URL`)
+}
