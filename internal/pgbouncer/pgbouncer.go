@@ -56,6 +56,10 @@ const (
 	// Session hands a server connection to a client until it disconnects,
 	// then runs server_reset_query (DISCARD ALL) on it.
 	Session Mode = "session"
+	// Statement hands a server connection to a client for one statement and
+	// refuses transactions of more than one: nothing that needs a
+	// transaction can be guaranteed there.
+	Statement Mode = "statement"
 )
 
 // DefaultPoolSize is the server connections per database Start allows
@@ -118,8 +122,10 @@ func Binary() string {
 // pooled client sees the database's default schema, public.
 func Start(t testing.TB, opts Options) *Pooler {
 	t.Helper()
-	if opts.Mode != Transaction && opts.Mode != Session {
-		t.Fatalf("pgbouncer: mode %q: use Transaction or Session", opts.Mode)
+	switch opts.Mode {
+	case Transaction, Session, Statement:
+	default:
+		t.Fatalf("pgbouncer: mode %q: use Transaction, Session or Statement", opts.Mode)
 	}
 	if opts.PoolSize <= 0 {
 		opts.PoolSize = DefaultPoolSize

@@ -137,3 +137,18 @@ func TestStart_MissingBinaryFailsUnderCI(t *testing.T) {
 }
 
 func TestMain(m *testing.M) { os.Exit(dbtest.Main(m)) }
+
+// Statement mode refuses a transaction of more than one statement.
+func TestStart_StatementModeRefusesTransactions(t *testing.T) {
+	p := pgbouncer.Start(t, pgbouncer.Options{Mode: pgbouncer.Statement})
+	c := connect(t, p.DSN)
+	ctx := context.Background()
+	var one int
+	require.NoError(t, c.QueryRowContext(ctx, `SELECT 1`).Scan(&one))
+	tx, err := c.BeginTx(ctx, nil)
+	if err == nil {
+		_, err = tx.ExecContext(ctx, `SELECT 1`)
+		_ = tx.Rollback()
+	}
+	require.ErrorContains(t, err, "transaction blocks not allowed in statement pooling mode")
+}
