@@ -9,11 +9,6 @@ import (
 	"github.com/schemastate/schemastate/reconcile"
 )
 
-func init() {
-	register(&command{name: "demo", summary: "try it: give a store the host fixture (and a pre-amendment store) if it has none, then reconcile",
-		exits: "0 ok, 3 a step failed, 2 usage, a partial host or unreachable database (as reconcile)", run: runDemo})
-}
-
 // runDemo prepares a store for a first look and runs the boot sequence on it.
 // It only ever creates host tables on a database that has none of them.
 func runDemo(ctx context.Context, e *env, args []string) int {

@@ -15,11 +15,6 @@ const (
 	exitNotEmpty       = 3 // the database already holds a store; nothing was written
 )
 
-func init() {
-	register(&command{name: "generate", summary: "write a reference-shaped store (benchmarks, demos): history, subagents, an installed-base state",
-		exits: "0 written, 1 the store could not be written (partial rows may remain), 3 the database already holds a store (nothing written), 2 usage or unreachable database", run: runGenerate})
-}
-
 func runGenerate(ctx context.Context, e *env, args []string) int {
 	fs := flags(e, "generate", "[--db DSN] [--scale-mb MIB] [--population K] [--state predating|legacy|amended] [--seed N] [--json]")
 	dsn := dbFlag(fs)

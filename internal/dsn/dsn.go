@@ -12,6 +12,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/schemastate/schemastate/dialect"
 	"github.com/schemastate/schemastate/internal/redact"
@@ -27,23 +28,53 @@ type Target struct {
 	Display string
 	// Path is the SQLite file's path (empty on PostgreSQL).
 	Path string
+
+	// How a SQLite DSN is built: for reading only or for a new store, and
+	// its busy timeout (0: DefaultBusyTimeout).
+	form sqliteForm
+	busy time.Duration
 }
+
+// sqliteForm is how a SQLite file is opened.
+type sqliteForm int
+
+const (
+	formWrite    sqliteForm = iota // SQLiteDSN
+	formReadOnly                   // SQLiteReadOnlyDSN
+	formNewStore                   // SQLiteNewStoreDSN
+)
+
+// DefaultBusyTimeout is how long a SQLite connection schemastate opens waits
+// for another connection's write lock before it fails with SQLITE_BUSY.
+const DefaultBusyTimeout = 10 * time.Second
 
 // ReadOnly is the target opened for reading only. On SQLite that is
 // SQLiteReadOnlyDSN: the file is never created, written or switched to
 // another journal mode. PostgreSQL is returned as it is.
 func (t Target) ReadOnly() Target {
-	if t.Dialect == dialect.SQLite {
-		t.DSN = SQLiteReadOnlyDSN(t.Path)
-	}
-	return t
+	t.form = formReadOnly
+	return t.sqlite()
 }
 
 // NewStore is the target for a store schemastate creates itself (demo,
 // generate, bench): on SQLite, SQLiteNewStoreDSN.
 func (t Target) NewStore() Target {
+	t.form = formNewStore
+	return t.sqlite()
+}
+
+// WithBusyTimeout is the target with SQLite's busy timeout set to d
+// (rounded down to the millisecond; 0 means DefaultBusyTimeout), whichever
+// form it is opened in. PostgreSQL is returned as it is.
+func (t Target) WithBusyTimeout(d time.Duration) Target {
+	t.busy = d
+	return t.sqlite()
+}
+
+// sqlite rebuilds a SQLite target's DSN from its form and busy timeout.
+func (t Target) sqlite() Target {
 	if t.Dialect == dialect.SQLite {
-		t.DSN = SQLiteNewStoreDSN(t.Path)
+		t.DSN = sqliteDSN(t.Path, t.form, t.busy)
 	}
 	return t
 }
@@ -155,19 +186,16 @@ func withQueryParam(dsn, key, value string) string {
 
 // SQLiteDSN is the modernc DSN schemastate uses to write an existing SQLite
 // file (reconcile, ingest, transcript recover): foreign keys on (as the host
-// runs), a busy timeout so replicas wait for each other's write lock instead
-// of failing, and BEGIN IMMEDIATE. It sets no journal mode: the journal mode
-// is persistent in the file and is the host's choice, so opening the host's
-// database never switches it (a rollback-journal file stays one).
-func SQLiteDSN(path string) string {
-	return "file:" + sqliteURIPath(path) + "?_pragma=foreign_keys(1)&_pragma=busy_timeout(10000)&_txlock=immediate"
-}
+// runs), a busy timeout (DefaultBusyTimeout) so replicas wait for each
+// other's write lock instead of failing, and BEGIN IMMEDIATE. It sets no
+// journal mode: the journal mode is persistent in the file and is the host's
+// choice, so opening the host's database never switches it (a
+// rollback-journal file stays one).
+func SQLiteDSN(path string) string { return sqliteDSN(path, formWrite, 0) }
 
 // SQLiteNewStoreDSN is SQLiteDSN for a store schemastate creates itself
 // (demo, generate, bench, tests): also WAL, so its readers are not blocked.
-func SQLiteNewStoreDSN(path string) string {
-	return SQLiteDSN(path) + "&_pragma=journal_mode(WAL)"
-}
+func SQLiteNewStoreDSN(path string) string { return sqliteDSN(path, formNewStore, 0) }
 
 // SQLiteReadOnlyDSN opens a SQLite file for reading only (status, health,
 // plan, transcript ls): mode=ro, so the file is never created (a missing file
@@ -175,8 +203,21 @@ func SQLiteNewStoreDSN(path string) string {
 // switched to another journal mode, and a read-only file or directory reads
 // as sqlite3 reads it. The only pragma is busy_timeout, a setting of the
 // connection that writes nothing.
-func SQLiteReadOnlyDSN(path string) string {
-	return "file:" + sqliteURIPath(path) + "?mode=ro&_pragma=busy_timeout(10000)"
+func SQLiteReadOnlyDSN(path string) string { return sqliteDSN(path, formReadOnly, 0) }
+
+func sqliteDSN(path string, form sqliteForm, busy time.Duration) string {
+	if busy <= 0 {
+		busy = DefaultBusyTimeout
+	}
+	timeout := fmt.Sprintf("_pragma=busy_timeout(%d)", busy.Milliseconds())
+	uri := "file:" + sqliteURIPath(path)
+	switch form {
+	case formReadOnly:
+		return uri + "?mode=ro&" + timeout
+	case formNewStore:
+		return uri + "?_pragma=foreign_keys(1)&" + timeout + "&_txlock=immediate&_pragma=journal_mode(WAL)"
+	}
+	return uri + "?_pragma=foreign_keys(1)&" + timeout + "&_txlock=immediate"
 }
 
 // sqliteURIPath escapes a path for a file: URI. A '#', '?' or '%' left as it
