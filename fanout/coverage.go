@@ -15,6 +15,10 @@ type Coverage struct {
 	// TablePresent is false when task_session_subagents does not exist:
 	// there are no rows to count.
 	TablePresent bool `json:"table_present"`
+	// PredatesAmendment is true when the table has no agent_execution_id
+	// column (installed-base state 3, before its first reconcile): its rows
+	// read with the 'unknown' sentinel the reconcile gives them (AC-31).
+	PredatesAmendment bool `json:"predates_amendment"`
 	// KeysRead is false when kandev_meta does not exist: every key reads as
 	// absent.
 	KeysRead bool     `json:"keys_read"`
@@ -99,6 +103,9 @@ func (c *Coverage) fill(s *Summary) {
 		s.BySource[SourceLive], s.BySource[SourceBackfill]))
 	if !c.TablePresent {
 		d = append(d, "task_session_subagents does not exist: there are no rows, which is not evidence of no fan-out.")
+	}
+	if c.PredatesAmendment {
+		d = append(d, "task_session_subagents predates the amendment (no agent_execution_id column): its rows read as 'unknown', the value the reconcile gives them (AC-31).")
 	}
 	c.Disclosures = d
 }

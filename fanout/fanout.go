@@ -145,6 +145,10 @@ type reader struct {
 	cov Coverage
 	// since is execution_since bound for comparison; nil when absent.
 	since *keys.Boundary
+	// from is what the statements read rows from: the table, or on a table
+	// that predates the amendment the table with the AC-31 sentinel as its
+	// agent_execution_id.
+	from string
 }
 
 // inSnapshot opens the read transaction, reads the tables' presence and the
@@ -182,6 +186,20 @@ func inSnapshot(ctx context.Context, db *sql.DB, fn func(*reader) error, s *Summ
 	}
 	if r.cov.TablePresent, err = tableExists(ctx, tx, d, capture.Table); err != nil {
 		return err
+	}
+	r.from = capture.Table
+	if r.cov.TablePresent {
+		has, err := columnExists(ctx, tx, d, capture.Table, "agent_execution_id")
+		if err != nil {
+			return err
+		}
+		if !has {
+			// Installed-base state 3 before its first reconcile: status and
+			// subagents still read it, every row 'unknown' (AC-31), as the
+			// reconcile's added column will hold.
+			r.cov.PredatesAmendment = true
+			r.from = `(SELECT t.*, ` + lit(capture.UnknownExecution) + ` AS agent_execution_id FROM ` + capture.Table + ` t) AS ` + capture.Table
+		}
 	}
 	s.BySource = map[string]int64{SourceLive: 0, SourceBackfill: 0}
 	s.ByIdentity = map[Identity]int64{}

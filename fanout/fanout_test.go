@@ -348,3 +348,28 @@ func TestFanout_MissingTablesAndBadKey(t *testing.T) {
 		require.ErrorIs(t, err, fanout.ErrBadKey)
 	})
 }
+
+// A table that predates the amendment (installed-base state 3, not yet
+// reconciled) has no agent_execution_id: its rows still read, each with the
+// 'unknown' the reconcile will give it (AC-31), and the read says so.
+func TestFanout_PreAmendmentTableReadsWithTheSentinel(t *testing.T) {
+	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
+		db.Host(t).Legacy(t)
+		session(t, db, "s1", "t1")
+		_, err := db.DB.Exec(db.Q(`INSERT INTO task_session_subagents (id, task_session_id, task_id, tool_call_id, source, observed_at, updated_at)
+VALUES ('r1', 's1', 't1', 'tc1', 'live', '2026-01-02 03:04:05', '2026-01-02 03:04:05')`))
+		require.NoError(t, err)
+
+		res := read(t, db, fanout.Scope{SessionID: "s1"})
+		require.Len(t, res.Rows, 1)
+		require.Equal(t, "unknown", res.Rows[0].AgentExecutionID)
+		require.Equal(t, fanout.NotAnIdentity, res.Rows[0].ExecutionIdentity)
+		require.True(t, res.Summary.Coverage.PredatesAmendment)
+		require.Equal(t, int64(1), res.Summary.Subagents)
+
+		s, err := fanout.Count(ctx, db.DB, fanout.Scope{})
+		require.NoError(t, err)
+		require.Equal(t, int64(1), s.Rows)
+		require.True(t, s.Coverage.PredatesAmendment)
+	})
+}

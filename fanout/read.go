@@ -52,7 +52,7 @@ func (r *reader) rows(ctx context.Context, scope Scope) ([]Row, error) {
 	// AC-13: observed_at as an instant, then tool_call_id, then
 	// agent_execution_id — total within a session. A task or the whole
 	// store spans sessions, which task_session_id orders last; id never does.
-	query := `SELECT ` + capture.SelectList + `, ` + idExpr + ` FROM ` + capture.Table + cond + `
+	query := `SELECT ` + capture.SelectList + `, ` + idExpr + ` FROM ` + r.from + cond + `
 ORDER BY ` + keys.ColumnExpr(r.d, "observed_at") + ` ASC, tool_call_id ASC, agent_execution_id ASC, task_session_id ASC`
 	rows, err := r.tx.QueryContext(ctx, r.d.Rebind(query), append(args, condArgs...)...)
 	if err != nil {
@@ -79,7 +79,7 @@ ORDER BY ` + keys.ColumnExpr(r.d, "observed_at") + ` ASC, tool_call_id ASC, agen
 func (r *reader) count(ctx context.Context, scope Scope, s *Summary) error {
 	idExpr, args := r.identity()
 	cond, condArgs := where(scope)
-	grouped := `SELECT identity, source, COUNT(*) FROM (SELECT ` + idExpr + ` AS identity, source FROM ` + capture.Table + cond + `) AS classified
+	grouped := `SELECT identity, source, COUNT(*) FROM (SELECT ` + idExpr + ` AS identity, source FROM ` + r.from + cond + `) AS classified
 GROUP BY identity, source`
 	rows, err := r.tx.QueryContext(ctx, r.d.Rebind(grouped), append(args, condArgs...)...)
 	if err != nil {
@@ -106,8 +106,8 @@ GROUP BY identity, source`
 	if cond != "" {
 		realCond += " AND" + strings.TrimPrefix(cond, " WHERE")
 	}
-	distinct := `SELECT (SELECT COUNT(*) FROM (SELECT DISTINCT task_session_id, tool_call_id FROM ` + capture.Table + cond + `) AS subagents),
-	(SELECT COUNT(DISTINCT agent_execution_id) FROM ` + capture.Table + realCond + `)`
+	distinct := `SELECT (SELECT COUNT(*) FROM (SELECT DISTINCT task_session_id, tool_call_id FROM ` + r.from + cond + `) AS subagents),
+	(SELECT COUNT(DISTINCT agent_execution_id) FROM ` + r.from + realCond + `)`
 	var subagents, executions int64
 	if err := r.tx.QueryRowContext(ctx, r.d.Rebind(distinct), append(condArgs, condArgs...)...).Scan(&subagents, &executions); err != nil {
 		return fmt.Errorf("fanout: count subagents and executions: %w", err)
@@ -131,6 +131,21 @@ func tableExists(ctx context.Context, q dialect.Querier, d dialect.Dialect, tabl
 	}
 	if err != nil {
 		return false, fmt.Errorf("fanout: look up table %s: %w", table, err)
+	}
+	return found, nil
+}
+
+// columnExists reports whether table has column.
+func columnExists(ctx context.Context, q dialect.Querier, d dialect.Dialect, table, column string) (bool, error) {
+	var found bool
+	var err error
+	if d == dialect.Postgres {
+		err = q.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = to_regclass($1) AND attname = $2 AND attnum > 0 AND NOT attisdropped)`, table, column).Scan(&found)
+	} else {
+		err = q.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM pragma_table_info(?) WHERE name = ?)`, table, column).Scan(&found)
+	}
+	if err != nil {
+		return false, fmt.Errorf("fanout: look up column %s.%s: %w", table, column, err)
 	}
 	return found, nil
 }

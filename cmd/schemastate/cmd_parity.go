@@ -93,7 +93,7 @@ func printParity(e *env, r *parity.Report) {
 		names = append(names, n)
 	}
 	sort.Strings(names)
-	fmt.Fprintf(e.stdout, "%s: reference %s (tables %s)\n", r.Dialect, parity.Fresh, strings.Join(names, ", "))
+	fmt.Fprintf(e.stdout, "%s: reference %s (tables %s)\n", r.Dialect, parity.Reference, strings.Join(names, ", "))
 	for _, c := range r.Comparisons {
 		if c.Identical {
 			fmt.Fprintf(e.stdout, "%-14s identical to %s\n", c.Store, c.Against)
