@@ -315,3 +315,23 @@ func TestLifecycle_RecoverFinishesOnlyDeadRunningTranscripts(t *testing.T) {
 		require.Equal(t, "agent-alive", rep.Finished[0].AgentID)
 	})
 }
+
+// Recover's reason names a transcript's rows in workspace order, whatever
+// order they were written in, so `transcript recover` prints the same text
+// at every run.
+func TestLifecycle_RecoverNamesRowsInWorkspaceOrder(t *testing.T) {
+	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
+		l := lifecycleDB(t, db)
+		s := newStore(t)
+		require.NoError(t, s.Create(ctx, header("sess-o", "agent-o", transcript.KindRunInBackground)))
+		for _, e := range []struct{ ws, status string }{{"/ws-b", "completed"}, {"/ws-a", "failed"}} {
+			require.NoError(t, l.Start(ctx, transcript.Entry{WorkspacePath: e.ws, SessionID: "sess-o", AgentID: "agent-o",
+				Kind: string(transcript.KindRunInBackground), Status: e.status, StartedAt: time.Now()}))
+		}
+		rep, err := transcript.Recover(ctx, s.Root(), l, "")
+		require.NoError(t, err)
+		require.Len(t, rep.Finished, 1)
+		require.Contains(t, rep.Finished[0].Reason, "has status=failed, status=completed;")
+		require.Equal(t, "completed", rep.Finished[0].Lifecycle, "the last row in workspace order")
+	})
+}

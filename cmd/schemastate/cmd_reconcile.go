@@ -4,6 +4,8 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 	"time"
 
@@ -18,15 +20,6 @@ const (
 	exitStepFailed     = 3 // reconcile: a step failed; the database is consistent
 	exitChangesPending = 1 // plan: the shape step would change something
 )
-
-func init() {
-	register(&command{name: "reconcile", summary: "bring the declared tables to their shape, write execution_since, run the backfill (the boot sequence)",
-		exits: "0 ok, 3 a step failed (the database is consistent; retried next boot), 2 usage, unreadable --schema or unreachable database", run: runReconcile})
-	register(&command{name: "plan", summary: "dry run: print the SQL the shape step would run; changes nothing",
-		exits: "0 no change, 1 changes pending, 2 usage, missing host tables or unreachable database", run: runPlan})
-	register(&command{name: "status", summary: "read-only: activation keys, AC-24c state, AC-33 end state, index sets, store-wide subagent counts (AC-25)",
-		exits: "0 read, 2 usage or unreachable database", run: runStatus})
-}
 
 func runReconcile(ctx context.Context, e *env, args []string) int {
 	fs := flags(e, "reconcile", "[--db DSN] [--schema FILE] [--prune] [--lock-wait D] [--json]")
@@ -303,9 +296,10 @@ func runStatus(ctx context.Context, e *env, args []string) int {
 	if u := obs.Upgrade; u != nil {
 		fmt.Fprintf(e.stdout, "online upgrade stopped between phases: %s; next phase: %s\n", strings.Join(u.Found, "; "), u.Next)
 	}
-	for t, idx := range obs.Indexes {
+	// Tables in name order: the text is the same at every run.
+	for _, t := range slices.Sorted(maps.Keys(obs.Indexes)) {
 		fmt.Fprintf(e.stdout, "indexes on %s:\n", t)
-		for _, i := range idx {
+		for _, i := range obs.Indexes[t] {
 			fmt.Fprintf(e.stdout, "  %s\n", i)
 		}
 	}

@@ -11,11 +11,6 @@ import (
 	"github.com/schemastate/schemastate/fanout"
 )
 
-func init() {
-	register(&command{name: "subagents", summary: "read-only: a session's, task's or the store's rows with their execution identity, and the counts and coverage a consumer may publish (AC-25)",
-		exits: "0 read (an unknown session or a missing table reads as no rows), 2 usage, unreachable database or an execution_since that is not an instant", run: runSubagents})
-}
-
 func runSubagents(ctx context.Context, e *env, args []string) int {
 	fs := flags(e, "subagents", "[--db DSN] [--session ID] [--task ID] [--json]")
 	dsn := dbFlag(fs)
