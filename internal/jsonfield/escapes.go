@@ -45,9 +45,10 @@ const (
 // holds an unstorable escape replaced: a member name by "" (no member this
 // module reads has that name, and a name is never a value) and a value by
 // null. What is left parses wherever the rest of the document does, and
-// every other member reads as written. A lone low surrogate is recognised
-// only when the backslash before it is not itself escaped; the document
-// then still fails to parse and reads as no document, as before.
+// every other member reads as written. A low surrogate is lone unless a
+// high one that is itself an escape (its backslash preceded by an even run of
+// backslashes) comes right before it. A document that still does not parse
+// reads as no document, as before.
 func PostgresReadable(expr string) string {
 	names := fmt.Sprintf(`regexp_replace(%s, '%s(?=[ \t\n\r]*:)', '""', 'g')`, expr, sqlQuote(pgString))
 	return fmt.Sprintf(`regexp_replace(%s, '%s', 'null', 'g')`, names, sqlQuote(pgString))
