@@ -13,8 +13,9 @@ import (
 
 	"github.com/schemastate/schemastate"
 	"github.com/schemastate/schemastate/dialect"
+	"github.com/schemastate/schemastate/internal/basestate"
 	"github.com/schemastate/schemastate/internal/dbtest"
-	"github.com/schemastate/schemastate/internal/parity"
+	"github.com/schemastate/schemastate/internal/store"
 	"github.com/schemastate/schemastate/reconcile"
 )
 
@@ -257,7 +258,7 @@ func TestLint_Edits_PlanIsWhatReconcileRuns(t *testing.T) {
 				t.Run(e.name, func(t *testing.T) {
 					newFile := filepath.Join(t.TempDir(), "schema.hcl")
 					require.NoError(t, os.WriteFile(newFile, e.hcl(t), 0o600))
-					sc, err := parity.NewScratch(ctx, server)
+					sc, err := store.NewScratch(ctx, server, "lint")
 					require.NoError(t, err)
 					defer func() { require.NoError(t, sc.Close()) }()
 					for _, state := range States {
@@ -341,7 +342,7 @@ func TestLint_OnlinePath_NoExclusiveBuild(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, rep.Runs, len(States))
 	for _, run := range rep.Runs {
-		if run.State == Predating {
+		if run.State == basestate.Predating.Name {
 			continue
 		}
 		var builds []string
