@@ -713,3 +713,33 @@ func TestBackfill_PostgresGuardedCastOnlyForMalformedCandidates(t *testing.T) {
 		})
 	}
 }
+
+// AC-31 on the backfill: the INSERT names agent_execution_id and writes the
+// sentinel itself, so a table whose column default says otherwise (a host's
+// edit, an older DDL) still gets 'unknown' on every backfilled row, on both
+// dialects. The default is changed after the reconcile, as a host would, and
+// the backfill is run directly: a reconcile would restore the default first.
+func TestBackfill_AC31_SentinelWrittenWhateverTheColumnDefault(t *testing.T) {
+	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
+		declared(t, db)
+		if db.Dialect == dialect.SQLite {
+			db.RecreateSQLiteTable(t, "task_session_subagents", func(create string) string {
+				out := strings.Replace(create, "DEFAULT 'unknown'", "DEFAULT 'not-the-sentinel'", 1)
+				require.NotEqual(t, create, out)
+				return out
+			})
+		} else {
+			db.Exec(t, `ALTER TABLE task_session_subagents ALTER COLUMN agent_execution_id SET DEFAULT 'not-the-sentinel'`)
+		}
+		seed(t, db,
+			message{ID: "m1", Session: "s1", Task: "k1", Turn: "t1", Created: base, Meta: subagent("toolu_1", nil, map[string]any{"model": "m"})},
+			message{ID: "m2", Session: "s1", Task: "k1", Turn: "t1", Created: base.Add(time.Second), Meta: subagent("toolu_2", nil, nil)})
+		res := mustRun(t, db)
+		require.EqualValues(t, 2, res.Inserted)
+		got := rows(t, db)
+		require.Len(t, got, 2)
+		for key, r := range got {
+			require.Equal(t, "unknown", r.get("agent_execution_id"), key)
+		}
+	})
+}

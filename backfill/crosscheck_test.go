@@ -12,6 +12,7 @@ import (
 
 	"github.com/schemastate/schemastate/capture"
 	"github.com/schemastate/schemastate/internal/dbtest"
+	"github.com/schemastate/schemastate/keys"
 )
 
 // AC-23b: one message whose metadata is nested deeper than the JSON parser's
@@ -148,5 +149,54 @@ func TestCrosscheck_AC1_AC11_AC12_BackfilledRowMergedLive(t *testing.T) {
 		// Same instant, same stored text, whichever path wrote it.
 		require.Equal(t, settled.get("observed_at"), got["tc-settled/0f8fad5b-d9cb-469f-a165-70867728950e"].get("observed_at"))
 		require.Equal(t, open.get("observed_at"), got["tc-open/0f8fad5b-d9cb-469f-a165-70867728950e"].get("observed_at"))
+	})
+}
+
+// AC-19, AC-23b (issue 22 §3): a document PostgreSQL's jsonb refuses only for
+// a \u0000 or a lone-surrogate escape is read member by member on both
+// dialects, as SQLite's parser reads it: an escape in a member the backfill
+// does not read costs nothing; one inside a member it reads makes that member
+// absent — the column NULL, nothing altered or escaped, the row kept, as the
+// live writer stores such a field — and one inside tool_call_id leaves the
+// message without the identity AC-21a requires, so it is skipped, as the live
+// writer refuses such a frame. Both dialects write the same rows. (Before,
+// PostgreSQL read every such document as {} and wrote none of these rows.)
+func TestCrosscheck_AC19_UnstorableEscapeCostsOnlyItsMember(t *testing.T) {
+	doc := func(tc, extra, desc string) string {
+		return `{"tool_call_id":"` + tc + `",` + extra + `"status":"completed","normalized":{"kind":"subagent_task","subagent_task":` +
+			`{"description":"` + desc + `","model":"m","total_tokens":1e3,"tool_use_count":7,"duration_ms":12,"is_async":true}}}`
+	}
+	msgs := []struct{ id, meta string }{
+		{"unread-nul", doc("tc-unread-nul", `"raw_output":"a\u0000b",`, "d")},
+		{"unread-high", doc("tc-unread-high", `"raw_output":["x\ud800"],`, "d")},
+		{"unread-low", doc("tc-unread-low", `"raw_output":{"y":"\udfff z"},`, "d")},
+		{"unread-key", doc("tc-unread-key", `"k\u0000":{"z":1},`, "d")},
+		{"desc-nul", doc("tc-desc-nul", "", `a\u0000b`)},
+		{"desc-low", doc("tc-desc-low", "", `\\\udc00`)},                                          // an escaped backslash, then a lone low surrogate
+		{"not-escapes", doc("tc-not-escapes", `"raw_output":"\\u0000 \ud83d\ude00",`, `\\ud800`)}, // plain text, a pair
+		{"id-nul", doc(`tc-id\u0000`, "", "d")},
+	}
+	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
+		declared(t, db)
+		for i, m := range msgs {
+			seed(t, db, message{ID: m.id, Session: "s1", Task: "task-s1", Turn: "turn-1", Created: base.Add(time.Duration(i) * time.Second), Meta: m.meta})
+		}
+		res := mustRun(t, db)
+		require.EqualValues(t, 7, res.Inserted)
+		got := rows(t, db)
+		require.Len(t, got, 7)
+		for _, tc := range []string{"tc-unread-nul", "tc-unread-high", "tc-unread-low", "tc-unread-key", "tc-desc-nul", "tc-desc-low", "tc-not-escapes"} {
+			r := got[tc+"/unknown"]
+			require.NotNil(t, r, tc)
+			require.Equal(t, []any{"m", nil, "7", "12", "1", "completed", "turn-1"},
+				[]any{r.get("model"), r.get("total_tokens"), r.get("tool_use_count"), r.get("duration_ms"), r.get("is_async"), r.get("tool_status"), r.get("turn_id")}, tc)
+		}
+		for _, tc := range []string{"tc-unread-nul", "tc-unread-high", "tc-unread-low", "tc-unread-key"} {
+			require.Equal(t, "d", got[tc+"/unknown"].get("description"), tc)
+		}
+		require.Nil(t, got["tc-desc-nul/unknown"].get("description"), "a NUL: the member is absent")
+		require.Nil(t, got["tc-desc-low/unknown"].get("description"), "a lone surrogate: the member is absent")
+		require.Equal(t, `\ud800`, got["tc-not-escapes/unknown"].get("description"), "an escaped backslash is text")
+		require.Equal(t, keys.Format(base.Add(6*time.Second)), res.BackfillThrough, "the skipped message is not a winner")
 	})
 }

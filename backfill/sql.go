@@ -122,9 +122,12 @@ func sqliteStatements() statements {
 		meta: meta,
 		levels: `, ` + jsonfield.SQLiteObject("("+meta+")", jsonPath{"normalized"}) + ` AS norm, ` +
 			jsonfield.SQLiteObject("("+meta+")", jsonPath{"normalized", "subagent_task"}) + ` AS task`,
+		// A string holding a NUL or a lone surrogate (from a \u0000 or an
+		// unpaired \ud800 escape) is absent, as PostgreSQL reads it
+		// (jsonfield: unstorable text).
 		text: func(p jsonPath) string {
 			return field(p, func(typ, val string) string {
-				return fmt.Sprintf(`CASE WHEN %s = 'text' THEN NULLIF(%s, '') END`, typ, val)
+				return fmt.Sprintf(`CASE WHEN %s = 'text' AND %s THEN NULLIF(%s, '') END`, typ, jsonfield.SQLiteStorable(val), val)
 			})
 		},
 		integer: func(p jsonPath) string {
@@ -154,13 +157,16 @@ func sqliteStatements() statements {
 // for validity IS the cast. So the cast runs inside a PL/pgSQL function that
 // traps data_exception (malformed JSON, an unsupported \u0000 escape, a
 // numeric overflow) and statement_too_complex (nesting deep enough to exhaust
-// the parser's stack) and returns {}. The function lives in pg_temp: it is
+// the parser's stack) and returns {}. A document refused only for a \u0000
+// or lone-surrogate escape is cast again with each string holding one read
+// as null (jsonfield.PostgresReadable), so its other members are read as
+// SQLite reads them. The function lives in pg_temp: it is
 // private to this session, created inside the step's transaction (so it rolls
 // back with it) and dropped after the key writes. Nothing persistent is added
 // to the host's schema. Needs the TEMP privilege, which PUBLIC has by default.
 const pgMetaFunc = `pg_temp.schemastate_metadata_object`
 
-const pgPrepare = `CREATE OR REPLACE FUNCTION ` + pgMetaFunc + `(doc text) RETURNS jsonb
+var pgPrepare = `CREATE OR REPLACE FUNCTION ` + pgMetaFunc + `(doc text) RETURNS jsonb
 LANGUAGE plpgsql IMMUTABLE AS $fn$
 DECLARE
 	j jsonb;
@@ -171,7 +177,14 @@ BEGIN
 	BEGIN
 		j := doc::jsonb;
 	EXCEPTION WHEN data_exception OR statement_too_complex THEN
-		RETURN '{}'::jsonb;
+		IF NOT ` + jsonfield.PostgresMayHoldUnstorable("doc") + ` THEN
+			RETURN '{}'::jsonb;
+		END IF;
+		BEGIN
+			j := (` + jsonfield.PostgresReadable("doc") + `)::jsonb;
+		EXCEPTION WHEN data_exception OR statement_too_complex THEN
+			RETURN '{}'::jsonb;
+		END;
 	END;
 	IF jsonb_typeof(j) = 'object' THEN
 		RETURN j;
@@ -203,12 +216,11 @@ func postgresStatements() statements {
 		// jsonb does NOT keep an exponent's written form (1e3 reads back as
 		// 1000), so the literal test reads the number as written, through
 		// json — reached only for a number in a document the guarded cast
-		// already accepted, so the cast to json cannot raise.
-		integer: func(p jsonPath) string {
-			return fmt.Sprintf(`CASE WHEN jsonb_typeof(meta #> %[1]s) = 'number' THEN `+
-				`CASE WHEN (doc::text::json #>> %[1]s) ~ '^-?[0-9]{1,19}$' THEN `+
-				`CASE WHEN (meta #>> %[1]s)::numeric BETWEEN -9223372036854775808 AND 9223372036854775807 THEN (meta #>> %[1]s)::bigint END END END`, path(p))
-		},
+		// accepted, read as the guard read it (an unstorable escape's string
+		// as null: json's operators raise on \u0000 anywhere in the
+		// document), so the cast to json cannot raise.
+		integer: integer(`(CASE WHEN ` + jsonfield.PostgresMayHoldUnstorable("doc::text") + ` THEN ` +
+			jsonfield.PostgresReadable("doc::text") + ` ELSE doc::text END)::json`),
 		isTrue: func(p jsonPath) string {
 			return fmt.Sprintf(`CASE WHEN jsonb_typeof(meta #> %[1]s) = 'boolean' AND (meta #>> %[1]s) = 'true' THEN 1 ELSE 0 END`, path(p))
 		},
@@ -223,11 +235,25 @@ func postgresStatements() statements {
 	// The guard costs each candidate a PL/pgSQL call and a subtransaction.
 	// A history whose candidates are all well-formed JSON (the usual
 	// case) needs neither: the plain cast gives the same document, and
-	// raises on the first malformed one, which sends Run to the guard.
+	// raises on the first malformed one — an unstorable escape included —
+	// which sends Run to the guard. Every document it reads cast as
+	// written, so its numbers are read through json as written too.
 	f.meta = `CASE WHEN m.metadata IS NULL OR m.metadata::text IN ('', 'null') THEN '{}'::jsonb ` +
 		`WHEN jsonb_typeof(m.metadata::text::jsonb) = 'object' THEN m.metadata::text::jsonb ELSE '{}'::jsonb END`
+	f.integer = integer(`doc::text::json`)
 	st.fast = build(f, nil, nil).winners
 	return st
+}
+
+// integer is PostgreSQL's integer fragment, reading each number's written
+// form from written, the document as json.
+func integer(written string) func(jsonPath) string {
+	return func(p jsonPath) string {
+		path := "'{" + strings.Join(p, ",") + "}'"
+		return fmt.Sprintf(`CASE WHEN jsonb_typeof(meta #> %[1]s) = 'number' THEN `+
+			`CASE WHEN (%[2]s #>> %[1]s) ~ '^-?[0-9]{1,19}$' THEN `+
+			`CASE WHEN (meta #>> %[1]s)::numeric BETWEEN -9223372036854775808 AND 9223372036854775807 THEN (meta #>> %[1]s)::bigint END END END`, path, written)
+	}
 }
 
 // build assembles the shared statement text from a dialect's fragments.

@@ -3,6 +3,7 @@ package health_test
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
@@ -77,6 +78,14 @@ func irregularHistory() []irregular {
 			`{"total_tokens":1e3,"tool_use_count":9223372036854775807,"duration_ms":9223372036854775808}}}`)
 		add("number-id", `{"tool_call_id":42,"normalized":{"kind":"subagent_task"}}`)
 		add("array-doc", `[`+sub("irr-"+p+"-array", "")+`]`)
+		// Escapes jsonb refuses (issue 22 §3): in a member nothing reads, in
+		// a member name, inside a read member (the column NULL, the row
+		// kept), inside tool_call_id (no identity: skipped, never expected).
+		add("nul-unread", sub("irr-"+p+"-nul-unread", `"raw_output":"a\u0000b",`))
+		add("surrogate-unread", sub("irr-"+p+"-surrogate-unread", `"raw_input":{"q":["\udc00","\ud800x"]},`))
+		add("nul-name", sub("irr-"+p+"-nul-name", `"x\u0000":{"y":1},`))
+		add("nul-read", `{"tool_call_id":"irr-`+p+`-nul-read","status":"completed","normalized":{"kind":"subagent_task","subagent_task":{"model":"m\u0000","description":"\ud83d","status":"completed"}}}`)
+		add("nul-id", sub("irr-"+p+`-nul-id\u0000`, ""))
 		add("newer-twin", sub("irr-"+p+"-twin", `"parent_tool_call_id":"newer",`))
 		out = append(out, irregular{id: "irr-" + p + "-older-twin", task: "task-irr", meta: sub("irr-"+p+"-twin", `"parent_tool_call_id":"older",`), at: side.at - time.Minute})
 		out = append(out, irregular{id: "irr-" + p + "-no-task", task: "", meta: sub("irr-"+p+"-no-task", ""), at: side.at})
@@ -90,6 +99,9 @@ type diffStore struct {
 	backfill *reconcile.Step
 	rows     []string
 	report   *health.Report
+	// escaped counts the generated messages given a \u0000 escape, and
+	// escapedMissing those of them the backfill wrote no row for.
+	escaped, escapedMissing int
 }
 
 func runDifferential(t *testing.T, d dialect.Dialect, unreadable []string) diffStore {
@@ -116,6 +128,12 @@ func runDifferential(t *testing.T, d dialect.Dialect, unreadable []string) diffS
 	for i, raw := range unreadable {
 		insert(fmt.Sprintf("irr-unreadable-%d", i), "task-irr", fmt.Sprintf(`{"tool_call_id":"irr-unreadable-%d","normalized":{"kind":"subagent_task"}}`, i), raw)
 	}
+	// Issue 22 §3: a \u0000 escape in a member nothing reads, in every
+	// seventh generated subagent message (before, PostgreSQL read each such
+	// document as no document and backfilled none of them).
+	exec(`UPDATE task_session_messages SET metadata = '{"raw_output":"\u0000",' || substr(metadata, 2)
+		WHERE id IN (SELECT id FROM (SELECT id, ROW_NUMBER() OVER (ORDER BY id) AS n FROM task_session_messages
+			WHERE metadata LIKE '{%' AND metadata LIKE '%"subagent_task"%' AND id NOT LIKE 'irr-%') AS sub WHERE n % 7 = 0)`)
 
 	// The backfill, as the host's boot runs it.
 	rep, err := reconcile.Reconcile(ctx, db.DB, reconcile.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))))
@@ -124,6 +142,7 @@ func runDifferential(t *testing.T, d dialect.Dialect, unreadable []string) diffS
 	s := diffStore{db: db, backfill: rep.Step(reconcile.StepBackfill)}
 	require.NotNil(t, s.backfill)
 	s.rows = subagentRows(t, db)
+	s.escaped, s.escapedMissing = escapedBackfilled(t, db)
 
 	// The same missed writes, orphans and cross-execution reuse on both,
 	// chosen by the (identical) tool_call_ids, then one health evaluation
@@ -137,10 +156,44 @@ func runDifferential(t *testing.T, d dialect.Dialect, unreadable []string) diffS
 		SELECT 'orphan:' || id, task_session_id, task_id, 'exec-3', 'orphan-' || tool_call_id, 'live', observed_at, updated_at
 		FROM task_session_subagents WHERE substr(tool_call_id, 9, 1) IN ('g', 'H') AND agent_execution_id = 'unknown'`)
 	exec(`DELETE FROM task_session_subagents WHERE substr(tool_call_id, 9, 1) IN ('a', 'b', 'C', 'x')
-		OR tool_call_id IN ('irr-after-big', 'irr-after-b', 'irr-after-fields', 'irr-after-escaped-key', 'irr-after-twin')`)
+		OR tool_call_id IN ('irr-after-big', 'irr-after-b', 'irr-after-fields', 'irr-after-escaped-key', 'irr-after-twin',
+			'irr-after-nul-unread', 'irr-after-nul-read')`)
 	s.report, err = health.Evaluate(ctx, db.DB)
 	require.NoError(t, err)
 	return s
+}
+
+// escapedBackfilled counts the generated messages whose metadata starts with
+// the \u0000 member the test gave them, and those of them whose (session,
+// tool_call_id) has no backfilled row. The tool_call_id is read in Go, which
+// decodes the escape as any JSON reader does.
+func escapedBackfilled(t *testing.T, db *dbtest.DB) (escaped, missing int) {
+	t.Helper()
+	rs, err := db.Query(`SELECT task_session_id, metadata FROM task_session_messages WHERE substr(metadata, 1, 23) = '{"raw_output":"\u0000",' AND id NOT LIKE 'irr-%'`)
+	require.NoError(t, err)
+	type key struct{ session, toolCallID string }
+	var keys []key
+	for rs.Next() {
+		var k key
+		var doc string
+		require.NoError(t, rs.Scan(&k.session, &doc))
+		var m struct {
+			ToolCallID string `json:"tool_call_id"`
+		}
+		require.NoError(t, json.Unmarshal([]byte(doc), &m), doc)
+		k.toolCallID = m.ToolCallID
+		keys = append(keys, k)
+	}
+	require.NoError(t, rs.Err())
+	rs.Close()
+	for _, k := range keys {
+		var n int
+		require.NoError(t, db.QueryRow(db.Q(`SELECT COUNT(*) FROM task_session_subagents WHERE task_session_id = ? AND tool_call_id = ? AND source = 'backfill'`), k.session, k.toolCallID).Scan(&n))
+		if n == 0 {
+			missing++
+		}
+	}
+	return len(keys), missing
 }
 
 // subagentRows renders every task_session_subagents row as one line, every
@@ -197,7 +250,8 @@ func TestDifferential_AC19_SameHistorySameRowsSameHealth(t *testing.T) {
 	require.Equal(t, *lite.backfill.Rows, *pg.backfill.Rows)
 	require.Contains(t, lite.backfill.Detail, fmt.Sprintf("%d qualifying messages skipped: created_at is not a time (first: irr-unreadable-0)", len(unreadable)))
 	require.NotContains(t, pg.backfill.Detail, "skipped")
-	for _, want := range []string{"irr-before-b|", "irr-before-kind-in|", "irr-before-big|", "irr-before-escaped-key|", "irr-before-escaped-kind|"} {
+	for _, want := range []string{"irr-before-b|", "irr-before-kind-in|", "irr-before-big|", "irr-before-escaped-key|", "irr-before-escaped-kind|",
+		"irr-before-nul-unread|", "irr-before-surrogate-unread|", "irr-before-nul-name|", "irr-before-nul-read|NULL|NULL|NULL|NULL|NULL|NULL|completed|completed|"} {
 		found := false
 		for _, r := range pg.rows {
 			found = found || strings.Contains(r, "|"+want)
@@ -205,9 +259,16 @@ func TestDifferential_AC19_SameHistorySameRowsSameHealth(t *testing.T) {
 		require.True(t, found, "row %s", want)
 	}
 	for _, r := range pg.rows {
-		for _, not := range []string{"irr-before-a|", "irr-before-kind-out|", "irr-before-big-truncated|", "irr-before-trailing|", "irr-before-array|", "irr-before-no-task|", "irr-before-null|"} {
+		for _, not := range []string{"irr-before-a|", "irr-before-kind-out|", "irr-before-big-truncated|", "irr-before-trailing|", "irr-before-array|", "irr-before-no-task|", "irr-before-null|", "irr-before-nul-id"} {
 			require.NotContains(t, r, "|"+not)
 		}
+	}
+
+	// Every generated message given an escape is backfilled on both.
+	require.Equal(t, lite.escaped, pg.escaped)
+	require.Greater(t, pg.escaped, 30, "every seventh of the generated subagent messages")
+	for _, s := range []diffStore{lite, pg} {
+		require.Zero(t, s.escapedMissing, "%s: a message with an escape in an unread member has no row", s.db.Dialect)
 	}
 
 	// Health: the same numbers, none of them trivially zero.

@@ -16,6 +16,7 @@ import (
 
 	"github.com/schemastate/schemastate/dialect"
 	"github.com/schemastate/schemastate/internal/dbtest"
+	"github.com/schemastate/schemastate/internal/jsonfield"
 	"github.com/schemastate/schemastate/keys"
 	"github.com/schemastate/schemastate/reconcile"
 )
@@ -233,6 +234,13 @@ func parseObject(t *testing.T, ctx context.Context, db *dbtest.DB, doc string) (
 	var err error
 	if db.Dialect == dialect.Postgres {
 		err = db.QueryRowContext(ctx, `SELECT jsonb_typeof(CAST(CAST($1 AS text) AS jsonb)), CAST(CAST($1 AS text) AS jsonb)::text`, doc).Scan(&typ, &text)
+		if err != nil {
+			// Refused only for a \u0000 or lone-surrogate escape: read with
+			// each string holding one as null, as the backfill reads it.
+			readable := jsonfield.PostgresReadable("CAST($1 AS text)")
+			err = db.QueryRowContext(ctx, `SELECT jsonb_typeof(CAST(`+readable+` AS jsonb)), CAST(`+readable+` AS jsonb)::text FROM (SELECT 1) AS one WHERE `+
+				jsonfield.PostgresMayHoldUnstorable("CAST($1 AS text)"), doc).Scan(&typ, &text)
+		}
 	} else {
 		var valid bool
 		require.NoError(t, db.QueryRowContext(ctx, `SELECT json_valid(?)`, doc).Scan(&valid))
@@ -283,8 +291,11 @@ func TestEvalCTE_PostgresDecidesExactlyAsTheParser(t *testing.T) {
 	require.NoError(t, err)
 	require.NotEmpty(t, bad)
 
+	excluded, readable, err := postgresReadable(ctx, tx, bad)
+	require.NoError(t, err)
+	require.NotEmpty(t, readable, "the corpus holds documents refused only for an escape")
 	rows, err = tx.QueryContext(ctx, postgresEvalCTE()+`
-SELECT c.task_id, m.meta::text FROM msg m JOIN candidate c ON c.task_session_id = m.task_session_id AND c.task_id = m.task_id`, b.Arg(), bad)
+SELECT c.task_id, m.meta::text FROM msg m JOIN candidate c ON c.task_session_id = m.task_session_id AND c.task_id = m.task_id`, b.Arg(), excluded, readable)
 	require.NoError(t, err)
 	got := map[string]string{}
 	for rows.Next() {
@@ -324,4 +335,44 @@ func requireReadAsParsed(t *testing.T, ctx context.Context, db *dbtest.DB, corpu
 		}
 	}
 	return accepted
+}
+
+// AC-19, AC-28 (issue 22 §3): health reads a document jsonb refuses only for
+// a \u0000 or a lone-surrogate escape as the backfill does, member by member,
+// on both dialects and by both forms (Evaluate and the verbatim Queries): an
+// escape in a member health does not read costs nothing, so the message is
+// expected and its missing row is a shortfall; one inside tool_call_id leaves
+// the message without the identity the backfill and the live writer require,
+// so it is never expected; one inside a member name or in a description
+// changes nothing. A row for one of them is accounted for, not excess.
+func TestHealth_AC28_UnstorableEscapeCostsOnlyItsMember(t *testing.T) {
+	docs := []string{
+		`{"tool_call_id":"tc-clean","normalized":{"kind":"subagent_task"}}`,
+		`{"tool_call_id":"tc-unread","raw_output":"a\u0000b","normalized":{"kind":"subagent_task"}}`,
+		`{"tool_call_id":"tc-desc","normalized":{"kind":"subagent_task","subagent_task":{"description":"\ud800"}}}`,
+		`{"k\udfff":1,"tool_call_id":"tc-key","normalized":{"kind":"subagent_task"}}`,
+		`{"tool_call_id":"tc-row","raw_output":"\u0000","normalized":{"kind":"subagent_task"}}`,
+		`{"tool_call_id":"tc-id\u0000","normalized":{"kind":"subagent_task"}}`,
+		`{"tool_call_id":"tc-id-low\\\udc00","normalized":{"kind":"subagent_task"}}`,
+	}
+	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
+		ctx := setup(t, db)
+		for i, d := range docs {
+			insertMessage(t, ctx, db, fmt.Sprintf("m%d", i), "task-1", d, since.Add(time.Duration(i+1)*time.Second))
+		}
+		insertRow(t, ctx, db, "r-row", "unknown", "tc-row", since.Add(time.Minute))
+		rep, err := Evaluate(ctx, db.DB)
+		require.NoError(t, err)
+		require.EqualValues(t, 4, *rep.Shortfall, "tc-clean, tc-unread, tc-desc, tc-key")
+		require.EqualValues(t, 0, *rep.Excess, "tc-row's message is read")
+
+		b, err := keys.NewBoundary(keys.Format(since))
+		require.NoError(t, err)
+		for name, want := range map[string]int64{"shortfall": 4, "excess": 0} {
+			st := map[string]string{"shortfall": Queries(db.Dialect).Shortfall, "excess": Queries(db.Dialect).Excess}[name]
+			var n int64
+			require.NoError(t, db.QueryRowContext(ctx, st, b.Arg()).Scan(&n), name)
+			require.Equal(t, want, n, "verbatim %s", name)
+		}
+	})
 }

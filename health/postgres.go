@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/schemastate/schemastate/dialect"
+	"github.com/schemastate/schemastate/internal/jsonfield"
 )
 
 // PostgreSQL 15 has neither IS JSON nor pg_input_is_valid, a cast of
@@ -28,7 +29,7 @@ const pgSavepoint = "schemastate_health"
 // scans its one row into c.
 func evaluatePostgres(ctx context.Context, tx *sql.Tx, since string, c *counts) error {
 	q := evaluation(dialect.Postgres)
-	err := inSavepoint(ctx, tx, func() error { return c.scan(tx.QueryRowContext(ctx, q, since, []string{})) })
+	err := inSavepoint(ctx, tx, func() error { return c.scan(tx.QueryRowContext(ctx, q, since, []string{}, []string{})) })
 	if !unparseable(err) {
 		return err
 	}
@@ -53,7 +54,57 @@ func evaluatePostgres(ctx context.Context, tx *sql.Tx, since string, c *counts) 
 	if err != nil {
 		return err
 	}
-	return c.scan(tx.QueryRowContext(ctx, q, since, bad))
+	excluded, readable, err := postgresReadable(ctx, tx, bad)
+	if err != nil {
+		return err
+	}
+	return c.scan(tx.QueryRowContext(ctx, q, since, excluded, readable))
+}
+
+// postgresReadable splits the ids jsonb refused into those refused only for
+// a \u0000 or lone-surrogate escape — their documents parse once each string
+// holding one reads as null (jsonfield.PostgresReadable), as the backfill
+// reads them — and the rest, which read as no document.
+func postgresReadable(ctx context.Context, tx *sql.Tx, bad []string) (excluded, readable []string, err error) {
+	if len(bad) == 0 {
+		return nil, nil, nil
+	}
+	rows, err := tx.QueryContext(ctx, `SELECT m.id FROM task_session_messages m WHERE m.id = ANY($1) AND `+
+		jsonfield.PostgresMayHoldUnstorable("m.metadata::text"), bad)
+	if err != nil {
+		return nil, nil, fmt.Errorf("candidate messages: %w", err)
+	}
+	escaped := map[string]bool{}
+	var maybe []string
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			rows.Close()
+			return nil, nil, fmt.Errorf("candidate messages: %w", err)
+		}
+		escaped[id] = true
+		maybe = append(maybe, id)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, nil, fmt.Errorf("candidate messages: %w", err)
+	}
+	still, err := unparseableAs(ctx, tx, maybe, jsonfield.PostgresReadable("c.doc"))
+	if err != nil {
+		return nil, nil, err
+	}
+	refused := map[string]bool{}
+	for _, id := range still {
+		refused[id] = true
+	}
+	for _, id := range bad {
+		if escaped[id] && !refused[id] {
+			readable = append(readable, id)
+		} else {
+			excluded = append(excluded, id)
+		}
+	}
+	return excluded, readable, nil
 }
 
 // postgresUnparseable returns the ids among ids whose metadata PostgreSQL's
@@ -61,13 +112,19 @@ func evaluatePostgres(ctx context.Context, tx *sql.Tx, since string, c *counts) 
 // does not is halved until the refused documents are isolated. The cost is a
 // few statements per malformed candidate, and nothing when there is none.
 func postgresUnparseable(ctx context.Context, tx *sql.Tx, ids []string) ([]string, error) {
+	return unparseableAs(ctx, tx, ids, "c.doc")
+}
+
+// unparseableAs is postgresUnparseable for the documents as doc renders them
+// (an SQL expression over c.doc, the metadata as text).
+func unparseableAs(ctx context.Context, tx *sql.Tx, ids []string, doc string) ([]string, error) {
 	if len(ids) == 0 {
 		return nil, nil
 	}
 	// MATERIALIZED: the cast runs on the listed rows only, never on a row the
 	// planner reads before filtering.
-	const probe = `WITH c AS MATERIALIZED (SELECT m.metadata::text AS doc FROM task_session_messages m WHERE m.id = ANY($1))
-SELECT COUNT(CAST(c.doc AS jsonb)) FROM c`
+	probe := `WITH c AS MATERIALIZED (SELECT m.metadata::text AS doc FROM task_session_messages m WHERE m.id = ANY($1))
+SELECT COUNT(CAST(` + doc + ` AS jsonb)) FROM c`
 	err := inSavepoint(ctx, tx, func() error {
 		var n int64
 		return tx.QueryRowContext(ctx, probe, ids).Scan(&n)
@@ -81,11 +138,11 @@ SELECT COUNT(CAST(c.doc AS jsonb)) FROM c`
 		return ids, nil
 	}
 	half := len(ids) / 2
-	a, err := postgresUnparseable(ctx, tx, ids[:half])
+	a, err := unparseableAs(ctx, tx, ids[:half], doc)
 	if err != nil {
 		return nil, err
 	}
-	b, err := postgresUnparseable(ctx, tx, ids[half:])
+	b, err := unparseableAs(ctx, tx, ids[half:], doc)
 	if err != nil {
 		return nil, err
 	}

@@ -93,7 +93,7 @@ func (q dialectSQL) sides(d dialect.Dialect) (expected, accounting, observed str
 // evaluation is the one statement Evaluate runs: the shortfall, the excess,
 // the collision count, the scoped MAX(observed_at) and the unreadable count,
 // in that column order, with the bind parameter of Queries (and, on
-// PostgreSQL, $2: see postgresEvalCTE). It reads task_session_messages
+// PostgreSQL, $2 and $3: see postgresEvalCTE). It reads task_session_messages
 // ONCE: the subagent messages in the window are materialized (sub), each
 // flagged with whether it carries the identities the shortfall side
 // requires, and both anti-joins read that one set. They stay two directed
@@ -172,7 +172,7 @@ func FloorQuery(d dialect.Dialect) string {
 	q := sqlFor(d)
 	cte := q.evalCTE
 	if d == dialect.Postgres {
-		cte = postgresEvalCTEExcluding("'{}'")
+		cte = postgresEvalCTEExcluding("'{}'", "'{}'")
 	}
 	return cte + fmt.Sprintf(`
 SELECT COUNT(*)
@@ -206,14 +206,19 @@ func sqlFor(d dialect.Dialect) dialectSQL {
 		}
 	}
 	// Through jsonfield, as the backfill reads them: a member named twice
-	// reads its last value, as on PostgreSQL.
+	// reads its last value, as on PostgreSQL, and a tool_call_id holding a
+	// NUL or a lone surrogate (a \u0000 or unpaired \ud800 escape) is
+	// missing, as PostgreSQL reads it and the backfill skips it.
 	str := func(typ, val string) string { return fmt.Sprintf("CASE WHEN %s = 'text' THEN %s END", typ, val) }
+	id := func(typ, val string) string {
+		return fmt.Sprintf("CASE WHEN %s = 'text' AND %s THEN %s END", typ, jsonfield.SQLiteStorable(val), val)
+	}
 	return dialectSQL{
 		param:      "?1",
 		msgCTE:     sqliteMsgCTE,
 		evalCTE:    sqliteMsgCTE,
 		kind:       jsonfield.SQLite("msg.meta", []string{"normalized", "kind"}, str),
-		toolCallID: jsonfield.SQLite("msg.meta", []string{"tool_call_id"}, str),
+		toolCallID: jsonfield.SQLite("msg.meta", []string{"tool_call_id"}, id),
 	}
 }
 
@@ -276,8 +281,11 @@ const sqliteMsgCTE = `WITH msg AS (
 //     JSON object exactly when it started with { and reduced to the single
 //     token 0.
 //
-// Only rows that pass are cast and make up msg; a candidate that fails reads
-// '{}'. candidate is MATERIALIZED so the planner cannot push the regular
+// A document holding a \u0000 or a lone-surrogate escape, which jsonb
+// refuses, is first read with each string holding one as null
+// (jsonfield.PostgresReadable), as the backfill reads it: its other members
+// count. Only rows that pass are cast and make up msg; a candidate that fails
+// reads '{}'. candidate is MATERIALIZED so the planner cannot push the regular
 // expressions below the cheap strpos prefilter and run them over every
 // message, and it carries the columns msg needs, so the messages table is
 // scanned once.
@@ -291,15 +299,19 @@ const (
 )
 
 func postgresMsgCTE() string {
-	return fmt.Sprintf(`WITH RECURSIVE candidate AS MATERIALIZED (
-  SELECT m.id, m.task_session_id, m.task_id, m.created_at, m.metadata,
-    regexp_replace(regexp_replace(m.metadata,
-      '%[1]s', '<\&>', 'g'),
-      '%[2]s', '""', 'g') AS strings
+	return fmt.Sprintf(`WITH RECURSIVE readable AS MATERIALIZED (
+  SELECT m.id, m.task_session_id, m.task_id, m.created_at,
+    (CASE WHEN %[7]s THEN %[8]s ELSE m.metadata END) AS metadata
   FROM task_session_messages m
   WHERE (strpos(m.metadata, 'subagent_task') > 0
       OR (strpos(m.metadata, '\u') > 0 AND m.metadata ~ '%[5]s'))
     AND %[6]s
+), candidate AS MATERIALIZED (
+  SELECT r.id, r.task_session_id, r.task_id, r.created_at, r.metadata,
+    regexp_replace(regexp_replace(r.metadata,
+      '%[1]s', '<\&>', 'g'),
+      '%[2]s', '""', 'g') AS strings
+  FROM readable r
 ), reduced (id, tok, depth) AS (
   SELECT id, regexp_replace(regexp_replace(strings, '%[3]s', '0', 'g'), '[ \t\n\r]+', '', 'g'), 0
   FROM candidate
@@ -316,7 +328,8 @@ func postgresMsgCTE() string {
   SELECT c.task_session_id, c.task_id, c.created_at,
     (CASE WHEN c.id IN (SELECT id FROM object_metadata) THEN c.metadata::jsonb ELSE '{}'::jsonb END) AS meta
   FROM candidate c
-)`, pgAnyString, pgValidWrapped, pgScalar, pgInnermost, pgMayNameKind, keys.AtOrAfter(dialect.Postgres, "m.created_at", "$1"))
+)`, pgAnyString, pgValidWrapped, pgScalar, pgInnermost, pgMayNameKind, keys.AtOrAfter(dialect.Postgres, "m.created_at", "$1"),
+		jsonfield.PostgresMayHoldUnstorable("m.metadata"), jsonfield.PostgresReadable("m.metadata"))
 }
 
 // pgCandidates selects the rows whose metadata can name subagent_task (the
@@ -341,23 +354,29 @@ func pgCandidates(cols string) string {
 // document of any size, with no function and no write, so it runs on a
 // read-only replica or role. PostgreSQL's own parser decides: every
 // candidate's metadata is cast to jsonb, except the ids listed in $2 (a
-// text[]), which read as '{}'. Evaluate runs it first with $2 empty: when no
-// candidate is malformed — the common case — that one statement is the
-// whole evaluation. When the cast raises, Evaluate rolls back to a
-// savepoint, asks the parser about the candidates one subset at a time
-// (postgresUnparseable), and runs it again listing the ones it refused, in
-// the same REPEATABLE READ snapshot (AC-28b). A document that casts to
-// anything but an object reads '{}', as on SQLite.
-func postgresEvalCTE() string { return postgresEvalCTEExcluding("$2") }
+// text[]), which read as '{}', and those listed in $3, read with each string
+// holding a \u0000 or lone-surrogate escape as null
+// (jsonfield.PostgresReadable) — the documents jsonb refuses only for such an
+// escape, read as the backfill reads them. Evaluate runs it first with both
+// empty: when no candidate is malformed — the common case — that one
+// statement is the whole evaluation. When the cast raises, Evaluate rolls
+// back to a savepoint, asks the parser about the candidates one subset at a
+// time (postgresUnparseable, postgresReadable), and runs it again listing
+// them, in the same REPEATABLE READ snapshot (AC-28b). A document that casts
+// to anything but an object reads '{}', as on SQLite.
+func postgresEvalCTE() string { return postgresEvalCTEExcluding("$2", "$3") }
 
 // postgresEvalCTEExcluding is postgresEvalCTE with the excluded ids read
-// from excluded, a text[] expression.
-func postgresEvalCTEExcluding(excluded string) string {
+// from excluded and the ids read through jsonfield.PostgresReadable from
+// readable, text[] expressions.
+func postgresEvalCTEExcluding(excluded, readable string) string {
 	return `WITH candidate AS MATERIALIZED (
   ` + pgCandidates("m.id, m.task_session_id, m.task_id, m.created_at, m.metadata::text AS doc") + `
 ), parsed AS MATERIALIZED (
   SELECT c.task_session_id, c.task_id, c.created_at,
-    (CASE WHEN c.id IN (SELECT unnest(CAST(` + excluded + ` AS text[]))) THEN NULL ELSE CAST(c.doc AS jsonb) END) AS j
+    (CASE WHEN c.id IN (SELECT unnest(CAST(` + excluded + ` AS text[]))) THEN NULL
+      WHEN c.id IN (SELECT unnest(CAST(` + readable + ` AS text[]))) THEN CAST(` + jsonfield.PostgresReadable("c.doc") + ` AS jsonb)
+      ELSE CAST(c.doc AS jsonb) END) AS j
   FROM candidate c
 ), msg AS (
   SELECT task_session_id, task_id, created_at,
