@@ -61,6 +61,9 @@ const (
 	// FailpointRebuildCopied runs inside a SQLite rebuild, after the rows are
 	// copied into the new table and before the old one is dropped.
 	FailpointRebuildCopied = "shape.rebuild_copied"
+	// FailpointExecutionSinceObserve runs as the execution_since step begins
+	// observing the end state, before it reads the live schema.
+	FailpointExecutionSinceObserve = "execution_since.observe"
 	// FailpointExecutionSinceWrite runs just before the execution_since key write.
 	FailpointExecutionSinceWrite = "execution_since.write"
 	// FailpointBackfillMaxTaken runs after backfill_through is computed, before the INSERT.
@@ -607,6 +610,9 @@ func (r *run) reportDrift() {
 // from nothing, and an amended table whose earlier key write failed all get
 // the key.
 func (r *run) executionSince(ctx context.Context, q dialect.Querier) Step {
+	if err := r.o.fail(FailpointExecutionSinceObserve); err != nil {
+		return failed(err)
+	}
 	es, err := r.observe(ctx, q)
 	if err != nil {
 		return failed(err)
@@ -618,6 +624,9 @@ func (r *run) executionSince(ctx context.Context, q dialect.Querier) Step {
 	if err := r.o.fail(FailpointExecutionSinceWrite); err != nil {
 		return failed(err)
 	}
+	// The key names an instant the end state was observed to hold: sampled
+	// after the observation, at the write, never at the transaction's start
+	// or before the boot looked.
 	wrote, err := keys.WriteOnce(ctx, q, r.o.dialect, keys.ExecutionSince, keys.Now())
 	if err != nil {
 		return failed(err)

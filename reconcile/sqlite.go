@@ -3,6 +3,7 @@ package reconcile
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"slices"
 	"strconv"
@@ -11,6 +12,7 @@ import (
 
 	"ariga.io/atlas/sql/migrate"
 	"ariga.io/atlas/sql/schema"
+	"ariga.io/atlas/sql/sqlite"
 
 	"github.com/schemastate/schemastate/dialect"
 )
@@ -165,17 +167,6 @@ func normalizeLive(d dialect.Dialect, live, want *schema.Table) {
 	if d != dialect.SQLite {
 		return
 	}
-	// A non-INTEGER PRIMARY KEY column declared without NOT NULL inspects as
-	// nullable; the declaration spells it NOT NULL.
-	if live.PrimaryKey != nil {
-		for _, p := range live.PrimaryKey.Parts {
-			if p.C != nil {
-				if wc, ok := want.Column(p.C.Name); ok && !wc.Type.Null {
-					p.C.Type.Null = false
-				}
-			}
-		}
-	}
 	// An inline UNIQUE (…) constraint inspects as sqlite_autoindex_T_N; it is
 	// the same uniqueness as a declared unique index over the same columns.
 	for _, idx := range live.Indexes {
@@ -257,7 +248,28 @@ type rebuild struct {
 	// fkCheck says why the rebuild compares foreign_key_check before and
 	// after the copy; empty when the violation set cannot change (fkCheckWhy).
 	fkCheck string
+	// nulls are the columns the rebuild makes NOT NULL with no DEFAULT to
+	// fill a NULL with (fills), each with the query that finds a row holding
+	// NULL there: such a row cannot be copied, so apply refuses, naming it,
+	// before it changes anything. The host's own `id TEXT PRIMARY KEY` is one:
+	// SQLite lets a non-INTEGER primary key hold NULL.
+	nulls []nullCheck
 }
+
+// nullCheck finds one row holding NULL in a column the rebuild tightens.
+type nullCheck struct {
+	column string
+	// names are the columns query returns to name the row by: rowid (unless
+	// the table has none), then the declared key's columns.
+	names []string
+	query string
+}
+
+// ErrNullRow is wrapped by a rebuild refused because a row holds NULL in a
+// column the declaration makes NOT NULL with no DEFAULT: the copy could not
+// keep the row. The error names the row; give it a value (or delete it) and
+// the next boot rebuilds.
+var ErrNullRow = errors.New("a row holds NULL where the declaration says NOT NULL")
 
 func (r *rebuild) statements() []string {
 	out := append([]string{}, r.create...)
@@ -315,6 +327,7 @@ func planRebuild(ctx context.Context, drv migrate.Driver, q dialect.Querier, liv
 		}
 	}
 	r.copy = fmt.Sprintf("INSERT INTO %s (%s) SELECT %s FROM %s", dialect.QuoteIdent(r.tmp), strings.Join(cols, ", "), strings.Join(exprs, ", "), dialect.QuoteIdent(want.Name))
+	r.nulls = nullChecks(live, want, fill)
 	for _, idx := range want.Indexes {
 		s, err := render(ctx, drv, []schema.Change{&schema.ModifyTable{T: want, Changes: []schema.Change{&schema.AddIndex{I: idx}}}})
 		if err != nil {
@@ -337,6 +350,79 @@ func planRebuild(ctx context.Context, drv migrate.Driver, q dialect.Querier, liv
 	}
 	r.fkCheck = fkCheckWhy(live, &tmp, changes, r.refs)
 	return r, nil
+}
+
+// nullChecks are the rebuild's checks for a NULL it could not copy: one per
+// column nullable live that the declaration makes NOT NULL and fills do not
+// fill.
+func nullChecks(live, want *schema.Table, fill map[string]string) []nullCheck {
+	var out []nullCheck
+	for _, wc := range want.Columns {
+		lc, ok := live.Column(wc.Name)
+		if _, filled := fill[wc.Name]; !ok || filled || !lc.Type.Null || wc.Type.Null {
+			continue
+		}
+		var names []string
+		if !slices.ContainsFunc(live.Attrs, func(a schema.Attr) bool { _, ok := a.(*sqlite.WithoutRowID); return ok }) {
+			names = append(names, "rowid")
+		}
+		var key []*schema.Column
+		if want.PrimaryKey != nil {
+			for _, p := range want.PrimaryKey.Parts {
+				key = append(key, p.C)
+			}
+		}
+		for _, idx := range want.Indexes {
+			if idx.Unique {
+				for _, p := range idx.Parts {
+					key = append(key, p.C)
+				}
+				break
+			}
+		}
+		for _, c := range key {
+			if _, ok := live.Column(c.Name); ok && c.Name != wc.Name && !slices.Contains(names, c.Name) {
+				names = append(names, c.Name)
+			}
+		}
+		sel := make([]string, len(names))
+		for i, n := range names {
+			sel[i] = dialect.QuoteIdent(n)
+		}
+		out = append(out, nullCheck{column: wc.Name, names: names, query: fmt.Sprintf("SELECT %s FROM %s WHERE %s IS NULL LIMIT 1",
+			strings.Join(sel, ", "), dialect.QuoteIdent(want.Name), dialect.QuoteIdent(wc.Name))})
+	}
+	return out
+}
+
+// refuseNulls fails with ErrNullRow, naming the row, when a column the
+// rebuild tightens holds a NULL it could not copy.
+func (r *rebuild) refuseNulls(ctx context.Context, q dialect.Querier) error {
+	for _, c := range r.nulls {
+		vals := make([]sql.NullString, len(c.names))
+		dest := make([]any, len(vals))
+		for i := range vals {
+			dest[i] = &vals[i]
+		}
+		err := q.QueryRowContext(ctx, c.query).Scan(dest...)
+		if errors.Is(err, sql.ErrNoRows) {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("look for a NULL %s: %w", c.column, err)
+		}
+		row := make([]string, len(c.names))
+		for i, n := range c.names {
+			v := "NULL"
+			if vals[i].Valid {
+				v = strconv.Quote(vals[i].String)
+			}
+			row[i] = n + " " + v
+		}
+		return fmt.Errorf("%w: %s row (%s) holds NULL in %s, which has no DEFAULT to fill it; the table is left as it was — give the row a value in %s or delete it, and the next boot rebuilds",
+			ErrNullRow, r.table, strings.Join(row, ", "), c.column, c.column)
+	}
+	return nil
 }
 
 // fkCheckWhy says why a rebuild must compare foreign_key_check before and
@@ -444,6 +530,9 @@ func keptIndex(ctx context.Context, drv migrate.Driver, q dialect.Querier, want 
 // apply runs the rebuild and refuses to let it commit unless every row was
 // copied and no foreign-key violation appeared.
 func (r *rebuild) apply(ctx context.Context, q dialect.Querier, fail func(string) error, say, executed func(string)) (int, error) {
+	if err := r.refuseNulls(ctx, q); err != nil {
+		return 0, err
+	}
 	before, err := r.fkViolations(ctx, q)
 	if err != nil {
 		return 0, err
