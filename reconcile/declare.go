@@ -43,10 +43,6 @@ func LoadDeclaration(path string, d dialect.Dialect, schemaName string) (*Declar
 	if err != nil {
 		return nil, err
 	}
-	return loadDeclaration(drv, path, schemaName)
-}
-
-func loadDeclaration(drv driver, path, schemaName string) (*Declaration, error) {
 	src, file, err := readDeclaration(path)
 	if err != nil {
 		return nil, err

@@ -199,7 +199,7 @@ func placeholders(d dialect.Dialect, from, n int) string {
 // certificate matches this build's declaration and the live catalog, and all
 // three activation keys are present. Any error means "no": the full check runs.
 func (r *run) certified(ctx context.Context, sess session) (keys.Set, bool) {
-	src, _, err := readDeclaration(r.o.schemaFile)
+	src, _, err := r.o.declaration()
 	if err != nil {
 		return keys.Set{}, false
 	}
@@ -266,7 +266,7 @@ func (r *run) certify(ctx context.Context, q querier, decl *Declaration, schemaN
 }
 
 func (r *run) writeCertificate(ctx context.Context, q querier, decl *Declaration, schemaName string) error {
-	src, _, err := readDeclaration(r.o.schemaFile)
+	src, _, err := r.o.declaration()
 	if err != nil {
 		return err
 	}

@@ -174,7 +174,7 @@ func (s *pgSession) lock(ctx context.Context) error {
 			return nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("another reconcile holds the lock on %s; gave up after %s", s.ident, s.o.lockWait)
+			return fmt.Errorf("%w on %s; gave up after %s", ErrLockHeld, s.ident, s.o.lockWait)
 		}
 		select {
 		case <-ctx.Done():

@@ -24,14 +24,6 @@ import (
 // jitter until the budget (WithDDLLockTimeout) is spent; then the phase fails,
 // naming the sessions that hold the table, and the step is retried next boot.
 
-// ErrLockNotAcquired is wrapped by a phase that could not get its table lock
-// within its budget.
-var ErrLockNotAcquired = errors.New("table lock not acquired within the budget")
-
-// ErrPhaseBlocked is wrapped by a phase stopped before it ran by an object
-// that would make it fail (a view over a column being replaced).
-var ErrPhaseBlocked = errors.New("blocked")
-
 // transact runs fn in one transaction whose lock waits end after the
 // attempt timeout, retried whole (fn from the start) until it gets its locks
 // or the budget is spent (withLockRetry).

@@ -29,7 +29,6 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"log/slog"
 	"strings"
 	"sync"
 	"time"
@@ -122,28 +121,6 @@ type Report struct {
 	Drift []Drift `json:"drift,omitempty"`
 }
 
-// ErrStepFailed matches (errors.Is) every error Reconcile returns for a
-// failed step.
-var ErrStepFailed = errors.New("reconcile: step failed")
-
-// StepError is one failed step: its name and the error that failed it, with
-// that error's chain intact, so a host can test errors.Is(err,
-// context.Canceled) or errors.As(err, &pgErr) (a *pgconn.PgError on
-// PostgreSQL, a modernc *sqlite.Error on SQLite) on what Reconcile returns.
-// It matches ErrStepFailed.
-type StepError struct {
-	Step string
-	Err  error
-}
-
-func (e *StepError) Error() string { return "reconcile: step " + e.Step + " failed: " + e.Err.Error() }
-
-// Unwrap returns the error that failed the step.
-func (e *StepError) Unwrap() error { return e.Err }
-
-// Is reports whether target is ErrStepFailed.
-func (e *StepError) Is(target error) bool { return target == ErrStepFailed }
-
 // Step returns the named step, or nil.
 func (r *Report) Step(name string) *Step {
 	for i := range r.Steps {
@@ -176,136 +153,6 @@ func (r *Report) Err() error {
 		return errs[0]
 	}
 	return errors.Join(errs...)
-}
-
-// Option configures Reconcile, Plan and Observe.
-type Option func(*options)
-
-type options struct {
-	dialect        dialect.Dialect
-	schemaFile     string
-	logger         *slog.Logger
-	lockWait       time.Duration
-	ddlLockTimeout time.Duration
-	ddlLockAttempt time.Duration
-	concurrentWait time.Duration
-	onlineAbove    int64
-	copyBatchPages int
-	copyPause      float64
-	failpoint      func(string) error
-	progress       func(Progress)
-	prune          bool
-	execHook       func(string)
-}
-
-// Progress is reported while a long step runs.
-type Progress struct {
-	Step    string
-	Message string
-	Elapsed time.Duration
-	// Done marks the last report of a step.
-	Done bool
-}
-
-// WithDialect overrides driver-based dialect detection.
-func WithDialect(d dialect.Dialect) Option { return func(o *options) { o.dialect = d } }
-
-// WithSchemaFile reads the declared shape from path instead of the built-in schema.hcl.
-func WithSchemaFile(path string) Option { return func(o *options) { o.schemaFile = path } }
-
-// WithLogger sets the structured logger (default slog.Default()).
-func WithLogger(l *slog.Logger) Option { return func(o *options) { o.logger = l } }
-
-// WithLockWait bounds how long a reconcile waits for another replica's lock (default 60s).
-func WithLockWait(d time.Duration) Option { return func(o *options) { o.lockWait = d } }
-
-// WithDDLLockTimeout is the budget a PostgreSQL DDL statement has to get its
-// table lock, over all its attempts (default 5s). When it is spent the step
-// fails, naming the sessions holding the table, and is retried next boot.
-func WithDDLLockTimeout(d time.Duration) Option { return func(o *options) { o.ddlLockTimeout = d } }
-
-// WithDDLLockAttempt is the lock_timeout of one attempt of a PostgreSQL DDL
-// statement that takes an exclusive lock (default 50ms): the longest the
-// statement can sit in the lock queue in front of the host's readers.
-func WithDDLLockAttempt(d time.Duration) Option { return func(o *options) { o.ddlLockAttempt = d } }
-
-// WithConcurrentWait bounds how long a PostgreSQL CREATE or DROP INDEX
-// CONCURRENTLY waits for its lock and for the transactions it must outlast —
-// any transaction of the database older than the build (default 30s). Its
-// lock never blocks the host's readers or writers, so it may wait longer than
-// an exclusive one; past the bound the phase fails, naming the oldest
-// transaction, removes the INVALID index it left, and is retried next boot.
-func WithConcurrentWait(d time.Duration) Option { return func(o *options) { o.concurrentWait = d } }
-
-// WithOnlineAbove sets the live table size (pg_table_size, bytes) from which
-// a PostgreSQL table is changed in online phases rather than in one
-// transaction (default 256 KiB, where the single transaction's lock already nears 100 ms on a busy two-core machine; 0 takes the online phases for every table).
-func WithOnlineAbove(bytes int64) Option { return func(o *options) { o.onlineAbove = bytes } }
-
-// WithCopyPause sets how long the online widening's copy rests after each
-// batch, as a multiple of the time the batch took (default 1: the copy
-// works at most half the time, leaving the disk and CPU to the host's own
-// queries between batches; 0 copies flat out).
-func WithCopyPause(ratio float64) Option { return func(o *options) { o.copyPause = ratio } }
-
-// WithCopyBatchPages sets how many heap pages one batch of the online
-// widening's copy covers (default 256, about 2 MB).
-func WithCopyBatchPages(n int) Option { return func(o *options) { o.copyBatchPages = n } }
-
-// WithFailpoint installs fn, called at each named failpoint.
-func WithFailpoint(fn func(point string) error) Option { return func(o *options) { o.failpoint = fn } }
-
-// WithProgress installs fn, called as long steps progress: from the step
-// itself and, every 250ms while a step runs, from a watcher repeating what the
-// step is doing with its elapsed time. fn is never called concurrently (the
-// calls are serialized), so it needs no locking of its own; a slow fn delays
-// the step that reports through it. It is never called after Reconcile
-// returns.
-func WithProgress(fn func(Progress)) Option { return func(o *options) { o.progress = fn } }
-
-// WithExecHook installs fn, called with each statement of a plan phase
-// right after the database executed it, so a caller can hold what a
-// reconcile ran against the plan that printed it (Phase.SQL). A statement of
-// a PostgreSQL transaction that was retried for its lock is reported once,
-// from the attempt that committed; a widen_copy phase's batch statement is
-// reported once, however many batches ran. A transactional phase's
-// statements are reported once the transaction scope that ran them succeeded
-// (apply.go); SQLite commits every step at the end of the reconcile, so a
-// statement reported there is still undone if that commit fails.
-func WithExecHook(fn func(stmt string)) Option { return func(o *options) { o.execHook = fn } }
-
-func (o *options) executed(stmt string) {
-	if o.execHook != nil {
-		o.execHook(stmt)
-	}
-}
-
-// newOptions applies opts and chooses the dialect's driver, once.
-func newOptions(db *sql.DB, opts []Option) (*options, driver, error) {
-	o := &options{logger: slog.Default(), lockWait: 60 * time.Second, ddlLockTimeout: 5 * time.Second,
-		ddlLockAttempt: 50 * time.Millisecond, concurrentWait: 30 * time.Second, onlineAbove: 256 << 10, copyBatchPages: 256, copyPause: 1}
-	for _, opt := range opts {
-		opt(o)
-	}
-	if o.dialect == "" {
-		d, err := dialect.Detect(db)
-		if err != nil {
-			return nil, nil, err
-		}
-		o.dialect = d
-	}
-	drv, err := driverFor(o.dialect)
-	if err != nil {
-		return nil, nil, err
-	}
-	return o, drv, nil
-}
-
-func (o *options) fail(point string) error {
-	if o.failpoint == nil {
-		return nil
-	}
-	return o.failpoint(point)
 }
 
 // querier runs a reconcile's statements: the pinned connection, or the
@@ -342,12 +189,9 @@ type run struct {
 	mu        sync.Mutex
 	doing     string
 	stepStart time.Time
-	// emitMu serializes the calls of the host's progress callback.
-	emitMu sync.Mutex
-
-	o   *options
-	drv driver
-	rep *Report
+	o         *options
+	drv       driver
+	rep       *Report
 }
 
 // Reconcile brings the declared tables to their declared shape, writes
@@ -421,7 +265,7 @@ func (r *run) lock(ctx context.Context, db *sql.DB) (session, bool) {
 
 // hostTables loads the declaration and checks the host tables exist.
 func (r *run) hostTables(ctx context.Context, sess session) (*Declaration, bool) {
-	decl, err := loadDeclaration(r.drv, r.o.schemaFile, sess.schemaName())
+	decl, err := r.o.loadDeclaration(r.drv, sess.schemaName())
 	if err != nil {
 		r.record(Step{Name: StepHostTables, Status: Failed, Detail: err.Error(), Err: err})
 		r.skipRest(StepShape, "declaration not loaded")
@@ -432,7 +276,7 @@ func (r *run) hostTables(ctx context.Context, sess session) (*Declaration, bool)
 		// Name the schema: on PostgreSQL it is current_schema(), the first
 		// schema on search_path that exists, which need not be where the host's
 		// own unqualified queries find these tables.
-		err = fmt.Errorf("host tables missing: %s (looked in schema %q; schemastate never creates host tables; internal/fixtures/host has a fixture)", strings.Join(missing, ", "), sess.schemaName())
+		err = fmt.Errorf("%w: %s (looked in schema %q; schemastate never creates host tables; internal/fixtures/host has a fixture)", ErrHostTablesMissing, strings.Join(missing, ", "), sess.schemaName())
 	}
 	if err != nil {
 		r.record(Step{Name: StepHostTables, Status: Failed, Detail: err.Error(), Err: err})
@@ -472,7 +316,7 @@ func (r *run) shape(ctx context.Context, sess session, decl *Declaration) (plan 
 // reach their shape, and the refusal is its own failed step.
 func (r *run) refuse(plan *ShapePlan) {
 	if refused := plan.Refused(); len(refused) > 0 {
-		err := fmt.Errorf("refused destructive change (never applied at boot): %s", strings.Join(refused, "; "))
+		err := fmt.Errorf("%w (never applied at boot): %s", ErrRefused, strings.Join(refused, "; "))
 		r.record(Step{Name: StepRefused, Status: Failed, Detail: err.Error(), Err: err})
 	}
 }
@@ -699,7 +543,7 @@ func readOnly(ctx context.Context, db *sql.DB, opts []Option) (*options, driver,
 	if err != nil {
 		return nil, nil, "", nil, err
 	}
-	decl, err := loadDeclaration(drv, o.schemaFile, name)
+	decl, err := o.loadDeclaration(drv, name)
 	if err != nil {
 		return nil, nil, "", nil, err
 	}

@@ -3,6 +3,7 @@ package reconcile
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -66,7 +67,11 @@ func (s *sqliteSession) lock(ctx context.Context) error {
 	}
 	start := time.Now()
 	if _, err := s.conn.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
-		return fmt.Errorf("take the write lock (waited %s): %w", time.Since(start).Round(time.Millisecond), err)
+		err = fmt.Errorf("take the write lock (waited %s): %w", time.Since(start).Round(time.Millisecond), err)
+		if busy(err) {
+			return heldError{err}
+		}
+		return err
 	}
 	s.inTx = true
 	return nil
@@ -172,6 +177,14 @@ func (s *sqliteSession) release(ctx context.Context) {
 		_, _ = s.conn.ExecContext(context.Background(), fmt.Sprintf("PRAGMA busy_timeout = %d", s.busyWas))
 	}
 	s.conn.Close()
+}
+
+// busy reports SQLITE_BUSY: another connection holds the lock. (The
+// driver's error is matched by its Code method: the library imports no
+// database driver.)
+func busy(err error) bool {
+	var coded interface{ Code() int }
+	return errors.As(err, &coded) && coded.Code()&0xff == 5
 }
 
 func savepointName(step string) string { return "schemastate_" + strings.ReplaceAll(step, "-", "_") }

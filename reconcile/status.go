@@ -70,9 +70,8 @@ func Observe(ctx context.Context, db *sql.DB, opts ...Option) (*Observation, err
 		return nil, err
 	}
 	obs.EndState = observe(lt, decl.Table(subagentsTable))
-	ro := *o
-	ro.prune = false
-	plan, err := planShape(ctx, drv, db, decl, name, &ro)
+	o.prune = false // drift is reported as kept: Observe plans what a plain boot would
+	plan, err := planShape(ctx, drv, db, decl, name, o)
 	if err != nil {
 		return nil, err
 	}
