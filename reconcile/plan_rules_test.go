@@ -317,3 +317,32 @@ func TestPlan_SQLiteNeverRendersAtlasCopy(t *testing.T) {
 		})
 	}
 }
+
+// One describer of indexes and foreign keys: the forms drift reports (and a
+// certificate stores), IndexSet lists and comparisons read.
+func TestDescribe_IndexAndForeignKeyForms(t *testing.T) {
+	tbl := sqliteT(nil)()
+	a, b := column(tbl, "a"), column(tbl, "b")
+	desc := schema.NewUniqueIndex("t_a_b_desc").AddColumns(a)
+	desc.AddParts(&schema.IndexPart{C: b, Desc: true})
+	desc.AddAttrs(&sqlite.IndexPredicate{P: "b IS NOT NULL"})
+	expr := schema.NewIndex("t_lower_a").AddParts(&schema.IndexPart{X: &schema.RawExpr{X: "lower(a)"}})
+	key := schema.NewUniqueIndex("t_a_key").AddColumns(a).AddAttrs(postgres.UniqueConstraint("t_a_key"))
+
+	x := DescribeIndex(desc)
+	require.Equal(t, IndexDescription{Name: "t_a_b_desc", Unique: true, Parts: []string{"a", "b DESC"}, Columns: []string{"a", "b"}, Predicate: "b IS NOT NULL"}, x)
+	require.Equal(t, "unique (a, b DESC) partial", x.Definition())
+	require.Equal(t, "t_a_b_desc unique(a, b DESC)", x.String())
+	require.Nil(t, DescribeIndex(expr).Columns, "an expression names no column")
+	require.Equal(t, "index (lower(a))", DescribeIndex(expr).Definition())
+	require.True(t, DescribeIndex(key).Constraint)
+	require.False(t, DescribeIndex(tbl.Indexes[0]).Constraint)
+	require.True(t, sameIndex(key, schema.NewUniqueIndex("other_name").AddColumns(a)), "the same uniqueness under another name")
+	require.False(t, sameIndex(desc, schema.NewUniqueIndex("t_a_b").AddColumns(a, b)), "direction and predicate count")
+
+	parent := schema.NewTable("p").AddColumns(schema.NewStringColumn("id", "text"))
+	fk := schema.NewForeignKey("t_a_fk").AddColumns(a).SetRefTable(parent).AddRefColumns(column(parent, "id")).SetOnDelete(schema.Cascade)
+	f := DescribeForeignKey(fk)
+	require.Equal(t, "(a) REFERENCES p (id) ON DELETE CASCADE", f.Definition())
+	require.Equal(t, "(a) p(id) NO ACTION CASCADE", f.decides())
+}

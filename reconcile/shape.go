@@ -310,11 +310,7 @@ func IndexSet(t *schema.Table) []string {
 	}
 	var out []string
 	for _, idx := range t.Indexes {
-		kind := "index"
-		if idx.Unique {
-			kind = "unique"
-		}
-		out = append(out, fmt.Sprintf("%s %s(%s)", idx.Name, kind, strings.Join(partNames(idx), ", ")))
+		out = append(out, DescribeIndex(idx).String())
 	}
 	sort.Strings(out)
 	return out

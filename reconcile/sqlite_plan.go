@@ -364,33 +364,16 @@ func fkCheckWhy(live, rebuilt *schema.Table, changes []schema.Change, refs []str
 }
 
 // foreignKeyKeys spells each foreign key of t by what decides its
-// violations and actions: its columns, its parent and the parent's columns,
-// ON UPDATE and ON DELETE (absent = NO ACTION). A key on t itself names the
-// live table, whatever t is called during the rebuild.
+// violations and actions (ForeignKeyDescription.decides). A key on t itself
+// names the live table, whatever t is called during the rebuild.
 func foreignKeyKeys(t, live *schema.Table) []string {
-	action := func(o schema.ReferenceOption) string {
-		if o == "" {
-			return string(schema.NoAction)
-		}
-		return strings.ToUpper(string(o))
-	}
 	out := make([]string, 0, len(t.ForeignKeys))
 	for _, fk := range t.ForeignKeys {
-		parent := ""
-		if fk.RefTable != nil {
-			parent = fk.RefTable.Name
-			if fk.RefTable == t {
-				parent = live.Name
-			}
+		f := DescribeForeignKey(fk)
+		if fk.RefTable == t {
+			f.RefTable = live.Name
 		}
-		var cols, refCols []string
-		for _, c := range fk.Columns {
-			cols = append(cols, c.Name)
-		}
-		for _, c := range fk.RefColumns {
-			refCols = append(refCols, c.Name)
-		}
-		out = append(out, fmt.Sprintf("(%s) %s(%s) %s %s", strings.Join(cols, ","), parent, strings.Join(refCols, ","), action(fk.OnUpdate), action(fk.OnDelete)))
+		out = append(out, f.decides())
 	}
 	slices.Sort(out)
 	return out
