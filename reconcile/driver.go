@@ -14,8 +14,10 @@ import (
 
 // driver is everything a dialect decides, chosen once per call (driverFor).
 // The sequence (reconcile.go), the planning algorithm (shape.go) and the
-// applier (apply.go) are written once against it; sqlite*.go and
-// postgres*.go implement it, with the same parts in the same order.
+// applier (apply.go) are written once against it. Each dialect implements it
+// in the same files: <dialect>_driver.go (declaration, catalog reads),
+// <dialect>_plan.go (planTable, pure) and <dialect>.go (the session), plus
+// postgres_apply.go for the phases PostgreSQL runs outside a transaction.
 type driver interface {
 	dialect() dialect.Dialect
 

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 
+	"ariga.io/atlas/sql/postgres"
 	"ariga.io/atlas/sql/schema"
 
 	"github.com/schemastate/schemastate/dialect"
@@ -495,4 +496,112 @@ func orNone(xs []string) string {
 		return "NULL"
 	}
 	return strings.Join(xs, ", ")
+}
+
+// renameEquivalentUniques finds, on PostgreSQL, a live UNIQUE constraint that
+// is a declared one under another name — the host's own DDL leaves the
+// three-column key auto-named — and plans a RENAME CONSTRAINT instead of the
+// drop and re-add a name-based diff would plan (which rebuilds the unique
+// index under an ACCESS EXCLUSIVE lock). The live table is updated to the
+// declared name so the diff sees the same constraint. A partial index, a
+// plain unique index and a column order that differs are never equivalent.
+func renameEquivalentUniques(schemaName string, live, want *schema.Table, deferrable map[string]bool) []string {
+	var stmts []string
+	for _, idx := range live.Indexes {
+		if !isUniqueConstraint(idx) || deferrable[idx.Name] {
+			continue
+		}
+		if _, declared := want.Index(idx.Name); declared {
+			continue
+		}
+		for _, w := range want.Indexes {
+			if _, taken := live.Index(w.Name); taken || !w.Unique || !sameColumns(idx, w) || hasPredicate(idx) {
+				continue
+			}
+			stmts = append(stmts, fmt.Sprintf("ALTER TABLE %s.%s RENAME CONSTRAINT %s TO %s",
+				dialect.QuoteIdent(schemaName), dialect.QuoteIdent(live.Name), dialect.QuoteIdent(idx.Name), dialect.QuoteIdent(w.Name)))
+			idx.Name = w.Name
+			idx.Attrs = append([]schema.Attr(nil), w.Attrs...)
+			break
+		}
+	}
+	return stmts
+}
+
+func isUniqueConstraint(idx *schema.Index) bool {
+	for _, a := range idx.Attrs {
+		if c, ok := a.(*postgres.Constraint); ok && c.T == "u" {
+			return idx.Unique
+		}
+	}
+	return false
+}
+
+func hasPredicate(idx *schema.Index) bool {
+	for _, a := range idx.Attrs {
+		if _, ok := a.(*postgres.IndexPredicate); ok {
+			return true
+		}
+	}
+	return false
+}
+
+// dropDeferrableUniques removes DEFERRABLE unique constraints from an
+// inspected PostgreSQL table before the end state is observed. Atlas does not
+// model deferrability, and INSERT … ON CONFLICT cannot use a deferrable
+// constraint as its arbiter, so such a constraint is not AC-33 clause 2: the
+// live upsert would fail against it, and execution_since must not be published.
+func dropDeferrableUniques(ctx context.Context, q dialect.Querier, live *schema.Table) error {
+	if live == nil {
+		return nil
+	}
+	deferrable, err := deferrableUniques(ctx, q, live.Name)
+	if err != nil {
+		return err
+	}
+	kept := live.Indexes[:0:0]
+	for _, idx := range live.Indexes {
+		if !deferrable[idx.Name] {
+			kept = append(kept, idx)
+		}
+	}
+	live.Indexes = kept
+	return nil
+}
+
+// replaceDeferrableKeys plans, on PostgreSQL, replacing a declared unique
+// constraint that is live but DEFERRABLE: it is not the declared key (no ON
+// CONFLICT arbiter, see dropDeferrableUniques), yet Atlas's diff, blind to
+// deferrability, sees no change, and every boot would observe the end state
+// missing and change nothing. The constraint is removed from the live table,
+// so the diff adds the declared one, and dropped first by the returned
+// statement, in the same transaction. deferrable names every deferrable
+// unique (tableFacts), which renameEquivalentUniques never adopts either.
+func replaceDeferrableKeys(schemaName string, live, want *schema.Table, deferrable map[string]bool) []string {
+	var stmts []string
+	kept := live.Indexes[:0:0]
+	for _, idx := range live.Indexes {
+		if _, declared := want.Index(idx.Name); declared && deferrable[idx.Name] {
+			stmts = append(stmts, fmt.Sprintf("ALTER TABLE %s.%s DROP CONSTRAINT %s",
+				dialect.QuoteIdent(schemaName), dialect.QuoteIdent(live.Name), dialect.QuoteIdent(idx.Name)))
+			continue
+		}
+		kept = append(kept, idx)
+	}
+	live.Indexes = kept
+	return stmts
+}
+
+func deferrableUniques(ctx context.Context, q querier, table string) (map[string]bool, error) {
+	names, err := queryStrings(ctx, q, `SELECT con.conname FROM pg_constraint con
+  JOIN pg_class c ON c.oid = con.conrelid JOIN pg_namespace n ON n.oid = c.relnamespace
+  WHERE n.nspname = current_schema() AND c.relname = $1 AND con.contype = 'u' AND con.condeferrable`, table)
+	if err != nil {
+		return nil, err
+	}
+	deferrable := map[string]bool{}
+	for _, n := range names {
+		deferrable[n] = true
+	}
+	return deferrable, nil
 }
