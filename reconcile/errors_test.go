@@ -3,6 +3,7 @@ package reconcile_test
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"math"
 	"os"
 	"slices"
@@ -81,6 +82,49 @@ func TestReconcile_StepErrorKeepsContextCanceled(t *testing.T) {
 		require.Contains(t, failedSteps(t, err), reconcile.StepBackfill)
 	})
 }
+
+// A context cancelled while the shape step plans fails that step — there is
+// no plan, so nothing is refused and nothing widened — and nothing panics.
+// The cancellation is real: the logger cancels as the host_tables step is
+// recorded, right before the shape step inspects (pgx reports it as a bad
+// connection, modernc as context.Canceled).
+func TestReconcile_CancelledWhilePlanningFailsTheShapeStep(t *testing.T) {
+	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
+		db.Host(t).Legacy(t)
+		seedLegacy(t, db)
+		during, cancel := context.WithCancel(ctx)
+		defer cancel()
+		logger := slog.New(cancelOnStep{step: reconcile.StepHostTables, cancel: cancel})
+		rep, err := reconcile.Reconcile(during, db.DB, reconcile.WithLogger(logger))
+		require.ErrorIs(t, err, reconcile.ErrStepFailed, describe(rep))
+		require.Equal(t, reconcile.Failed, rep.Step(reconcile.StepShape).Status, describe(rep))
+		require.Nil(t, rep.Step(reconcile.StepRefused))
+		require.Nil(t, rep.Step(reconcile.StepWiden))
+		require.Contains(t, failedSteps(t, err), reconcile.StepShape)
+	})
+}
+
+// cancelOnStep is a slog handler that cancels once a record names step.
+type cancelOnStep struct {
+	step   string
+	cancel func()
+}
+
+func (h cancelOnStep) Enabled(context.Context, slog.Level) bool { return true }
+
+func (h cancelOnStep) Handle(_ context.Context, r slog.Record) error {
+	r.Attrs(func(a slog.Attr) bool {
+		if a.Key == "step" && a.Value.String() == h.step {
+			h.cancel()
+		}
+		return true
+	})
+	return nil
+}
+
+func (h cancelOnStep) WithAttrs([]slog.Attr) slog.Handler { return h }
+
+func (h cancelOnStep) WithGroup(string) slog.Handler { return h }
 
 // failedSteps names the StepErrors err carries, in order.
 func failedSteps(t *testing.T, err error) []string {

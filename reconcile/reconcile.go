@@ -290,7 +290,8 @@ func (r *run) hostTables(ctx context.Context, sess session) (*Declaration, bool)
 // shape inspects, diffs, plans and applies the shape step's phases (apply.go).
 // On a database already in its declared shape it runs no statement at all.
 // clean reports that the full check found nothing to change and refused
-// nothing, so the live catalog may be certified.
+// nothing, so the live catalog may be certified; plan is nil when planning
+// failed.
 func (r *run) shape(ctx context.Context, sess session, decl *Declaration) (plan *ShapePlan, clean bool) {
 	r.stepOwnTx(ctx, StepShape, func(ctx context.Context) Step {
 		var err error
@@ -315,6 +316,9 @@ func (r *run) shape(ctx context.Context, sess session, decl *Declaration) (plan 
 // any: a table with one is left exactly as it is, the other tables still
 // reach their shape, and the refusal is its own failed step.
 func (r *run) refuse(plan *ShapePlan) {
+	if plan == nil {
+		return
+	}
 	if refused := plan.Refused(); len(refused) > 0 {
 		err := fmt.Errorf("%w (never applied at boot): %s", ErrRefused, strings.Join(refused, "; "))
 		r.record(Step{Name: StepRefused, Status: Failed, Detail: err.Error(), Err: err})
@@ -324,6 +328,9 @@ func (r *run) refuse(plan *ShapePlan) {
 // widen applies the widen step's phases (PostgreSQL's type widenings), when
 // the plan has any.
 func (r *run) widen(ctx context.Context, sess session, plan *ShapePlan) {
+	if plan == nil {
+		return
+	}
 	if phases := plan.stepPhases(StepWiden); len(phases) > 0 {
 		r.stepOwnTx(ctx, StepWiden, func(ctx context.Context) Step { return r.applyPhases(ctx, sess, StepWiden, phases) })
 	}
