@@ -23,6 +23,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"time"
 
 	"github.com/schemastate/schemastate/dialect"
 	"github.com/schemastate/schemastate/keys"
@@ -77,6 +78,7 @@ type Option func(*options)
 type options struct {
 	failpoint func(string) error
 	progress  func(string)
+	now       func() time.Time
 }
 
 // WithFailpoint installs fn, called at each Point*.
@@ -86,6 +88,17 @@ func WithFailpoint(fn func(point string) error) Option {
 
 // WithProgress installs fn, called before and after the long statements.
 func WithProgress(fn func(msg string)) Option { return func(o *options) { o.progress = fn } }
+
+// WithClock sets the clock capture_since is sampled from (default
+// time.Now): a test can tell when the sample was taken, and what it read,
+// without sleeping between two readings of the real clock.
+func WithClock(now func() time.Time) Option {
+	return func(o *options) {
+		if now != nil {
+			o.now = now
+		}
+	}
+}
 
 func (o *options) fail(point string) error {
 	if o.failpoint == nil {
@@ -108,7 +121,7 @@ func (o *options) report(msg string) {
 // task_session_subagents must already be in its amended shape (AC-33c): the
 // reconciler calls Run only in a pass that observed that end state.
 func Run(ctx context.Context, q dialect.Querier, d dialect.Dialect, opts ...Option) (Result, error) {
-	o := &options{}
+	o := &options{now: time.Now}
 	for _, opt := range opts {
 		opt(o)
 	}
@@ -194,7 +207,7 @@ func Run(ctx context.Context, q dialect.Querier, d dialect.Dialect, opts ...Opti
 	// AC-24 point 4: capture_since is sampled after the INSERT completed and
 	// before the key writes — never at transaction start, which would
 	// over-claim coverage by the whole scan.
-	res.CaptureSince = keys.Now()
+	res.CaptureSince = keys.Format(o.now())
 
 	// Both write-once (AC-24 point 5): a key already present, at whatever
 	// precision an older build wrote it, stays byte-identical.

@@ -52,7 +52,7 @@ func TestBackfill_AC21_EveryColumnFromItsNamedSource(t *testing.T) {
 			"source": ptr("backfill"), "observed_at": ptr(stored(db.Dialect, created)),
 			"settled_at": ptr(stored(db.Dialect, updated)), "updated_at": ptr(stored(db.Dialect, updated)),
 		}
-		for _, c := range columns {
+		for _, c := range columns(t) {
 			require.Equal(t, want.get(c), got["toolu_1/unknown"].get(c), "column %s", c)
 		}
 	})
@@ -366,8 +366,9 @@ func TestBackfill_AC24f_EmptySentinelWhenNothingMatched(t *testing.T) {
 
 // AC-24 points 1, 3, 4: backfill_through is the newest qualifying created_at
 // at nanosecond-form precision; capture_since is sampled AFTER the INSERT
-// completed (a transaction-start sample would precede the failpoint's clock
-// reading by the sleep), and both are the fixed nine-digit form.
+// completed and before the key writes (the clock is read between the
+// failpoints after the INSERT and after the first key write, and its reading
+// is the key), and both are the fixed nine-digit form.
 func TestBackfill_AC24_KeyValuesAndSamplingOrder(t *testing.T) {
 	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
 		declared(t, db)
@@ -378,26 +379,24 @@ func TestBackfill_AC24_KeyValuesAndSamplingOrder(t *testing.T) {
 			// Newer, but missing its task id: outside the predicate, so not the high-water mark.
 			message{ID: "c", Session: "s2", Task: "", Turn: "t", Created: newest.Add(time.Hour), Meta: subagent("toolu_c", nil, nil)},
 		)
-		var insertDone time.Time
+		sampled := time.Date(2026, 8, 1, 12, 0, 0, 0, time.UTC) // a whole second: still nine digits
 		var order []string
-		res := mustRun(t, db, backfill.WithFailpoint(func(p string) error {
-			order = append(order, p)
-			if p == backfill.PointInserted {
-				time.Sleep(20 * time.Millisecond)
-				insertDone = time.Now()
-			}
-			return nil
-		}))
-		require.Equal(t, []string{backfill.PointMaxTaken, backfill.PointInserted, backfill.PointFirstKeyWritten}, order)
+		res := mustRun(t, db,
+			backfill.WithFailpoint(func(p string) error {
+				order = append(order, p)
+				return nil
+			}),
+			backfill.WithClock(func() time.Time {
+				order = append(order, "clock")
+				return sampled
+			}))
+		require.Equal(t, []string{backfill.PointMaxTaken, backfill.PointInserted, "clock", backfill.PointFirstKeyWritten}, order)
 
 		ks := keySet(t, db)
 		require.Equal(t, keys.Format(newest), *ks.BackfillThrough)
 		require.Equal(t, "2026-07-30T04:39:37.271242000Z", *ks.BackfillThrough)
 		require.Equal(t, res.CaptureSince, *ks.CaptureSince)
-		cs, err := keys.Parse(*ks.CaptureSince)
-		require.NoError(t, err)
-		require.False(t, cs.Before(insertDone), "AC-24 point 4: capture_since %s precedes the INSERT's completion %s", cs, insertDone)
-		require.Len(t, *ks.CaptureSince, len("2006-01-02T15:04:05.000000000Z"))
+		require.Equal(t, "2026-08-01T12:00:00.000000000Z", *ks.CaptureSince, "AC-24 point 4: the clock's reading after the INSERT")
 	})
 }
 

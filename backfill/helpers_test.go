@@ -14,6 +14,7 @@ import (
 	"github.com/schemastate/schemastate/backfill"
 	"github.com/schemastate/schemastate/dialect"
 	"github.com/schemastate/schemastate/internal/dbtest"
+	"github.com/schemastate/schemastate/internal/owned"
 	"github.com/schemastate/schemastate/keys"
 	"github.com/schemastate/schemastate/reconcile"
 )
@@ -116,11 +117,12 @@ func subagent(toolCallID string, top, task map[string]any) string {
 	return string(b)
 }
 
-var columns = []string{
-	"id", "task_session_id", "task_id", "turn_id", "agent_execution_id", "tool_call_id",
-	"parent_tool_call_id", "subagent_type", "description", "agent_id", "child_session_id",
-	"model", "agent_status", "tool_status", "is_async", "total_tokens", "tool_use_count",
-	"duration_ms", "source", "observed_at", "settled_at", "updated_at",
+// columns is task_session_subagents's columns as schema.hcl declares them.
+func columns(t *testing.T) []string {
+	t.Helper()
+	cols, err := owned.Columns(owned.Subagents)
+	require.NoError(t, err)
+	return cols
 }
 
 // row is a stored task_session_subagents row, every column as text (nil = NULL).
@@ -136,6 +138,7 @@ func (r row) get(c string) any {
 // rows returns every row of task_session_subagents keyed by tool_call_id + "/" + agent_execution_id.
 func rows(t *testing.T, db *dbtest.DB) map[string]row {
 	t.Helper()
+	columns := columns(t)
 	sel := make([]string, len(columns))
 	for i, c := range columns {
 		sel[i] = "CAST(" + c + " AS TEXT)"

@@ -2,13 +2,13 @@ package capture_test
 
 import (
 	"context"
-	"crypto/rand"
 	"fmt"
 	"log/slog"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
 	"github.com/schemastate/schemastate/capture"
@@ -63,7 +63,9 @@ func BenchmarkRecord(b *testing.B) {
 				require.NoError(b, err)
 				defer stmt.Close()
 				for i := 0; b.Loop(); i++ {
-					_, err := stmt.ExecContext(context.Background(), uuid4(), sessA, taskA, turn1, execE,
+					// A random id of the kind Record writes, so the floor
+					// inserts into the primary key at random places too.
+					_, err := stmt.ExecContext(context.Background(), uuid.NewString(), sessA, taskA, turn1, execE,
 						fmt.Sprintf("toolu_%d", i), nil, "reviewer", "review the diff", "agent-1", nil, "claude-opus-5[1m]",
 						"completed", "completed", 1, int64(27000), int64(12), int64(93000), "live", now, now, now)
 					if err != nil {
@@ -95,14 +97,4 @@ func benchFrame() capture.Frame {
 
 func reportRate(b *testing.B) {
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "frames/s")
-}
-
-// uuid4 is a random id of the kind Record writes, so the floor inserts into
-// the primary key at random places too.
-func uuid4() string {
-	var b [16]byte
-	_, _ = rand.Read(b[:])
-	b[6] = b[6]&0x0f | 0x40
-	b[8] = b[8]&0x3f | 0x80
-	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:16])
 }

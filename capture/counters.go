@@ -12,22 +12,25 @@ import (
 // Attempted == SkippedNoIdentity + Persisted + Failed holds exactly in every
 // snapshot, because a frame's attempt and its outcome are counted together.
 // AnomalousValue (frames that reached the write carrying a negative metric,
-// AC-9), UnknownExecution (rows written with the 'unknown' sentinel, AC-31)
-// and Retried (frames that needed more than one attempt, whatever their
-// outcome) are qualifiers that overlap the outcomes.
+// AC-9), UnstorableText (frames that reached the write with a descriptive
+// text field stored NULL because it held a NUL, bytes that are not UTF-8 or
+// a lone surrogate), UnknownExecution (rows written with the 'unknown'
+// sentinel, AC-31) and Retried (frames that needed more than one attempt,
+// whatever their outcome) are qualifiers that overlap the outcomes.
 type Counters struct {
 	Attempted         int64 `json:"attempted"`
 	Persisted         int64 `json:"persisted"`
 	SkippedNoIdentity int64 `json:"skipped_no_identity"`
 	Failed            int64 `json:"failed"`
 	AnomalousValue    int64 `json:"anomalous_value"`
+	UnstorableText    int64 `json:"unstorable_text"`
 	UnknownExecution  int64 `json:"unknown_execution"`
 	Retried           int64 `json:"retried"`
 }
 
 // outcome is what one Record did, applied to the counters in one step.
 type outcome struct {
-	skipped, persisted, failed, anomalous, unknown, retried bool
+	skipped, persisted, failed, anomalous, unstorable, unknown, retried bool
 }
 
 func (c *Counters) add(o outcome) {
@@ -43,6 +46,9 @@ func (c *Counters) add(o outcome) {
 	}
 	if o.anomalous {
 		c.AnomalousValue++
+	}
+	if o.unstorable {
+		c.UnstorableText++
 	}
 	if o.unknown {
 		c.UnknownExecution++

@@ -107,8 +107,8 @@ func TestCheck_RequiresDeclaredTable(t *testing.T) {
 }
 
 // AC-26: attempted = skipped_no_identity + persisted + failed exactly, with
-// anomalous_value and unknown_execution as qualifiers — per Writer and in the
-// process-wide expvar map.
+// anomalous_value, unstorable_text and unknown_execution as qualifiers — per
+// Writer and in the process-wide expvar map.
 func TestCounters_AC26_Identity(t *testing.T) {
 	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
 		s := newStore(t, db)
@@ -124,15 +124,18 @@ func TestCounters_AC26_Identity(t *testing.T) {
 			frame("toolu_4", at(0), func(f *capture.Frame) { f.SessionID = ""; f.ExecutionID = "" }), // skipped only
 			frame("toolu_poison", at(0), func(f *capture.Frame) { f.ExecutionID = "" }),              // failed; not written, so not unknown
 			frame("toolu_poison", at(0), func(f *capture.Frame) { f.Subagent.DurationMs = -1 }),      // failed + anomalous
+			frame("toolu_5", at(0), func(f *capture.Frame) { f.Subagent.Model = "m\x00" }),           // persisted + unstorable
+			frame("toolu_poison", at(0), func(f *capture.Frame) { f.Subagent.Model = "m\xff" }),      // failed + unstorable
+			frame("toolu_6", at(0), func(f *capture.Frame) { f.TaskID = "k\x00" }),                   // failed only: an identity
 		}
 		for _, f := range frames {
 			_ = s.w.Record(ctx, f)
 		}
-		want := capture.Counters{Attempted: 8, Persisted: 4, SkippedNoIdentity: 2, Failed: 2, AnomalousValue: 2, UnknownExecution: 1}
+		want := capture.Counters{Attempted: 11, Persisted: 5, SkippedNoIdentity: 2, Failed: 4, AnomalousValue: 2, UnstorableText: 2, UnknownExecution: 1}
 		got := s.w.Counters()
 		require.Equal(t, want, got)
 		require.Equal(t, got.Attempted, got.SkippedNoIdentity+got.Persisted+got.Failed)
-		require.Equal(t, 3, s.count(t, "1 = 1"), "persisted counts writes, not rows")
+		require.Equal(t, 4, s.count(t, "1 = 1"), "persisted counts writes, not rows")
 
 		globalAfter := expvarCounters(t)
 		require.Equal(t, want, capture.Counters{
@@ -141,6 +144,7 @@ func TestCounters_AC26_Identity(t *testing.T) {
 			SkippedNoIdentity: globalAfter.SkippedNoIdentity - globalBefore.SkippedNoIdentity,
 			Failed:            globalAfter.Failed - globalBefore.Failed,
 			AnomalousValue:    globalAfter.AnomalousValue - globalBefore.AnomalousValue,
+			UnstorableText:    globalAfter.UnstorableText - globalBefore.UnstorableText,
 			UnknownExecution:  globalAfter.UnknownExecution - globalBefore.UnknownExecution,
 			Retried:           globalAfter.Retried - globalBefore.Retried,
 		})
@@ -159,7 +163,8 @@ func expvarCounters(t *testing.T) capture.Counters {
 	require.NotNil(t, v, "published under %s", capture.ExpvarName)
 	var m map[string]int64
 	require.NoError(t, json.Unmarshal([]byte(v.String()), &m))
-	require.Len(t, m, 7)
+	require.Len(t, m, 8)
 	return capture.Counters{Attempted: m["attempted"], Persisted: m["persisted"], SkippedNoIdentity: m["skipped_no_identity"],
-		Failed: m["failed"], AnomalousValue: m["anomalous_value"], UnknownExecution: m["unknown_execution"], Retried: m["retried"]}
+		Failed: m["failed"], AnomalousValue: m["anomalous_value"], UnstorableText: m["unstorable_text"],
+		UnknownExecution: m["unknown_execution"], Retried: m["retried"]}
 }

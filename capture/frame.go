@@ -18,6 +18,11 @@ type Frame struct {
 	// ObservedAt is when the frame was observed; the zero time means "now".
 	ObservedAt time.Time
 	Subagent   SubagentTask
+
+	// dropped are the descriptive fields ParseFrame found holding text that
+	// cannot be stored exactly (the decoder had already replaced it), left
+	// "" here; Record stores them NULL, counts and logs them.
+	dropped []droppedText
 }
 
 // SubagentTask is the subagent payload as parsed. Prompt, ResultText and

@@ -15,6 +15,7 @@ import (
 
 	"github.com/schemastate/schemastate/capture"
 	"github.com/schemastate/schemastate/internal/dbtest"
+	"github.com/schemastate/schemastate/internal/owned"
 	"github.com/schemastate/schemastate/reconcile"
 )
 
@@ -110,10 +111,8 @@ func (s *store) one(t *testing.T, execution, toolCallID string) capture.Row {
 // itself, for byte-for-byte comparisons.
 func (s *store) raw(t *testing.T, session, execution, toolCallID string) []sql.NullString {
 	t.Helper()
-	cols := []string{"id", "task_session_id", "task_id", "turn_id", "agent_execution_id", "tool_call_id",
-		"parent_tool_call_id", "subagent_type", "description", "agent_id", "child_session_id", "model",
-		"agent_status", "tool_status", "is_async", "total_tokens", "tool_use_count", "duration_ms",
-		"source", "observed_at", "settled_at", "updated_at"}
+	cols, err := owned.Columns(owned.Subagents)
+	require.NoError(t, err)
 	sel := make([]string, len(cols))
 	for i, c := range cols {
 		sel[i] = "CAST(" + c + " AS TEXT)"
@@ -123,7 +122,7 @@ func (s *store) raw(t *testing.T, session, execution, toolCallID string) []sql.N
 	for i := range out {
 		ptrs[i] = &out[i]
 	}
-	err := s.DB.QueryRow(s.Q(`SELECT `+strings.Join(sel, ", ")+` FROM task_session_subagents
+	err = s.DB.QueryRow(s.Q(`SELECT `+strings.Join(sel, ", ")+` FROM task_session_subagents
 		WHERE task_session_id = ? AND agent_execution_id = ? AND tool_call_id = ?`), session, execution, toolCallID).Scan(ptrs...)
 	require.NoError(t, err)
 	return out

@@ -96,10 +96,13 @@ func wireKind(t reflect.Type) string {
 }
 
 // ParseFrame reads one ingest line. An absent observed_at leaves
-// Frame.ObservedAt zero (the writer then uses its clock). A stored text field
-// holding a NUL, bytes that are not UTF-8 or a lone surrogate makes the line
-// malformed (ErrUnstorableText), as Record refuses such a frame: the JSON
-// decoder would otherwise turn the bytes into U+FFFD and merge distinct ids.
+// Frame.ObservedAt zero (the writer then uses its clock). An identity field
+// (session_id, task_id, execution_id, tool_call_id) holding a NUL, bytes that
+// are not UTF-8 or a lone surrogate makes the line malformed
+// (ErrUnstorableText), as Record refuses such a frame: the JSON decoder would
+// otherwise turn the bytes into U+FFFD and merge distinct ids. Any other
+// stored text field holding one is dropped from the frame, and Record stores
+// it NULL, counts it and logs it, as it does for a Go string.
 func ParseFrame(line []byte) (Frame, error) {
 	var w wireFrame
 	if err := json.Unmarshal(line, &w); err != nil {
@@ -122,26 +125,32 @@ func ParseFrame(line []byte) (Frame, error) {
 		name string
 		v    wireText
 	}{
-		{"session_id", w.SessionID}, {"task_id", w.TaskID}, {"turn_id", w.TurnID},
+		{"session_id", w.SessionID}, {"task_id", w.TaskID},
 		{"execution_id", w.ExecutionID}, {"tool_call_id", w.ToolCallID},
-		{"parent_tool_call_id", w.ParentToolCallID}, {"tool_status", w.ToolStatus},
-		{"subagent_task.description", p.Description}, {"subagent_task.subagent_type", p.SubagentType},
-		{"subagent_task.status", p.Status}, {"subagent_task.agent_id", p.AgentID},
-		{"subagent_task.model", p.Model}, {"subagent_task.child_session_id", p.ChildSessionID},
 	} {
 		if t.v.bad != "" {
 			return Frame{}, fmt.Errorf("%w: field %s %s: %s", ErrUnstorableText, t.name, excerpt(string(t.v.raw)), t.v.bad)
 		}
 	}
 	f := Frame{
-		SessionID: w.SessionID.s, TaskID: w.TaskID.s, TurnID: w.TurnID.s, ExecutionID: w.ExecutionID.s,
-		ToolCallID: w.ToolCallID.s, ParentToolCallID: w.ParentToolCallID.s, ToolStatus: w.ToolStatus.s,
+		SessionID: w.SessionID.s, TaskID: w.TaskID.s, ExecutionID: w.ExecutionID.s, ToolCallID: w.ToolCallID.s,
 		Subagent: SubagentTask{
-			Description: p.Description.s, Prompt: p.Prompt, SubagentType: p.SubagentType.s, Status: p.Status.s,
-			AgentID: p.AgentID.s, Model: p.Model.s, ChildSessionID: p.ChildSessionID.s,
+			Prompt:     p.Prompt,
 			DurationMs: p.DurationMs, TotalTokens: p.TotalTokens, ToolUseCount: p.ToolUseCount,
 			ResultText: p.ResultText, IsAsync: p.IsAsync, OutputFile: p.OutputFile, CanReadOutputFile: p.CanReadOutputFile,
 		},
+	}
+	// A descriptive field the decoder already replaced (U+FFFD for bad bytes
+	// and lone surrogates) is dropped here, by the raw literal, and recorded
+	// so that Record stores it NULL, counts and logs it (dropUnstorable).
+	wire := []wireText{ // in descriptiveText's order
+		w.TurnID, w.ParentToolCallID, w.ToolStatus, p.Description, p.SubagentType, p.Status, p.AgentID, p.Model, p.ChildSessionID}
+	for i, t := range descriptiveText(&f) {
+		if wire[i].bad != "" {
+			f.dropped = append(f.dropped, droppedText{field: t.name, why: wire[i].bad, excerpt: excerpt(string(wire[i].raw))})
+			continue
+		}
+		*t.v = wire[i].s
 	}
 	if w.ObservedAt != nil {
 		t, err := time.Parse(time.RFC3339Nano, *w.ObservedAt)

@@ -72,25 +72,26 @@ func wire(toolCallID, description string) string {
 		`","subagent_task":{"description":"` + description + `","result_text":"not stored \u0000"}}`
 }
 
-// Text the databases cannot hold exactly is one rule on both dialects: the
-// frame is malformed, reported with its line, and nothing is written. Raw
-// bytes that are not UTF-8 and lone surrogate escapes are seen before the
-// JSON decoder turns them into U+FFFD, so tc-\xff and tc-\xfe never merge
-// (before, they upserted one row). A real U+FFFD, a surrogate pair and a NUL
-// in a field that is never stored are fine.
-func TestIngest_UnstorableTextIsMalformedAndNeverMerges(t *testing.T) {
+// An identity the databases cannot hold exactly is one rule on both
+// dialects: the frame is malformed, reported with its line and field, and
+// nothing is written. Raw bytes that are not UTF-8 and lone surrogate escapes
+// are seen before the JSON decoder turns them into U+FFFD, so tc-\xff and
+// tc-\xfe never merge (before, they upserted one row). A real U+FFFD, a
+// surrogate pair and a NUL in a field that is never stored are fine.
+func TestIngest_UnstorableIdentityIsMalformedAndNeverMerges(t *testing.T) {
 	lines := []string{
-		wire("tc-\xff", "first agent"),         // 1: raw invalid byte in an identity
-		wire("tc-\xfe", "second agent"),        // 2
-		wire(`tc-\ud800`, "third agent"),       // 3: lone high surrogate
-		wire(`tc-\udfff`, "fourth agent"),      // 4: lone low surrogate
-		wire(`tc-\ud800x`, "fifth agent"),      // 5: high surrogate not followed by a low one
-		wire("tc-nul", `before\u0000after`),    // 6: NUL in a stored text
-		wire("tc-desc", "bad \xc3\x28 byte"),   // 7: invalid UTF-8 in a stored text
-		wire(`tc-\ufffd`, "replacement char"),  // 8: a real U+FFFD is valid
-		wire("tc-\xef\xbf\xbd", "raw U+FFFD"),  // 9: the same id, raw: merges with 8, as it should
-		wire(`tc-\ud83d\ude00`, "emoji"),       // 10: a surrogate pair
-		wire("tc-ok", `tab\tand \\u0000 text`), // 11: an escaped backslash is not an escape
+		wire("tc-\xff", "first agent"),    // 1: raw invalid byte in an identity
+		wire("tc-\xfe", "second agent"),   // 2
+		wire(`tc-\ud800`, "third agent"),  // 3: lone high surrogate
+		wire(`tc-\udfff`, "fourth agent"), // 4: lone low surrogate
+		wire(`tc-\ud800x`, "fifth agent"), // 5: high surrogate not followed by a low one
+		`{"session_id":"sess-\u0000","task_id":"task-a","tool_call_id":"tc-s","subagent_task":{}}`,                      // 6: NUL in the session id
+		"{\"session_id\":\"sess-a\",\"task_id\":\"task-\xff\",\"tool_call_id\":\"tc-t\",\"subagent_task\":{}}",          // 7: the task id
+		`{"session_id":"sess-a","task_id":"task-a","execution_id":"e-\udc00","tool_call_id":"tc-e","subagent_task":{}}`, // 8: the execution id
+		wire(`tc-\ufffd`, "replacement char"),  // 9: a real U+FFFD is valid
+		wire("tc-\xef\xbf\xbd", "raw U+FFFD"),  // 10: the same id, raw: merges with 9, as it should
+		wire(`tc-\ud83d\ude00`, "emoji"),       // 11: a surrogate pair
+		wire("tc-ok", `tab\tand \\u0000 text`), // 12: an escaped backslash is not an escape
 	}
 	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
 		s := newStore(t, db)
@@ -99,15 +100,16 @@ func TestIngest_UnstorableTextIsMalformedAndNeverMerges(t *testing.T) {
 		for _, m := range bad {
 			badLines = append(badLines, m.Line)
 		}
-		require.Equal(t, []int{1, 2, 3, 4, 5, 6, 7}, badLines, "%+v", bad)
+		require.Equal(t, []int{1, 2, 3, 4, 5, 6, 7, 8}, badLines, "%+v", bad)
 		require.Contains(t, bad[0].Reason, "field tool_call_id")
 		require.Contains(t, bad[0].Reason, "byte 0xff")
 		require.Contains(t, bad[1].Reason, "byte 0xfe")
 		require.Contains(t, bad[2].Reason, `lone surrogate \ud800`)
 		require.Contains(t, bad[3].Reason, `lone surrogate \udfff`)
-		require.Contains(t, bad[5].Reason, "field subagent_task.description")
+		require.Contains(t, bad[5].Reason, "field session_id")
 		require.Contains(t, bad[5].Reason, "NUL")
-		require.Contains(t, bad[6].Reason, "byte 0xc3")
+		require.Contains(t, bad[6].Reason, "field task_id")
+		require.Contains(t, bad[7].Reason, "field execution_id")
 		require.Equal(t, capture.Counters{Attempted: 4, Persisted: 4}, res.Counters)
 
 		require.Equal(t, 3, s.count(t, "1 = 1"))
@@ -118,15 +120,15 @@ func TestIngest_UnstorableTextIsMalformedAndNeverMerges(t *testing.T) {
 }
 
 // Record follows the same rule for a Go string: a NUL or bytes that are not
-// UTF-8 in any stored text are refused with ErrUnstorableText, counted
-// failed and logged, on both dialects alike (before, SQLite stored the NUL
-// and PostgreSQL refused it; SQLite stored the raw bytes).
-func TestRecord_UnstorableTextIsRefusedOnBothDialects(t *testing.T) {
+// UTF-8 in an identity are refused with ErrUnstorableText, counted failed and
+// logged, on both dialects alike (before, SQLite stored the NUL and
+// PostgreSQL refused it; SQLite stored the raw bytes).
+func TestRecord_UnstorableIdentityIsRefusedOnBothDialects(t *testing.T) {
 	frames := []capture.Frame{
 		frame("tc-\xff", at(0)),
-		frame("tc-nul", at(0), func(f *capture.Frame) { f.Subagent.Description = "a\x00b" }),
-		frame("tc-model", at(0), func(f *capture.Frame) { f.Subagent.Model = "m\xed\xa0\x80" }), // an encoded surrogate
-		frame("tc-turn", at(0), func(f *capture.Frame) { f.TurnID = "\x00" }),
+		frame("tc-s", at(0), func(f *capture.Frame) { f.SessionID = "sess-\x00" }),
+		frame("tc-t", at(0), func(f *capture.Frame) { f.TaskID = "task-\xed\xa0\x80" }), // an encoded surrogate
+		frame("tc-e", at(0), func(f *capture.Frame) { f.ExecutionID = "e\xc3\x28" }),
 	}
 	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
 		s := newStore(t, db)
@@ -136,14 +138,14 @@ func TestRecord_UnstorableTextIsRefusedOnBothDialects(t *testing.T) {
 		s.record(t, frame("tc-fine", at(0), func(f *capture.Frame) { f.Subagent.Prompt = "never stored \x00\xff" }))
 		require.Equal(t, capture.Counters{Attempted: 5, Persisted: 1, Failed: 4}, s.w.Counters())
 		require.Equal(t, 1, s.count(t, "1 = 1"))
-		warns := 0
+		var fields []string
 		for _, r := range s.log.records(t) {
 			if r["level"] == "WARN" {
-				warns++
-				require.Contains(t, r["error"], "NUL or is not UTF-8")
+				require.Contains(t, r["error"], "identity holds a NUL or is not UTF-8")
+				fields = append(fields, strings.Fields(strings.SplitN(r["error"].(string), "field ", 2)[1])[0])
 			}
 		}
-		require.Equal(t, 4, warns)
+		require.Equal(t, []string{"tool_call_id", "session_id", "task_id", "execution_id"}, fields)
 	})
 }
 
@@ -184,7 +186,7 @@ func TestIngest_MalformedReportsQuoteAShortExcerpt(t *testing.T) {
 		`{"session_id":"sess-a","task_id":"task-a","tool_call_id":"c","subagent_task":{"total_tokens":` + mb + `}}`,
 		`{"session_id":"sess-a","task_id":"task-a","tool_call_id":"c","subagent_task":{"tool_use_count":` + mb + `.5}}`,
 		wire(mb+"\xff", "d"),
-		wire("c", mb+`\u0000`),
+		`{"session_id":"` + mb + `\u0000","task_id":"task-a","tool_call_id":"c","subagent_task":{}}`,
 		`{"session_id":"sess-a","task_id":"task-a","tool_call_id":"c","subagent_task":{"description":` + mb + `}}`,
 		`{"session_id":` + mb + `x}`,
 	}

@@ -53,7 +53,7 @@ func list(ctx context.Context, q dialect.Querier, d dialect.Dialect, col, val st
 	// order within a session, since the last two complete the unique key. id
 	// is never a tiebreak. observed_at is compared as an instant (on SQLite
 	// its stored text is normalized to one fixed-width UTC form first).
-	query := `SELECT ` + strings.Join(columns, ", ") + ` FROM ` + Table + ` WHERE ` + col + ` = ?
+	query := `SELECT ` + SelectList + ` FROM ` + Table + ` WHERE ` + col + ` = ?
 ORDER BY ` + keys.ColumnExpr(d, "observed_at") + ` ASC, tool_call_id ASC, agent_execution_id ASC`
 	rows, err := q.QueryContext(ctx, d.Rebind(query), val)
 	if err != nil {
@@ -62,7 +62,7 @@ ORDER BY ` + keys.ColumnExpr(d, "observed_at") + ` ASC, tool_call_id ASC, agent_
 	defer rows.Close()
 	out := []Row{}
 	for rows.Next() {
-		r, err := scanRow(rows)
+		r, err := ScanRow(rows)
 		if err != nil {
 			return nil, fmt.Errorf("capture: list by %s: %w", col, err)
 		}
@@ -74,7 +74,14 @@ ORDER BY ` + keys.ColumnExpr(d, "observed_at") + ` ASC, tool_call_id ASC, agent_
 	return out, nil
 }
 
-func scanRow(rows *sql.Rows) (Row, error) {
+// SelectList is the column list ScanRow reads, in its order: a reader that
+// selects more than a Row (a classification, a count) appends its own
+// expressions after it.
+var SelectList = strings.Join(columns, ", ")
+
+// ScanRow reads the current row of rows, selected as SelectList followed by
+// one expression per extra destination, into a Row and extra.
+func ScanRow(rows *sql.Rows, extra ...any) (Row, error) {
 	var (
 		r                                            Row
 		turn, parent, typ, desc, agent, child, model sql.NullString
@@ -83,9 +90,10 @@ func scanRow(rows *sql.Rows) (Row, error) {
 		tokens, count, duration                      sql.NullInt64
 		observed, settled, updated                   any
 	)
-	err := rows.Scan(&r.ID, &r.TaskSessionID, &r.TaskID, &turn, &r.AgentExecutionID, &r.ToolCallID,
+	dest := append([]any{&r.ID, &r.TaskSessionID, &r.TaskID, &turn, &r.AgentExecutionID, &r.ToolCallID,
 		&parent, &typ, &desc, &agent, &child, &model, &agentStatus, &toolStatus, &isAsync,
-		&tokens, &count, &duration, &r.Source, &observed, &settled, &updated)
+		&tokens, &count, &duration, &r.Source, &observed, &settled, &updated}, extra...)
+	err := rows.Scan(dest...)
 	if err != nil {
 		return Row{}, err
 	}

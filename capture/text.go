@@ -7,44 +7,87 @@ import (
 	"unicode/utf8"
 )
 
-// ErrUnstorableText is returned by Record for a frame whose stored text holds
-// a NUL or bytes that are not UTF-8. No row was written.
+// ErrUnstorableText is returned by Record for a frame whose identity — its
+// session_id, task_id, execution_id or tool_call_id — holds a NUL or bytes
+// that are not UTF-8 (on the wire, also a lone surrogate escape). No row was
+// written.
 //
 // The rule is the same on both dialects and on both paths (Record and the
 // NDJSON ingest): such a frame is refused whole, never altered. PostgreSQL
 // cannot hold a NUL in TEXT at all, and SQLite would keep bytes PostgreSQL
 // refuses, so storing it would give a row on one dialect and none on the
 // other; replacing the bytes would let two different identities (tc-\xff,
-// tc-\xfe) land on one row.
-var ErrUnstorableText = errors.New("capture: frame text holds a NUL or is not UTF-8")
+// tc-\xfe) land on one row; and an identity has no NULL to fall back on.
+//
+// A descriptive field with such text does not cost the frame its row (AC-1):
+// that field alone is stored NULL (dropUnstorable).
+var ErrUnstorableText = errors.New("capture: frame identity holds a NUL or is not UTF-8")
 
 // textField is one stored text value of a frame, by its wire name.
 type textField struct {
 	name, value string
 }
 
-// storedText lists every text value of f that Record stores. Prompt,
-// ResultText and OutputFile are never stored, so they are not checked.
-func storedText(f Frame) []textField {
-	p := f.Subagent
+// identityText lists the frame's identity values: what makes its row
+// joinable, so what cannot be stored NULL or altered.
+func identityText(f Frame) []textField {
 	return []textField{
-		{"session_id", f.SessionID}, {"task_id", f.TaskID}, {"turn_id", f.TurnID},
+		{"session_id", f.SessionID}, {"task_id", f.TaskID},
 		{"execution_id", f.ExecutionID}, {"tool_call_id", f.ToolCallID},
-		{"parent_tool_call_id", f.ParentToolCallID}, {"tool_status", f.ToolStatus},
-		{"subagent_task.description", p.Description}, {"subagent_task.subagent_type", p.SubagentType},
-		{"subagent_task.status", p.Status}, {"subagent_task.agent_id", p.AgentID},
-		{"subagent_task.model", p.Model}, {"subagent_task.child_session_id", p.ChildSessionID},
 	}
 }
 
-// checkText returns why f cannot be stored exactly, or nil.
-func checkText(f Frame) error {
-	for _, t := range storedText(f) {
+// descriptiveText lists the frame's other stored text values, each by a
+// pointer into f so that one can be dropped. Prompt, ResultText and
+// OutputFile are never stored, so they are not checked.
+func descriptiveText(f *Frame) []struct {
+	name string
+	v    *string
+} {
+	p := &f.Subagent
+	return []struct {
+		name string
+		v    *string
+	}{
+		{"turn_id", &f.TurnID}, {"parent_tool_call_id", &f.ParentToolCallID}, {"tool_status", &f.ToolStatus},
+		{"subagent_task.description", &p.Description}, {"subagent_task.subagent_type", &p.SubagentType},
+		{"subagent_task.status", &p.Status}, {"subagent_task.agent_id", &p.AgentID},
+		{"subagent_task.model", &p.Model}, {"subagent_task.child_session_id", &p.ChildSessionID},
+	}
+}
+
+// droppedText is a descriptive field stored NULL because its text cannot be
+// stored exactly: its wire name, why, and a short quoted excerpt of it.
+type droppedText struct {
+	field, why, excerpt string
+}
+
+// checkIdentity returns why f's identity cannot be stored exactly, or nil.
+func checkIdentity(f Frame) error {
+	for _, t := range identityText(f) {
 		if why := goTextProblem(t.value); why != "" {
 			return fmt.Errorf("%w: field %s %s: %s", ErrUnstorableText, t.name, excerpt(t.value), why)
 		}
 	}
 	return nil
+}
+
+// dropUnstorable returns f with every descriptive field whose text cannot be
+// stored exactly (a NUL, bytes that are not UTF-8) set to "" — not reported,
+// so stored NULL on a new row and never blanking a value an earlier frame
+// stored (AC-4) — and lists them, after those ParseFrame already dropped.
+// Nothing is altered or escaped: the value is stored whole or not at all, the
+// same on both dialects, and every other field is kept.
+func dropUnstorable(f Frame) (Frame, []droppedText) {
+	dropped := f.dropped
+	f.dropped = nil
+	for _, t := range descriptiveText(&f) {
+		if why := goTextProblem(*t.v); why != "" {
+			dropped = append(dropped, droppedText{field: t.name, why: why, excerpt: excerpt(*t.v)})
+			*t.v = ""
+		}
+	}
+	return f, dropped
 }
 
 // goTextProblem says why a Go string cannot be stored exactly, or "".

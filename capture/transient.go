@@ -59,3 +59,17 @@ func transient(err error) bool {
 	return errors.Is(err, driver.ErrBadConn) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
 		errors.Is(err, net.ErrClosed) || errors.As(err, &ne) || errors.As(err, &ce) || pgconn.SafeToRetry(err)
 }
+
+// statementLost reports whether err is PostgreSQL's answer to a named
+// prepared statement that is not the one the client thinks it prepared on
+// that server connection: 26000 (invalid_sql_statement_name, it is not
+// there) or 42P05 (duplicate_prepared_statement, another client of the
+// server connection prepared that name). A transaction-mode pooler without
+// prepared-statement tracking (PgBouncer before 1.21, or with
+// max_prepared_statements = 0) hands one client's transactions to several
+// server connections and several clients' to one. Neither the frame nor the
+// table's shape is at fault.
+func statementLost(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && (pe.Code == "26000" || pe.Code == "42P05")
+}

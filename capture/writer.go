@@ -9,7 +9,6 @@ package capture
 
 import (
 	"context"
-	"crypto/rand"
 	"database/sql"
 	"errors"
 	"fmt"
@@ -18,6 +17,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/google/uuid"
 
 	"github.com/schemastate/schemastate/dialect"
 	"github.com/schemastate/schemastate/keys"
@@ -47,6 +48,10 @@ type Writer struct {
 	// Frames read it without a lock; stmtMu serializes preparing and Close.
 	stmtMu sync.Mutex
 	stmt   atomic.Pointer[sql.Stmt]
+	// unprepared is set once a named statement was lost to a pooler
+	// (statementLost): every later frame is sent as a plain statement, as
+	// the direct connection's speed cannot be had there.
+	unprepared atomic.Bool
 }
 
 // Option configures a Writer.
@@ -85,8 +90,12 @@ func (w *Writer) Close() error {
 // returns nil when the statement cannot be prepared now (the table is
 // missing, or still in its pre-amendment shape): the frame is then sent as
 // a plain statement, which reports that error as it always did, and the
-// next frame tries to prepare again.
+// next frame tries to prepare again. After a pooler lost a named statement
+// it returns nil for good.
 func (w *Writer) prepared(ctx context.Context) *sql.Stmt {
+	if w.unprepared.Load() {
+		return nil
+	}
 	if stmt := w.stmt.Load(); stmt != nil {
 		return stmt
 	}
@@ -95,13 +104,22 @@ func (w *Writer) prepared(ctx context.Context) *sql.Stmt {
 	if stmt := w.stmt.Load(); stmt != nil {
 		return stmt
 	}
-	stmt, err := w.db.PrepareContext(ctx, w.upsert)
+	stmt, err := w.db.PrepareContext(ctx, w.upsert+preparedMark)
 	if err != nil {
+		if statementLost(err) {
+			w.unprepared.Store(true)
+		}
 		return nil
 	}
 	w.stmt.Store(stmt)
 	return stmt
 }
+
+// preparedMark ends the prepared upsert's text, so that it differs from the
+// plain one's: pgx runs a statement whose text it has prepared on the
+// connection as that named statement, and the plain send that replaces a
+// lost statement must not depend on it again.
+const preparedMark = "\n-- prepared"
 
 // Counters is a snapshot of this Writer's own counters (the process-wide sum
 // is GlobalCounters, published with expvar only when the host asks: see
@@ -113,8 +131,18 @@ func (w *Writer) Counters() Counters { return w.counters.snapshot() }
 // three-column unique key the conflict target needs (AC-14). It writes
 // nothing. A table still in its pre-amendment shape fails here, as every
 // Record against it would (AC-33a).
+//
+// Behind a pooler, preparing can fail for a reason that is not the table's
+// (statementLost); the upsert is then checked by planning it unprepared
+// (EXPLAIN, which runs nothing).
 func (w *Writer) Check(ctx context.Context) error {
 	stmt, err := w.db.PrepareContext(ctx, w.upsert)
+	if statementLost(err) {
+		_, err = w.db.ExecContext(ctx, "EXPLAIN "+w.upsert, make([]any, len(columns))...)
+		if err == nil {
+			return nil
+		}
+	}
 	if err != nil {
 		return fmt.Errorf("capture: %s cannot take the upsert: %w", Table, err)
 	}
@@ -127,8 +155,11 @@ func (w *Writer) Check(ctx context.Context) error {
 // product path (AC-27). A write that fails is logged at WARN with the session
 // and tool-call ids and counted as failed; the returned error repeats that
 // outcome for callers that want it (ErrNoIdentity for an AC-2 skip,
-// ErrUnstorableText for text no dialect can hold exactly, the database error
-// for a failed write) and may be ignored.
+// ErrUnstorableText for an identity no dialect can hold exactly, the database
+// error for a failed write) and may be ignored. A descriptive field no
+// dialect can hold exactly (a NUL, bytes that are not UTF-8) is stored NULL,
+// counted (unstorable_text) and logged at WARN naming the field; the frame
+// is written with every other field.
 //
 // A write that fails for a transient reason is sent again under the
 // Writer's RetryPolicy (WithRetry): it is counted failed only after its last
@@ -145,12 +176,18 @@ func (w *Writer) record(ctx context.Context, f Frame, line int) error {
 		return ErrNoIdentity
 	}
 	// The same frame must have the same outcome on both dialects, and no
-	// identity may be altered: a NUL or non-UTF-8 text is refused, never
+	// identity may be altered: a NUL or non-UTF-8 identity is refused, never
 	// stored on one dialect and lost on the other (see ErrUnstorableText).
-	if err := checkText(f); err != nil {
+	if err := checkIdentity(f); err != nil {
 		w.count(outcome{failed: true})
 		w.warn(ctx, f, line, "", 0, err)
 		return err
+	}
+	// AC-1: a descriptive field no dialect can hold exactly costs the frame
+	// that field, never its row: it is stored NULL, counted and logged.
+	f, dropped := dropUnstorable(f)
+	for _, d := range dropped {
+		w.warnDropped(ctx, f, line, d)
 	}
 	r := w.row(f)
 	// The upsert is idempotent, so sending it again after an attempt whose
@@ -159,7 +196,14 @@ func (w *Writer) record(ctx context.Context, f Frame, line int) error {
 	attempts, err := w.retry.do(ctx, func(ctx context.Context) error {
 		if stmt := w.prepared(ctx); stmt != nil {
 			_, err := stmt.ExecContext(ctx, args...)
-			return err
+			if !statementLost(err) {
+				return err
+			}
+			// Behind a transaction-mode pooler a named statement lives on
+			// one server connection and the next frame may run on another:
+			// no frame depends on it any more. This one is sent again at
+			// once, unprepared (Close still releases the statement).
+			w.unprepared.Store(true)
 		}
 		_, err := w.db.ExecContext(ctx, w.upsert, args...)
 		return err
@@ -167,7 +211,9 @@ func (w *Writer) record(ctx context.Context, f Frame, line int) error {
 	// AC-9: anomalous_value counts every frame that reached the write.
 	// AC-31: unknown_execution counts rows written with the sentinel, so only
 	// a write that committed.
-	o := outcome{anomalous: r.anomalous, retried: attempts > 1}
+	// unstorable_text, like anomalous_value, counts every frame that reached
+	// the write carrying what it counts.
+	o := outcome{anomalous: r.anomalous, unstorable: len(dropped) > 0, retried: attempts > 1}
 	if err != nil {
 		o.failed = true
 		w.count(o)
@@ -197,6 +243,22 @@ func (w *Writer) warn(ctx context.Context, f Frame, line int, executionID string
 	}
 	attrs = append(attrs, slog.String("error", clip(err.Error(), maxReason)))
 	w.logger.LogAttrs(ctx, slog.LevelWarn, "subagent context write failed", attrs...)
+}
+
+// warnDropped logs a descriptive field stored NULL, naming it, why its text
+// could not be stored, and a quoted excerpt of that text.
+func (w *Writer) warnDropped(ctx context.Context, f Frame, line int, d droppedText) {
+	attrs := []slog.Attr{
+		slog.String("session_id", logText(f.SessionID)),
+		slog.String("tool_call_id", logText(f.ToolCallID)),
+		slog.String("field", d.field),
+		slog.String("reason", d.why),
+		slog.String("value", d.excerpt),
+	}
+	if line > 0 {
+		attrs = append(attrs, slog.Int("line", line))
+	}
+	w.logger.LogAttrs(ctx, slog.LevelWarn, "subagent context text field stored NULL: it holds text no dialect can store exactly", attrs...)
 }
 
 // logText is s as a log attribute: verbatim when short and printable as
@@ -310,13 +372,7 @@ func metric(v int64, zeroReported bool) (any, bool) {
 }
 
 // newID is a random (version 4) UUID.
-func newID() string {
-	var b [16]byte
-	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails (Go ≥ 1.24)
-	b[6] = b[6]&0x0f | 0x40
-	b[8] = b[8]&0x3f | 0x80
-	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:16])
-}
+func newID() string { return uuid.NewString() }
 
 // columns is the insert column list, in args() order.
 var columns = []string{"id", "task_session_id", "task_id", "turn_id", "agent_execution_id", "tool_call_id",

@@ -16,6 +16,7 @@ import (
 	"github.com/schemastate/schemastate/health"
 	"github.com/schemastate/schemastate/internal/dbtest"
 	"github.com/schemastate/schemastate/internal/gen"
+	"github.com/schemastate/schemastate/internal/owned"
 	"github.com/schemastate/schemastate/keys"
 	"github.com/schemastate/schemastate/reconcile"
 )
@@ -146,17 +147,17 @@ func runDifferential(t *testing.T, d dialect.Dialect, unreadable []string) diffS
 // timestamp as the instant it names.
 func subagentRows(t *testing.T, db *dbtest.DB) []string {
 	t.Helper()
-	cols := []string{"id", "task_session_id", "task_id", "turn_id", "agent_execution_id", "tool_call_id",
-		"parent_tool_call_id", "subagent_type", "description", "agent_id", "child_session_id", "model",
-		"agent_status", "tool_status", "is_async", "total_tokens", "tool_use_count", "duration_ms", "source"}
-	sel := make([]string, 0, len(cols)+3)
+	cols, err := owned.Columns(owned.Subagents)
+	require.NoError(t, err)
+	timestamps := map[string]bool{"observed_at": true, "settled_at": true, "updated_at": true}
+	sel := make([]string, 0, len(cols))
 	for _, c := range cols {
-		sel = append(sel, "COALESCE(CAST("+c+" AS TEXT), 'NULL')")
-	}
-	for _, c := range []string{"observed_at", "settled_at", "updated_at"} {
-		v := keys.ColumnExpr(db.Dialect, c)
-		if db.Dialect == dialect.Postgres {
-			v = "to_char(" + c + ", 'YYYY-MM-DD HH24:MI:SS.US')"
+		v := "CAST(" + c + " AS TEXT)"
+		if timestamps[c] {
+			v = keys.ColumnExpr(db.Dialect, c)
+			if db.Dialect == dialect.Postgres {
+				v = "to_char(" + c + ", 'YYYY-MM-DD HH24:MI:SS.US')"
+			}
 		}
 		sel = append(sel, "COALESCE("+v+", 'NULL')")
 	}

@@ -2,7 +2,10 @@ package reconcile
 
 import (
 	"context"
+	"database/sql"
+	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -201,6 +204,10 @@ func (r *run) runPhase(ctx context.Context, q querier, ph Phase, h phaseHooks, e
 	var violations, rows []int64
 	for _, g := range ph.Guards {
 		switch g.Kind {
+		case GuardNoNulls:
+			if err := refuseNulls(ctx, q, ph, g); err != nil {
+				return err
+			}
 		case GuardForeignKeys:
 			n, err := countRows(ctx, q, g.SQL)
 			if err != nil {
@@ -269,6 +276,33 @@ func (r *run) runPhase(ctx context.Context, q querier, ph Phase, h phaseHooks, e
 		k++
 	}
 	return nil
+}
+
+// refuseNulls fails with ErrNullRow, naming the row, when the guard's query
+// finds a NULL the phase could not keep.
+func refuseNulls(ctx context.Context, q querier, ph Phase, g Guard) error {
+	vals := make([]sql.NullString, len(g.Names))
+	dest := make([]any, len(vals))
+	for i := range vals {
+		dest[i] = &vals[i]
+	}
+	err := q.QueryRowContext(ctx, g.SQL[0]).Scan(dest...)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("%s: look for a NULL %s: %w", ph.ID(), g.Column, err)
+	}
+	row := make([]string, len(g.Names))
+	for i, n := range g.Names {
+		v := "NULL"
+		if vals[i].Valid {
+			v = strconv.Quote(vals[i].String)
+		}
+		row[i] = n + " " + v
+	}
+	return fmt.Errorf("%s: %w: %s row (%s) holds NULL in %s, which has no DEFAULT to fill it; the table is left as it was — give the row a value in %s or delete it, and the next boot rebuilds",
+		ph.ID(), ErrNullRow, ph.Table, strings.Join(row, ", "), g.Column, g.Column)
 }
 
 // countRows counts the rows the queries return, together.

@@ -22,6 +22,11 @@ var (
 	// (another replica) held the advisory lock; on SQLite the database's write
 	// lock was held, by another reconcile or by a host writer.
 	ErrLockHeld = errors.New("another reconcile holds the lock")
+	// ErrNullRow is wrapped by a SQLite rebuild refused because a row holds
+	// NULL in a column the declaration makes NOT NULL with no DEFAULT: the
+	// copy could not keep the row. The error names the row; give it a value
+	// (or delete it) and the next boot rebuilds.
+	ErrNullRow = errors.New("a row holds NULL where the declaration says NOT NULL")
 	// ErrLockNotAcquired is wrapped by a phase that could not get its table
 	// lock within its budget.
 	ErrLockNotAcquired = errors.New("table lock not acquired within the budget")

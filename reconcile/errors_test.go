@@ -19,19 +19,29 @@ import (
 	"github.com/schemastate/schemastate"
 	"github.com/schemastate/schemastate/dialect"
 	"github.com/schemastate/schemastate/internal/dbtest"
+	"github.com/schemastate/schemastate/internal/fixtures"
 	"github.com/schemastate/schemastate/reconcile"
 )
 
 // A failed step's error reaches the host with its chain: a real database
 // error is found with errors.As — on PostgreSQL the *pgconn.PgError of a DDL
 // whose lock_timeout expired (another session holds the table), on SQLite the
-// *sqlite.Error of a legacy row the declared NOT NULL key refuses — inside a
+// *sqlite.Error of the declared unique key refusing two legacy rows of one
+// tool call (a host table that never had the two-column UNIQUE) — inside a
 // *StepError naming the step, and the error still matches ErrStepFailed.
 func TestReconcile_StepErrorKeepsDatabaseError(t *testing.T) {
 	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
-		db.Host(t).Legacy(t)
-		seedLegacy(t, db)
-		failShape(t, db)
+		if db.Dialect == dialect.SQLite {
+			ddl, err := fixtures.LegacyFixture(string(db.Dialect))
+			require.NoError(t, err)
+			db.Host(t).Exec(t, strings.Replace(ddl, ",\n    UNIQUE (task_session_id, tool_call_id)", "", 1))
+			seedLegacy(t, db)
+			db.Exec(t, `INSERT INTO task_session_subagents (id, task_session_id, task_id, tool_call_id, observed_at, updated_at) VALUES ('r1-again', 's1', 'k1', 'toolu_1', '2026-07-30 01:00:00+00:00', '2026-07-30 01:00:00+00:00')`)
+		} else {
+			db.Host(t).Legacy(t)
+			seedLegacy(t, db)
+			failShape(t, db)
+		}
 		rep, err := reconcile.Reconcile(ctx, db.DB, reconcile.WithDDLLockTimeout(200*time.Millisecond))
 		require.ErrorIs(t, err, reconcile.ErrStepFailed, describe(rep))
 
@@ -46,7 +56,7 @@ func TestReconcile_StepErrorKeepsDatabaseError(t *testing.T) {
 		} else {
 			var le *sqlite.Error
 			require.ErrorAs(t, err, &le)
-			require.Equal(t, sqlite3.SQLITE_CONSTRAINT, le.Code()&0xff, "a constraint refused the copy: %v", le)
+			require.Equal(t, sqlite3.SQLITE_CONSTRAINT, le.Code()&0xff, "a constraint refused the rebuild: %v", le)
 		}
 	})
 }

@@ -50,7 +50,7 @@ const certificateKey = "schemastate_shape_certificate"
 // where build info cannot tell builds apart — a test binary reports
 // "(devel)", and a dirty tree keeps its commit's revision. Change it with
 // any such rule.
-const PlannerVersion = "2026-11-30.3"
+const PlannerVersion = "2026-12-01.1"
 
 // certificate is the kandev_meta value, stored as JSON.
 type certificate struct {

@@ -123,9 +123,9 @@ func failAt(point string) reconcile.Option {
 }
 
 // failShape makes a reconcile of the seeded legacy store fail its shape step
-// with a real database error until undo is called: on SQLite a legacy row
-// whose (nullable) primary key is NULL, which the copy into the declared NOT
-// NULL key refuses; on PostgreSQL another session holding a lock on the table,
+// for a real reason until undo is called: on SQLite a legacy row whose
+// (nullable) primary key is NULL, which the rebuild into the declared NOT NULL
+// key refuses (ErrNullRow); on PostgreSQL another session holding a lock on the table,
 // which a DDL lock_timeout (WithDDLLockTimeout) then outlasts.
 func failShape(t *testing.T, db *dbtest.DB) (undo func()) {
 	t.Helper()

@@ -98,6 +98,11 @@ type Phase struct {
 type GuardKind string
 
 const (
+	// GuardNoNulls: SQL[0] returns a row holding NULL in Column, which the
+	// phase makes NOT NULL with nothing to fill it with, so the row could
+	// not be kept: any row fails the phase (ErrNullRow), naming it by Names
+	// (the query's columns), before anything changes.
+	GuardNoNulls GuardKind = "no_null_rows"
 	// GuardSetting: SQL[0] reads a connection setting, SQL[1] sets it for the
 	// phase, SQL[2] restores the value read (substituted for %s) after the
 	// phase, whether it succeeded or not.
@@ -118,6 +123,10 @@ type Guard struct {
 	// Statement is the index in Phase.SQL of the statement a rows_copied
 	// guard checks (never 0: the table it copies into is created first).
 	Statement int `json:"statement,omitempty"`
+	// Column is the column a no_null_rows guard looks in; Names the columns
+	// its query returns to name a row by.
+	Column string   `json:"column,omitempty"`
+	Names  []string `json:"names,omitempty"`
 	// Detail says why the guard is there.
 	Detail string `json:"detail,omitempty"`
 }

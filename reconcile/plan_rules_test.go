@@ -346,3 +346,21 @@ func TestDescribe_IndexAndForeignKeyForms(t *testing.T) {
 	require.Equal(t, "(a) REFERENCES p (id) ON DELETE CASCADE", f.Definition())
 	require.Equal(t, "(a) p(id) NO ACTION CASCADE", f.decides())
 }
+
+// A nullable key the declaration makes NOT NULL (the host's own
+// `id TEXT PRIMARY KEY`, which SQLite lets hold NULL) is rebuilt, and the
+// rebuild first refuses a row holding NULL there, naming it by rowid and the
+// declared unique key.
+func TestPlanTable_SQLiteNullableKeyIsRebuiltRefusingNulls(t *testing.T) {
+	runPlanCases(t, sqliteDriver{}, []planTableCase{{name: "nullable id", live: sqliteT(func(t *schema.Table) {
+		column(t, "id").Type.Null = true
+	}), want: sqliteT(nil), check: func(t *testing.T, tp *tablePlan) {
+		require.Equal(t, []string{"shape:rebuild"}, phaseNames(tp))
+		ph := tp.Phases[0]
+		require.Equal(t, []GuardKind{GuardNoNulls, GuardRowsCopied, GuardSetting}, guardKinds(ph), "the NULL check first, before anything changes")
+		g := ph.Guards[0]
+		require.Equal(t, "id", g.Column)
+		require.Equal(t, []string{"rowid", "a", "b"}, g.Names)
+		require.Equal(t, []string{`SELECT "rowid", "a", "b" FROM "t" WHERE "id" IS NULL LIMIT 1`}, g.SQL)
+	}}})
+}

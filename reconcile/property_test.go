@@ -172,11 +172,13 @@ func TestReconcile_BootCertifiesIffPlanIsEmpty(t *testing.T) {
 // Issue 11: a task_session_subagents the host's own DDL created (the key as an
 // inline UNIQUE, on SQLite an autoindex) is not rebuilt for its spelling and
 // reaches the certified steady state: clause 4 reads the inline key as the
-// declared one, so the full check stops repeating at every boot.
+// declared one, so the full check stops repeating at every boot. (The host's
+// nullable `id TEXT PRIMARY KEY` is a real difference on SQLite, rebuilt once:
+// TestReconcile_SQLiteNullableKeyRebuiltToDeclaredNotNull.)
 func TestReconcile_HostDDLTableReachesTheCertifiedSteadyState(t *testing.T) {
 	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
 		db.Host(t)
-		db.Exec(t, hostAmendedDDL("task_session_id, agent_execution_id, tool_call_id"))
+		db.Exec(t, hostAmendedDDLNotNullID("task_session_id, agent_execution_id, tool_call_id"))
 		mustReconcile(t, db, quiet)
 		require.True(t, observe(t, db).EndState.IndexesMatchDeclaration)
 		rep := settle(t, db, quiet)

@@ -63,6 +63,9 @@ const (
 	// copied into the new table (and their count checked, GuardRowsCopied)
 	// and before the old one is dropped.
 	FailpointRebuildCopied = "shape.rebuild_copied"
+	// FailpointExecutionSinceObserve runs as the execution_since step begins
+	// observing the end state, before it reads the live schema.
+	FailpointExecutionSinceObserve = "execution_since.observe"
 	// FailpointExecutionSinceWrite runs just before the execution_since key write.
 	FailpointExecutionSinceWrite = "execution_since.write"
 	// FailpointBackfillMaxTaken runs after backfill_through is computed, before the INSERT.
@@ -430,6 +433,9 @@ func (r *run) reportDrift() {
 // which gates the backfill (AC-33c).
 func (r *run) executionSince(ctx context.Context, sess session, decl *Declaration, clean bool) (es EndState) {
 	r.step(ctx, sess, StepExecutionSince, func(ctx context.Context, q querier) Step {
+		if err := r.o.fail(FailpointExecutionSinceObserve); err != nil {
+			return failed(err)
+		}
 		var err error
 		if es, err = r.observe(ctx, q, decl, sess.schemaName()); err != nil {
 			return failed(err)
@@ -441,6 +447,9 @@ func (r *run) executionSince(ctx context.Context, sess session, decl *Declaratio
 		if err := r.o.fail(FailpointExecutionSinceWrite); err != nil {
 			return failed(err)
 		}
+		// The key names an instant the end state was observed to hold: sampled
+		// after the observation, at the write, never at the transaction's start
+		// or before the boot looked.
 		wrote, err := keys.WriteOnce(ctx, q, r.o.dialect, keys.ExecutionSince, keys.Now())
 		if err != nil {
 			return failed(err)

@@ -134,6 +134,39 @@ func TestReconcile_AC33a_FailedRebuildLeavesLegacyShape(t *testing.T) {
 	})
 }
 
+// AC-20, AC-24a: a failed execution_since step and a failed backfill step are
+// each logged at WARN carrying the step's name, as a failed shape step is
+// (TestReconcile_AC33a_FailedRebuildLeavesLegacyShape) — the boot goes on,
+// and the WARN is the one line that names what failed.
+func TestReconcile_AC20_FailedStepWarnsNamingIt(t *testing.T) {
+	for _, c := range []struct{ point, step string }{
+		{reconcile.FailpointExecutionSinceWrite, reconcile.StepExecutionSince},
+		{reconcile.FailpointBackfillMaxTaken, reconcile.StepBackfill},
+		{reconcile.FailpointBackfillInserted, reconcile.StepBackfill},
+		{reconcile.FailpointBackfillFirstKeyWritten, reconcile.StepBackfill},
+	} {
+		t.Run(c.point, func(t *testing.T) {
+			dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
+				db.Host(t)
+				var logs bytes.Buffer
+				logger := slog.New(slog.NewTextHandler(&logs, nil))
+				rep, err := reconcile.Reconcile(ctx, db.DB, reconcile.WithLogger(logger), failAt(c.point))
+				require.ErrorIs(t, err, reconcile.ErrStepFailed)
+				require.Equal(t, reconcile.Failed, rep.Step(c.step).Status, describe(rep))
+				var warns []string
+				for _, line := range strings.Split(logs.String(), "\n") {
+					if strings.Contains(line, "level=WARN") {
+						warns = append(warns, line)
+					}
+				}
+				require.Len(t, warns, 1, "one WARN, for the failed step: %s", logs.String())
+				require.Contains(t, warns[0], "step="+c.step)
+				require.Contains(t, warns[0], "forced failure at "+c.point)
+			})
+		})
+	}
+}
+
 func requireLegacyIntact(t *testing.T, db *dbtest.DB, before []string) {
 	t.Helper()
 	obs := observe(t, db)
@@ -152,10 +185,10 @@ func requireLegacyIntact(t *testing.T, db *dbtest.DB, before []string) {
 	require.Equal(t, 1, tables, "no leftover copy table")
 }
 
-// AC-33a with a real database failure rather than a failpoint: on SQLite a
-// legacy row whose (nullable) primary key is NULL cannot be copied into the
-// declared NOT NULL key; on PostgreSQL another session holds a lock on the
-// table and the swap's lock_timeout expires.
+// AC-33a with a real failure rather than a failpoint: on SQLite a legacy row
+// whose (nullable) primary key is NULL cannot be copied into the declared NOT
+// NULL key, and the rebuild refuses it by name; on PostgreSQL another session
+// holds a lock on the table and the swap's lock_timeout expires.
 func TestReconcile_AC33a_RealFailureRollsBack(t *testing.T) {
 	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
 		db.Host(t).Legacy(t)
@@ -164,6 +197,10 @@ func TestReconcile_AC33a_RealFailureRollsBack(t *testing.T) {
 		before := snapshot(t, db)
 		rep, err := reconcile.Reconcile(ctx, db.DB, reconcile.WithDDLLockTimeout(200*time.Millisecond))
 		require.ErrorIs(t, err, reconcile.ErrStepFailed, describe(rep))
+		if db.Dialect == dialect.SQLite {
+			require.ErrorIs(t, err, reconcile.ErrNullRow)
+			require.Contains(t, err.Error(), `tool_call_id "toolu_null"`)
+		}
 		require.Equal(t, reconcile.Failed, rep.Step(reconcile.StepShape).Status)
 		require.Equal(t, reconcile.Skipped, rep.Step(reconcile.StepExecutionSince).Status)
 		require.Equal(t, reconcile.Skipped, rep.Step(reconcile.StepBackfill).Status, "AC-33c")
@@ -172,6 +209,37 @@ func TestReconcile_AC33a_RealFailureRollsBack(t *testing.T) {
 		undo()
 		mustReconcile(t, db)
 		requireAC33(t, db, freshIndexSet(t, db.Dialect))
+	})
+}
+
+// AC-24 / AC-33b: execution_since is the instant the end state was observed
+// to hold — not earlier than the moment the boot began observing it, not
+// later than the moment the key was written (the backfill step's first
+// failpoint runs after the execution_since step). The failpoint sleeps
+// before it reads the clock, so a key sampled when the transaction began (at
+// the lock on SQLite, at the step's BEGIN on PostgreSQL) or before the
+// observation falls outside, as does a fixed instant.
+func TestReconcile_AC24_ExecutionSinceSampledAfterObservingTheEndState(t *testing.T) {
+	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
+		db.Host(t).Legacy(t)
+		seedLegacy(t, db)
+		var observing, written time.Time
+		mustReconcile(t, db, quiet, reconcile.WithFailpoint(func(p string) error {
+			switch p {
+			case reconcile.FailpointExecutionSinceObserve:
+				time.Sleep(30 * time.Millisecond)
+				observing = time.Now()
+			case reconcile.FailpointBackfillMaxTaken:
+				written = time.Now()
+			}
+			return nil
+		}))
+		require.False(t, observing.IsZero())
+		require.False(t, written.IsZero())
+		es, err := keys.Parse(*readKeys(t, db).ExecutionSince)
+		require.NoError(t, err)
+		require.False(t, es.Before(observing), "execution_since %s precedes the observation's start %s", es, observing)
+		require.False(t, es.After(written), "execution_since %s follows the key write %s", es, written)
 	})
 }
 

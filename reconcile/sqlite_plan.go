@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"ariga.io/atlas/sql/schema"
+	"ariga.io/atlas/sql/sqlite"
 
 	"github.com/schemastate/schemastate/dialect"
 )
@@ -55,17 +56,6 @@ func sqlitePhase(name, table string, stmts []string) Phase {
 // normalizeLive removes differences that are spellings of the same shape, so
 // an equivalent live table plans no change (and runs no DDL).
 func normalizeLive(live, want *schema.Table) {
-	// A non-INTEGER PRIMARY KEY column declared without NOT NULL inspects as
-	// nullable; the declaration spells it NOT NULL.
-	if live.PrimaryKey != nil {
-		for _, p := range live.PrimaryKey.Parts {
-			if p.C != nil {
-				if wc, ok := want.Column(p.C.Name); ok && !wc.Type.Null {
-					p.C.Type.Null = false
-				}
-			}
-		}
-	}
 	// An inline UNIQUE (…) constraint inspects as sqlite_autoindex_T_N; it is
 	// the same uniqueness as a declared unique index over the same columns.
 	for _, idx := range live.Indexes {
@@ -222,6 +212,7 @@ func rebuildPhase(pc *planContext, live, want *schema.Table, changes, drift []sc
 	stmts = append(stmts, f.triggers...)
 
 	ph := sqlitePhase(PhaseRebuild, want.Name, stmts)
+	ph.Guards = nullChecks(live, want, fill)
 	if why := fkCheckWhy(live, &tmp, changes, f.referencedBy); why != "" {
 		var checks []string
 		for _, t := range append([]string{want.Name}, f.referencedBy...) {
@@ -241,6 +232,54 @@ func rebuildPhase(pc *planContext, live, want *schema.Table, changes, drift []sc
 		Guard{Kind: GuardSetting, SQL: []string{"PRAGMA legacy_alter_table", "PRAGMA legacy_alter_table = ON", "PRAGMA legacy_alter_table = %s"},
 			Detail: "the rename leaves views and other tables' triggers to resolve by name"})
 	return ph, nil
+}
+
+// nullChecks are the rebuild's guards against a NULL it could not copy: one
+// per column nullable live that the declaration makes NOT NULL and fills do
+// not fill. The host's own `id TEXT PRIMARY KEY` is one: SQLite lets a
+// non-INTEGER primary key hold NULL. A row found fails the phase with
+// ErrNullRow, naming it by its rowid (unless the table has none) and the
+// declared key's columns, before anything changes.
+func nullChecks(live, want *schema.Table, fill map[string]string) []Guard {
+	var out []Guard
+	for _, wc := range want.Columns {
+		lc, ok := live.Column(wc.Name)
+		if _, filled := fill[wc.Name]; !ok || filled || !lc.Type.Null || wc.Type.Null {
+			continue
+		}
+		var names []string
+		if !slices.ContainsFunc(live.Attrs, func(a schema.Attr) bool { _, ok := a.(*sqlite.WithoutRowID); return ok }) {
+			names = append(names, "rowid")
+		}
+		var key []*schema.Column
+		if want.PrimaryKey != nil {
+			for _, p := range want.PrimaryKey.Parts {
+				key = append(key, p.C)
+			}
+		}
+		for _, idx := range want.Indexes {
+			if idx.Unique {
+				for _, p := range idx.Parts {
+					key = append(key, p.C)
+				}
+				break
+			}
+		}
+		for _, c := range key {
+			if _, ok := live.Column(c.Name); ok && c.Name != wc.Name && !slices.Contains(names, c.Name) {
+				names = append(names, c.Name)
+			}
+		}
+		sel := make([]string, len(names))
+		for i, n := range names {
+			sel[i] = dialect.QuoteIdent(n)
+		}
+		out = append(out, Guard{Kind: GuardNoNulls, Column: wc.Name, Names: names,
+			SQL: []string{fmt.Sprintf("SELECT %s FROM %s WHERE %s IS NULL LIMIT 1",
+				strings.Join(sel, ", "), dialect.QuoteIdent(want.Name), dialect.QuoteIdent(wc.Name))},
+			Detail: "NOT NULL with no DEFAULT to fill a NULL with"})
+	}
+	return out
 }
 
 // fkCheckWhy says why a rebuild must compare foreign_key_check before and

@@ -168,8 +168,9 @@ func TestReconcile_SQLiteRebuildAddingAForeignKeyRefusesNewViolations(t *testing
 	requireAC33(t, db, freshIndexSet(t, db.Dialect))
 }
 
-// Issue 19: a SQLite rebuild's guards are phases' data — the row count,
-// foreign_key_check before and after, legacy_alter_table set and restored —
+// Issue 19: a SQLite rebuild's guards are phases' data — no NULL where the
+// key is tightened, the row count, foreign_key_check before and after,
+// legacy_alter_table set and restored —
 // and are what runs around the rebuild's statements, as the driver saw them.
 func TestReconcile_SQLiteRebuildRunsThePlannedGuards(t *testing.T) {
 	db := dbtest.Open(t, dialect.SQLite).Host(t).Legacy(t)
@@ -195,12 +196,14 @@ func TestReconcile_SQLiteRebuildRunsThePlannedGuards(t *testing.T) {
 	for _, g := range rebuild.Guards {
 		kinds[g.Kind] = g
 	}
-	require.Len(t, kinds, 3, "%+v", rebuild.Guards)
-	fk, rows, setting := kinds[reconcile.GuardForeignKeys], kinds[reconcile.GuardRowsCopied], kinds[reconcile.GuardSetting]
+	require.Len(t, kinds, 4, "%+v", rebuild.Guards)
+	nulls, fk, rows, setting := kinds[reconcile.GuardNoNulls], kinds[reconcile.GuardForeignKeys], kinds[reconcile.GuardRowsCopied], kinds[reconcile.GuardSetting]
+	require.Equal(t, "id", nulls.Column, "the legacy id TEXT PRIMARY KEY is nullable on SQLite")
 	require.Equal(t, "referenced by subagent_notes", fk.Detail)
 	require.True(t, strings.HasPrefix(rebuild.SQL[rows.Statement], "INSERT INTO"), rebuild.SQL[rows.Statement])
 
 	var want []string
+	want = append(want, nulls.SQL...)
 	want = append(want, fk.SQL...)
 	want = append(want, rows.SQL...)
 	want = append(want, setting.SQL[0], setting.SQL[1])

@@ -75,13 +75,25 @@ func TestTranscript_RecoverDuringCreateLeavesTheLiveChildAlone(t *testing.T) {
 		release := db.LockWrites(t, "background_agent_log")
 		created := make(chan error, 1)
 		go func() { created <- s.Create(ctx, header("sess-cr", "agent-cr", transcript.KindRunInBackground)) }()
-		// Give Create time to get as far as it can while the table is locked.
-		deadline := time.Now().Add(500 * time.Millisecond)
-		for time.Now().Before(deadline) {
-			if _, err := os.Stat(p.Log); err == nil {
-				break
+		if db.Dialect == dialect.Postgres {
+			// Create waits on the lock: whatever it does before its row
+			// insert (the right order: nothing) has been done.
+			require.Eventually(t, func() bool {
+				var n int
+				require.NoError(t, db.DB.QueryRow(`SELECT COUNT(*) FROM pg_stat_activity WHERE datname = current_database()
+					AND wait_event_type = 'Lock' AND query LIKE 'INSERT INTO background_agent_log%'`).Scan(&n))
+				return n > 0
+			}, 20*time.Second, 2*time.Millisecond, "Create's row insert waits on the lock")
+		} else {
+			// SQLite's busy wait is invisible to another connection: give
+			// Create 500 ms to get as far as it can while the table is locked.
+			deadline := time.Now().Add(500 * time.Millisecond)
+			for time.Now().Before(deadline) {
+				if _, err := os.Stat(p.Log); err == nil {
+					break
+				}
+				time.Sleep(time.Millisecond)
 			}
-			time.Sleep(time.Millisecond)
 		}
 		rep, err := transcript.Recover(ctx, root, l, "")
 		require.NoError(t, err)

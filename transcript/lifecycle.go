@@ -185,12 +185,13 @@ func (l *Lifecycle) Get(ctx context.Context, id Identity) (*Entry, error) {
 }
 
 // Find returns the rows of (session, agent) in every workspace, or in one
-// when workspace is not "".
+// when workspace is not "", ordered by workspace path (Recover's reasons
+// name them in that order).
 func (l *Lifecycle) Find(ctx context.Context, workspace, session, agent string) ([]Entry, error) {
 	if workspace != "" {
 		return l.query(ctx, `WHERE workspace_path = ? AND session_id = ? AND agent_id = ?`, workspace, session, agent)
 	}
-	return l.query(ctx, `WHERE session_id = ? AND agent_id = ?`, session, agent)
+	return l.query(ctx, `WHERE session_id = ? AND agent_id = ? ORDER BY workspace_path`, session, agent)
 }
 
 // List returns a parent session's rows (in one workspace when workspace is

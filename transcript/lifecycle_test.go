@@ -12,6 +12,7 @@ import (
 
 	"github.com/schemastate/schemastate/dialect"
 	"github.com/schemastate/schemastate/internal/dbtest"
+	"github.com/schemastate/schemastate/internal/fixtures"
 	"github.com/schemastate/schemastate/keys"
 	"github.com/schemastate/schemastate/reconcile"
 	"github.com/schemastate/schemastate/transcript"
@@ -31,9 +32,9 @@ func lifecycleDB(t *testing.T, db *dbtest.DB) *transcript.Lifecycle {
 
 func legacyLifecycleFixture(t *testing.T, db *dbtest.DB) {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join("..", "testdata", "host", "background_agent_log_legacy.sql"))
+	script, err := fixtures.LifecycleLegacyFixture(string(db.Dialect))
 	require.NoError(t, err)
-	db.Exec(t, string(b))
+	db.Exec(t, script)
 }
 
 // storageID names the table's physical storage: SQLite's rootpage, or
@@ -312,5 +313,25 @@ func TestLifecycle_RecoverFinishesOnlyDeadRunningTranscripts(t *testing.T) {
 		require.NoError(t, err)
 		require.Len(t, rep.Finished, 1)
 		require.Equal(t, "agent-alive", rep.Finished[0].AgentID)
+	})
+}
+
+// Recover's reason names a transcript's rows in workspace order, whatever
+// order they were written in, so `transcript recover` prints the same text
+// at every run.
+func TestLifecycle_RecoverNamesRowsInWorkspaceOrder(t *testing.T) {
+	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
+		l := lifecycleDB(t, db)
+		s := newStore(t)
+		require.NoError(t, s.Create(ctx, header("sess-o", "agent-o", transcript.KindRunInBackground)))
+		for _, e := range []struct{ ws, status string }{{"/ws-b", "completed"}, {"/ws-a", "failed"}} {
+			require.NoError(t, l.Start(ctx, transcript.Entry{WorkspacePath: e.ws, SessionID: "sess-o", AgentID: "agent-o",
+				Kind: string(transcript.KindRunInBackground), Status: e.status, StartedAt: time.Now()}))
+		}
+		rep, err := transcript.Recover(ctx, s.Root(), l, "")
+		require.NoError(t, err)
+		require.Len(t, rep.Finished, 1)
+		require.Contains(t, rep.Finished[0].Reason, "has status=failed, status=completed;")
+		require.Equal(t, "completed", rep.Finished[0].Lifecycle, "the last row in workspace order")
 	})
 }

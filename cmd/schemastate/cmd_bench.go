@@ -19,11 +19,6 @@ import (
 // Exit codes of bench.
 const exitBenchFailed = 1 // a measurement could not be taken
 
-func init() {
-	register(&command{name: "bench", summary: "cost curves: generate stores and time each operation against its floor and anchors on the same data",
-		exits: "0 measured, 1 a measurement could not be taken, 3 the database is not empty, 2 usage or unreachable database", run: runBench})
-}
-
 func runBench(ctx context.Context, e *env, args []string) int {
 	fs := flags(e, "bench", "[--db DSN] [--rows N,…] [--messages N,…] [--runs N] [--large-runs N] [--frames N] [--out DIR] [--json]")
 	dbArg := dbFlag(fs)

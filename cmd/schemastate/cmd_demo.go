@@ -4,14 +4,10 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/schemastate/schemastate/internal/basestate"
 	"github.com/schemastate/schemastate/internal/fixtures"
 	"github.com/schemastate/schemastate/reconcile"
 )
-
-func init() {
-	register(&command{name: "demo", summary: "try it: give a store the host fixture (and a pre-amendment store) if it has none, then reconcile",
-		exits: "0 ok, 3 a step failed, 2 usage, a partial host or unreachable database (as reconcile)", run: runDemo})
-}
 
 // runDemo prepares a store for a first look and runs the boot sequence on it.
 // It only ever creates host tables on a database that has none of them.
@@ -23,7 +19,8 @@ func runDemo(ctx context.Context, e *env, args []string) int {
 	if code, ok := parseArgs(e, fs, args, 0, ""); !ok {
 		return code
 	}
-	if *state != "legacy" && *state != "fresh" {
+	seed, known := basestate.ByFlag(*state)
+	if !known || seed != basestate.PreAmendment && seed != basestate.Fresh {
 		fmt.Fprintf(e.stderr, "schemastate: demo: --state must be legacy or fresh, not %q\n", *state)
 		return exitUsage
 	}
@@ -43,24 +40,17 @@ func runDemo(ctx context.Context, e *env, args []string) int {
 		}
 	}
 	if len(obs.MissingHostTables) == len(obs.HostTables) {
-		scripts := []func() (string, error){
-			func() (string, error) { return fixtures.HostFixture(string(target.Dialect)) },
-			fixtures.DemoSessionsFixture, // testdata/frames/ ingests into every demo store
-		}
-		if *state == "legacy" {
-			scripts = append(scripts,
-				func() (string, error) { return fixtures.LegacyFixture(string(target.Dialect)) },
-				fixtures.DemoFixture)
-		}
-		for _, s := range scripts {
-			script, err := s()
-			if err == nil {
-				err = fixtures.ApplyScript(ctx, db, script)
+		err := seed.Seed(ctx, db, target.Dialect)
+		if err == nil {
+			// testdata/frames/ ingests into every demo store.
+			var sessions string
+			if sessions, err = fixtures.DemoSessionsFixture(); err == nil {
+				err = fixtures.ApplyScript(ctx, db, sessions)
 			}
-			if err != nil {
-				fail(e, "demo", err)
-				return exitUsage
-			}
+		}
+		if err != nil {
+			fail(e, "demo", err)
+			return exitUsage
 		}
 		say("seeded %s with the host fixture (state: %s)", target.Display, *state)
 	} else if len(obs.MissingHostTables) > 0 {

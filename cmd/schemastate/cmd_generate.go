@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"time"
 
 	"github.com/schemastate/schemastate/internal/gen"
@@ -16,17 +15,12 @@ const (
 	exitNotEmpty       = 3 // the database already holds a store; nothing was written
 )
 
-func init() {
-	register(&command{name: "generate", summary: "write a reference-shaped store (benchmarks, demos): history, subagents, an installed-base state",
-		exits: "0 written, 1 the store could not be written (partial rows may remain), 3 the database already holds a store (nothing written), 2 usage or unreachable database", run: runGenerate})
-}
-
 func runGenerate(ctx context.Context, e *env, args []string) int {
 	fs := flags(e, "generate", "[--db DSN] [--scale-mb MIB] [--population K] [--state predating|legacy|amended] [--seed N] [--json]")
 	dsn := dbFlag(fs)
 	scale := fs.Float64("scale-mb", gen.ReferenceMB, "approximate store size in MiB; the subagent population scales with it")
 	population := fs.Float64("population", 0, "multiply the reference subagent population by this instead (0: scale-mb/328)")
-	state := fs.String("state", string(gen.Predating), "installed-base state: predating, legacy or amended")
+	state := fs.String("state", gen.Predating.Flag, "installed-base state: predating, legacy or amended")
 	seed := fs.Uint64("seed", 1, "seed; the same seed writes the same rows")
 	asJSON := fs.Bool("json", false, "print the summary as one JSON object and no progress")
 	if code, ok := parseArgs(e, fs, args, 0, ""); !ok {
@@ -36,7 +30,8 @@ func runGenerate(ctx context.Context, e *env, args []string) int {
 		fmt.Fprintln(e.stderr, "schemastate generate: --scale-mb must be positive and --population not negative")
 		return exitUsage
 	}
-	if !slices.Contains(gen.States, gen.State(*state)) {
+	st, known := gen.Lookup(*state)
+	if !known {
 		// Checked before --db is opened: a usage error creates no file.
 		fmt.Fprintf(e.stderr, "schemastate generate: --state %q: want predating, legacy or amended\n", *state)
 		return exitUsage
@@ -46,7 +41,7 @@ func runGenerate(ctx context.Context, e *env, args []string) int {
 		return exitUsage
 	}
 	defer db.Close()
-	cfg := gen.Config{ScaleMB: *scale, Population: *population, State: gen.State(*state), Seed: *seed, Logger: e.logger}
+	cfg := gen.Config{ScaleMB: *scale, Population: *population, State: st, Seed: *seed, Logger: e.logger}
 	if !*asJSON {
 		cfg.Progress = generateProgress(e)
 	}
@@ -68,7 +63,7 @@ func runGenerate(ctx context.Context, e *env, args []string) int {
 		sum.Dialect, sum.State, sum.Seed, float64(sum.StoreBytes)/(1<<20), sum.Sessions, sum.Turns, sum.Messages, sum.Duration.Round(time.Millisecond))
 	fmt.Fprintf(e.stdout, "subagents: %d invocations in %d turns across %d sessions; status %v; fan-out %v; nested %d; missing type %d\n",
 		p.Invocations(), p.Turns(), p.Sessions, p.Status, p.FanOut, p.Nested, p.MissingType)
-	if sum.State != gen.Predating {
+	if st != gen.Predating {
 		fmt.Fprintf(e.stdout, "rows: %d live, %d backfill; activated at %s\n", sum.LiveRows, sum.BackfillRows, sum.ActivatedAt)
 	}
 	printKeys(e, sum.Keys, true)

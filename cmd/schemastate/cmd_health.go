@@ -14,11 +14,6 @@ import (
 // capture_since that is not an instant).
 const exitUnhealthy = 1
 
-func init() {
-	register(&command{name: "health", summary: "read-only: writer health — shortfall (the alarm), excess, collisions, last observed (AC-28, AC-29)",
-		exits: "0 healthy, 1 any other verdict (shortfall, nothing_since_activation, not_activated), 2 usage, missing tables, unreachable database or a capture_since that is not an instant", run: runHealth})
-}
-
 func runHealth(ctx context.Context, e *env, args []string) int {
 	fs := flags(e, "health", "[--db DSN] [--json]")
 	dsn := dbFlag(fs)

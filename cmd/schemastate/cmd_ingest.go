@@ -15,15 +15,6 @@ const (
 	exitIngestMalformed = 1 // every valid line recorded; at least one line was malformed
 )
 
-func init() {
-	register(&command{
-		name:    "ingest",
-		summary: "record newline-delimited subagent frames (a file or stdin) through the live writer",
-		exits:   "0 every line recorded, 1 some line was malformed (reported with its number, skipped), 2 usage, unreachable database, table not in its declared shape (refused before reading), failed write or read error",
-		run:     runIngest,
-	})
-}
-
 // runIngest feeds frames through capture.Writer exactly as the live path
 // does. Exit 0: every line parsed. 1: some line was malformed — not JSON, a
 // stored text holding a NUL or bytes that are not UTF-8, longer than
@@ -105,6 +96,7 @@ func printIngestSummary(e *env, res capture.IngestResult, asJSON bool) {
 	row(out, "skipped_no_identity", s.SkippedNoIdentity)
 	row(out, "failed", s.Failed)
 	row(out, "anomalous_value", s.AnomalousValue)
+	row(out, "unstorable_text", s.UnstorableText)
 	row(out, "unknown_execution", s.UnknownExecution)
 	row(out, "retried", s.Retried)
 	row(out, "malformed", int64(s.Malformed))

@@ -11,11 +11,6 @@ import (
 	"github.com/schemastate/schemastate/internal/lint"
 )
 
-func init() {
-	register(&command{name: "lint", summary: "review a schema.hcl change: the plan and its hazards on every dialect and installed-base state",
-		exits: "0 no hazard at or above --fail-on, 1 hazards at or above it, 2 usage or evaluation error (a bad HCL names file:line)", run: runLint})
-}
-
 const lintUsage = `[--base OLD.hcl | --base-git REF] [NEW.hcl] [--dialect sqlite|postgres|both] [--db DSN] [--fail-on refused|rewrite|any] [--json]
 
 Plans the reconcile to NEW.hcl (default: the built-in schema.hcl) on a scratch store

@@ -14,11 +14,6 @@ import (
 // Exit codes of parity: 0 identical, 1 different, 2 error.
 const exitDifferent = 1
 
-func init() {
-	register(&command{name: "parity", summary: "CI check: fresh, pre-amendment and host-DDL stores reconciled end identical; --against: drift of a live database",
-		exits: "0 identical, 1 different, 2 usage or error", run: runParity})
-}
-
 const parityUsage = `[--db POSTGRES_URL] [--schema FILE] [--json]
        schemastate parity --against DSN [--db POSTGRES_URL] [--schema FILE] [--json]
 
@@ -98,7 +93,7 @@ func printParity(e *env, r *parity.Report) {
 		names = append(names, n)
 	}
 	sort.Strings(names)
-	fmt.Fprintf(e.stdout, "%s: reference %s (tables %s)\n", r.Dialect, parity.Fresh, strings.Join(names, ", "))
+	fmt.Fprintf(e.stdout, "%s: reference %s (tables %s)\n", r.Dialect, parity.Reference, strings.Join(names, ", "))
 	for _, c := range r.Comparisons {
 		if c.Identical {
 			fmt.Fprintf(e.stdout, "%-14s identical to %s\n", c.Store, c.Against)

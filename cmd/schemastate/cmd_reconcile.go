@@ -4,10 +4,13 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 	"time"
 
 	"github.com/schemastate/schemastate/dialect"
+	"github.com/schemastate/schemastate/fanout"
 	"github.com/schemastate/schemastate/keys"
 	"github.com/schemastate/schemastate/reconcile"
 )
@@ -17,15 +20,6 @@ const (
 	exitStepFailed     = 3 // reconcile: a step failed; the database is consistent
 	exitChangesPending = 1 // plan: the shape step would change something
 )
-
-func init() {
-	register(&command{name: "reconcile", summary: "bring the declared tables to their shape, write execution_since, run the backfill (the boot sequence)",
-		exits: "0 ok, 3 a step failed (the database is consistent; retried next boot), 2 usage, unreadable --schema or unreachable database", run: runReconcile})
-	register(&command{name: "plan", summary: "dry run: print the SQL the shape step would run; changes nothing",
-		exits: "0 no change, 1 changes pending, 2 usage, missing host tables or unreachable database", run: runPlan})
-	register(&command{name: "status", summary: "read-only: activation keys, AC-24c state, AC-33 end state, index sets",
-		exits: "0 read, 2 usage or unreachable database", run: runStatus})
-}
 
 func runReconcile(ctx context.Context, e *env, args []string) int {
 	fs := flags(e, "reconcile", "[--db DSN] [--schema FILE] [--prune] [--lock-wait D] [--json]")
@@ -278,8 +272,18 @@ func runStatus(ctx context.Context, e *env, args []string) int {
 		fail(e, "status", err)
 		return exitUsage
 	}
+	// The store-wide counts a consumer may publish, read as `subagents`
+	// reads them (AC-25).
+	counts, err := fanout.Count(ctx, db, fanout.Scope{})
+	if err != nil {
+		fail(e, "status", err)
+		return exitUsage
+	}
 	if *asJSON {
-		writeJSON(e.stdout, obs)
+		writeJSON(e.stdout, struct {
+			*reconcile.Observation
+			Subagents *fanout.Summary `json:"subagents"`
+		}{obs, counts})
 		return exitOK
 	}
 	fmt.Fprintf(e.stdout, "dialect: %s\n", obs.Dialect)
@@ -292,11 +296,14 @@ func runStatus(ctx context.Context, e *env, args []string) int {
 	if u := obs.Upgrade; u != nil {
 		fmt.Fprintf(e.stdout, "online upgrade stopped between phases: %s; next phase: %s\n", strings.Join(u.Found, "; "), u.Next)
 	}
-	for t, idx := range obs.Indexes {
+	// Tables in name order: the text is the same at every run.
+	for _, t := range slices.Sorted(maps.Keys(obs.Indexes)) {
 		fmt.Fprintf(e.stdout, "indexes on %s:\n", t)
-		for _, i := range idx {
+		for _, i := range obs.Indexes[t] {
 			fmt.Fprintf(e.stdout, "  %s\n", i)
 		}
 	}
+	fmt.Fprintln(e.stdout, "subagents, store-wide:")
+	printSummary(e, counts)
 	return exitOK
 }

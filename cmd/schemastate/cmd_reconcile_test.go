@@ -183,3 +183,27 @@ func TestCLI_DriftListedKeptAndPrunedOnRequest(t *testing.T) {
 		require.Empty(t, out.Drift)
 	})
 }
+
+// status prints the same text at every run: the owned tables' index sets in
+// table-name order (it ranged over a map, so the two tables swapped places
+// from one run to the next).
+func TestCLI_StatusTextIsTheSameAtEveryRun(t *testing.T) {
+	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
+		reconciled(t, db)
+		// Several entries per table: an undeclared index beside the declared ones.
+		db.Exec(t, `CREATE INDEX idx_host_model ON task_session_subagents (model)`)
+		code, first, stderr := cli(t, "status", "--db", db.CLIDSN)
+		require.Equal(t, exitOK, code, stderr)
+		var tables []string
+		for _, line := range strings.Split(first, "\n") {
+			if name, ok := strings.CutPrefix(line, "indexes on "); ok {
+				tables = append(tables, strings.TrimSuffix(name, ":"))
+			}
+		}
+		require.Equal(t, []string{"background_agent_log", "task_session_subagents"}, tables, first)
+		for range 20 {
+			_, again, _ := cli(t, "status", "--db", db.CLIDSN)
+			require.Equal(t, first, again)
+		}
+	})
+}

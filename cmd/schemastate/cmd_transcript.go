@@ -1,14 +1,11 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"strings"
-	"time"
 
 	"github.com/schemastate/schemastate/transcript"
 )
@@ -17,13 +14,6 @@ import (
 // missing transcript, a recorded persistence failure, recover finished a
 // transcript); 2 usage or database errors.
 const exitFoundWrong = 1
-
-func init() {
-	register(&command{name: "transcript", summary: "background-agent transcripts: show, ls, recover, record",
-		exits:    "0 ok, 1 something found wrong, 2 usage or database error",
-		subExits: map[string]string{"record": "0 recorded (whatever the child's outcome), 1 a write failed, the transcript already existed, or no line was the provider's, 2 usage or database error"},
-		run:      runTranscript})
-}
 
 const transcriptUsage = `usage: schemastate transcript <subcommand> [flags]
 
@@ -389,145 +379,50 @@ func transcriptRecord(ctx context.Context, e *env, args []string) int {
 		fmt.Fprintf(e.stderr, "schemastate: %v\n", err)
 		return exitUsage
 	}
-	// Cancellation (SIGTERM/SIGINT, or --timeout) stops the reading of the
-	// stream, never a write: every create, append and finish runs on a
-	// context cancellation does not reach, bounded on its own, so the
-	// transcript and its lifecycle row reach the same terminal status.
-	write := func(op func(context.Context) error) error {
-		wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), finalWriteTimeout)
-		defer cancel()
-		return op(wctx)
-	}
+	// SIGTERM/SIGINT (ctx) or --timeout stop the reading of the stream,
+	// never a write (transcript.Record).
 	readCtx := ctx
 	if *timeout > 0 {
 		var cancel context.CancelFunc
-		readCtx, cancel = context.WithTimeout(ctx, *timeout)
+		readCtx, cancel = context.WithTimeoutCause(ctx, *timeout,
+			fmt.Errorf("the provider stream had not ended after --timeout %v", *timeout))
 		defer cancel()
 	}
 	h := transcript.Header{ParentSessionID: *session, AgentID: *agent, ExecutionID: *execution,
 		Kind: transcript.Kind(*kind), Provider: *provider, Model: *model}
-	// failed: something went wrong (exit 1); lost: a transcript write
-	// itself failed, not only its record in background_agent_log.
-	failed, lost := false, false
-	if err := write(func(c context.Context) error { return s.Create(c, h) }); err != nil {
-		lost = fileFailed(err)
-		fmt.Fprintf(e.stderr, "schemastate: %v\n", err)
-		switch {
-		case errors.Is(err, transcript.ErrInvalidID):
-			return exitUsage
-		case errors.Is(err, transcript.ErrExists):
-			return exitFoundWrong
-		}
-		// The child's work goes on without its transcript; the failure is
-		// recorded, and the lifecycle still reaches its terminal status.
-		failed = true
+	res, err := transcript.Record(readCtx, s, transcript.Recording{Header: h, Stream: e.stdin, Normalizer: n, Prompt: *prompt})
+	for _, f := range failures(err) {
+		fmt.Fprintf(e.stderr, "schemastate: %v\n", f)
 	}
-	appendOr := func(evs ...transcript.Event) {
-		if err := write(func(c context.Context) error { return s.Append(c, *session, *agent, evs...) }); err != nil {
-			fmt.Fprintf(e.stderr, "schemastate: %v\n", err)
-			failed, lost = true, lost || fileFailed(err)
-		}
+	switch {
+	case errors.Is(err, transcript.ErrInvalidID):
+		return exitUsage
+	case errors.Is(err, transcript.ErrExists):
+		return exitFoundWrong
 	}
-	if *prompt != "" {
-		appendOr(transcript.Event{Type: transcript.UserMessage, Text: *prompt})
-	}
-	streamErr, stopped := readStream(readCtx, e.stdin, *provider, n, appendOr)
-	rest, out := n.Close()
-	appendOr(rest...)
-	end := outcomeEnd(out, streamErr, stopped, *timeout)
-	if stopped == nil && streamErr == nil && out.Records == 0 {
-		// Not one line was the provider's: a loud error, never a quiet
-		// transcript that reads like a run that merely ended early.
-		fmt.Fprintf(e.stderr, "schemastate: %s\n", out.Error)
-		failed = true
-	}
-	if err := write(func(c context.Context) error { return s.Finish(c, *session, *agent, end) }); err != nil {
-		fmt.Fprintf(e.stderr, "schemastate: %v\n", err)
-		failed, lost = true, lost || fileFailed(err)
-	}
-	p, _ := s.PathsFor(*session, *agent)
 	note := ""
-	if lost {
+	switch {
+	case res.Lost && res.Finished:
+		note = " (transcript incomplete: see the errors above)"
+	case res.Lost:
 		note = " (transcript NOT written: see the errors above)"
-		if t, err := s.Load(*session, *agent); err == nil && t.Status.Terminal() {
-			note = " (transcript incomplete: see the errors above)"
-		}
 	}
-	fmt.Fprintf(e.stdout, "%s %s%s\n", end.Status, p.Transcript, note)
-	if failed {
+	fmt.Fprintf(e.stdout, "%s %s%s\n", res.End.Status, res.Paths.Transcript, note)
+	if err != nil {
 		return exitFoundWrong
 	}
 	return exitOK
 }
 
-// finalWriteTimeout bounds each transcript write of record, which runs on a
-// context that cancellation does not reach.
-const finalWriteTimeout = 30 * time.Second
-
-// readStream feeds the provider stream, line by line as it arrives, to n and
-// each record's events to appendFn, until the stream ends (streamErr: a read
-// or parse error, nil at EOF) or ctx is done (stopped: ctx's error). A read
-// blocked on a stream that stays open does not delay a stop: the read goes
-// on in its own goroutine, which is abandoned.
-func readStream(ctx context.Context, r io.Reader, provider string, n transcript.Normalizer, appendFn func(...transcript.Event)) (streamErr, stopped error) {
-	lines := make(chan []byte)
-	done := make(chan error, 1)
-	quit := make(chan struct{})
-	defer close(quit)
-	go func() {
-		sc := bufio.NewScanner(r)
-		sc.Buffer(make([]byte, 64<<10), 16<<20)
-		for sc.Scan() {
-			select {
-			case lines <- append([]byte(nil), sc.Bytes()...):
-			case <-quit:
-				return
-			}
-		}
-		done <- sc.Err()
-	}()
-	for line := 1; ; {
-		// A stop already signalled wins over lines still arriving.
-		if err := ctx.Err(); err != nil {
-			return nil, err
-		}
-		select {
-		case b := <-lines:
-			evs, err := n.Feed(b)
-			if err != nil {
-				return fmt.Errorf("%s stream line %d: %w", provider, line, err), nil
-			}
-			appendFn(evs...)
-			line++
-		case err := <-done:
-			// A stream that ended as the stop came (a process group
-			// signalled at once: the provider died of it too) was stopped.
-			return err, ctx.Err()
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		}
+// failures lists the failures Record joined, one to print per line.
+func failures(err error) []error {
+	if err == nil {
+		return nil
 	}
-}
-
-// outcomeEnd is the transcript's terminal record, decided once. A stream
-// that could not be read ends failed. A record stopped by a signal or by its
-// --timeout ends cancelled or timed_out — unless the provider had already
-// reported its run completed: that work was done.
-func outcomeEnd(out transcript.Outcome, streamErr, stopped error, timeout time.Duration) transcript.End {
-	end := transcript.End{Status: out.Status, Error: out.Error, Model: out.Model}
-	switch {
-	case streamErr != nil:
-		end.Status, end.Error = transcript.Failed, "reading the provider stream: "+streamErr.Error()
-	case stopped != nil && out.Status != transcript.Completed:
-		end.Status, end.Error = transcript.Cancelled, "cancelled: a signal stopped the recording before the provider stream ended"
-		if errors.Is(stopped, context.DeadlineExceeded) {
-			end.Status, end.Error = transcript.TimedOut, fmt.Sprintf("timed out: the provider stream had not ended after --timeout %v", timeout)
-		}
-		if out.Records > 0 && out.Error != "" {
-			end.Error += " (the stream so far: " + out.Error + ")"
-		}
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		return j.Unwrap()
 	}
-	return end
+	return []error{err}
 }
 
 // rootExists reports whether --root names a directory, and says so when it
@@ -546,17 +441,4 @@ func rootExists(e *env, root string) bool {
 		return false
 	}
 	return true
-}
-
-// fileFailed reports whether err is more than a failure to record an outcome
-// in background_agent_log (transcript.ErrLifecycle alone): a transcript write
-// itself failed.
-func fileFailed(err error) bool {
-	if err == nil {
-		return false
-	}
-	if j, ok := err.(interface{ Unwrap() []error }); ok && len(j.Unwrap()) > 1 {
-		return true
-	}
-	return !errors.Is(err, transcript.ErrLifecycle)
 }

@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -24,12 +25,38 @@ import (
 type recording struct {
 	cmd   *exec.Cmd
 	stdin io.WriteCloser
-	out   bytes.Buffer
+	out   lockedBuffer
+}
+
+// lockedBuffer is the process's stdout and stderr, read while it runs.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }
 
 func startRecording(t *testing.T, args ...string) *recording {
 	t.Helper()
+	return startRecordingWith(t, nil, args...)
+}
+
+// startRecordingWith is startRecording with env added to the process's
+// environment.
+func startRecordingWith(t *testing.T, env []string, args ...string) *recording {
+	t.Helper()
 	r := &recording{cmd: exec.Command(cliBinary(t), append([]string{"transcript", "record"}, args...)...)}
+	r.cmd.Env = append(os.Environ(), env...)
 	var err error
 	r.stdin, err = r.cmd.StdinPipe()
 	require.NoError(t, err)
@@ -188,7 +215,7 @@ func TestCLI_Transcript_CancelWhileFinishingLeavesBothAgreeing(t *testing.T) {
 		reconciled(t, db)
 		root := t.TempDir()
 		const ws, sess, agent = "/ws", "s", "finishing-child"
-		r := startRecording(t, "--root", root, "--session", sess, "--agent", agent, "--provider", "claude",
+		r := startRecordingWith(t, []string{"SCHEMASTATE_LOG=info"}, "--root", root, "--session", sess, "--agent", agent, "--provider", "claude",
 			"--db", db.CLIDSN, "--workspace", ws)
 		require.Eventually(t, func() bool {
 			row := lifecycleRow(t, db, ws, sess, agent)
@@ -201,7 +228,11 @@ func TestCLI_Transcript_CancelWhileFinishingLeavesBothAgreeing(t *testing.T) {
 		require.Eventually(t, func() bool { _, err := os.Stat(doc); return err == nil }, 20*time.Second, 5*time.Millisecond)
 		// The document is published; the row's end waits on the lock.
 		require.NoError(t, r.cmd.Process.Signal(syscall.SIGTERM))
-		time.Sleep(500 * time.Millisecond)
+		// The stop has reached the command (it logs it as it comes) while
+		// the row's end still waits on the lock.
+		require.Eventually(t, func() bool {
+			return strings.Contains(r.out.String(), "stop requested") && strings.Contains(r.out.String(), "terminated signal received")
+		}, 20*time.Second, 5*time.Millisecond)
 		release()
 		code := r.wait(t)
 		require.Equal(t, exitOK, code, r.out.String())

@@ -64,6 +64,7 @@ func open(ctx context.Context, e *env, dbArg string, mode openMode) (*sql.DB, ds
 			return nil, t, false
 		}
 	}
+	t = t.WithBusyTimeout(e.sqliteBusy)
 	switch mode {
 	case readOnly:
 		t = t.ReadOnly()

@@ -15,7 +15,6 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
-	"sort"
 	"strings"
 	"syscall"
 	"time"
@@ -26,8 +25,7 @@ import (
 	_ "github.com/schemastate/schemastate/drivers"
 )
 
-// command is one subcommand. Each lives in its own cmd_*.go file and
-// registers itself in init.
+// command is one subcommand; its run lives in a cmd_*.go file.
 type command struct {
 	name    string
 	summary string
@@ -36,19 +34,62 @@ type command struct {
 	// subExits replaces exits in the -h of a subcommand whose codes differ
 	// (transcript record).
 	subExits map[string]string
-	run      func(ctx context.Context, env *env, args []string) int
+	run      func(ctx context.Context, e *env, args []string) int
 }
 
-var commands = map[string]*command{}
+// commands is every subcommand, in the order usage lists them: the boot
+// sequence and its reads, the writers' tools, the CI checks, the stores
+// made for trying and measuring.
+var commands = []*command{
+	{name: "reconcile", summary: "bring the declared tables to their shape, write execution_since, run the backfill (the boot sequence)",
+		exits: "0 ok, 3 a step failed (the database is consistent; retried next boot), 2 usage, unreadable --schema or unreachable database", run: runReconcile},
+	{name: "plan", summary: "dry run: print the SQL the shape step would run; changes nothing",
+		exits: "0 no change, 1 changes pending, 2 usage, missing host tables or unreachable database", run: runPlan},
+	{name: "status", summary: "read-only: activation keys, AC-24c state, AC-33 end state, index sets, store-wide subagent counts (AC-25)",
+		exits: "0 read, 2 usage or unreachable database", run: runStatus},
+	{name: "subagents", summary: "read-only: a session's, task's or the store's rows with their execution identity, and the counts and coverage a consumer may publish (AC-25)",
+		exits: "0 read (an unknown session or a missing table reads as no rows), 2 usage, unreachable database or an execution_since that is not an instant", run: runSubagents},
+	{name: "health", summary: "read-only: writer health — shortfall (the alarm), excess, collisions, last observed (AC-28, AC-29)",
+		exits: "0 healthy, 1 any other verdict (shortfall, nothing_since_activation, not_activated), 2 usage, missing tables, unreachable database or a capture_since that is not an instant", run: runHealth},
+	{name: "ingest", summary: "record newline-delimited subagent frames (a file or stdin) through the live writer",
+		exits: "0 every line recorded, 1 some line was malformed (reported with its number, skipped), 2 usage, unreachable database, table not in its declared shape (refused before reading), failed write or read error", run: runIngest},
+	{name: "transcript", summary: "background-agent transcripts: show, ls, recover, record",
+		exits:    "0 ok, 1 something found wrong, 2 usage or database error",
+		subExits: map[string]string{"record": "0 recorded (whatever the child's outcome), 1 a write failed, the transcript already existed, or no line was the provider's, 2 usage or database error"},
+		run:      runTranscript},
+	{name: "parity", summary: "CI check: fresh, pre-amendment and host-DDL stores reconciled end identical; --against: drift of a live database",
+		exits: "0 identical, 1 different, 2 usage or error", run: runParity},
+	{name: "lint", summary: "review a schema.hcl change: the plan and its hazards on every dialect and installed-base state",
+		exits: "0 no hazard at or above --fail-on, 1 hazards at or above it, 2 usage or evaluation error (a bad HCL names file:line)", run: runLint},
+	{name: "demo", summary: "try it: give a store the host fixture (and a pre-amendment store) if it has none, then reconcile",
+		exits: "0 ok, 3 a step failed, 2 usage, a partial host or unreachable database (as reconcile)", run: runDemo},
+	{name: "generate", summary: "write a reference-shaped store (benchmarks, demos): history, subagents, an installed-base state",
+		exits: "0 written, 1 the store could not be written (partial rows may remain), 3 the database already holds a store (nothing written), 2 usage or unreachable database", run: runGenerate},
+	{name: "bench", summary: "cost curves: generate stores and time each operation against its floor and anchors on the same data",
+		exits: "0 measured, 1 a measurement could not be taken, 3 the database is not empty, 2 usage or unreachable database", run: runBench},
+}
 
-func register(c *command) { commands[c.name] = c }
+// lookup is the command named name, or nil.
+func lookup(name string) *command {
+	for _, c := range commands {
+		if c.name == name {
+			return c
+		}
+	}
+	return nil
+}
 
 // env is what a command may touch: its streams and a logger that writes to
 // stderr (never stdout, which carries results and JSON).
 type env struct {
+	// cmd is the command running, whose exit codes its -h prints.
+	cmd            *command
 	stdin          io.Reader
 	stdout, stderr io.Writer
 	logger         *slog.Logger
+	// sqliteBusy is the busy timeout of the SQLite connections the
+	// command opens (0: dsn.DefaultBusyTimeout).
+	sqliteBusy time.Duration
 }
 
 // Exit codes shared by every command.
@@ -64,9 +105,14 @@ func main() {
 }
 
 func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
-	// Every byte the CLI prints goes through redact: the passwords of every
-	// DSN on the command line and of PGPASSWORD are masked wherever a message
-	// repeats them (a driver error, a parser quoting a malformed URL, JSON).
+	return newEnv(args, stdin, stdout, stderr).run(ctx, args)
+}
+
+// newEnv is the env of a command line: every byte it prints goes through
+// redact, so the passwords of every DSN on the command line and of
+// PGPASSWORD are masked wherever a message repeats them (a driver error, a
+// parser quoting a malformed URL, JSON).
+func newEnv(args []string, stdin io.Reader, stdout, stderr io.Writer) *env {
 	var secrets []string
 	for _, a := range args {
 		secrets = append(secrets, redact.Secrets(a)...)
@@ -75,25 +121,44 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		secrets = append(secrets, pw)
 	}
 	stdout, stderr = redact.NewWriter(stdout, secrets), redact.NewWriter(stderr, secrets)
-	e := &env{stdin: stdin, stdout: stdout, stderr: stderr,
+	return &env{stdin: stdin, stdout: stdout, stderr: stderr,
 		logger: slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: logLevel()}))}
+}
+
+// run runs the command args name.
+func (e *env) run(ctx context.Context, args []string) int {
 	if len(args) == 0 {
-		usage(stderr) // a usage error: the output is not a result
+		usage(e.stderr) // a usage error: the output is not a result
 		return exitUsage
 	}
-	if len(args) == 2 && args[0] == "help" && commands[args[1]] != nil {
+	if len(args) == 2 && args[0] == "help" && lookup(args[1]) != nil {
 		args = []string{args[1], "-h"} // help CMD is CMD -h
 	}
 	if args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
-		usage(stdout)
+		usage(e.stdout)
 		return exitOK
 	}
-	c, ok := commands[args[0]]
-	if !ok {
-		fmt.Fprintf(stderr, "schemastate: unknown command %q\n\n", args[0])
-		usage(stderr)
+	c := lookup(args[0])
+	if c == nil {
+		fmt.Fprintf(e.stderr, "schemastate: unknown command %q\n\n", args[0])
+		usage(e.stderr)
 		return exitUsage
 	}
+	e.cmd = c
+	// A stop (SIGTERM, SIGINT) is logged as it comes: a command finishing a
+	// write goes on until the write is done (transcript record's final
+	// writes are not cancelled), and whoever sent it sees why it has not
+	// ended yet.
+	logged := make(chan struct{})
+	stop := context.AfterFunc(ctx, func() {
+		defer close(logged)
+		e.logger.Info("stop requested; finishing the writes under way", "cause", context.Cause(ctx))
+	})
+	defer func() {
+		if !stop() {
+			<-logged
+		}
+	}()
 	return c.run(ctx, e, args[1:])
 }
 
@@ -112,13 +177,8 @@ func logLevel() slog.Level {
 func usage(w io.Writer) {
 	fmt.Fprintln(w, "usage: schemastate <command> [flags]")
 	fmt.Fprintln(w)
-	names := make([]string, 0, len(commands))
-	for n := range commands {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	for _, n := range names {
-		fmt.Fprintf(w, "  %-12s %s\n", n, commands[n].summary)
+	for _, c := range commands {
+		fmt.Fprintf(w, "  %-12s %s\n", c.name, c.summary)
 	}
 	fmt.Fprintln(w)
 	fmt.Fprintf(w, "--db takes %s (default %s).\n", dsn.Supported, dsn.DefaultDSN)
@@ -135,7 +195,7 @@ func flags(e *env, name, usageLine string) *flag.FlagSet {
 		fmt.Fprintf(e.stderr, "usage: schemastate %s %s\n", name, usageLine)
 		fs.PrintDefaults()
 		words := strings.Fields(name)
-		if c := commands[words[0]]; c != nil {
+		if c := e.cmd; c != nil {
 			exits := c.exits
 			if len(words) > 1 && c.subExits[words[1]] != "" {
 				exits = c.subExits[words[1]]

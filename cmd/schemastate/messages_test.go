@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
-	"sort"
 	"strings"
 	"testing"
 
@@ -136,15 +135,10 @@ func TestCLI_FlagsAnywhereAndUnexpectedArgumentsNamed(t *testing.T) {
 // Issue 12 §4: every command's -h shows its exit codes and shows defaults
 // the same way (as flag defaults, never only in the synopsis).
 func TestCLI_HelpShowsExitCodesEverywhere(t *testing.T) {
-	names := make([]string, 0, len(commands))
-	for n := range commands {
-		names = append(names, n)
-	}
-	sort.Strings(names)
 	argvs := [][]string{}
-	for _, n := range names {
-		if n != "transcript" {
-			argvs = append(argvs, []string{n, "-h"})
+	for _, c := range commands {
+		if c.name != "transcript" {
+			argvs = append(argvs, []string{c.name, "-h"})
 		}
 	}
 	for _, sub := range []string{"show", "ls", "recover", "record"} {
@@ -279,5 +273,26 @@ func TestCLI_ShippedFramesIngestIntoTheDemoStore(t *testing.T) {
 					AnomalousValue: 1, UnknownExecution: 6}, Malformed: 1}, decodeSummary(t, out))
 			})
 		})
+	}
+}
+
+// The usage lists every command once, in the command table's order, and
+// prints the same text at every run.
+func TestCLI_UsageListsTheCommandTableInOrder(t *testing.T) {
+	_, first, _ := cli(t, "-h")
+	var listed []string
+	for _, line := range strings.Split(first, "\n") {
+		if f := strings.Fields(line); len(f) > 1 && strings.HasPrefix(line, "  ") {
+			listed = append(listed, f[0])
+		}
+	}
+	var table []string
+	for _, c := range commands {
+		table = append(table, c.name)
+	}
+	require.Equal(t, table, listed)
+	for range 5 {
+		_, again, _ := cli(t, "-h")
+		require.Equal(t, first, again)
 	}
 }

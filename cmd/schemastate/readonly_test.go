@@ -82,6 +82,8 @@ func readCommands(dsn, root string) map[string][]string {
 		"plan":             {"plan", "--db", dsn},
 		"transcript ls":    {"transcript", "ls", "--root", root, "--session", "s1", "--db", dsn},
 		"parity --against": {"parity", "--against", dsn},
+		"subagents":        {"subagents", "--db", dsn},
+		"subagents --json": {"subagents", "--db", dsn, "--session", "s1", "--json"},
 	}
 }
 

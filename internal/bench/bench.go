@@ -36,6 +36,7 @@ import (
 
 	"github.com/schemastate/schemastate/dialect"
 	"github.com/schemastate/schemastate/internal/gen"
+	"github.com/schemastate/schemastate/internal/owned"
 	"github.com/schemastate/schemastate/keys"
 )
 
@@ -271,7 +272,11 @@ func Run(ctx context.Context, stores Stores, cfg Config) (*Report, error) {
 	cfg.defaults()
 	rep := &Report{Started: time.Now().UTC(), GoVersion: runtime.Version(), CPUs: runtime.NumCPU(),
 		Runs: cfg.Runs, LargeRuns: cfg.LargeRuns, Frames: cfg.Frames, Dialect: stores.Dialect(), Skipped: cfg.Skipped}
-	b := &bench{cfg: cfg, quiet: slog.New(slog.NewTextHandler(io.Discard, nil)), stores: stores}
+	legacy, err := owned.PreAmendmentColumns()
+	if err != nil {
+		return rep, fmt.Errorf("bench: %w", err)
+	}
+	b := &bench{cfg: cfg, quiet: slog.New(slog.NewTextHandler(io.Discard, nil)), stores: stores, legacyColumns: legacy}
 	if err := b.disk(rep); err != nil {
 		return rep, err
 	}
@@ -295,6 +300,9 @@ type bench struct {
 	cfg    Config
 	quiet  *slog.Logger
 	stores Stores
+	// legacyColumns are the pre-amendment table's, which the legacy rows
+	// are kept and restored in.
+	legacyColumns []string
 
 	// The store being measured.
 	db   *sql.DB

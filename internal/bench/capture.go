@@ -2,11 +2,12 @@ package bench
 
 import (
 	"context"
-	"crypto/rand"
 	"errors"
 	"fmt"
 	"sync"
 	"time"
+
+	"github.com/google/uuid"
 
 	"github.com/schemastate/schemastate/capture"
 	"github.com/schemastate/schemastate/keys"
@@ -99,8 +100,10 @@ func (b *bench) capture(ctx context.Context, rep *Report, rowsN int) error {
 			el, err := fanOut(writers, func(i int) error {
 				f := frame(run, i)
 				now := time.Now()
+				// A random (version 4) id, the kind Record writes, so both
+				// insert into the primary key at random places.
 				_, err := insert.ExecContext(ctx,
-					randomUUID(), f.SessionID, f.TaskID, f.TurnID, f.ExecutionID, f.ToolCallID,
+					uuid.NewString(), f.SessionID, f.TaskID, f.TurnID, f.ExecutionID, f.ToolCallID,
 					nil, f.Subagent.SubagentType, f.Subagent.Description, f.Subagent.AgentID, nil,
 					f.Subagent.Model, f.Subagent.Status, f.ToolStatus, 1, nil, nil,
 					nil, "live", keys.RowTime(b.d, f.ObservedAt), keys.RowTime(b.d, f.ObservedAt), keys.RowTime(b.d, now))
@@ -141,16 +144,6 @@ func (b *bench) capture(ctx context.Context, rep *Report, rowsN int) error {
 		after.Retried-before.Retried, after.Attempted-before.Attempted)
 	rep.Measurements = append(rep.Measurements, mc)
 	return nil
-}
-
-// randomUUID is a version 4 UUID: the floor's rows carry ids of the same
-// kind as Record's, so both insert into the primary key at random places.
-func randomUUID() string {
-	var b [16]byte
-	_, _ = rand.Read(b[:])
-	b[6] = b[6]&0x0f | 0x40
-	b[8] = b[8]&0x3f | 0x80
-	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:16])
 }
 
 // captureWriters is how many concurrent writers CaptureConcurrent uses.

@@ -42,12 +42,17 @@ CREATE INDEX idx_subagents_task_id ON task_session_subagents (task_id);
 CREATE INDEX idx_subagents_turn_id ON task_session_subagents (turn_id)`
 )
 
-var handRebuildSQLite = append([]string{
-	amendedSQLite,
-	"INSERT INTO schemastate_bench_new (" + strings.Join(legacyColumns, ", ") + ") SELECT " + strings.Join(legacyColumns, ", ") + " FROM task_session_subagents",
-	"DROP TABLE task_session_subagents",
-	"ALTER TABLE schemastate_bench_new RENAME TO task_session_subagents",
-}, strings.Split(amendedIndexes, ";\n")...)
+// handRebuildSQLite copies the pre-amendment table's columns (legacy) into
+// the amended table.
+func handRebuildSQLite(legacy []string) []string {
+	cols := strings.Join(legacy, ", ")
+	return append([]string{
+		amendedSQLite,
+		"INSERT INTO schemastate_bench_new (" + cols + ") SELECT " + cols + " FROM task_session_subagents",
+		"DROP TABLE task_session_subagents",
+		"ALTER TABLE schemastate_bench_new RENAME TO task_session_subagents",
+	}, strings.Split(amendedIndexes, ";\n")...)
+}
 
 var handSwapPostgres = []string{
 	`ALTER TABLE task_session_subagents
@@ -127,7 +132,7 @@ func (b *bench) hostRecreate(ctx context.Context) (time.Duration, error) {
 	if err := drainQuery(ctx, tx, `SELECT type, sql FROM sqlite_master WHERE tbl_name = 'task_session_subagents' AND type IN ('index', 'trigger') AND sql IS NOT NULL`); err != nil {
 		return 0, err
 	}
-	if err := execAll(ctx, tx, handRebuildSQLite); err != nil {
+	if err := execAll(ctx, tx, handRebuildSQLite(b.legacyColumns)); err != nil {
 		return 0, err
 	}
 	rows, err := tx.QueryContext(ctx, "PRAGMA foreign_key_check")

@@ -58,7 +58,7 @@ func (b *bench) rebuild(ctx context.Context, rep *Report, n int) error {
 	m := Measurement{Name: Rebuild, Family: FamilyRows, N: n, Rows: n, Target: 1.15,
 		OursIs:  "reconcile.Reconcile on the legacy store, in process, wall time (lock, certificate check, declaration, inspect, plan, the rebuild with its row count — its foreign_key_check before and after skipped, as the legacy table keeps its foreign keys and nothing references it — execution_since, COMMIT)",
 		FloorIs: "the same create / copy / drop / rename / four CREATE INDEX on one connection, foreign keys off, inside BEGIN IMMEDIATE, timed with its COMMIT"}
-	floor := handRebuildSQLite
+	floor := handRebuildSQLite(b.legacyColumns)
 	if b.d == dialect.Postgres {
 		m.Name, m.Target = ConstraintSwap, 0
 		m.OursIs = "reconcile.Reconcile on the legacy store, in process, wall time (lock, certificate check, declaration, inspect, plan, the shape and widen steps — one transaction under the online threshold (reconcile.WithOnlineAbove), the online phases at and above it: catalog-only exclusive locks, CONCURRENTLY index build, expand/contract widening — and execution_since)"

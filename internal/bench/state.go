@@ -22,11 +22,6 @@ const (
 	snapshotTable = "schemastate_bench_legacy_rows"
 )
 
-// legacyColumns are the pre-amendment table's columns.
-var legacyColumns = []string{"id", "task_session_id", "task_id", "turn_id", "tool_call_id", "parent_tool_call_id",
-	"subagent_type", "description", "agent_id", "child_session_id", "model", "agent_status", "tool_status", "is_async",
-	"total_tokens", "tool_use_count", "duration_ms", "source", "observed_at", "settled_at", "updated_at"}
-
 // keepBase copies the generated rows aside and makes them the snapshot.
 func (b *bench) keepBase(ctx context.Context) error {
 	for _, q := range []string{
@@ -54,8 +49,8 @@ func (b *bench) fill(ctx context.Context, n int) error {
 		return fmt.Errorf("%w: no generated rows to replicate", errUnexpected)
 	}
 	copies := (n + base - 1) / base
-	exprs := make([]string, len(legacyColumns))
-	for i, c := range legacyColumns {
+	exprs := make([]string, len(b.legacyColumns))
+	for i, c := range b.legacyColumns {
 		exprs[i] = "r." + c
 		if c == "id" || c == "tool_call_id" {
 			exprs[i] = fmt.Sprintf("CASE WHEN k.i = 0 THEN r.%[1]s ELSE r.%[1]s || '~' || CAST(k.i AS TEXT) END", c)
@@ -65,7 +60,7 @@ func (b *bench) fill(ctx context.Context, n int) error {
 	if b.d == dialect.Postgres {
 		series = "generate_series(0, $1::int - 1) AS k(i)"
 	}
-	cols := strings.Join(legacyColumns, ", ")
+	cols := strings.Join(b.legacyColumns, ", ")
 	for _, q := range []struct {
 		sql  string
 		args []any
@@ -95,7 +90,7 @@ func (b *bench) restoreLegacy(ctx context.Context) error {
 	if err := fixtures.ApplyScript(ctx, b.db, legacy); err != nil {
 		return err
 	}
-	cols := strings.Join(legacyColumns, ", ")
+	cols := strings.Join(b.legacyColumns, ", ")
 	if _, err := b.db.ExecContext(ctx, "INSERT INTO task_session_subagents ("+cols+") SELECT "+cols+" FROM "+snapshotTable); err != nil {
 		return fmt.Errorf("bench: restore legacy rows: %w", err)
 	}

@@ -9,20 +9,17 @@ package dbtest
 
 import (
 	"context"
-	"crypto/rand"
 	"database/sql"
-	"encoding/hex"
 	"net/url"
 	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/schemastate/schemastate/dialect"
-	"github.com/schemastate/schemastate/internal/dsn"
 	"github.com/schemastate/schemastate/internal/fixtures"
+	"github.com/schemastate/schemastate/internal/store"
 
 	_ "github.com/schemastate/schemastate/drivers"
 )
@@ -59,16 +56,38 @@ func Each(t *testing.T, fn func(t *testing.T, db *DB)) {
 // Open returns a fresh, empty database of dialect d, cleaned up with the test.
 func Open(t testing.TB, d dialect.Dialect) *DB {
 	t.Helper()
-	if d == dialect.SQLite {
-		path := filepath.Join(t.TempDir(), "test.db")
-		dsn := dsn.SQLiteNewStoreDSN(path)
-		db, err := sql.Open("sqlite", dsn)
-		require.NoError(t, err)
-		t.Cleanup(func() { db.Close() })
-		require.NoError(t, db.Ping(), "create the database file")
-		return &DB{DB: db, Dialect: d, DSN: dsn, CLIDSN: "sqlite:" + path, Schema: "main"}
+	server, ok := servers[d]
+	if !ok {
+		t.Fatalf("dbtest: no test databases for dialect %q", d)
 	}
-	return openPostgres(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	srv := server()
+	sc, err := store.NewScratch(ctx, srv, "test")
+	if err != nil && srv == "" {
+		t.Fatalf("dbtest: %v", err)
+	}
+	if err != nil {
+		if PostgresRequired() {
+			t.Fatalf("PostgreSQL is required (CI=true or SCHEMASTATE_REQUIRE_POSTGRES=1) but unreachable: %v", err)
+		}
+		t.Skipf("PostgreSQL unreachable (set %s): %v", EnvDSN, err)
+	}
+	t.Cleanup(func() {
+		if err := sc.Close(); err != nil {
+			t.Logf("dbtest: remove the test database: %v", err)
+		}
+	})
+	st, err := sc.Open(ctx, "db")
+	require.NoError(t, err)
+	return &DB{DB: st.DB, Dialect: st.Dialect, DSN: st.DSN, CLIDSN: st.CLIDSN, Schema: st.Schema}
+}
+
+// servers names each dialect's scratch server: none for SQLite (a temporary
+// file), the test server for PostgreSQL (a schema of its own there).
+var servers = map[dialect.Dialect]func() string{
+	dialect.SQLite:   func() string { return "" },
+	dialect.Postgres: PostgresDSN,
 }
 
 // PostgresRequired reports whether a missing PostgreSQL server fails tests.
@@ -84,36 +103,6 @@ func PostgresDSN() string {
 	return DefaultPostgresDSN
 }
 
-func openPostgres(t testing.TB) *DB {
-	t.Helper()
-	base := PostgresDSN()
-	admin, err := sql.Open("pgx", base)
-	require.NoError(t, err)
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	if err := admin.PingContext(ctx); err != nil {
-		admin.Close()
-		if PostgresRequired() {
-			t.Fatalf("PostgreSQL is required (CI=true or SCHEMASTATE_REQUIRE_POSTGRES=1) but unreachable at %s: %v", redact(base), err)
-		}
-		t.Skipf("PostgreSQL unreachable at %s (set %s): %v", redact(base), EnvDSN, err)
-	}
-	var b [6]byte
-	_, _ = rand.Read(b[:])
-	schemaName := "t_" + hex.EncodeToString(b[:])
-	_, err = admin.Exec("CREATE SCHEMA " + schemaName)
-	require.NoError(t, err)
-	dsn := WithParam(t, base, "search_path", schemaName)
-	db, err := sql.Open("pgx", dsn)
-	require.NoError(t, err)
-	t.Cleanup(func() {
-		db.Close()
-		_, _ = admin.Exec("DROP SCHEMA " + schemaName + " CASCADE")
-		admin.Close()
-	})
-	return &DB{DB: db, Dialect: dialect.Postgres, DSN: dsn, CLIDSN: dsn, Schema: schemaName}
-}
-
 // WithParam is the PostgreSQL URL dsn with its query parameter key set to
 // value: a search_path, or an application_name by which a test finds its own
 // backends in pg_stat_activity.
@@ -125,13 +114,6 @@ func WithParam(t testing.TB, dsn, key, value string) string {
 	q.Set(key, value)
 	u.RawQuery = q.Encode()
 	return u.String()
-}
-
-func redact(dsn string) string {
-	if u, err := url.Parse(dsn); err == nil {
-		return u.Redacted()
-	}
-	return dsn
 }
 
 // Exec runs a multi-statement SQL script.

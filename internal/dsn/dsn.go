@@ -12,6 +12,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/schemastate/schemastate/dialect"
 	"github.com/schemastate/schemastate/internal/redact"
@@ -25,35 +26,65 @@ type Target struct {
 	DSN        string
 	// Display is the DSN with any password removed, safe to print.
 	Display string
-	// Path is the dialect.SQLite file's path (empty on PostgreSQL).
+	// Path is the SQLite file's path (empty on PostgreSQL).
 	Path string
+
+	// How a SQLite DSN is built: for reading only or for a new store, and
+	// its busy timeout (0: DefaultBusyTimeout).
+	form sqliteForm
+	busy time.Duration
 }
 
-// ReadOnly is the target opened for reading only. On dialect.SQLite that is
+// sqliteForm is how a SQLite file is opened.
+type sqliteForm int
+
+const (
+	formWrite    sqliteForm = iota // SQLiteDSN
+	formReadOnly                   // SQLiteReadOnlyDSN
+	formNewStore                   // SQLiteNewStoreDSN
+)
+
+// DefaultBusyTimeout is how long a SQLite connection schemastate opens waits
+// for another connection's write lock before it fails with SQLITE_BUSY.
+const DefaultBusyTimeout = 10 * time.Second
+
+// ReadOnly is the target opened for reading only. On SQLite that is
 // SQLiteReadOnlyDSN: the file is never created, written or switched to
 // another journal mode. PostgreSQL is returned as it is.
 func (t Target) ReadOnly() Target {
-	if t.Dialect == dialect.SQLite {
-		t.DSN = SQLiteReadOnlyDSN(t.Path)
-	}
-	return t
+	t.form = formReadOnly
+	return t.sqlite()
 }
 
 // NewStore is the target for a store schemastate creates itself (demo,
-// generate, bench): on dialect.SQLite, SQLiteNewStoreDSN.
+// generate, bench): on SQLite, SQLiteNewStoreDSN.
 func (t Target) NewStore() Target {
+	t.form = formNewStore
+	return t.sqlite()
+}
+
+// WithBusyTimeout is the target with SQLite's busy timeout set to d
+// (rounded down to the millisecond; 0 means DefaultBusyTimeout), whichever
+// form it is opened in. PostgreSQL is returned as it is.
+func (t Target) WithBusyTimeout(d time.Duration) Target {
+	t.busy = d
+	return t.sqlite()
+}
+
+// sqlite rebuilds a SQLite target's DSN from its form and busy timeout.
+func (t Target) sqlite() Target {
 	if t.Dialect == dialect.SQLite {
-		t.DSN = SQLiteNewStoreDSN(t.Path)
+		t.DSN = sqliteDSN(t.Path, t.form, t.busy)
 	}
 	return t
 }
 
-// DefaultDSN is the CLI's default database: an embedded dialect.SQLite file in the
+// DefaultDSN is the CLI's default database: an embedded SQLite file in the
 // working directory.
 const DefaultDSN = "sqlite:kandev.db"
 
 // Supported names the --db forms, for messages that refuse one.
-const Supported = "sqlite:PATH, a plain file path (dialect.SQLite), or a postgres:// or postgresql:// URL"
+const Supported = "sqlite:PATH, a plain file path (SQLite), or a postgres:// or postgresql:// URL"
 
 // scheme matches a URL scheme followed by "//". A one-letter scheme is a
 // Windows drive (C://…), read as a path.
@@ -63,10 +94,10 @@ var scheme = regexp.MustCompile(`^([A-Za-z][A-Za-z0-9+.\-]+)://`)
 // ("host=… dbname=…"): a supported-looking key followed by '='.
 var keywordDSN = regexp.MustCompile(`(?i)^\s*(host|hostaddr|port|dbname|user|password|sslmode|service|connect_timeout)\s*=`)
 
-// Parse reads a DSN: "sqlite:PATH", a plain path (dialect.SQLite), or a
+// Parse reads a DSN: "sqlite:PATH", a plain path (SQLite), or a
 // postgres:// / postgresql:// URL (the scheme in any case, RFC 3986 §3.1).
 // Anything else that looks like a URL or a libpq keyword string is refused
-// naming the supported forms: it is never taken for a dialect.SQLite file name. No
+// naming the supported forms: it is never taken for a SQLite file name. No
 // error repeats the DSN; Display is safe to print.
 func Parse(dsn string) (Target, error) {
 	if dsn == "" {
@@ -110,33 +141,83 @@ func parsePostgres(dsn string) (Target, error) {
 	lower := strings.ToLower(u.Scheme)
 	dsn = lower + dsn[len(lower):]
 	u.Scheme = lower
-	return Target{Dialect: dialect.Postgres, DriverName: "pgx", DSN: dsn, Display: redact.String(u.Redacted())}, nil
+	display := redact.String(u.Redacted())
+	if !u.Query().Has(ExecModeParam) {
+		dsn = withQueryParam(dsn, ExecModeParam, DefaultExecMode)
+	}
+	return Target{Dialect: dialect.Postgres, DriverName: "pgx", DSN: dsn, Display: display}, nil
 }
 
-// SQLiteDSN is the modernc DSN schemastate uses to write an existing dialect.SQLite
-// file (reconcile, ingest, transcript recover): foreign keys on (as the host
-// runs), a busy timeout so replicas wait for each other's write lock instead
-// of failing, and BEGIN IMMEDIATE. It sets no journal mode: the journal mode
-// is persistent in the file and is the host's choice, so opening the host's
-// database never switches it (a rollback-journal file stays one).
-func SQLiteDSN(path string) string {
-	return "file:" + sqliteURIPath(path) + "?_pragma=foreign_keys(1)&_pragma=busy_timeout(10000)&_txlock=immediate"
+// ExecModeParam is pgx's DSN parameter for how it sends a statement.
+const ExecModeParam = "default_query_exec_mode"
+
+// DefaultExecMode is the pgx mode the CLI opens PostgreSQL in when the URL
+// names none: each statement is one unnamed Parse, Bind and Execute,
+// parameters bound by the server, in one round trip. pgx's own default
+// (cache_statement) prepares every statement under a name derived from its
+// SQL, so behind a transaction-mode pooler (PgBouncer 1.18, or any without
+// prepared-statement tracking) two processes handed the same server
+// connection collide (42P05 "prepared statement … already exists") and a
+// statement prepared on one server connection is executed on another
+// (26000). simple_protocol works there too, but interpolates the values
+// into the SQL text on the client; the describe modes take two round trips,
+// which a transaction-mode pooler may send to two server connections.
+// Measured direct, exec is within the noise of the default for whole
+// commands (docs/poolers.md). A URL that names a mode keeps it.
+const DefaultExecMode = "exec"
+
+// withQueryParam is dsn with key=value added to its query, the rest of the
+// URL as written.
+func withQueryParam(dsn, key, value string) string {
+	base, frag, hasFrag := strings.Cut(dsn, "#")
+	sep := "?"
+	if strings.Contains(base, "?") {
+		sep = "&"
+		if strings.HasSuffix(base, "?") || strings.HasSuffix(base, "&") {
+			sep = ""
+		}
+	}
+	base += sep + url.QueryEscape(key) + "=" + url.QueryEscape(value)
+	if hasFrag {
+		base += "#" + frag
+	}
+	return base
 }
+
+// SQLiteDSN is the modernc DSN schemastate uses to write an existing SQLite
+// file (reconcile, ingest, transcript recover): foreign keys on (as the host
+// runs), a busy timeout (DefaultBusyTimeout) so replicas wait for each
+// other's write lock instead of failing, and BEGIN IMMEDIATE. It sets no
+// journal mode: the journal mode is persistent in the file and is the host's
+// choice, so opening the host's database never switches it (a
+// rollback-journal file stays one).
+func SQLiteDSN(path string) string { return sqliteDSN(path, formWrite, 0) }
 
 // SQLiteNewStoreDSN is SQLiteDSN for a store schemastate creates itself
 // (demo, generate, bench, tests): also WAL, so its readers are not blocked.
-func SQLiteNewStoreDSN(path string) string {
-	return SQLiteDSN(path) + "&_pragma=journal_mode(WAL)"
-}
+func SQLiteNewStoreDSN(path string) string { return sqliteDSN(path, formNewStore, 0) }
 
-// SQLiteReadOnlyDSN opens a dialect.SQLite file for reading only (status, health,
+// SQLiteReadOnlyDSN opens a SQLite file for reading only (status, health,
 // plan, transcript ls): mode=ro, so the file is never created (a missing file
 // fails to open), written, given a header (a 0-byte file stays 0 bytes) or
 // switched to another journal mode, and a read-only file or directory reads
 // as sqlite3 reads it. The only pragma is busy_timeout, a setting of the
 // connection that writes nothing.
-func SQLiteReadOnlyDSN(path string) string {
-	return "file:" + sqliteURIPath(path) + "?mode=ro&_pragma=busy_timeout(10000)"
+func SQLiteReadOnlyDSN(path string) string { return sqliteDSN(path, formReadOnly, 0) }
+
+func sqliteDSN(path string, form sqliteForm, busy time.Duration) string {
+	if busy <= 0 {
+		busy = DefaultBusyTimeout
+	}
+	timeout := fmt.Sprintf("_pragma=busy_timeout(%d)", busy.Milliseconds())
+	uri := "file:" + sqliteURIPath(path)
+	switch form {
+	case formReadOnly:
+		return uri + "?mode=ro&" + timeout
+	case formNewStore:
+		return uri + "?_pragma=foreign_keys(1)&" + timeout + "&_txlock=immediate&_pragma=journal_mode(WAL)"
+	}
+	return uri + "?_pragma=foreign_keys(1)&" + timeout + "&_txlock=immediate"
 }
 
 // sqliteURIPath escapes a path for a file: URI. A '#', '?' or '%' left as it

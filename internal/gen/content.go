@@ -1,11 +1,13 @@
 package gen
 
 import (
+	"encoding/binary"
 	"encoding/json"
-	"fmt"
 	"math"
 	"math/rand/v2"
 	"strings"
+
+	"github.com/google/uuid"
 )
 
 // vocabulary is what message text is made of: code-review prose, roughly the
@@ -101,12 +103,23 @@ const toolCallPercent = 35
 
 var toolKinds = []string{"read", "edit", "execute", "search", "fetch", "think"}
 
-// uuid draws a version-4-shaped UUID from rng (deterministic for a seed).
-func uuid(rng *rand.Rand) string {
-	a, b := rng.Uint64(), rng.Uint64()
-	a = a&^(0xf<<12) | 0x4<<12
-	b = b&^(0x3<<62) | 0x2<<62
-	return fmt.Sprintf("%08x-%04x-%04x-%04x-%012x", a>>32, (a>>16)&0xffff, a&0xffff, b>>48, b&0xffffffffffff)
+// newUUID draws a version 4 UUID from rng: random bits from the seed, so a
+// seed writes the same ids.
+func newUUID(rng *rand.Rand) string {
+	id, _ := uuid.NewRandomFromReader(seeded{rng}) // seeded never fails
+	return id.String()
+}
+
+// seeded reads rng's bits.
+type seeded struct{ rng *rand.Rand }
+
+func (s seeded) Read(p []byte) (int, error) {
+	for i := 0; i < len(p); i += 8 {
+		var b [8]byte
+		binary.LittleEndian.PutUint64(b[:], s.rng.Uint64())
+		copy(p[i:], b[:])
+	}
+	return len(p), nil
 }
 
 const base62 = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"

@@ -17,35 +17,46 @@ import (
 	"io"
 	"log/slog"
 	"math/rand/v2"
+	"slices"
 	"time"
 
 	"github.com/schemastate/schemastate/dialect"
-	"github.com/schemastate/schemastate/internal/fixtures"
+	"github.com/schemastate/schemastate/internal/basestate"
+	"github.com/schemastate/schemastate/internal/owned"
 	"github.com/schemastate/schemastate/keys"
 	"github.com/schemastate/schemastate/reconcile"
 )
 
-// State is the installed-base state a generated store is left in.
-type State string
-
-const (
+// The installed-base states the generator writes, named by the word
+// generate's --state takes for each.
+var (
 	// Predating: host history only; no task_session_subagents, no keys
 	// (installed-base state 2).
-	Predating State = "predating"
+	Predating = basestate.Predating
 	// Legacy: the pre-amendment table (no agent_execution_id, two-column
 	// UNIQUE) holding backfill rows for invocations before the activation
 	// instant and live rows after it, and the two second-precision keys the
 	// pre-amendment build wrote (states 3 and 4).
-	Legacy State = "legacy"
+	Legacy = basestate.PreAmendment
 	// Amended: the history before the activation instant is written, a
 	// reconcile brings the table to its declared shape and backfills it, and
 	// the rest of the history arrives after activation with live rows
 	// carrying real UUID execution ids (state 6, the steady state).
-	Amended State = "amended"
+	Amended = basestate.Amended
 )
 
-// States lists every State, in the order a store passes through them.
-var States = []State{Predating, Legacy, Amended}
+// States lists every state the generator writes, in the order a store
+// passes through them.
+var States = []*basestate.State{Predating, Legacy, Amended}
+
+// Lookup is the state of States that word (generate's --state) names.
+func Lookup(word string) (*basestate.State, bool) {
+	s, ok := basestate.ByFlag(word)
+	if !ok || !slices.Contains(States, s) {
+		return nil, false
+	}
+	return s, true
+}
 
 // ErrNotEmpty is returned when the target already holds history or a
 // task_session_subagents table: the generator only writes into an empty store.
@@ -59,8 +70,9 @@ type Config struct {
 	// ScaleMB/ReferenceMB: everything scales together. Set it to write the
 	// full distribution into a small store (tests).
 	Population float64
-	State      State
-	Seed       uint64
+	// State is one of States (default Predating).
+	State *basestate.State
+	Seed  uint64
 	// Progress, when set, is called after every committed transaction.
 	Progress func(Progress)
 	// Logger receives the amended state's reconcile log (default: discarded).
@@ -78,14 +90,15 @@ type Progress struct {
 
 // Summary is what one generation wrote.
 type Summary struct {
-	Dialect    dialect.Dialect `json:"dialect"`
-	State      State           `json:"state"`
-	Seed       uint64          `json:"seed"`
-	ScaleMB    float64         `json:"scale_mb"`
-	Population Population      `json:"population"`
-	Sessions   int             `json:"sessions"`
-	Turns      int             `json:"turns"`
-	Messages   int             `json:"messages"`
+	Dialect dialect.Dialect `json:"dialect"`
+	// State is the state's --state word.
+	State      string     `json:"state"`
+	Seed       uint64     `json:"seed"`
+	ScaleMB    float64    `json:"scale_mb"`
+	Population Population `json:"population"`
+	Sessions   int        `json:"sessions"`
+	Turns      int        `json:"turns"`
+	Messages   int        `json:"messages"`
 	// SubagentMessages is the number of messages describing an invocation.
 	SubagentMessages int `json:"subagent_messages"`
 	// ContentBytes is the bytes of message content and metadata written.
@@ -113,13 +126,11 @@ func Generate(ctx context.Context, db *sql.DB, cfg Config) (*Summary, error) {
 	if cfg.Population <= 0 {
 		cfg.Population = cfg.ScaleMB / ReferenceMB
 	}
-	if cfg.State == "" {
+	if cfg.State == nil {
 		cfg.State = Predating
 	}
-	switch cfg.State {
-	case Predating, Legacy, Amended:
-	default:
-		return nil, fmt.Errorf("gen: unknown state %q (want predating, legacy or amended)", cfg.State)
+	if !slices.Contains(States, cfg.State) {
+		return nil, fmt.Errorf("gen: the generator does not write the %s state (want predating, legacy or amended)", cfg.State)
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -131,21 +142,8 @@ func Generate(ctx context.Context, db *sql.DB, cfg Config) (*Summary, error) {
 	if err := requireEmpty(ctx, db, d); err != nil {
 		return nil, err
 	}
-	host, err := fixtures.HostFixture(string(d))
-	if err != nil {
-		return nil, err
-	}
-	if err := fixtures.ApplyScript(ctx, db, host); err != nil {
-		return nil, fmt.Errorf("gen: host tables: %w", err)
-	}
-	if cfg.State == Legacy {
-		legacy, err := fixtures.LegacyFixture(string(d))
-		if err != nil {
-			return nil, err
-		}
-		if err := fixtures.ApplyScript(ctx, db, legacy); err != nil {
-			return nil, fmt.Errorf("gen: legacy table: %w", err)
-		}
+	if err := cfg.State.SeedTables(ctx, db, d); err != nil {
+		return nil, fmt.Errorf("gen: %w", err)
 	}
 
 	conn, err := db.Conn(ctx)
@@ -161,7 +159,7 @@ func Generate(ctx context.Context, db *sql.DB, cfg Config) (*Summary, error) {
 
 	g := &generator{cfg: cfg, d: d, db: db, start: start,
 		rng: rand.New(rand.NewPCG(cfg.Seed, cfg.Seed^0x9e3779b97f4a7c15))}
-	g.sum = &Summary{Dialect: d, State: cfg.State, Seed: cfg.Seed, ScaleMB: cfg.ScaleMB}
+	g.sum = &Summary{Dialect: d, State: cfg.State.Flag, Seed: cfg.Seed, ScaleMB: cfg.ScaleMB}
 	if err := g.run(ctx, conn); err != nil {
 		return nil, err
 	}
@@ -291,11 +289,16 @@ func (g *generator) run(ctx context.Context, conn *sql.Conn) error {
 	g.w = &writer{ctx: ctx, conn: conn, d: g.d}
 	g.turns = g.w.table("task_session_turns", "id", "task_session_id", "task_id", "started_at", "completed_at", "metadata", "created_at", "updated_at")
 	g.messages = g.w.table("task_session_messages", "id", "task_session_id", "task_id", "turn_id", "author_type", "author_id", "content", "requests_input", "type", "metadata", "created_at", "updated_at")
-	cols := []string{"id", "task_session_id", "task_id", "turn_id", "tool_call_id", "parent_tool_call_id", "subagent_type", "description", "agent_id", "child_session_id", "model", "agent_status", "tool_status", "is_async", "total_tokens", "tool_use_count", "duration_ms", "source", "observed_at", "settled_at", "updated_at"}
+	// The table's columns as the state has it: the declared ones once
+	// amended, the pre-amendment ones before.
+	cols, err := owned.PreAmendmentColumns()
 	if g.cfg.State == Amended {
-		cols = append(cols, "agent_execution_id")
+		cols, err = owned.Columns(owned.Subagents)
 	}
-	g.subagentRows = g.w.table("task_session_subagents", cols...)
+	if err != nil {
+		return fmt.Errorf("gen: %w", err)
+	}
+	g.subagentRows = g.w.table(owned.Subagents, cols...)
 	g.w.onCommit = func() {
 		if g.cfg.Progress != nil {
 			g.cfg.Progress(Progress{Messages: g.sum.Messages, PlannedMessage: g.plan.messages, Bytes: g.sum.ContentBytes + int64(g.sum.Messages)*overheadPerMessage, TargetBytes: target, Elapsed: time.Since(g.start)})

@@ -13,6 +13,7 @@ import (
 
 	"github.com/schemastate/schemastate/dialect"
 	"github.com/schemastate/schemastate/health"
+	"github.com/schemastate/schemastate/internal/basestate"
 	"github.com/schemastate/schemastate/internal/dbtest"
 	"github.com/schemastate/schemastate/internal/gen"
 	"github.com/schemastate/schemastate/keys"
@@ -21,7 +22,7 @@ import (
 
 // small writes the whole reference population into a 2 MiB store, so the
 // distribution is checked exactly while the test stays fast.
-func small(state gen.State) gen.Config {
+func small(state *basestate.State) gen.Config {
 	return gen.Config{ScaleMB: 2, Population: 1, State: state, Seed: 1}
 }
 
@@ -264,7 +265,7 @@ func TestGenerate_EachStateIsTheInstalledBaseStateItNames(t *testing.T) {
 	uuid := regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$`)
 	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
 		for _, state := range gen.States {
-			t.Run(string(state), func(t *testing.T) {
+			t.Run(state.Flag, func(t *testing.T) {
 				ctx := context.Background()
 				db := dbtest.Open(t, db.Dialect)
 				sum, err := gen.Generate(ctx, db.DB, small(state))
@@ -340,9 +341,11 @@ func TestGenerate_ScaleSetsTheStoreSize(t *testing.T) {
 	require.Equal(t, sum.Population.Invocations(), sum.SubagentMessages)
 }
 
+// A state the generator does not write (an installed-base state it has no
+// rows for) is refused, naming it.
 func TestGenerate_RejectsAnUnknownState(t *testing.T) {
 	db := dbtest.Open(t, dialect.SQLite)
-	_, err := gen.Generate(context.Background(), db.DB, gen.Config{ScaleMB: 1, State: "someday"})
+	_, err := gen.Generate(context.Background(), db.DB, gen.Config{ScaleMB: 1, State: basestate.HostDDL})
 	require.Error(t, err)
-	require.True(t, strings.Contains(err.Error(), "someday"))
+	require.True(t, strings.Contains(err.Error(), "host-ddl"))
 }

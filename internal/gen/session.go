@@ -13,7 +13,7 @@ import (
 // microsecond precision.
 func (g *generator) session(si int, sp sessionPlan, start time.Time) error {
 	rng := g.rng
-	sessionID, taskID, execution := uuid(rng), uuid(rng), uuid(rng)
+	sessionID, taskID, execution := newUUID(rng), newUUID(rng), newUUID(rng)
 	if err := g.w.exec(`INSERT INTO task_sessions (id, task_id, state, created_at, updated_at) VALUES (?, ?, ?, ?, ?)`,
 		sessionID, taskID, "COMPLETED", g.at(start), g.at(start)); err != nil {
 		return err
@@ -33,7 +33,7 @@ func (g *generator) session(si int, sp sessionPlan, start time.Time) error {
 		return now
 	}
 	for _, tp := range sp.turns {
-		turnID := uuid(rng)
+		turnID := newUUID(rng)
 		began := tick()
 		if err := g.message(sessionID, taskID, turnID, "user", "message", g.text.slice(rng, userSize(rng)), g.plainMeta(), began, began); err != nil {
 			return err
@@ -90,7 +90,7 @@ func (g *generator) message(sessionID, taskID, turnID, author, typ, content stri
 	if author == "user" {
 		authorID = "user-1"
 	}
-	if err := g.w.add(g.messages, size, uuid(g.rng), sessionID, taskID, turnID, author, authorID, content, 0, typ, meta, g.at(created), g.at(updated)); err != nil {
+	if err := g.w.add(g.messages, size, newUUID(g.rng), sessionID, taskID, turnID, author, authorID, content, 0, typ, meta, g.at(created), g.at(updated)); err != nil {
 		return err
 	}
 	g.sum.Messages++
@@ -136,12 +136,12 @@ func (g *generator) fanOut(tp turnPlan, sessionID, taskID, turnID, execution str
 		updated := created
 		switch inv.status {
 		case StatusAsyncLaunched:
-			st.AgentID = "a" + uuid(rng)[:17]
+			st.AgentID = "a" + newUUID(rng)[:17]
 			st.Model = models[rng.IntN(len(models))]
 			st.IsAsync = true
 			updated = created.Add(time.Duration(50+rng.IntN(500)) * time.Millisecond)
 		case StatusCompleted:
-			st.AgentID = "a" + uuid(rng)[:17]
+			st.AgentID = "a" + newUUID(rng)[:17]
 			if inv.withModel {
 				st.Model = models[rng.IntN(len(models))]
 			}
@@ -192,12 +192,21 @@ func (g *generator) subagentRow(m subagentMeta, sessionID, taskID, turnID, execu
 	if m.Status == "completed" {
 		settled = g.at(updated)
 	}
-	vals := []any{uuid(g.rng), sessionID, taskID, turnID, m.ToolCallID, null(m.ParentToolCallID),
-		null(st.SubagentType), null(st.Description), null(st.AgentID), null(st.ChildSessionID), null(st.Model),
-		null(st.Status), m.Status, boolInt(st.IsAsync), positive(st.TotalTokens), ptr(st.ToolUseCount), positive(st.DurationMs),
-		source, g.at(created), settled, g.at(updated)}
-	if g.cfg.State == Amended {
-		vals = append(vals, execution)
+	row := map[string]any{"id": newUUID(g.rng), "task_session_id": sessionID, "task_id": taskID, "turn_id": turnID,
+		"agent_execution_id": execution, "tool_call_id": m.ToolCallID, "parent_tool_call_id": null(m.ParentToolCallID),
+		"subagent_type": null(st.SubagentType), "description": null(st.Description), "agent_id": null(st.AgentID),
+		"child_session_id": null(st.ChildSessionID), "model": null(st.Model), "agent_status": null(st.Status),
+		"tool_status": m.Status, "is_async": boolInt(st.IsAsync), "total_tokens": positive(st.TotalTokens),
+		"tool_use_count": ptr(st.ToolUseCount), "duration_ms": positive(st.DurationMs), "source": source,
+		"observed_at": g.at(created), "settled_at": settled, "updated_at": g.at(updated)}
+	cols := g.subagentRows.cols
+	vals := make([]any, len(cols))
+	for i, c := range cols {
+		v, ok := row[c]
+		if !ok {
+			return fmt.Errorf("gen: no value for the declared column %s.%s", g.subagentRows.name, c)
+		}
+		vals[i] = v
 	}
 	if source == "live" {
 		g.sum.LiveRows++

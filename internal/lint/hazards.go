@@ -122,7 +122,13 @@ func planHazards(d dialect.Dialect, state string, tables []reconcile.TableChange
 						Advice: "add the column with a constant default (or none) and fill it in batches"})
 				}
 			case *schema.ModifyColumn:
-				if c.Change.Is(schema.ChangeNull) && !c.To.Type.Null && c.To.Default == nil {
+				// A primary-key column is exempt: only SQLite's non-INTEGER key
+				// declared without NOT NULL inspects as nullable (the host's
+				// `id TEXT PRIMARY KEY`), every writer gives a key, and the
+				// rebuild refuses a row whose key is NULL by naming it
+				// (reconcile.ErrNullRow) — the shape the store already had,
+				// not a change the declaration makes.
+				if c.Change.Is(schema.ChangeNull) && !c.To.Type.Null && c.To.Default == nil && !inPrimaryKey(tc.Live, c.From.Name) {
 					// With a default, the reconcile fills the NULLs first
 					// (PostgreSQL) or the rebuild copies them into it (SQLite).
 					add(Hazard{Code: CodeNotNullNoDefault, Level: LevelRefused, Table: tc.Table, Column: c.To.Name,
@@ -391,4 +397,17 @@ func changeText(c schema.Change) string {
 		return "drops index " + c.I.Name
 	}
 	return strings.TrimPrefix(fmt.Sprintf("%T", c), "*schema.")
+}
+
+// inPrimaryKey reports whether column is part of t's primary key.
+func inPrimaryKey(t *schema.Table, column string) bool {
+	if t == nil || t.PrimaryKey == nil {
+		return false
+	}
+	for _, p := range t.PrimaryKey.Parts {
+		if p.C != nil && p.C.Name == column {
+			return true
+		}
+	}
+	return false
 }

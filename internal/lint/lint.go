@@ -24,31 +24,15 @@ import (
 
 	"github.com/schemastate/schemastate"
 	"github.com/schemastate/schemastate/dialect"
+	"github.com/schemastate/schemastate/internal/basestate"
 	"github.com/schemastate/schemastate/internal/dsn"
-	"github.com/schemastate/schemastate/internal/parity"
+	"github.com/schemastate/schemastate/internal/store"
 	"github.com/schemastate/schemastate/reconcile"
 )
 
-// The installed-base states a lint plans from (host-context.md).
-const (
-	// Predating: the host's tables only, no owned table (states 1 and 2).
-	Predating = "predating"
-	// PreAmendment: the pre-amendment table with rows and second-precision
-	// keys (states 3 and 4), background_agent_log before transcripts.
-	PreAmendment = "pre-amendment"
-	// HostDDL: the amended table as the host's own DDL creates it (state 6
-	// reached without this module).
-	HostDDL = "host-ddl"
-	// OldShape: a store reconciled to the base declaration — every
-	// installation that booted the version under review's predecessor.
-	OldShape = "old-shape"
-)
-
-// States lists the states in the order a lint reports them.
-var States = []string{Predating, PreAmendment, HostDDL, OldShape}
-
-// seeds maps a state to the parity store it is built from.
-var seeds = map[string]string{Predating: parity.Fresh, PreAmendment: parity.PreAmendment, HostDDL: parity.HostDDL, OldShape: parity.Fresh}
+// States are the installed-base states a lint plans from, in the order it
+// reports them; OldShape only when there is a base declaration.
+var States = []*basestate.State{basestate.Predating, basestate.PreAmendment, basestate.HostDDL, basestate.OldShape}
 
 // Source is one declaration: its HCL and the name errors cite it by.
 type Source struct {
@@ -252,13 +236,13 @@ func writeSource(dir, name string, s Source) (string, error) {
 
 // lintDialect builds each state on one dialect's scratch stores and plans it.
 func lintDialect(ctx context.Context, cfg Config, d dialect.Dialect, server, newFile, baseFile string, real *target) (runs []Run, err error) {
-	sc, err := parity.NewScratch(ctx, server)
+	sc, err := store.NewScratch(ctx, server, "lint")
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrEvaluate, err)
 	}
 	defer func() { err = errors.Join(err, sc.Close()) }()
 	for _, state := range States {
-		if state == OldShape && cfg.Base == nil {
+		if state == basestate.OldShape && cfg.Base == nil {
 			continue
 		}
 		db, err := Build(ctx, sc, state, baseFile, cfg.Logger)
@@ -282,32 +266,19 @@ func lintDialect(ctx context.Context, cfg Config, d dialect.Dialect, server, new
 // Build creates one state's store on sc: the state's fixtures, and for
 // OldShape a reconcile to the base declaration (baseFile; empty means the
 // built-in one).
-func Build(ctx context.Context, sc *parity.Scratch, state, baseFile string, logger *slog.Logger) (*sql.DB, error) {
-	seed, ok := seeds[state]
-	if !ok {
-		return nil, fmt.Errorf("%w: no installed-base state %q", ErrEvaluate, state)
-	}
-	db, err := sc.Open(ctx, state)
-	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrEvaluate, err)
-	}
-	if err := parity.Seed(ctx, db, sc.Dialect(), seed); err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrEvaluate, err)
-	}
-	if state != OldShape {
-		return db, nil
-	}
+func Build(ctx context.Context, sc *store.Scratch, state *basestate.State, baseFile string, logger *slog.Logger) (*sql.DB, error) {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	opts := []reconcile.Option{reconcile.WithDialect(sc.Dialect()), reconcile.WithLogger(logger)}
+	opts := []reconcile.Option{reconcile.WithLogger(logger)}
 	if baseFile != "" {
 		opts = append(opts, reconcile.WithSchemaFile(baseFile))
 	}
-	if _, err := reconcile.Reconcile(ctx, db, opts...); err != nil {
-		return nil, fmt.Errorf("%w: build the %s store on %s (reconcile to the base declaration): %w", ErrEvaluate, state, sc.Dialect(), err)
+	st, err := state.Build(ctx, sc, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrEvaluate, err)
 	}
-	return db, nil
+	return st.DB, nil
 }
 
 // PlanOptions are the options a lint plans with: the dialect, the
@@ -325,12 +296,12 @@ func PlanOptions(d dialect.Dialect, newFile string, extra []reconcile.Option) []
 // declaration under review (newFile; empty means the built-in one) and
 // judges it: the plan Lint prints for the state, and the statements a
 // reconcile of that store with PlanOptions then runs.
-func PlanState(ctx context.Context, db *sql.DB, d dialect.Dialect, state, newFile string, extra []reconcile.Option) (Run, error) {
+func PlanState(ctx context.Context, db *sql.DB, d dialect.Dialect, state *basestate.State, newFile string, extra []reconcile.Option) (Run, error) {
 	p, err := reconcile.Plan(ctx, db, PlanOptions(d, newFile, extra)...)
 	if err != nil {
 		return Run{}, fmt.Errorf("%w: plan the %s store on %s: %w", ErrEvaluate, state, d, err)
 	}
-	run := Run{Dialect: d, State: state, Phases: []Phase{}, Refused: nonNil(p.Refused()), Drift: p.Drift(), Hazards: []Hazard{}}
+	run := Run{Dialect: d, State: state.Name, Phases: []Phase{}, Refused: nonNil(p.Refused()), Drift: p.Drift(), Hazards: []Hazard{}}
 	if run.Drift == nil {
 		run.Drift = []reconcile.Drift{}
 	}
@@ -338,7 +309,7 @@ func PlanState(ctx context.Context, db *sql.DB, d dialect.Dialect, state, newFil
 	for _, ph := range p.Phases() {
 		run.Phases = append(run.Phases, Phase{Phase: ph, Cost: cost(d, ph, tables)})
 	}
-	run.Hazards = append(run.Hazards, planHazards(d, state, tables, p.Phases())...)
+	run.Hazards = append(run.Hazards, planHazards(d, state.Name, tables, p.Phases())...)
 	return run, nil
 }
 

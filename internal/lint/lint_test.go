@@ -13,8 +13,9 @@ import (
 
 	"github.com/schemastate/schemastate"
 	"github.com/schemastate/schemastate/dialect"
+	"github.com/schemastate/schemastate/internal/basestate"
 	"github.com/schemastate/schemastate/internal/dbtest"
-	"github.com/schemastate/schemastate/internal/parity"
+	"github.com/schemastate/schemastate/internal/store"
 	"github.com/schemastate/schemastate/reconcile"
 )
 
@@ -35,9 +36,11 @@ const subagents = "task_session_subagents"
 // baseline is what every state plans with no edit at all: the
 // pre-amendment table is rebuilt (SQLite) or gets its key and widened
 // metrics in one transaction (PostgreSQL, small tables); the host's
-// amended table has its metrics widened.
+// amended table has its metrics widened (PostgreSQL) or is rebuilt once for
+// its nullable `id TEXT PRIMARY KEY` (SQLite, issue 22).
 var baseline = map[string][]string{
 	"sqlite/pre-amendment": {"sqlite-rebuild " + subagents},
+	"sqlite/host-ddl":      {"sqlite-rebuild " + subagents},
 	"postgres/pre-amendment": {
 		"index-not-concurrent " + subagents + " index task_session_subagents_session_execution_tool_call_key",
 		"table-rewrite " + subagents + ".duration_ms",
@@ -255,7 +258,7 @@ func TestLint_Edits_PlanIsWhatReconcileRuns(t *testing.T) {
 				t.Run(e.name, func(t *testing.T) {
 					newFile := filepath.Join(t.TempDir(), "schema.hcl")
 					require.NoError(t, os.WriteFile(newFile, e.hcl(t), 0o600))
-					sc, err := parity.NewScratch(ctx, server)
+					sc, err := store.NewScratch(ctx, server, "lint")
 					require.NoError(t, err)
 					defer func() { require.NoError(t, sc.Close()) }()
 					for _, state := range States {
@@ -339,7 +342,7 @@ func TestLint_OnlinePath_NoExclusiveBuild(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, rep.Runs, len(States))
 	for _, run := range rep.Runs {
-		if run.State == Predating {
+		if run.State == basestate.Predating.Name {
 			continue
 		}
 		var builds []string

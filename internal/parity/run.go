@@ -2,41 +2,28 @@ package parity
 
 import (
 	"context"
-	"crypto/rand"
 	"database/sql"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
-	"net/url"
-	"os"
-	"path/filepath"
-	"strings"
-	"time"
 
 	"github.com/schemastate/schemastate/dialect"
-	"github.com/schemastate/schemastate/internal/dsn"
-	"github.com/schemastate/schemastate/internal/fixtures"
+	"github.com/schemastate/schemastate/internal/basestate"
+	"github.com/schemastate/schemastate/internal/store"
 	"github.com/schemastate/schemastate/reconcile"
 
 	_ "github.com/schemastate/schemastate/drivers"
 )
 
-// The stores Run builds. Each starts from an installed-base state
-// (host-context.md) and is reconciled once.
-const (
-	// Fresh: the host tables only; the reconcile creates every owned table.
-	Fresh = "fresh"
-	// PreAmendment: the pre-amendment task_session_subagents with rows and
-	// second-precision keys (states 3 and 4), and background_agent_log as
-	// deployed before transcripts: the SQLite rebuild / PostgreSQL swap path.
-	PreAmendment = "pre-amendment"
-	// HostDDL: the amended table as the host's own DDL creates it (an inline
-	// three-column UNIQUE), reached without this module (state 6).
-	HostDDL = "host-ddl"
-	// Live names the database given to Against.
-	Live = "live"
+// The stores Run builds, each from an installed-base state reconciled once:
+// the Reference, and the states compared with it.
+var (
+	Reference = basestate.Fresh
+	compared  = []*basestate.State{basestate.PreAmendment, basestate.HostDDL}
 )
+
+// Live names the database given to Against.
+const Live = "live"
 
 // Config says where the stores are built and which declaration is reconciled.
 type Config struct {
@@ -73,22 +60,22 @@ var ErrReconcile = errors.New("parity: reconcile failed")
 // Run builds a fresh, a pre-amendment and a host-DDL store, reconciles each,
 // and compares the other two with the fresh one.
 func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
-	sc, err := NewScratch(ctx, cfg.Server)
+	sc, err := store.NewScratch(ctx, cfg.Server, "parity")
 	if err != nil {
 		return nil, err
 	}
 	defer func() { err = errors.Join(err, sc.Close()) }()
-	ref, err := build(ctx, sc, Fresh, cfg)
+	ref, err := build(ctx, sc, Reference, cfg)
 	if err != nil {
 		return nil, err
 	}
-	rep = &Report{Dialect: sc.d, Identical: true, Reference: ref}
-	for _, store := range []string{PreAmendment, HostDDL} {
-		got, err := build(ctx, sc, store, cfg)
+	rep = &Report{Dialect: sc.Dialect(), Identical: true, Reference: ref}
+	for _, state := range compared {
+		got, err := build(ctx, sc, state, cfg)
 		if err != nil {
 			return nil, err
 		}
-		rep.add(store, got)
+		rep.add(state.Name, got)
 	}
 	return rep, nil
 }
@@ -111,12 +98,12 @@ func Against(ctx context.Context, live *sql.DB, cfg Config) (rep *Report, err er
 	} else if cfg.Server == "" {
 		return nil, errors.New("parity: a PostgreSQL database is compared with a fresh store built on a PostgreSQL server: Config.Server is empty")
 	}
-	sc, err := NewScratch(ctx, cfg.Server)
+	sc, err := store.NewScratch(ctx, cfg.Server, "parity")
 	if err != nil {
 		return nil, err
 	}
 	defer func() { err = errors.Join(err, sc.Close()) }()
-	ref, err := build(ctx, sc, Fresh, cfg)
+	ref, err := build(ctx, sc, Reference, cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -130,63 +117,28 @@ func (r *Report) add(store string, got *Snapshot) {
 	if diffs == nil {
 		diffs = []Difference{}
 	}
-	r.Comparisons = append(r.Comparisons, Comparison{Store: store, Against: Fresh, Identical: len(diffs) == 0, Differences: diffs})
+	r.Comparisons = append(r.Comparisons, Comparison{Store: store, Against: Reference.Name, Identical: len(diffs) == 0, Differences: diffs})
 	r.Identical = r.Identical && len(diffs) == 0
 }
 
-// build seeds one store from its fixtures, reconciles it and reads it back.
-func build(ctx context.Context, sc *Scratch, store string, cfg Config) (*Snapshot, error) {
-	db, err := sc.Open(ctx, store)
+// build builds one state's store, reconciles it and reads it back.
+func build(ctx context.Context, sc *store.Scratch, state *basestate.State, cfg Config) (*Snapshot, error) {
+	st, err := state.Build(ctx, sc)
 	if err != nil {
-		return nil, err
-	}
-	if err := Seed(ctx, db, sc.d, store); err != nil {
-		return nil, err
+		return nil, fmt.Errorf("parity: %w", err)
 	}
 	opts := []reconcile.Option{reconcile.WithLogger(cfg.logger())}
 	if cfg.SchemaFile != "" {
 		opts = append(opts, reconcile.WithSchemaFile(cfg.SchemaFile))
 	}
-	if _, err := reconcile.Reconcile(ctx, db, opts...); err != nil {
-		return nil, fmt.Errorf("%w on the %s store: %w", ErrReconcile, store, err)
+	if _, err := reconcile.Reconcile(ctx, st.DB, opts...); err != nil {
+		return nil, fmt.Errorf("%w on the %s store: %w", ErrReconcile, state.Name, err)
 	}
-	s, err := Read(ctx, db, cfg.SchemaFile)
+	s, err := Read(ctx, st.DB, cfg.SchemaFile)
 	if err != nil {
-		return nil, fmt.Errorf("parity: read the %s store: %w", store, err)
+		return nil, fmt.Errorf("parity: read the %s store: %w", state.Name, err)
 	}
 	return s, nil
-}
-
-// Seed writes an installed-base state's fixtures into an empty store: the
-// host tables (Fresh), plus the pre-amendment table with rows and keys
-// (PreAmendment) or the table as the host's own DDL creates it (HostDDL).
-func Seed(ctx context.Context, db *sql.DB, d dialect.Dialect, store string) error {
-	ds := string(d)
-	scripts := []func() (string, error){func() (string, error) { return fixtures.HostFixture(ds) }}
-	switch store {
-	case Fresh:
-	case PreAmendment:
-		scripts = append(scripts,
-			func() (string, error) { return fixtures.LegacyFixture(ds) },
-			func() (string, error) { return fixtures.LifecycleLegacyFixture(ds) },
-			fixtures.DemoFixture)
-	case HostDDL:
-		scripts = append(scripts,
-			func() (string, error) { return fixtures.HostAmendedFixture(ds) },
-			func() (string, error) { return fixtures.LifecycleLegacyFixture(ds) })
-	default:
-		return fmt.Errorf("parity: no installed-base state %q", store)
-	}
-	for _, s := range scripts {
-		script, err := s()
-		if err == nil {
-			err = fixtures.ApplyScript(ctx, db, script)
-		}
-		if err != nil {
-			return fmt.Errorf("parity: seed the %s store: %w", store, err)
-		}
-	}
-	return nil
 }
 
 func (c Config) logger() *slog.Logger {
@@ -194,110 +146,4 @@ func (c Config) logger() *slog.Logger {
 		return c.Logger
 	}
 	return slog.New(slog.DiscardHandler)
-}
-
-// Scratch creates empty databases and removes them all on Close: files in a
-// temporary directory (SQLite) or schemas on a server (PostgreSQL).
-type Scratch struct {
-	d       dialect.Dialect
-	dir     string
-	server  string
-	admin   *sql.DB
-	prefix  string
-	schemas []string
-	dbs     []*sql.DB
-}
-
-// NewScratch prepares stores on server, a PostgreSQL URL (each store a
-// schema there), or, when server is empty, in a temporary directory (each
-// store a SQLite file).
-func NewScratch(ctx context.Context, server string) (*Scratch, error) {
-	var b [6]byte
-	_, _ = rand.Read(b[:])
-	sc := &Scratch{d: dialect.SQLite, prefix: "schemastate_parity_" + hex.EncodeToString(b[:])}
-	if server == "" {
-		dir, err := os.MkdirTemp("", sc.prefix)
-		if err != nil {
-			return nil, fmt.Errorf("parity: temporary directory: %w", err)
-		}
-		sc.dir = dir
-		return sc, nil
-	}
-	t, err := dsn.Parse(server)
-	if err != nil {
-		return nil, err
-	}
-	if t.Dialect != dialect.Postgres {
-		return nil, fmt.Errorf("parity: the scratch server must be PostgreSQL, not %s", t.Display)
-	}
-	admin, err := t.Open(ctx)
-	if err != nil {
-		return nil, err
-	}
-	sc.d, sc.server, sc.admin = dialect.Postgres, t.DSN, admin
-	return sc, nil
-}
-
-// Dialect is the dialect of the stores.
-func (sc *Scratch) Dialect() dialect.Dialect { return sc.d }
-
-// Open creates an empty store named store (unique within sc) and opens it;
-// Close closes it.
-func (sc *Scratch) Open(ctx context.Context, store string) (*sql.DB, error) {
-	var storeDSN, driver string
-	if sc.d == dialect.SQLite {
-		storeDSN, driver = dsn.SQLiteNewStoreDSN(filepath.Join(sc.dir, store+".db")), "sqlite"
-	} else {
-		short, ok := map[string]string{Fresh: "fresh", PreAmendment: "pre", HostDDL: "host"}[store]
-		if !ok {
-			short = strings.Map(func(r rune) rune {
-				if r >= 'a' && r <= 'z' || r >= '0' && r <= '9' {
-					return r
-				}
-				return '_'
-			}, strings.ToLower(store))
-		}
-		name := sc.prefix + "_" + short
-		if _, err := sc.admin.ExecContext(ctx, "CREATE SCHEMA "+dialect.QuoteIdent(name)); err != nil {
-			return nil, fmt.Errorf("parity: create the scratch schema %s (the stores are built in temporary schemas: build them on a server where that is allowed): %w", name, err)
-		}
-		sc.schemas = append(sc.schemas, name)
-		u, err := url.Parse(sc.server)
-		if err != nil {
-			return nil, fmt.Errorf("parity: server URL: %w", err)
-		}
-		q := u.Query()
-		q.Set("search_path", name)
-		u.RawQuery = q.Encode()
-		storeDSN, driver = u.String(), "pgx"
-	}
-	db, err := sql.Open(driver, storeDSN)
-	if err != nil {
-		return nil, fmt.Errorf("parity: open the %s store: %w", store, err)
-	}
-	sc.dbs = append(sc.dbs, db)
-	return db, nil
-}
-
-// Close removes every store, also when the context was cancelled: the drops
-// run on a context of their own, bounded.
-func (sc *Scratch) Close() error {
-	var errs []error
-	for _, db := range sc.dbs {
-		db.Close()
-	}
-	if sc.dir != "" {
-		errs = append(errs, os.RemoveAll(sc.dir))
-	}
-	if sc.admin != nil {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		for _, s := range sc.schemas {
-			if _, err := sc.admin.ExecContext(ctx, "DROP SCHEMA IF EXISTS "+dialect.QuoteIdent(s)+" CASCADE"); err != nil {
-				errs = append(errs, fmt.Errorf("parity: drop schema %s: %w", s, err))
-			}
-		}
-		errs = append(errs, sc.admin.Close())
-	}
-	return errors.Join(errs...)
 }

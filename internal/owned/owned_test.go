@@ -1,0 +1,63 @@
+package owned_test
+
+import (
+	"context"
+	"log/slog"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/schemastate/schemastate"
+	"github.com/schemastate/schemastate/dialect"
+	"github.com/schemastate/schemastate/internal/dbtest"
+	"github.com/schemastate/schemastate/internal/owned"
+	"github.com/schemastate/schemastate/reconcile"
+)
+
+// liveColumns is table's columns as the database holds them, in order.
+func liveColumns(t *testing.T, db *dbtest.DB, table string) []string {
+	q := `SELECT name FROM pragma_table_info(?) ORDER BY cid`
+	if db.Dialect == dialect.Postgres {
+		q = `SELECT column_name FROM information_schema.columns WHERE table_schema = current_schema() AND table_name = ? ORDER BY ordinal_position`
+	}
+	return db.Strings(t, q, table)
+}
+
+// The lists are the tables a reconcile creates and the pre-amendment table
+// the fixtures create, column for column, on both dialects.
+func TestColumns_AreTheLiveTablesColumns(t *testing.T) {
+	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
+		db.Host(t)
+		_, err := reconcile.Reconcile(context.Background(), db.DB, reconcile.WithLogger(slog.New(slog.DiscardHandler)))
+		require.NoError(t, err)
+		for _, table := range []string{owned.Subagents, "background_agent_log"} {
+			cols, err := owned.Columns(table)
+			require.NoError(t, err)
+			require.Equal(t, liveColumns(t, db, table), cols, table)
+		}
+
+		legacy := dbtest.Open(t, db.Dialect).Host(t).Legacy(t)
+		cols, err := owned.PreAmendmentColumns()
+		require.NoError(t, err)
+		require.Equal(t, liveColumns(t, legacy, owned.Subagents), cols)
+	})
+}
+
+// The names do not depend on the dialect the declaration is evaluated for.
+func TestColumns_SameOnBothDialects(t *testing.T) {
+	cols, err := owned.Columns(owned.Subagents)
+	require.NoError(t, err)
+	pg, err := reconcile.EvalDeclaration(schemastate.SchemaHCL, "schema.hcl", dialect.Postgres, "public")
+	require.NoError(t, err)
+	var names []string
+	for _, c := range pg.Table(owned.Subagents).Columns {
+		names = append(names, c.Name)
+	}
+	require.Equal(t, names, cols)
+}
+
+// A table schema.hcl does not own is an error, never an empty list.
+func TestColumns_UndeclaredTableIsAnError(t *testing.T) {
+	_, err := owned.Columns("task_sessions")
+	require.ErrorContains(t, err, "declares no owned table task_sessions")
+}
