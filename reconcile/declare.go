@@ -5,9 +5,7 @@ import (
 	"os"
 	"strings"
 
-	"ariga.io/atlas/sql/postgres"
 	"ariga.io/atlas/sql/schema"
-	"ariga.io/atlas/sql/sqlite"
 	"github.com/zclconf/go-cty/cty"
 
 	"github.com/schemastate/schemastate"
@@ -41,11 +39,15 @@ func (d *Declaration) Table(name string) *schema.Table {
 // LoadDeclaration reads and evaluates an HCL file for d; an empty path means
 // the schema.hcl built into this module.
 func LoadDeclaration(path string, d dialect.Dialect, schemaName string) (*Declaration, error) {
+	drv, err := driverFor(d)
+	if err != nil {
+		return nil, err
+	}
 	src, file, err := readDeclaration(path)
 	if err != nil {
 		return nil, err
 	}
-	return EvalDeclaration(src, file, d, schemaName)
+	return evalDeclaration(drv, src, file, schemaName)
 }
 
 // readDeclaration returns the HCL source and the name to cite it by.
@@ -63,18 +65,17 @@ func readDeclaration(path string) (src []byte, file string, err error) {
 // EvalDeclaration evaluates HCL source for dialect d and binds every table to
 // the live schema name (main on SQLite, the current schema on PostgreSQL).
 func EvalDeclaration(src []byte, file string, d dialect.Dialect, schemaName string) (*Declaration, error) {
-	var s schema.Schema
-	vars := map[string]cty.Value{"dialect": cty.StringVal(string(d))}
-	var err error
-	switch d {
-	case dialect.SQLite:
-		err = sqlite.EvalHCLBytes(src, &s, vars)
-	case dialect.Postgres:
-		err = postgres.EvalHCLBytes(src, &s, vars)
-	default:
-		err = fmt.Errorf("unsupported dialect %q", d)
-	}
+	drv, err := driverFor(d)
 	if err != nil {
+		return nil, fmt.Errorf("%s: %w", file, err)
+	}
+	return evalDeclaration(drv, src, file, schemaName)
+}
+
+func evalDeclaration(drv driver, src []byte, file string, schemaName string) (*Declaration, error) {
+	var s schema.Schema
+	vars := map[string]cty.Value{"dialect": cty.StringVal(string(drv.dialect()))}
+	if err := drv.evalHCL(src, &s, vars); err != nil {
 		// hcl diagnostics on in-memory source carry ":line,col" with no file
 		// name: prefix the file so the message reads "file:line,col: …".
 		if strings.HasPrefix(err.Error(), ":") {
@@ -90,15 +91,7 @@ func EvalDeclaration(src []byte, file string, d dialect.Dialect, schemaName stri
 			decl.Host = append(decl.Host, t)
 			continue
 		}
-		if d == dialect.Postgres {
-			for _, idx := range t.Indexes {
-				// A unique index in the declaration is a UNIQUE constraint on
-				// PostgreSQL (schema.hcl header; atlas-and-dialect-facts.md).
-				if idx.Unique {
-					idx.AddAttrs(postgres.UniqueConstraint(idx.Name))
-				}
-			}
-		}
+		drv.declared(t)
 		decl.Owned = append(decl.Owned, t)
 	}
 	if len(decl.Owned) == 0 {

@@ -2,7 +2,6 @@ package reconcile
 
 import (
 	"fmt"
-	"strings"
 
 	"ariga.io/atlas/sql/schema"
 )
@@ -66,9 +65,9 @@ func splitDrift(table string, changes []schema.Change, want *schema.Table, prune
 				rest = append(rest, c)
 				continue
 			}
-			d = Drift{Kind: DriftIndex, Name: c.I.Name, Definition: indexDefinition(c.I)}
+			d = Drift{Kind: DriftIndex, Name: c.I.Name, Definition: DescribeIndex(c.I).Definition()}
 		case *schema.DropForeignKey:
-			d = Drift{Kind: DriftForeignKey, Name: c.F.Symbol, Definition: foreignKeyDefinition(c.F)}
+			d = Drift{Kind: DriftForeignKey, Name: c.F.Symbol, Definition: DescribeForeignKey(c.F).Definition()}
 		case *schema.DropCheck:
 			d = Drift{Kind: DriftCheck, Name: c.C.Name, Definition: "CHECK (" + c.C.Expr + ")"}
 		default:
@@ -110,60 +109,4 @@ func retiredKey(idx *schema.Index, want *schema.Table) bool {
 		}
 	}
 	return false
-}
-
-func indexDefinition(idx *schema.Index) string {
-	kind := "index"
-	if idx.Unique {
-		kind = "unique"
-	}
-	def := fmt.Sprintf("%s (%s)", kind, strings.Join(partNames(idx), ", "))
-	if partial(idx) {
-		def += " partial"
-	}
-	return def
-}
-
-// partNames spells each part of idx: a column's name, an expression's text,
-// then DESC where the part is descending.
-func partNames(idx *schema.Index) []string {
-	var cols []string
-	for _, p := range idx.Parts {
-		c := "?"
-		switch {
-		case p.C != nil:
-			c = p.C.Name
-		case p.X != nil:
-			if x, ok := p.X.(*schema.RawExpr); ok {
-				c = x.X
-			}
-		}
-		if p.Desc {
-			c += " DESC"
-		}
-		cols = append(cols, c)
-	}
-	return cols
-}
-
-func foreignKeyDefinition(fk *schema.ForeignKey) string {
-	var cols, refs []string
-	for _, c := range fk.Columns {
-		cols = append(cols, c.Name)
-	}
-	for _, c := range fk.RefColumns {
-		refs = append(refs, c.Name)
-	}
-	ref := "?"
-	if fk.RefTable != nil {
-		ref = fk.RefTable.Name
-	}
-	def := fmt.Sprintf("(%s) REFERENCES %s (%s)", strings.Join(cols, ", "), ref, strings.Join(refs, ", "))
-	if fk.OnDelete != "" {
-		def += " ON DELETE " + string(fk.OnDelete)
-	}
-	if fk.OnUpdate != "" {
-		def += " ON UPDATE " + string(fk.OnUpdate)
-	}
-	return def
 }

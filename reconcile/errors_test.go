@@ -3,6 +3,10 @@ package reconcile_test
 import (
 	"context"
 	"errors"
+	"log/slog"
+	"math"
+	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -12,6 +16,7 @@ import (
 	"modernc.org/sqlite"
 	sqlite3 "modernc.org/sqlite/lib"
 
+	"github.com/schemastate/schemastate"
 	"github.com/schemastate/schemastate/dialect"
 	"github.com/schemastate/schemastate/internal/dbtest"
 	"github.com/schemastate/schemastate/internal/fixtures"
@@ -88,6 +93,49 @@ func TestReconcile_StepErrorKeepsContextCanceled(t *testing.T) {
 	})
 }
 
+// A context cancelled while the shape step plans fails that step — there is
+// no plan, so nothing is refused and nothing widened — and nothing panics.
+// The cancellation is real: the logger cancels as the host_tables step is
+// recorded, right before the shape step inspects (pgx reports it as a bad
+// connection, modernc as context.Canceled).
+func TestReconcile_CancelledWhilePlanningFailsTheShapeStep(t *testing.T) {
+	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
+		db.Host(t).Legacy(t)
+		seedLegacy(t, db)
+		during, cancel := context.WithCancel(ctx)
+		defer cancel()
+		logger := slog.New(cancelOnStep{step: reconcile.StepHostTables, cancel: cancel})
+		rep, err := reconcile.Reconcile(during, db.DB, reconcile.WithLogger(logger))
+		require.ErrorIs(t, err, reconcile.ErrStepFailed, describe(rep))
+		require.Equal(t, reconcile.Failed, rep.Step(reconcile.StepShape).Status, describe(rep))
+		require.Nil(t, rep.Step(reconcile.StepRefused))
+		require.Nil(t, rep.Step(reconcile.StepWiden))
+		require.Contains(t, failedSteps(t, err), reconcile.StepShape)
+	})
+}
+
+// cancelOnStep is a slog handler that cancels once a record names step.
+type cancelOnStep struct {
+	step   string
+	cancel func()
+}
+
+func (h cancelOnStep) Enabled(context.Context, slog.Level) bool { return true }
+
+func (h cancelOnStep) Handle(_ context.Context, r slog.Record) error {
+	r.Attrs(func(a slog.Attr) bool {
+		if a.Key == "step" && a.Value.String() == h.step {
+			h.cancel()
+		}
+		return true
+	})
+	return nil
+}
+
+func (h cancelOnStep) WithAttrs([]slog.Attr) slog.Handler { return h }
+
+func (h cancelOnStep) WithGroup(string) slog.Handler { return h }
+
 // failedSteps names the StepErrors err carries, in order.
 func failedSteps(t *testing.T, err error) []string {
 	t.Helper()
@@ -125,5 +173,131 @@ func TestReconcile_SeveralFailedStepsAreJoined(t *testing.T) {
 		require.Equal(t, []string{reconcile.StepRefused, reconcile.StepBackfill}, failedSteps(t, err))
 		require.Contains(t, err.Error(), "would drop column host_only_note")
 		require.Contains(t, err.Error(), "forced backfill failure")
+	})
+}
+
+// Issue 19: the host can tell a refused change, missing host tables and a
+// replica holding the boot lock apart with errors.Is, through the
+// *StepError of the step that failed.
+func TestReconcile_SentinelsReachTheHostThroughStepError(t *testing.T) {
+	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
+		stepOf := func(err error) string {
+			var se *reconcile.StepError
+			require.ErrorAs(t, err, &se)
+			return se.Step
+		}
+		// No host tables yet.
+		rep, err := reconcile.Reconcile(ctx, db.DB, quiet)
+		require.ErrorIs(t, err, reconcile.ErrHostTablesMissing, describe(rep))
+		require.ErrorIs(t, err, reconcile.ErrStepFailed)
+		require.Equal(t, reconcile.StepHostTables, stepOf(err))
+		require.NotErrorIs(t, err, reconcile.ErrRefused)
+
+		db.Host(t)
+		settle(t, db, quiet)
+		// A declaration that drops a column is refused.
+		src := strings.Replace(string(schemastate.SchemaHCL), "column \"model\"", "column \"model_renamed\"", 1)
+		rep, err = reconcile.Reconcile(ctx, db.DB, quiet, reconcile.WithDeclaration([]byte(src), "renamed.hcl"))
+		require.ErrorIs(t, err, reconcile.ErrRefused, describe(rep))
+		require.Equal(t, reconcile.StepRefused, stepOf(err))
+		require.Contains(t, err.Error(), "refused destructive change (never applied at boot): task_session_subagents: would drop column model (renamed.hcl)")
+		require.NotErrorIs(t, err, reconcile.ErrLockHeld)
+
+		// Another replica holds the lock for longer than this boot waits.
+		finish := replicaHoldingTheLock(t, db, quiet, reconcile.WithSchemaFile(editedDeclaration(t)))
+		rep, err = reconcile.Reconcile(ctx, db.DB, quiet, reconcile.WithLockWait(100*time.Millisecond), reconcile.WithSchemaFile(editedDeclaration(t)))
+		require.ErrorIs(t, err, reconcile.ErrLockHeld, describe(rep))
+		require.Equal(t, reconcile.StepLock, stepOf(err))
+		require.NotErrorIs(t, err, reconcile.ErrHostTablesMissing)
+		_, err = finish()
+		require.NoError(t, err)
+	})
+}
+
+// Issue 19: an option whose value cannot be used is an error naming it, and
+// nothing runs — it is not clamped where it is used.
+func TestReconcile_InvalidOptionIsNamedAndNothingRuns(t *testing.T) {
+	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
+		db.Host(t)
+		for _, c := range []struct {
+			opt  reconcile.Option
+			name string
+		}{
+			{reconcile.WithLockWait(-time.Second), "WithLockWait(-1s)"},
+			{reconcile.WithDDLLockTimeout(0), "WithDDLLockTimeout(0s)"},
+			{reconcile.WithDDLLockAttempt(-time.Millisecond), "WithDDLLockAttempt(-1ms)"},
+			{reconcile.WithConcurrentWait(0), "WithConcurrentWait(0s)"},
+			{reconcile.WithOnlineAbove(-1), "WithOnlineAbove(-1)"},
+			{reconcile.WithCopyPause(math.NaN()), "WithCopyPause(NaN)"},
+			{reconcile.WithCopyBatchPages(0), "WithCopyBatchPages(0)"},
+			{reconcile.WithLogger(nil), "WithLogger(nil)"},
+			{reconcile.WithDeclaration(nil, "empty.hcl"), `WithDeclaration("empty.hcl")`},
+			{reconcile.WithDialect("mysql"), `WithDialect("mysql")`},
+		} {
+			rep, err := reconcile.Reconcile(ctx, db.DB, quiet, c.opt)
+			require.ErrorIs(t, err, reconcile.ErrInvalidOption, c.name)
+			require.Contains(t, err.Error(), c.name)
+			require.NotErrorIs(t, err, reconcile.ErrStepFailed, "no step ran")
+			require.Empty(t, rep.Steps, c.name)
+			_, err = reconcile.Plan(ctx, db.DB, c.opt)
+			require.ErrorIs(t, err, reconcile.ErrInvalidOption, c.name)
+			_, err = reconcile.Observe(ctx, db.DB, c.opt)
+			require.ErrorIs(t, err, reconcile.ErrInvalidOption, c.name)
+		}
+		require.Zero(t, count(t, db, `SELECT COUNT(*) FROM kandev_meta`), "nothing ran")
+		// Every bad option is named, not only the first.
+		_, err := reconcile.Reconcile(ctx, db.DB, reconcile.WithLockWait(-time.Second), reconcile.WithCopyBatchPages(0))
+		require.ErrorContains(t, err, "WithLockWait(-1s)")
+		require.ErrorContains(t, err, "WithCopyBatchPages(0)")
+	})
+}
+
+// Issue 19: the declaration can be passed as a value — the same plan as the
+// same text in a file, cited by the name given — and one observer sees every
+// event a reconcile reports: its progress, each statement it ran (the plan's,
+// in order) and each failpoint, where its error fails the step.
+func TestReconcile_DeclarationValueAndObserver(t *testing.T) {
+	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
+		db.Host(t).Legacy(t)
+		seedLegacy(t, db)
+		path := editedDeclaration(t)
+		src, err := os.ReadFile(path)
+		require.NoError(t, err)
+		fromFile, err := reconcile.Plan(ctx, db.DB, reconcile.WithSchemaFile(path))
+		require.NoError(t, err)
+		fromValue, err := reconcile.Plan(ctx, db.DB, reconcile.WithDeclaration(src, "edited.hcl"))
+		require.NoError(t, err)
+		require.Equal(t, fromFile.Phases(), fromValue.Phases())
+		_, err = reconcile.Plan(ctx, db.DB, reconcile.WithDeclaration([]byte("table \"t\" {"), "broken.hcl"))
+		require.ErrorContains(t, err, "broken.hcl:")
+
+		var events []reconcile.Event
+		observer := reconcile.WithObserver(func(e reconcile.Event) error {
+			events = append(events, e) // never called concurrently
+			if e.Kind == reconcile.EventFailpoint && e.Point == reconcile.FailpointExecutionSinceWrite {
+				return errors.New("forced failure at " + e.Point)
+			}
+			return nil
+		})
+		rep, err := reconcile.Reconcile(ctx, db.DB, quiet, observer, reconcile.WithDeclaration(src, "edited.hcl"))
+		require.ErrorIs(t, err, reconcile.ErrStepFailed)
+		require.Equal(t, reconcile.Failed, rep.Step(reconcile.StepExecutionSince).Status, describe(rep))
+		require.Contains(t, rep.Step(reconcile.StepExecutionSince).Detail, "forced failure at "+reconcile.FailpointExecutionSinceWrite)
+		var ran, points []string
+		progress := 0
+		for _, e := range events {
+			switch e.Kind {
+			case reconcile.EventExecuted:
+				ran = append(ran, e.Statement)
+			case reconcile.EventFailpoint:
+				points = append(points, e.Point)
+			case reconcile.EventProgress:
+				progress++
+			}
+		}
+		require.Equal(t, fromValue.Statements(), ran)
+		shape, write := slices.Index(points, reconcile.FailpointShapeApplied), slices.Index(points, reconcile.FailpointExecutionSinceWrite)
+		require.True(t, shape >= 0 && write > shape, "the failpoints in step order: %q", points)
+		require.Positive(t, progress)
 	})
 }

@@ -152,8 +152,9 @@ var buildIdentity = sync.OnceValue(func() []byte {
 
 // catalogHash hashes the live catalog entries of the owned tables, and the
 // host tables (on SQLite their definitions, on PostgreSQL their presence), in
-// one query.
-func catalogHash(ctx context.Context, d dialect.Dialect, q dialect.Querier, owned, host []string) (string, error) {
+// one query (driver.catalogQuery).
+func catalogHash(ctx context.Context, drv driver, q querier, owned, host []string) (string, error) {
+	d := drv.dialect()
 	args := make([]any, 0, len(owned)+len(host))
 	for _, n := range append(append([]string{}, owned...), host...) {
 		args = append(args, n)
@@ -163,51 +164,7 @@ func catalogHash(ctx context.Context, d dialect.Dialect, q dialect.Querier, owne
 	if len(host) > 0 {
 		hostIn = placeholders(d, len(owned)+1, len(host))
 	}
-	var query string
-	if d == dialect.SQLite {
-		// One pass over sqlite_master: every entry of the owned tables
-		// (table, indexes, triggers, each with the SQL that made it, which
-		// names its table) and the host tables with theirs. So on SQLite a
-		// host migration that changes a host table sends the next boot to
-		// the full check once, which certifies again. The entries are
-		// sorted below, as an ORDER BY would sort them (bytewise), which
-		// would cost SQLite a sorter for a few dozen rows.
-		query = `SELECT type || ':' || name || ':' || COALESCE(sql, '') FROM sqlite_master
-WHERE tbl_name IN (` + ownedIn + `) OR (type = 'table' AND name IN (` + hostIn + `))`
-	} else {
-		// Stored forms where a deparser would cost a lookup per row (an
-		// index is its whole pg_index row, whatever columns this server
-		// version has; a default its stored expression) and comments
-		// joined rather than fetched per row (col_description,
-		// obj_description): a definition's stored form changes whenever
-		// its rendering does, so the hash still covers everything the
-		// full check compares, at a third of the cost. (A REINDEX or
-		// CLUSTER also changes an index's row: one full check.) Constraints and triggers keep their
-		// deparsed form (a handful of rows; it names the referenced
-		// table as it is called now).
-		query = `WITH rel AS (
-  SELECT c.oid, c.relname, c.relkind, c.relpersistence, c.reloptions FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
-  WHERE n.nspname = current_schema() AND c.relkind IN ('r', 'p') AND c.relname IN (` + ownedIn + `)
-)
-SELECT 'col:' || rel.relname || ':' || a.attnum::text || ':' || a.attname || ':' || format_type(a.atttypid, a.atttypmod) || ':' || COALESCE(coll.collname, '') || ':' || a.attnotnull::text || ':' || a.attidentity::text || ':' || a.attgenerated::text || ':' || COALESCE(ad.adbin::text, '') || ':' || COALESCE(d.description, '')
-  FROM rel JOIN pg_attribute a ON a.attrelid = rel.oid AND a.attnum > 0 AND NOT a.attisdropped
-  LEFT JOIN pg_attrdef ad ON ad.adrelid = rel.oid AND ad.adnum = a.attnum
-  LEFT JOIN pg_collation coll ON coll.oid = a.attcollation
-  LEFT JOIN pg_description d ON d.objoid = rel.oid AND d.classoid = 'pg_class'::regclass AND d.objsubid = a.attnum
-UNION ALL SELECT 'idx:' || rel.relname || ':' || ic.relname || ':' || ic.relam::text || ':' || i::text || ':' || COALESCE(array_to_string(ic.reloptions, ','), '') || ':' || COALESCE(d.description, '')
-  FROM rel JOIN pg_index i ON i.indrelid = rel.oid JOIN pg_class ic ON ic.oid = i.indexrelid
-  LEFT JOIN pg_description d ON d.objoid = i.indexrelid AND d.classoid = 'pg_class'::regclass AND d.objsubid = 0
-UNION ALL SELECT 'con:' || rel.relname || ':' || con.conname || ':' || con.contype::text || ':' || pg_get_constraintdef(con.oid) || ':' || con.condeferrable::text || ':' || con.condeferred::text || ':' || con.convalidated::text || ':' || COALESCE(d.description, '')
-  FROM rel JOIN pg_constraint con ON con.conrelid = rel.oid
-  LEFT JOIN pg_description d ON d.objoid = con.oid AND d.classoid = 'pg_constraint'::regclass AND d.objsubid = 0
-UNION ALL SELECT 'trg:' || rel.relname || ':' || pg_get_triggerdef(t.oid) || ':' || t.tgenabled::text
-  FROM rel JOIN pg_trigger t ON t.tgrelid = rel.oid AND NOT t.tgisinternal
-UNION ALL SELECT 'tbl:' || rel.relname || ':' || rel.relkind::text || ':' || rel.relpersistence::text || ':' || COALESCE(array_to_string(rel.reloptions, ','), '') || ':' || COALESCE(d.description, '')
-  FROM rel LEFT JOIN pg_description d ON d.objoid = rel.oid AND d.classoid = 'pg_class'::regclass AND d.objsubid = 0
-UNION ALL SELECT 'host:' || c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
-  WHERE n.nspname = current_schema() AND c.relkind IN ('r', 'p') AND c.relname IN (` + hostIn + `)
-ORDER BY 1`
-	}
+	query := drv.catalogQuery(ownedIn, hostIn)
 	rows, err := q.QueryContext(ctx, query, args...)
 	if err != nil {
 		return "", err
@@ -241,13 +198,13 @@ func placeholders(d dialect.Dialect, from, n int) string {
 // certified reports whether this boot can take the fast path: the stored
 // certificate matches this build's declaration and the live catalog, and all
 // three activation keys are present. Any error means "no": the full check runs.
-func (r *run) certified(ctx context.Context) (keys.Set, bool) {
-	src, _, err := readDeclaration(r.o.schemaFile)
+func (r *run) certified(ctx context.Context, sess session) (keys.Set, bool) {
+	src, _, err := r.o.declaration()
 	if err != nil {
 		return keys.Set{}, false
 	}
 	// The three keys and the certificate in one round trip.
-	rows, err := r.sess.querier().QueryContext(ctx, r.o.dialect.Rebind(`SELECT key, value FROM kandev_meta WHERE key IN (?, ?, ?, ?)`),
+	rows, err := sess.querier().QueryContext(ctx, r.o.dialect.Rebind(`SELECT key, value FROM kandev_meta WHERE key IN (?, ?, ?, ?)`),
 		keys.CaptureSince, keys.BackfillThrough, keys.ExecutionSince, certificateKey)
 	if err != nil {
 		return keys.Set{}, false
@@ -275,14 +232,14 @@ func (r *run) certified(ctx context.Context) (keys.Set, bool) {
 		return ks, false
 	}
 	c, ok := parseCertificate(*stored)
-	if !ok || c.Declaration != declarationHash(r.o.dialect, src, r.sess.schemaName()) {
+	if !ok || c.Declaration != declarationHash(r.o.dialect, src, sess.schemaName()) {
 		return ks, false
 	}
 	// Pruning is work the certificate's full check left undone.
 	if r.o.prune && len(c.Drift) > 0 {
 		return ks, false
 	}
-	live, err := catalogHash(ctx, r.o.dialect, r.sess.querier(), c.Owned, c.Host)
+	live, err := catalogHash(ctx, r.drv, sess.querier(), c.Owned, c.Host)
 	if err != nil || live != c.Catalog {
 		return ks, false
 	}
@@ -293,13 +250,13 @@ func (r *run) certified(ctx context.Context) (keys.Set, bool) {
 // certify records a certificate for the live catalog, after a full check in
 // this pass found no change to make and observed the whole end state. It is
 // bookkeeping for the next boot: a failure is logged and changes nothing.
-func (r *run) certify(ctx context.Context, q dialect.Querier) {
+func (r *run) certify(ctx context.Context, q querier, decl *Declaration, schemaName string) {
 	// In a savepoint of its own: on PostgreSQL a failed statement would
 	// otherwise abort the step's transaction and lose the key written in it.
 	if _, err := q.ExecContext(ctx, "SAVEPOINT schemastate_certificate"); err != nil {
 		return
 	}
-	if err := r.writeCertificate(ctx, q); err != nil {
+	if err := r.writeCertificate(ctx, q, decl, schemaName); err != nil {
 		r.o.logger.Info("shape certificate not recorded", "error", err)
 		_, _ = q.ExecContext(ctx, "ROLLBACK TO SAVEPOINT schemastate_certificate")
 	} else {
@@ -308,16 +265,16 @@ func (r *run) certify(ctx context.Context, q dialect.Querier) {
 	_, _ = q.ExecContext(ctx, "RELEASE SAVEPOINT schemastate_certificate")
 }
 
-func (r *run) writeCertificate(ctx context.Context, q dialect.Querier) error {
-	src, _, err := readDeclaration(r.o.schemaFile)
+func (r *run) writeCertificate(ctx context.Context, q querier, decl *Declaration, schemaName string) error {
+	src, _, err := r.o.declaration()
 	if err != nil {
 		return err
 	}
-	c := certificate{Declaration: declarationHash(r.o.dialect, src, r.schema), Host: r.decl.HostTables(), Drift: r.rep.Drift}
-	for _, t := range r.decl.Owned {
+	c := certificate{Declaration: declarationHash(r.o.dialect, src, schemaName), Host: decl.HostTables(), Drift: r.rep.Drift}
+	for _, t := range decl.Owned {
 		c.Owned = append(c.Owned, t.Name)
 	}
-	if c.Catalog, err = catalogHash(ctx, r.o.dialect, q, c.Owned, c.Host); err != nil {
+	if c.Catalog, err = catalogHash(ctx, r.drv, q, c.Owned, c.Host); err != nil {
 		return err
 	}
 	value := c.String()
@@ -329,9 +286,9 @@ func (r *run) writeCertificate(ctx context.Context, q dialect.Querier) error {
 	return err
 }
 
-// fastPath records the steps of a certified boot: everything is as the last
-// full check left it.
-func (r *run) fastPath(ks keys.Set) {
+// fastPath records the steps of a certified boot — everything is as the last
+// full check left it — and ends the session.
+func (r *run) fastPath(ctx context.Context, sess session, ks keys.Set) {
 	r.rep.EndState = EndState{ExecutionColumnNotNull: true, ThreeColumnUnique: true, TwoColumnUniqueAbsent: true, IndexesMatchDeclaration: true}
 	r.rep.EndStateObserved = true
 	r.rep.Keys, r.rep.KeysRead = ks, true
@@ -344,5 +301,8 @@ func (r *run) fastPath(ks keys.Set) {
 		{Name: StepBackfill, Status: Unchanged, Detail: "both backfill keys present"},
 	} {
 		r.record(s)
+	}
+	if err := sess.close(ctx); err != nil {
+		r.warn(StepLock, err)
 	}
 }

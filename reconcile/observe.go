@@ -4,9 +4,7 @@ import (
 	"slices"
 	"strings"
 
-	"ariga.io/atlas/sql/postgres"
 	"ariga.io/atlas/sql/schema"
-	"ariga.io/atlas/sql/sqlite"
 )
 
 // The table, key and columns AC-33 speaks about.
@@ -111,30 +109,4 @@ func declaredIndexesPresent(live, want *schema.Table) bool {
 		}
 	}
 	return true
-}
-
-func sameIndex(a, b *schema.Index) bool {
-	return a.Unique == b.Unique && partial(a) == partial(b) && slices.Equal(partNames(a), partNames(b))
-}
-
-func columnNames(idx *schema.Index) []string {
-	out := make([]string, 0, len(idx.Parts))
-	for _, p := range idx.Parts {
-		if p.C == nil {
-			return nil
-		}
-		out = append(out, p.C.Name)
-	}
-	return out
-}
-
-// partial reports an index with a WHERE predicate.
-func partial(idx *schema.Index) bool {
-	for _, a := range idx.Attrs {
-		switch a.(type) {
-		case *postgres.IndexPredicate, *sqlite.IndexPredicate:
-			return true
-		}
-	}
-	return false
 }

@@ -5,14 +5,15 @@ import "strings"
 // The plan is a value.
 //
 // Reconcile reads top to bottom as inspect → diff → plan → apply. Planning
-// (shape.go, and postgres_plan.go for PostgreSQL's online phases) produces a
-// ShapePlan: for each owned table, the list of phases that bring it to its
-// declared shape. A phase is plain data — its SQL, whether it runs inside a
-// transaction, the lock it takes, and the catalog query that tells a later
-// boot it is already done — so `schemastate plan --json` prints exactly what
-// `reconcile` then runs, and a boot that stopped between two phases (a crash,
-// a lock it could not get) is re-planned from the live catalog and resumes
-// where the catalog is.
+// (shape.go, with each dialect's rules in sqlite_plan.go and
+// postgres_plan.go) produces a ShapePlan: for each owned table, the list of
+// phases that bring it to its declared shape. A phase is plain data — its
+// SQL, whether it runs inside a transaction, the lock it takes, the guards
+// that must hold around it, and the catalog query that tells a later boot it
+// is already done — and one applier (apply.go) runs it on both dialects, so
+// `schemastate plan --json` prints exactly what `reconcile` then runs, and a
+// boot that stopped between two phases (a crash, a lock it could not get) is
+// re-planned from the live catalog and resumes where the catalog is.
 
 // LockClass is the strongest table lock a phase takes, and for how long.
 type LockClass string
@@ -83,6 +84,51 @@ type Phase struct {
 	// Detail says why the phase is planned this way (the path chosen and the
 	// live table size it was chosen from).
 	Detail string `json:"detail,omitempty"`
+	// Guards are the checks and settings the applier runs around SQL, in
+	// the phase's transaction (a SQLite rebuild's row count, its
+	// foreign_key_check and legacy_alter_table). A guard that does not hold
+	// fails the phase, and its transaction rolls back.
+	Guards []Guard `json:"guards,omitempty"`
+	// Key is the columns of the unique key a build_index phase builds: a
+	// build that fails on duplicates names the duplicated keys over them.
+	Key []string `json:"key,omitempty"`
+}
+
+// GuardKind says what a guard checks or sets, and so how the applier runs it.
+type GuardKind string
+
+const (
+	// GuardNoNulls: SQL[0] returns a row holding NULL in Column, which the
+	// phase makes NOT NULL with nothing to fill it with, so the row could
+	// not be kept: any row fails the phase (ErrNullRow), naming it by Names
+	// (the query's columns), before anything changes.
+	GuardNoNulls GuardKind = "no_null_rows"
+	// GuardSetting: SQL[0] reads a connection setting, SQL[1] sets it for the
+	// phase, SQL[2] restores the value read (substituted for %s) after the
+	// phase, whether it succeeded or not.
+	GuardSetting GuardKind = "setting"
+	// GuardRowsCopied: SQL[0] counts the rows before the phase; the phase's
+	// statement SQL[Statement] must write exactly that many.
+	GuardRowsCopied GuardKind = "rows_copied"
+	// GuardForeignKeys: each SQL statement lists foreign-key violations, one
+	// row each; they run before and after the phase's SQL, and the phase
+	// fails when there are more after than before.
+	GuardForeignKeys GuardKind = "foreign_key_violations_not_increased"
+)
+
+// Guard is one check or setting of a phase (Phase.Guards).
+type Guard struct {
+	Kind GuardKind `json:"kind"`
+	SQL  []string  `json:"sql"`
+	// Statement is the index in Phase.SQL of the statement a rows_copied
+	// guard checks (never 0: the table it copies into is created first).
+	Statement int `json:"statement,omitempty"`
+	// Column is the column a no_null_rows guard looks in; Names the columns
+	// its query returns to name a row by.
+	Column string   `json:"column,omitempty"`
+	Names  []string `json:"names,omitempty"`
+	// Detail says why the guard is there.
+	Detail string `json:"detail,omitempty"`
 }
 
 // ID names the phase uniquely within a plan: table.name[.object].
@@ -142,20 +188,4 @@ func (p *ShapePlan) Resumed() []string {
 		}
 	}
 	return out
-}
-
-// sqlitePhases is a SQLite table's plan: one phase, inside the reconcile's
-// one BEGIN IMMEDIATE transaction (a rebuild is the copy path, checked).
-func sqlitePhases(tp *tablePlan) []Phase {
-	if len(tp.Stmts) == 0 {
-		return nil
-	}
-	name := PhaseAlter
-	switch {
-	case tp.Live == nil:
-		name = PhaseCreate
-	case tp.Rebuild != nil:
-		name = PhaseRebuild
-	}
-	return []Phase{{Step: StepShape, Name: name, Table: tp.Table, SQL: tp.Stmts, Transactional: true, Lock: LockSQLiteWrite}}
 }

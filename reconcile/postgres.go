@@ -1,18 +1,12 @@
 package reconcile
 
 import (
-	"ariga.io/atlas/sql/postgres"
-	"ariga.io/atlas/sql/schema"
 	"context"
 	"database/sql"
-	"database/sql/driver"
-	"errors"
+	sqldriver "database/sql/driver"
 	"fmt"
 	"hash/fnv"
-	"strings"
 	"time"
-
-	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/schemastate/schemastate/dialect"
 )
@@ -75,7 +69,7 @@ func (s *pgSession) lock(ctx context.Context) error {
 			return nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("another reconcile holds the lock on %s; gave up after %s", s.ident, s.o.lockWait)
+			return fmt.Errorf("%w on %s; gave up after %s", ErrLockHeld, s.ident, s.o.lockWait)
 		}
 		select {
 		case <-ctx.Done():
@@ -135,145 +129,7 @@ func (s *pgSession) unlock() {
 	}
 	if _, err := s.conn.ExecContext(context.Background(), `SELECT pg_advisory_unlock($1)`, s.key); err != nil {
 		s.o.logger.Warn("reconcile lock: unlock failed; connection discarded, which releases the lock", "error", err)
-		_ = s.conn.Raw(func(any) error { return driver.ErrBadConn })
+		_ = s.conn.Raw(func(any) error { return sqldriver.ErrBadConn })
 	}
 	s.conn.Close()
-}
-
-// withDetail appends PostgreSQL's DETAIL and HINT to err: they name the
-// object that blocked a statement (the view that reads a column, say), which
-// the error message alone does not.
-func withDetail(err error) error {
-	var pe *pgconn.PgError
-	if !errors.As(err, &pe) || (pe.Detail == "" && pe.Hint == "") {
-		return err
-	}
-	extra := pe.Detail
-	if pe.Hint != "" {
-		extra = strings.TrimSpace(extra + " " + pe.Hint)
-	}
-	return fmt.Errorf("%w: %s", err, extra)
-}
-
-// renameEquivalentUniques finds, on PostgreSQL, a live UNIQUE constraint that
-// is a declared one under another name — the host's own DDL leaves the
-// three-column key auto-named — and plans a RENAME CONSTRAINT instead of the
-// drop and re-add a name-based diff would plan (which rebuilds the unique
-// index under an ACCESS EXCLUSIVE lock). The live table is updated to the
-// declared name so the diff sees the same constraint. A partial index, a
-// plain unique index and a column order that differs are never equivalent.
-func renameEquivalentUniques(d dialect.Dialect, schemaName string, live, want *schema.Table, deferrable map[string]bool) []string {
-	if d != dialect.Postgres {
-		return nil
-	}
-	var stmts []string
-	for _, idx := range live.Indexes {
-		if !isUniqueConstraint(idx) || deferrable[idx.Name] {
-			continue
-		}
-		if _, declared := want.Index(idx.Name); declared {
-			continue
-		}
-		for _, w := range want.Indexes {
-			if _, taken := live.Index(w.Name); taken || !w.Unique || !sameColumns(idx, w) || hasPredicate(idx) {
-				continue
-			}
-			stmts = append(stmts, fmt.Sprintf("ALTER TABLE %s.%s RENAME CONSTRAINT %s TO %s",
-				dialect.QuoteIdent(schemaName), dialect.QuoteIdent(live.Name), dialect.QuoteIdent(idx.Name), dialect.QuoteIdent(w.Name)))
-			idx.Name = w.Name
-			idx.Attrs = append([]schema.Attr(nil), w.Attrs...)
-			break
-		}
-	}
-	return stmts
-}
-
-func isUniqueConstraint(idx *schema.Index) bool {
-	for _, a := range idx.Attrs {
-		if c, ok := a.(*postgres.Constraint); ok && c.T == "u" {
-			return idx.Unique
-		}
-	}
-	return false
-}
-
-func hasPredicate(idx *schema.Index) bool {
-	for _, a := range idx.Attrs {
-		if _, ok := a.(*postgres.IndexPredicate); ok {
-			return true
-		}
-	}
-	return false
-}
-
-// dropDeferrableUniques removes DEFERRABLE unique constraints from an
-// inspected PostgreSQL table before the end state is observed. Atlas does not
-// model deferrability, and INSERT … ON CONFLICT cannot use a deferrable
-// constraint as its arbiter, so such a constraint is not AC-33 clause 2: the
-// live upsert would fail against it, and execution_since must not be published.
-func dropDeferrableUniques(ctx context.Context, d dialect.Dialect, q dialect.Querier, live *schema.Table) error {
-	if d != dialect.Postgres || live == nil {
-		return nil
-	}
-	deferrable, err := deferrableUniques(ctx, q, live.Name)
-	if err != nil {
-		return err
-	}
-	kept := live.Indexes[:0:0]
-	for _, idx := range live.Indexes {
-		if !deferrable[idx.Name] {
-			kept = append(kept, idx)
-		}
-	}
-	live.Indexes = kept
-	return nil
-}
-
-// replaceDeferrableKeys plans, on PostgreSQL, replacing a declared unique
-// constraint that is live but DEFERRABLE: it is not the declared key (no ON
-// CONFLICT arbiter, see dropDeferrableUniques), yet Atlas's diff, blind to
-// deferrability, sees no change, and every boot would observe the end state
-// missing and change nothing. The constraint is removed from the live table,
-// so the diff adds the declared one, and dropped first by the returned
-// statement, in the same transaction. Returns the names of every deferrable
-// unique, so renameEquivalentUniques never adopts one.
-func replaceDeferrableKeys(ctx context.Context, d dialect.Dialect, q dialect.Querier, schemaName string, live, want *schema.Table) ([]string, map[string]bool, error) {
-	if d != dialect.Postgres {
-		return nil, nil, nil
-	}
-	deferrable, err := deferrableUniques(ctx, q, live.Name)
-	if err != nil {
-		return nil, nil, err
-	}
-	var stmts []string
-	kept := live.Indexes[:0:0]
-	for _, idx := range live.Indexes {
-		if _, declared := want.Index(idx.Name); declared && deferrable[idx.Name] {
-			stmts = append(stmts, fmt.Sprintf("ALTER TABLE %s.%s DROP CONSTRAINT %s",
-				dialect.QuoteIdent(schemaName), dialect.QuoteIdent(live.Name), dialect.QuoteIdent(idx.Name)))
-			continue
-		}
-		kept = append(kept, idx)
-	}
-	live.Indexes = kept
-	return stmts, deferrable, nil
-}
-
-func deferrableUniques(ctx context.Context, q dialect.Querier, table string) (map[string]bool, error) {
-	rows, err := q.QueryContext(ctx, `SELECT con.conname FROM pg_constraint con
-  JOIN pg_class c ON c.oid = con.conrelid JOIN pg_namespace n ON n.oid = c.relnamespace
-  WHERE n.nspname = current_schema() AND c.relname = $1 AND con.contype = 'u' AND con.condeferrable`, table)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	deferrable := map[string]bool{}
-	for rows.Next() {
-		var name string
-		if err := rows.Scan(&name); err != nil {
-			return nil, err
-		}
-		deferrable[name] = true
-	}
-	return deferrable, rows.Err()
 }

@@ -14,8 +14,6 @@ import (
 	"github.com/schemastate/schemastate/dialect"
 )
 
-type querier = dialect.Querier
-
 // Applying a PostgreSQL plan, phase by phase, with lock discipline.
 //
 // A DDL statement that waits for its table lock sits in the lock queue, and
@@ -26,122 +24,22 @@ type querier = dialect.Querier
 // jitter until the budget (WithDDLLockTimeout) is spent; then the phase fails,
 // naming the sessions that hold the table, and the step is retried next boot.
 
-// ErrLockNotAcquired is wrapped by a phase that could not get its table lock
-// within its budget.
-var ErrLockNotAcquired = errors.New("table lock not acquired within the budget")
-
-// ErrPhaseBlocked is wrapped by a phase stopped before it ran by an object
-// that would make it fail (a view over a column being replaced).
-var ErrPhaseBlocked = errors.New("blocked")
-
-// phaseHooks is what the run lends the executor.
-type phaseHooks struct {
-	fail     func(point string) error
-	progress func(msg string)
-	// beforeCommit runs inside a transactional phase before it commits.
-	beforeCommit func() error
-	// executed is told each statement once it ran (WithExecHook).
-	executed func(stmt string)
+// transact runs fn in one transaction whose lock waits end after the
+// attempt timeout, retried whole (fn from the start) until it gets its locks
+// or the budget is spent (withLockRetry).
+func (s *pgSession) transact(ctx context.Context, _ string, table string, fn func(q querier) error) error {
+	return s.withLockRetry(ctx, table, func(timeout time.Duration) error {
+		return s.inTx(ctx, timeout, func(tx *sql.Tx) error { return fn(tx) })
+	})
 }
 
-// runPhases applies a group of phases: one non-transactional phase, or
-// consecutive transactional phases in one transaction (so the
-// single-transaction path stays all-or-nothing across tables). Each phase
-// re-checks the live catalog first (DoneWhen) and its blockers (BlockedBy).
-// It reports, per phase, whether it ran; the failpoint after a phase runs
-// once its transaction has committed.
-func (s *pgSession) runPhases(ctx context.Context, group []Phase, h phaseHooks) ([]bool, error) {
-	ran := make([]bool, len(group))
-	var err error
-	if len(group) == 1 && !group[0].Transactional {
-		ran[0], err = s.runAlone(ctx, group[0], h)
-	} else {
-		// Reported once the transaction committed: a retried attempt's
-		// statements were rolled back.
-		var executed []string
-		err = s.withLockRetry(ctx, group[0].Table, func(timeout time.Duration) error {
-			clear(ran)
-			executed = executed[:0]
-			return s.inTx(ctx, timeout, func(tx *sql.Tx) error {
-				for i, ph := range group {
-					todo, err := s.todo(ctx, tx, ph)
-					if err != nil || !todo {
-						return err
-					}
-					for _, stmt := range ph.SQL {
-						if _, err := tx.ExecContext(ctx, stmt); err != nil {
-							return fmt.Errorf("%s: %s: %w", ph.ID(), firstLine(stmt), withDetail(err))
-						}
-						executed = append(executed, stmt)
-					}
-					ran[i] = true
-				}
-				if h.beforeCommit != nil {
-					return h.beforeCommit()
-				}
-				return nil
-			})
-		})
-		if err == nil {
-			for _, stmt := range executed {
-				h.executed(stmt)
-			}
-		}
-	}
-	if err != nil {
-		clear(ran) // rolled back, or (CONCURRENTLY) cleaned up
-		return ran, err
-	}
-	for i, ph := range group {
-		if ran[i] {
-			if err := h.fail(FailpointAfterPhase(ph.ID())); err != nil {
-				return ran, err
-			}
-		}
-	}
-	return ran, nil
-}
-
-// todo checks a phase against the live catalog: false when it is already
-// done, an error naming what blocks it.
-func (s *pgSession) todo(ctx context.Context, q querier, ph Phase) (bool, error) {
-	if ph.DoneWhen != "" {
-		var done bool
-		if err := q.QueryRowContext(ctx, ph.DoneWhen).Scan(&done); err != nil {
-			return false, fmt.Errorf("%s: check whether done: %w", ph.ID(), err)
-		}
-		if done {
-			return false, nil
-		}
-	}
-	if ph.BlockedBy != "" {
-		blockers, err := queryStrings(ctx, q, ph.BlockedBy)
-		if err != nil {
-			return false, fmt.Errorf("%s: check blockers: %w", ph.ID(), err)
-		}
-		if len(blockers) > 0 {
-			return false, fmt.Errorf("%s: %w by %s (retried next boot)", ph.ID(), ErrPhaseBlocked, strings.Join(blockers, "; "))
-		}
-	}
-	return true, nil
-}
-
-// runAlone applies a non-transactional phase: the batched copy, or CREATE
-// or DROP INDEX CONCURRENTLY.
-func (s *pgSession) runAlone(ctx context.Context, ph Phase, h phaseHooks) (bool, error) {
-	todo, err := s.todo(ctx, s.conn, ph)
-	if err != nil || !todo {
-		return false, err
-	}
+// alone applies a non-transactional phase: the batched copy, or CREATE or
+// DROP INDEX CONCURRENTLY.
+func (s *pgSession) alone(ctx context.Context, ph Phase, h phaseHooks) error {
 	if ph.Name == PhaseWidenCopy {
-		err = s.copyBatches(ctx, ph, h)
-	} else {
-		err = s.concurrently(ctx, ph, h)
+		return s.copyBatches(ctx, ph, h)
 	}
-	if err != nil {
-		return false, fmt.Errorf("%s: %w", ph.ID(), err)
-	}
-	return true, nil
+	return s.concurrently(ctx, ph, h)
 }
 
 // inTx runs fn in one transaction whose lock waits end after timeout.
@@ -351,15 +249,14 @@ func (s *pgSession) duplicates(ctx context.Context, err error, ph Phase) string 
 	if ph.Name != PhaseBuildIndex || !errors.As(err, &pe) || pe.Code != "23505" {
 		return ""
 	}
-	var cols string
-	for _, stmt := range ph.SQL {
-		if i := strings.LastIndex(stmt, " ("); strings.HasPrefix(stmt, "CREATE UNIQUE INDEX") && i > 0 {
-			cols = strings.TrimSuffix(stmt[i+2:], ")")
-		}
-	}
-	if cols == "" {
+	if len(ph.Key) == 0 {
 		return ""
 	}
+	quoted := make([]string, len(ph.Key))
+	for i, c := range ph.Key {
+		quoted[i] = dialect.QuoteIdent(c)
+	}
+	cols := strings.Join(quoted, ", ")
 	list, qerr := queryStrings(context.WithoutCancel(ctx), s.conn, fmt.Sprintf(`SELECT format('(%%s) × %%s', concat_ws(', ', %s), count(*))
  FROM %s GROUP BY %s HAVING count(*) > 1 LIMIT 5`, cols, qualified(s.schema, ph.Table), cols))
 	if qerr != nil {

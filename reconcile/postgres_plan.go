@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"strings"
 
-	"ariga.io/atlas/sql/migrate"
+	"ariga.io/atlas/sql/postgres"
 	"ariga.io/atlas/sql/schema"
 
 	"github.com/schemastate/schemastate/dialect"
@@ -54,8 +54,9 @@ func (f *inflight) any() bool { return f != nil && len(f.notes) > 0 }
 // resumeOnline removes from an inspected live table the artefacts of an
 // online upgrade in flight — shadow columns, INVALID indexes, an index built
 // but not yet attached as the declared key — so the diff plans the remaining
-// changes as if they were not there. It reads the catalog only.
-func resumeOnline(ctx context.Context, q dialect.Querier, schemaName string, live, want *schema.Table) (*inflight, error) {
+// changes as if they were not there. invalid names the table's INVALID
+// indexes (tableFacts).
+func resumeOnline(live, want *schema.Table, invalid []string) *inflight {
 	f := &inflight{invalid: map[string]bool{}}
 	cols := live.Columns[:0:0]
 	for _, c := range live.Columns {
@@ -66,11 +67,6 @@ func resumeOnline(ctx context.Context, q dialect.Querier, schemaName string, liv
 		cols = append(cols, c)
 	}
 	live.Columns = cols
-	invalid, err := queryStrings(ctx, q, `SELECT c.relname FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
- WHERE i.indrelid = to_regclass($1) AND NOT i.indisvalid ORDER BY 1`, qualified(schemaName, live.Name))
-	if err != nil {
-		return nil, fmt.Errorf("read invalid indexes of %s: %w", live.Name, err)
-	}
 	for _, n := range invalid {
 		if _, declared := want.Index(n); !declared {
 			continue // not ours to rebuild
@@ -90,7 +86,7 @@ func resumeOnline(ctx context.Context, q dialect.Querier, schemaName string, liv
 		idxs = append(idxs, idx)
 	}
 	live.Indexes = idxs
-	return f, nil
+	return f
 }
 
 // tableSize is what the path is chosen from.
@@ -126,24 +122,88 @@ func byteSize(n int64) string {
 	return fmt.Sprintf("%d kB", n>>10)
 }
 
-// planPostgres turns one table's diff into phases.
-func planPostgres(ctx context.Context, drv migrate.Driver, q dialect.Querier, o *options, schemaName string, tp *tablePlan) error {
+// prelude is what precedes Atlas's statements in a PostgreSQL table's
+// alter: the renames and drops the driver planned itself, and the NULL fills.
+type prelude struct {
+	// replaced drops each declared unique constraint that is live but
+	// DEFERRABLE (replaceDeferrableKeys); the diff then adds it as declared.
+	replaced []string
+	// renames are RENAME CONSTRAINTs (renameEquivalentUniques): catalog-only.
+	renames []string
+	// fills are the UPDATEs that give a column being tightened its default
+	// where it holds NULL (fills): they read every row.
+	fills []string
+}
+
+func (p prelude) sql() []string {
+	return append(append(append([]string(nil), p.replaced...), p.renames...), p.fills...)
+}
+
+// catalogOnly reports a prelude whose statements touch the catalog alone.
+func (p prelude) catalogOnly() bool { return len(p.replaced) == 0 && len(p.fills) == 0 }
+
+// planTable: a new table is one create phase; an existing one is normalized
+// (an online upgrade in flight, a deferrable key, an equivalent key under
+// another name), diffed, and planned as the single transaction or as online
+// phases by its size (planPhases).
+func (postgresDriver) planTable(pc *planContext, tp *tablePlan, f tableFacts) error {
 	if tp.Live == nil {
-		if len(tp.Stmts) > 0 {
-			tp.Phases = []Phase{{Step: StepShape, Name: PhaseCreate, Table: tp.Table, SQL: tp.Stmts, Transactional: true, Lock: LockCatalog,
+		stmts, err := pc.render(&schema.AddTable{T: tp.Want})
+		if err != nil {
+			return fmt.Errorf("plan %s: %w", tp.Table, err)
+		}
+		if len(stmts) > 0 {
+			tp.Phases = []Phase{{Step: StepShape, Name: PhaseCreate, Table: tp.Table, SQL: stmts, Transactional: true, Lock: LockCatalog,
 				Detail: "new table"}}
 		}
 		return nil
 	}
-	if len(tp.Stmts) == 0 && len(tp.Widen) == 0 && !tp.Inflight.any() {
+	tp.Inflight = resumeOnline(tp.Live, tp.Want, f.invalid)
+	pre := prelude{replaced: replaceDeferrableKeys(pc.schema, tp.Live, tp.Want, f.deferrable)}
+	pre.renames = renameEquivalentUniques(pc.schema, tp.Live, tp.Want, f.deferrable)
+	changes, _, err := pc.diff(tp)
+	if err != nil || len(tp.Refused) > 0 {
+		return err
+	}
+	pre.fills = fillStatements(pc.schema, tp.Live, tp.Want)
+	rest, widen := splitWidenings(changes)
+	var stmts, widenSQL []string
+	if len(widen) > 0 {
+		if widenSQL, err = pc.render(&schema.ModifyTable{T: tp.Want, Changes: widen}); err != nil {
+			return fmt.Errorf("plan %s: %w", tp.Table, err)
+		}
+	}
+	if len(rest) > 0 {
+		if stmts, err = pc.render(&schema.ModifyTable{T: tp.Want, Changes: rest}); err != nil {
+			return fmt.Errorf("plan %s: %w", tp.Table, err)
+		}
+	}
+	return planPhases(pc, tp, f.size, pre, append(pre.sql(), stmts...), widenSQL)
+}
+
+// fillStatements are the UPDATEs that apply fills on PostgreSQL, run before
+// the ALTER in the same transaction.
+func fillStatements(schemaName string, live, want *schema.Table) []string {
+	var out []string
+	for _, c := range want.Columns {
+		if v, ok := fills(live, want)[c.Name]; ok {
+			col := dialect.QuoteIdent(c.Name)
+			out = append(out, fmt.Sprintf("UPDATE %s.%s SET %s = %s WHERE %s IS NULL",
+				dialect.QuoteIdent(schemaName), dialect.QuoteIdent(want.Name), col, v, col))
+		}
+	}
+	return out
+}
+
+// planPhases chooses the path by the live table's size and turns one table's
+// diff into phases: alter is the single transaction's ALTERs (the prelude
+// first), widen its type widenings.
+func planPhases(pc *planContext, tp *tablePlan, size tableSize, pre prelude, alter, widen []string) error {
+	if len(alter) == 0 && len(widen) == 0 && !tp.Inflight.any() {
 		return nil
 	}
-	size, err := readTableSize(ctx, q, schemaName, tp.Table)
-	if err != nil {
-		return fmt.Errorf("read the size of %s: %w", tp.Table, err)
-	}
-	online := size.bytes >= o.onlineAbove
-	why := fmt.Sprintf("table is %s, at or above the online threshold %s: online phases", size, byteSize(o.onlineAbove))
+	online := size.bytes >= pc.onlineAbove
+	why := fmt.Sprintf("table is %s, at or above the online threshold %s: online phases", size, byteSize(pc.onlineAbove))
 	switch {
 	case tp.Inflight.any():
 		online, why = true, "resuming an online upgrade ("+strings.Join(tp.Inflight.notes, "; ")+")"
@@ -151,22 +211,23 @@ func planPostgres(ctx context.Context, drv migrate.Driver, q dialect.Querier, o 
 		// The batched copy walks the table by ctid ranges (TID range scans, PG 14).
 		online, why = false, fmt.Sprintf("table is %s, but the server is older than PostgreSQL 14: single transaction", size)
 	case !online:
-		why = fmt.Sprintf("table is %s, under the online threshold %s: single transaction", size, byteSize(o.onlineAbove))
+		why = fmt.Sprintf("table is %s, under the online threshold %s: single transaction", size, byteSize(pc.onlineAbove))
 	}
 	if !online {
-		if len(tp.Stmts) > 0 {
-			tp.Phases = append(tp.Phases, Phase{Step: StepShape, Name: PhaseAlter, Table: tp.Table, SQL: tp.Stmts, Transactional: true, Lock: LockRewrite, Detail: why})
+		if len(alter) > 0 {
+			tp.Phases = append(tp.Phases, Phase{Step: StepShape, Name: PhaseAlter, Table: tp.Table, SQL: alter, Transactional: true, Lock: LockRewrite, Detail: why})
 		}
-		if len(tp.Widen) > 0 {
-			tp.Phases = append(tp.Phases, Phase{Step: StepWiden, Name: PhaseWiden, Table: tp.Table, SQL: tp.Widen, Transactional: true, Lock: LockRewrite, Detail: why})
+		if len(widen) > 0 {
+			tp.Phases = append(tp.Phases, Phase{Step: StepWiden, Name: PhaseWiden, Table: tp.Table, SQL: widen, Transactional: true, Lock: LockRewrite, Detail: why})
 		}
 		return nil
 	}
-	return planOnline(ctx, drv, schemaName, tp, why)
+	return planOnline(pc, tp, pre, why)
 }
 
 // planOnline classifies the table's changes into the online phases.
-func planOnline(ctx context.Context, drv migrate.Driver, schemaName string, tp *tablePlan, why string) error {
+func planOnline(pc *planContext, tp *tablePlan, pre prelude, why string) error {
+	schemaName := pc.schema
 	table := qualified(schemaName, tp.Table)
 	qt := dialect.QuoteIdent(schemaName) + "." + dialect.QuoteIdent(tp.Table)
 	var (
@@ -176,13 +237,10 @@ func planOnline(ctx context.Context, drv migrate.Driver, schemaName string, tp *
 		dropIndexes []*schema.Index
 		widenOnline []*schema.Column
 		widenOther  []schema.Change
-		catalogOnly = len(tp.Fills) == 0
+		// A fill reads every row; a deferrable key rebuilt as declared
+		// builds its index: neither is catalog-only. A rename is.
+		catalogOnly = pre.catalogOnly()
 	)
-	for _, stmt := range tp.Prelude {
-		if !strings.Contains(stmt, " RENAME CONSTRAINT ") {
-			catalogOnly = false // a fill, or a deferrable key rebuilt as declared
-		}
-	}
 	for _, c := range tp.Changes {
 		switch c := c.(type) {
 		case *schema.AddIndex:
@@ -218,9 +276,9 @@ func planOnline(ctx context.Context, drv migrate.Driver, schemaName string, tp *
 		other = append(other, c)
 	}
 
-	alter := append([]string(nil), tp.Prelude...)
+	alter := pre.sql()
 	if len(other) > 0 {
-		stmts, err := render(ctx, drv, []schema.Change{&schema.ModifyTable{T: tp.Want, Changes: other}})
+		stmts, err := pc.render(&schema.ModifyTable{T: tp.Want, Changes: other})
 		if err != nil {
 			return fmt.Errorf("plan %s: %w", tp.Table, err)
 		}
@@ -245,8 +303,12 @@ func planOnline(ctx context.Context, drv migrate.Driver, schemaName string, tp *
 			unique = "UNIQUE "
 		}
 		sqls = append(sqls, fmt.Sprintf("CREATE %sINDEX CONCURRENTLY %s ON %s (%s)", unique, dialect.QuoteIdent(idx.Name), qt, indexColumns(idx)))
+		var key []string
+		if idx.Unique {
+			key = columnNames(idx)
+		}
 		tp.Phases = append(tp.Phases, Phase{Step: StepShape, Name: PhaseBuildIndex, Table: tp.Table, Object: idx.Name, SQL: sqls,
-			Lock:     LockShareUpdateExclusive,
+			Key: key, Lock: LockShareUpdateExclusive,
 			DoneWhen: fmt.Sprintf("SELECT EXISTS (SELECT 1 FROM pg_index WHERE indexrelid = to_regclass(%s) AND indisvalid)", literal(name)),
 			Cleanup:  []string{"DROP INDEX CONCURRENTLY IF EXISTS " + name},
 			Detail:   why})
@@ -280,7 +342,7 @@ func planOnline(ctx context.Context, drv migrate.Driver, schemaName string, tp *
 			Lock: LockShareUpdateExclusive, DoneWhen: fmt.Sprintf("SELECT to_regclass(%s) IS NULL", literal(name)), Detail: why})
 	}
 	if len(widenOther) > 0 {
-		stmts, err := render(ctx, drv, []schema.Change{&schema.ModifyTable{T: tp.Want, Changes: widenOther}})
+		stmts, err := pc.render(&schema.ModifyTable{T: tp.Want, Changes: widenOther})
 		if err != nil {
 			return fmt.Errorf("plan %s: %w", tp.Table, err)
 		}
@@ -434,4 +496,112 @@ func orNone(xs []string) string {
 		return "NULL"
 	}
 	return strings.Join(xs, ", ")
+}
+
+// renameEquivalentUniques finds, on PostgreSQL, a live UNIQUE constraint that
+// is a declared one under another name — the host's own DDL leaves the
+// three-column key auto-named — and plans a RENAME CONSTRAINT instead of the
+// drop and re-add a name-based diff would plan (which rebuilds the unique
+// index under an ACCESS EXCLUSIVE lock). The live table is updated to the
+// declared name so the diff sees the same constraint. A partial index, a
+// plain unique index and a column order that differs are never equivalent.
+func renameEquivalentUniques(schemaName string, live, want *schema.Table, deferrable map[string]bool) []string {
+	var stmts []string
+	for _, idx := range live.Indexes {
+		if !isUniqueConstraint(idx) || deferrable[idx.Name] {
+			continue
+		}
+		if _, declared := want.Index(idx.Name); declared {
+			continue
+		}
+		for _, w := range want.Indexes {
+			if _, taken := live.Index(w.Name); taken || !w.Unique || !sameColumns(idx, w) || hasPredicate(idx) {
+				continue
+			}
+			stmts = append(stmts, fmt.Sprintf("ALTER TABLE %s.%s RENAME CONSTRAINT %s TO %s",
+				dialect.QuoteIdent(schemaName), dialect.QuoteIdent(live.Name), dialect.QuoteIdent(idx.Name), dialect.QuoteIdent(w.Name)))
+			idx.Name = w.Name
+			idx.Attrs = append([]schema.Attr(nil), w.Attrs...)
+			break
+		}
+	}
+	return stmts
+}
+
+func isUniqueConstraint(idx *schema.Index) bool {
+	for _, a := range idx.Attrs {
+		if c, ok := a.(*postgres.Constraint); ok && c.T == "u" {
+			return idx.Unique
+		}
+	}
+	return false
+}
+
+func hasPredicate(idx *schema.Index) bool {
+	for _, a := range idx.Attrs {
+		if _, ok := a.(*postgres.IndexPredicate); ok {
+			return true
+		}
+	}
+	return false
+}
+
+// dropDeferrableUniques removes DEFERRABLE unique constraints from an
+// inspected PostgreSQL table before the end state is observed. Atlas does not
+// model deferrability, and INSERT … ON CONFLICT cannot use a deferrable
+// constraint as its arbiter, so such a constraint is not AC-33 clause 2: the
+// live upsert would fail against it, and execution_since must not be published.
+func dropDeferrableUniques(ctx context.Context, q dialect.Querier, live *schema.Table) error {
+	if live == nil {
+		return nil
+	}
+	deferrable, err := deferrableUniques(ctx, q, live.Name)
+	if err != nil {
+		return err
+	}
+	kept := live.Indexes[:0:0]
+	for _, idx := range live.Indexes {
+		if !deferrable[idx.Name] {
+			kept = append(kept, idx)
+		}
+	}
+	live.Indexes = kept
+	return nil
+}
+
+// replaceDeferrableKeys plans, on PostgreSQL, replacing a declared unique
+// constraint that is live but DEFERRABLE: it is not the declared key (no ON
+// CONFLICT arbiter, see dropDeferrableUniques), yet Atlas's diff, blind to
+// deferrability, sees no change, and every boot would observe the end state
+// missing and change nothing. The constraint is removed from the live table,
+// so the diff adds the declared one, and dropped first by the returned
+// statement, in the same transaction. deferrable names every deferrable
+// unique (tableFacts), which renameEquivalentUniques never adopts either.
+func replaceDeferrableKeys(schemaName string, live, want *schema.Table, deferrable map[string]bool) []string {
+	var stmts []string
+	kept := live.Indexes[:0:0]
+	for _, idx := range live.Indexes {
+		if _, declared := want.Index(idx.Name); declared && deferrable[idx.Name] {
+			stmts = append(stmts, fmt.Sprintf("ALTER TABLE %s.%s DROP CONSTRAINT %s",
+				dialect.QuoteIdent(schemaName), dialect.QuoteIdent(live.Name), dialect.QuoteIdent(idx.Name)))
+			continue
+		}
+		kept = append(kept, idx)
+	}
+	live.Indexes = kept
+	return stmts
+}
+
+func deferrableUniques(ctx context.Context, q querier, table string) (map[string]bool, error) {
+	names, err := queryStrings(ctx, q, `SELECT con.conname FROM pg_constraint con
+  JOIN pg_class c ON c.oid = con.conrelid JOIN pg_namespace n ON n.oid = c.relnamespace
+  WHERE n.nspname = current_schema() AND c.relname = $1 AND con.contype = 'u' AND con.condeferrable`, table)
+	if err != nil {
+		return nil, err
+	}
+	deferrable := map[string]bool{}
+	for _, n := range names {
+		deferrable[n] = true
+	}
+	return deferrable, nil
 }

@@ -17,17 +17,11 @@ func (r *run) progress(step, msg string) {
 	r.emit(Progress{Step: step, Message: msg, Elapsed: time.Since(r.stepStart)})
 }
 
-// emit calls the host's progress callback. Both the step and its watcher
-// report, so every call goes through one mutex: the callback is never called
-// concurrently, and a report is never interleaved with another (WithProgress).
-func (r *run) emit(p Progress) {
-	if r.o.progress == nil {
-		return
-	}
-	r.emitMu.Lock()
-	defer r.emitMu.Unlock()
-	r.o.progress(p)
-}
+// emit reports p to the observers. Both the step and its watcher report, so
+// every event goes through one mutex (options.notify): the callback is never
+// called concurrently, and a report is never interleaved with another
+// (WithProgress).
+func (r *run) emit(p Progress) { _ = r.o.notify(Event{Kind: EventProgress, Progress: p}) }
 
 // watch reports a step's elapsed time while it runs, so a step that takes
 // seconds (a rebuild, a backfill) shows it is alive. The returned func stops
@@ -37,7 +31,7 @@ func (r *run) watch(step string) func(status string) {
 	r.mu.Lock()
 	r.doing = "running"
 	r.mu.Unlock()
-	if r.o.progress == nil {
+	if !r.o.observed() {
 		return func(string) {}
 	}
 	done := make(chan struct{})

@@ -16,6 +16,12 @@
 // asked (drift.go). Reconcile never aborts the host's
 // boot: a failed step is logged at WARN with its name, rolled back whole,
 // reported, and tried again on the next call.
+//
+// Everything a dialect decides — its session and lock, the catalog facts
+// planning needs, the planning rules, the certificate's catalog read, type
+// spelling, HCL evaluation — sits behind one driver (driver.go), chosen once
+// per call; sqlite*.go and postgres*.go implement it. The plan is a value
+// (plan.go) and one applier runs it on both dialects (apply.go).
 package reconcile
 
 import (
@@ -23,14 +29,9 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"log/slog"
 	"strings"
 	"sync"
 	"time"
-
-	"ariga.io/atlas/sql/migrate"
-	"ariga.io/atlas/sql/postgres"
-	"ariga.io/atlas/sql/sqlite"
 
 	"github.com/schemastate/schemastate/backfill"
 	"github.com/schemastate/schemastate/dialect"
@@ -59,7 +60,8 @@ const (
 	// FailpointShapeApplied runs after the shape statements, before the step commits.
 	FailpointShapeApplied = "shape.applied"
 	// FailpointRebuildCopied runs inside a SQLite rebuild, after the rows are
-	// copied into the new table and before the old one is dropped.
+	// copied into the new table (and their count checked, GuardRowsCopied)
+	// and before the old one is dropped.
 	FailpointRebuildCopied = "shape.rebuild_copied"
 	// FailpointExecutionSinceObserve runs as the execution_since step begins
 	// observing the end state, before it reads the live schema.
@@ -93,7 +95,7 @@ type Step struct {
 	// Rows is the number of rows a step wrote, where that means something.
 	Rows *int64 `json:"rows,omitempty"`
 	// Phases lists the IDs (Phase.ID) of the plan phases the step ran, in
-	// order (PostgreSQL).
+	// order.
 	Phases   []string      `json:"phases,omitempty"`
 	Duration time.Duration `json:"-"`
 	Err      error         `json:"-"`
@@ -121,28 +123,6 @@ type Report struct {
 	// WithPrune, which drops them.
 	Drift []Drift `json:"drift,omitempty"`
 }
-
-// ErrStepFailed matches (errors.Is) every error Reconcile returns for a
-// failed step.
-var ErrStepFailed = errors.New("reconcile: step failed")
-
-// StepError is one failed step: its name and the error that failed it, with
-// that error's chain intact, so a host can test errors.Is(err,
-// context.Canceled) or errors.As(err, &pgErr) (a *pgconn.PgError on
-// PostgreSQL, a modernc *sqlite.Error on SQLite) on what Reconcile returns.
-// It matches ErrStepFailed.
-type StepError struct {
-	Step string
-	Err  error
-}
-
-func (e *StepError) Error() string { return "reconcile: step " + e.Step + " failed: " + e.Err.Error() }
-
-// Unwrap returns the error that failed the step.
-func (e *StepError) Unwrap() error { return e.Err }
-
-// Is reports whether target is ErrStepFailed.
-func (e *StepError) Is(target error) bool { return target == ErrStepFailed }
 
 // Step returns the named step, or nil.
 func (r *Report) Step(name string) *Step {
@@ -178,187 +158,43 @@ func (r *Report) Err() error {
 	return errors.Join(errs...)
 }
 
-// Option configures Reconcile, Plan and Observe.
-type Option func(*options)
-
-type options struct {
-	dialect        dialect.Dialect
-	schemaFile     string
-	logger         *slog.Logger
-	lockWait       time.Duration
-	ddlLockTimeout time.Duration
-	ddlLockAttempt time.Duration
-	concurrentWait time.Duration
-	onlineAbove    int64
-	copyBatchPages int
-	copyPause      float64
-	failpoint      func(string) error
-	progress       func(Progress)
-	prune          bool
-	execHook       func(string)
-}
-
-// Progress is reported while a long step runs.
-type Progress struct {
-	Step    string
-	Message string
-	Elapsed time.Duration
-	// Done marks the last report of a step.
-	Done bool
-}
-
-// WithDialect overrides driver-based dialect detection.
-func WithDialect(d dialect.Dialect) Option { return func(o *options) { o.dialect = d } }
-
-// WithSchemaFile reads the declared shape from path instead of the built-in schema.hcl.
-func WithSchemaFile(path string) Option { return func(o *options) { o.schemaFile = path } }
-
-// WithLogger sets the structured logger (default slog.Default()).
-func WithLogger(l *slog.Logger) Option { return func(o *options) { o.logger = l } }
-
-// WithLockWait bounds how long a reconcile waits for another replica's lock (default 60s).
-func WithLockWait(d time.Duration) Option { return func(o *options) { o.lockWait = d } }
-
-// WithDDLLockTimeout is the budget a PostgreSQL DDL statement has to get its
-// table lock, over all its attempts (default 5s). When it is spent the step
-// fails, naming the sessions holding the table, and is retried next boot.
-func WithDDLLockTimeout(d time.Duration) Option { return func(o *options) { o.ddlLockTimeout = d } }
-
-// WithDDLLockAttempt is the lock_timeout of one attempt of a PostgreSQL DDL
-// statement that takes an exclusive lock (default 50ms): the longest the
-// statement can sit in the lock queue in front of the host's readers.
-func WithDDLLockAttempt(d time.Duration) Option { return func(o *options) { o.ddlLockAttempt = d } }
-
-// WithConcurrentWait bounds how long a PostgreSQL CREATE or DROP INDEX
-// CONCURRENTLY waits for its lock and for the transactions it must outlast —
-// any transaction of the database older than the build (default 30s). Its
-// lock never blocks the host's readers or writers, so it may wait longer than
-// an exclusive one; past the bound the phase fails, naming the oldest
-// transaction, removes the INVALID index it left, and is retried next boot.
-func WithConcurrentWait(d time.Duration) Option { return func(o *options) { o.concurrentWait = d } }
-
-// WithOnlineAbove sets the live table size (pg_table_size, bytes) from which
-// a PostgreSQL table is changed in online phases rather than in one
-// transaction (default 256 KiB, where the single transaction's lock already nears 100 ms on a busy two-core machine; 0 takes the online phases for every table).
-func WithOnlineAbove(bytes int64) Option { return func(o *options) { o.onlineAbove = bytes } }
-
-// WithCopyPause sets how long the online widening's copy rests after each
-// batch, as a multiple of the time the batch took (default 1: the copy
-// works at most half the time, leaving the disk and CPU to the host's own
-// queries between batches; 0 copies flat out).
-func WithCopyPause(ratio float64) Option { return func(o *options) { o.copyPause = ratio } }
-
-// WithCopyBatchPages sets how many heap pages one batch of the online
-// widening's copy covers (default 256, about 2 MB).
-func WithCopyBatchPages(n int) Option { return func(o *options) { o.copyBatchPages = n } }
-
-// WithFailpoint installs fn, called at each named failpoint.
-func WithFailpoint(fn func(point string) error) Option { return func(o *options) { o.failpoint = fn } }
-
-// WithProgress installs fn, called as long steps progress: from the step
-// itself and, every 250ms while a step runs, from a watcher repeating what the
-// step is doing with its elapsed time. fn is never called concurrently (the
-// calls are serialized), so it needs no locking of its own; a slow fn delays
-// the step that reports through it. It is never called after Reconcile
-// returns.
-func WithProgress(fn func(Progress)) Option { return func(o *options) { o.progress = fn } }
-
-// WithExecHook installs fn, called with each statement of a plan phase
-// right after the database executed it, so a caller can hold what a
-// reconcile ran against the plan that printed it (Phase.SQL). A statement of
-// a PostgreSQL transaction that was retried for its lock is reported once,
-// from the attempt that committed; a widen_copy phase's batch statement is
-// reported once, however many batches ran. SQLite commits every step at the
-// end of the reconcile: a statement reported there is undone if its step
-// fails.
-func WithExecHook(fn func(stmt string)) Option { return func(o *options) { o.execHook = fn } }
-
-func (o *options) executed(stmt string) {
-	if o.execHook != nil {
-		o.execHook(stmt)
-	}
-}
-
-func newOptions(db *sql.DB, opts []Option) (*options, error) {
-	o := &options{logger: slog.Default(), lockWait: 60 * time.Second, ddlLockTimeout: 5 * time.Second,
-		ddlLockAttempt: 50 * time.Millisecond, concurrentWait: 30 * time.Second, onlineAbove: 256 << 10, copyBatchPages: 256, copyPause: 1}
-	for _, opt := range opts {
-		opt(o)
-	}
-	if o.dialect == "" {
-		d, err := dialect.Detect(db)
-		if err != nil {
-			return nil, err
-		}
-		o.dialect = d
-	}
-	return o, nil
-}
-
-func (o *options) fail(point string) error {
-	if o.failpoint == nil {
-		return nil
-	}
-	return o.failpoint(point)
-}
+// querier runs a reconcile's statements: the pinned connection, or the
+// transaction of a step.
+type querier = dialect.Querier
 
 // session is one reconcile's hold on the database: a pinned connection, the
-// cross-replica lock once taken, and a per-step transaction scope. sqlite.go and postgres.go implement it.
+// cross-replica lock once taken, and the transaction scopes of its steps and
+// phases. sqlite.go and postgres.go implement it.
 type session interface {
 	// lock takes the cross-replica lock; until then the session only reads.
 	lock(ctx context.Context) error
-	querier() dialect.Querier
+	querier() querier
 	// schemaName is the schema the reconcile works in: main on SQLite, the
 	// connection's current_schema() on PostgreSQL.
 	schemaName() string
-	begin(ctx context.Context, step string) (dialect.Querier, error)
+	// begin and end are the scope of a step that is not made of phases
+	// (execution_since, backfill).
+	begin(ctx context.Context, step string) (querier, error)
 	end(ctx context.Context, ok bool) error
+	// transact is the scope of a group of transactional phases (apply.go):
+	// fn may run more than once, each time from the start, when an attempt
+	// could not get its locks.
+	transact(ctx context.Context, step, table string, fn func(q querier) error) error
+	// alone runs a non-transactional phase.
+	alone(ctx context.Context, ph Phase, h phaseHooks) error
 	close(ctx context.Context) error
 	abort()
 }
 
-func openSession(ctx context.Context, db *sql.DB, o *options) (session, error) {
-	if o.dialect == dialect.Postgres {
-		return openPostgres(ctx, db, o)
-	}
-	return openSQLite(ctx, db, o)
-}
-
-func atlasDriver(d dialect.Dialect, q dialect.Querier) (migrate.Driver, error) {
-	if d == dialect.Postgres {
-		return postgres.Open(q)
-	}
-	return sqlite.Open(q)
-}
-
-func schemaName(ctx context.Context, d dialect.Dialect, q dialect.Querier) (string, error) {
-	if d == dialect.SQLite {
-		return "main", nil
-	}
-	var s string
-	err := q.QueryRowContext(ctx, "SELECT current_schema()").Scan(&s)
-	return s, err
-}
-
-// run carries one Reconcile's state through its steps.
+// run carries one Reconcile's report and its progress reporting through the
+// steps; what one step hands the next is passed as a value (steps).
 type run struct {
 	mu        sync.Mutex
 	doing     string
 	stepStart time.Time
-	// emitMu serializes the calls of the host's progress callback.
-	emitMu sync.Mutex
-
-	o       *options
-	sess    session
-	refused []string
-	// shapeClean: the shape step's full check found nothing to change and
-	// refused nothing, so the live catalog may be certified.
-	shapeClean bool
-	// plan is the shape step's plan; the widen step applies its widen phases.
-	plan   *ShapePlan
-	decl   *Declaration
-	schema string
-	rep    *Report
+	o         *options
+	drv       driver
+	rep       *Report
 }
 
 // Reconcile brings the declared tables to their declared shape, writes
@@ -368,71 +204,143 @@ type run struct {
 // (Report.Err: a *StepError per failed step, matching ErrStepFailed and
 // keeping its cause) is for logging and inspection — the host's boot goes on.
 func Reconcile(ctx context.Context, db *sql.DB, opts ...Option) (*Report, error) {
-	o, err := newOptions(db, opts)
+	o, drv, err := newOptions(db, opts)
 	if err != nil {
 		return &Report{}, err
 	}
-	r := &run{o: o, rep: &Report{Dialect: o.dialect}}
+	r := &run{o: o, drv: drv, rep: &Report{Dialect: o.dialect}}
 	r.steps(ctx, db)
 	return r.rep, r.rep.Err()
 }
 
+// steps is the spec's sequence. Each step records its outcome in the report
+// and returns what the next one needs.
 func (r *run) steps(ctx context.Context, db *sql.DB) {
+	sess, ok := r.lock(ctx, db)
+	if !ok {
+		return
+	}
+	decl, ok := r.hostTables(ctx, sess)
+	if !ok {
+		sess.abort()
+		return
+	}
+	plan, clean := r.shape(ctx, sess, decl)
+	r.refuse(plan)
+	r.widen(ctx, sess, plan)
+	es := r.executionSince(ctx, sess, decl, clean)
+	r.backfill(ctx, sess, es)
+	r.finish(ctx, db, sess)
+}
+
+// lock opens the session and takes the cross-replica lock, unless the
+// certificate holds (fingerprint.go): checked first without the lock, so a
+// boot with nothing to do never waits for a host writer or another replica,
+// and again under it, so a replica that waited finds the work done. It
+// returns false when the boot is over: certified, or the lock not acquired.
+func (r *run) lock(ctx context.Context, db *sql.DB) (session, bool) {
 	start := time.Now()
-	sess, err := openSession(ctx, db, r.o)
+	sess, err := r.drv.open(ctx, db, r.o)
 	if err != nil {
 		r.record(Step{Name: StepLock, Status: Failed, Detail: err.Error(), Err: err, Duration: time.Since(start)})
 		r.skipRest(StepHostTables, "lock not acquired")
-		return
+		return nil, false
 	}
-	r.sess = sess
-	// The certificate first, without the lock: a boot with nothing to do
-	// never waits for a host writer or another replica.
-	if ks, ok := r.certified(ctx); ok {
+	if ks, ok := r.certified(ctx, sess); ok {
 		r.record(Step{Name: StepLock, Status: Unchanged, Detail: "not taken: the certificate holds", Duration: time.Since(start)})
-		r.fastPath(ks)
-		if err := sess.close(ctx); err != nil {
-			r.warn(StepLock, err)
-		}
-		return
+		r.fastPath(ctx, sess, ks)
+		return nil, false
 	}
 	r.o.logger.Debug("reconcile: no certificate holds; taking the lock for a full check")
 	if err := sess.lock(ctx); err != nil {
 		sess.abort()
 		r.record(Step{Name: StepLock, Status: Failed, Detail: err.Error(), Err: err, Duration: time.Since(start)})
 		r.skipRest(StepHostTables, "lock not acquired")
-		return
+		return nil, false
 	}
 	r.record(Step{Name: StepLock, Status: Applied, Detail: fmt.Sprintf("acquired in %s", time.Since(start).Round(time.Millisecond)), Duration: time.Since(start)})
-	// Under the lock, again: a replica that waited finds the work done.
-	if ks, ok := r.certified(ctx); ok {
-		r.fastPath(ks)
-		if err := sess.close(ctx); err != nil {
-			r.warn(StepLock, err)
+	if ks, ok := r.certified(ctx, sess); ok {
+		r.fastPath(ctx, sess, ks)
+		return nil, false
+	}
+	return sess, true
+}
+
+// hostTables loads the declaration and checks the host tables exist.
+func (r *run) hostTables(ctx context.Context, sess session) (*Declaration, bool) {
+	decl, err := r.o.loadDeclaration(r.drv, sess.schemaName())
+	if err != nil {
+		r.record(Step{Name: StepHostTables, Status: Failed, Detail: err.Error(), Err: err})
+		r.skipRest(StepShape, "declaration not loaded")
+		return nil, false
+	}
+	missing, err := missingTables(ctx, r.drv, sess.querier(), decl.HostTables())
+	if err == nil && len(missing) > 0 {
+		// Name the schema: on PostgreSQL it is current_schema(), the first
+		// schema on search_path that exists, which need not be where the host's
+		// own unqualified queries find these tables.
+		err = fmt.Errorf("%w: %s (looked in schema %q; schemastate never creates host tables; internal/fixtures/host has a fixture)", ErrHostTablesMissing, strings.Join(missing, ", "), sess.schemaName())
+	}
+	if err != nil {
+		r.record(Step{Name: StepHostTables, Status: Failed, Detail: err.Error(), Err: err})
+		r.skipRest(StepShape, "host tables missing")
+		return nil, false
+	}
+	r.record(Step{Name: StepHostTables, Status: Unchanged, Detail: "present: " + strings.Join(decl.HostTables(), ", ")})
+	return decl, true
+}
+
+// shape inspects, diffs, plans and applies the shape step's phases (apply.go).
+// On a database already in its declared shape it runs no statement at all.
+// clean reports that the full check found nothing to change and refused
+// nothing, so the live catalog may be certified; plan is nil when planning
+// failed.
+func (r *run) shape(ctx context.Context, sess session, decl *Declaration) (plan *ShapePlan, clean bool) {
+	r.stepOwnTx(ctx, StepShape, func(ctx context.Context) Step {
+		var err error
+		if plan, err = planShape(ctx, r.drv, sess.querier(), decl, sess.schemaName(), r.o); err != nil {
+			return failed(err)
 		}
+		r.rep.Drift = plan.Drift()
+		r.reportDrift()
+		s := r.applyPhases(ctx, sess, StepShape, plan.stepPhases(StepShape))
+		if s.Status == Unchanged {
+			clean = len(plan.Refused()) == 0 && len(plan.stepPhases(StepWiden)) == 0
+			if len(r.rep.Drift) > 0 {
+				s.Detail += fmt.Sprintf("; %d undeclared kept", len(r.rep.Drift))
+			}
+		}
+		return s
+	})
+	return plan, clean
+}
+
+// refuse records the destructive changes the plan refused, when it refused
+// any: a table with one is left exactly as it is, the other tables still
+// reach their shape, and the refusal is its own failed step.
+func (r *run) refuse(plan *ShapePlan) {
+	if plan == nil {
 		return
 	}
-	if !r.prepare(ctx) {
-		sess.abort()
-		return
-	}
-	ps, phased := sess.(phaseSession)
-	if phased {
-		// PostgreSQL: each phase is its own transaction, or none (phases.go).
-		r.stepOwnTx(ctx, StepShape, func(ctx context.Context) Step { return r.shapePhases(ctx, ps) })
-	} else {
-		r.step(ctx, StepShape, r.shape)
-	}
-	if len(r.refused) > 0 {
-		err := fmt.Errorf("refused destructive change (never applied at boot): %s", strings.Join(r.refused, "; "))
+	if refused := plan.Refused(); len(refused) > 0 {
+		err := fmt.Errorf("%w (never applied at boot): %s", ErrRefused, strings.Join(refused, "; "))
 		r.record(Step{Name: StepRefused, Status: Failed, Detail: err.Error(), Err: err})
 	}
-	if phased && r.plan != nil && len(r.plan.stepPhases(StepWiden)) > 0 {
-		r.stepOwnTx(ctx, StepWiden, func(ctx context.Context) Step { return r.applyPhases(ctx, ps, StepWiden) })
-	}
-	r.step(ctx, StepExecutionSince, r.executionSince)
-	r.step(ctx, StepBackfill, r.backfill)
+}
 
+// widen applies the widen step's phases (PostgreSQL's type widenings), when
+// the plan has any.
+func (r *run) widen(ctx context.Context, sess session, plan *ShapePlan) {
+	if plan == nil {
+		return
+	}
+	if phases := plan.stepPhases(StepWiden); len(phases) > 0 {
+		r.stepOwnTx(ctx, StepWiden, func(ctx context.Context) Step { return r.applyPhases(ctx, sess, StepWiden, phases) })
+	}
+}
+
+// finish ends the session and reads the keys the report shows.
+func (r *run) finish(ctx context.Context, db *sql.DB, sess session) {
 	if err := sess.close(ctx); err != nil {
 		// SQLite commits every step at once; if that fails nothing was kept.
 		// (PostgreSQL commits per step; its close never fails a step.)
@@ -449,37 +357,10 @@ func (r *run) steps(ctx context.Context, db *sql.DB) {
 	}
 }
 
-// prepare loads the declaration and checks the host tables exist.
-func (r *run) prepare(ctx context.Context) bool {
-	q := r.sess.querier()
-	r.schema = r.sess.schemaName()
-	var err error
-	r.decl, err = LoadDeclaration(r.o.schemaFile, r.o.dialect, r.schema)
-	if err != nil {
-		r.record(Step{Name: StepHostTables, Status: Failed, Detail: err.Error(), Err: err})
-		r.skipRest(StepShape, "declaration not loaded")
-		return false
-	}
-	missing, err := missingTables(ctx, r.o.dialect, q, r.decl.HostTables())
-	if err == nil && len(missing) > 0 {
-		// Name the schema: on PostgreSQL it is current_schema(), the first
-		// schema on search_path that exists, which need not be where the host's
-		// own unqualified queries find these tables.
-		err = fmt.Errorf("host tables missing: %s (looked in schema %q; schemastate never creates host tables; internal/fixtures/host has a fixture)", strings.Join(missing, ", "), r.schema)
-	}
-	if err != nil {
-		r.record(Step{Name: StepHostTables, Status: Failed, Detail: err.Error(), Err: err})
-		r.skipRest(StepShape, "host tables missing")
-		return false
-	}
-	r.record(Step{Name: StepHostTables, Status: Unchanged, Detail: "present: " + strings.Join(r.decl.HostTables(), ", ")})
-	return true
-}
-
 // step runs fn inside its own rollback scope and records the outcome.
-func (r *run) step(ctx context.Context, name string, fn func(context.Context, dialect.Querier) Step) {
+func (r *run) step(ctx context.Context, sess session, name string, fn func(context.Context, querier) Step) {
 	start := time.Now()
-	q, err := r.sess.begin(ctx, name)
+	q, err := sess.begin(ctx, name)
 	if err != nil {
 		r.record(Step{Name: name, Status: Failed, Detail: err.Error(), Err: err})
 		return
@@ -489,7 +370,7 @@ func (r *run) step(ctx context.Context, name string, fn func(context.Context, di
 	stop(string(s.Status))
 	s.Name = name
 	s.Duration = time.Since(start)
-	if err := r.sess.end(ctx, s.Status != Failed); err != nil && s.Status != Failed {
+	if err := sess.end(ctx, s.Status != Failed); err != nil && s.Status != Failed {
 		s.Status, s.Detail, s.Err = Failed, "commit: "+err.Error(), err
 		if name == StepExecutionSince {
 			r.rep.Certified = false // the certificate was written in this step
@@ -527,66 +408,6 @@ func (r *run) skipRest(from, why string) {
 
 func failed(err error) Step { return Step{Status: Failed, Detail: err.Error(), Err: err} }
 
-// shape inspects, diffs, plans and applies. On a database already in its
-// declared shape it runs no statement at all.
-func (r *run) shape(ctx context.Context, q dialect.Querier) Step {
-	drv, err := atlasDriver(r.o.dialect, q)
-	if err != nil {
-		return failed(err)
-	}
-	plan, err := planShape(ctx, drv, r.o.dialect, q, r.decl, r.schema, r.o)
-	if err != nil {
-		return failed(err)
-	}
-	r.rep.Drift = plan.Drift()
-	r.reportDrift()
-	// A table with a destructive change is left exactly as it is; the other
-	// tables still reach their shape. The refusal is its own failed step.
-	r.refused = plan.Refused()
-	r.plan = plan
-	n := 0
-	var did []string
-	for _, tp := range plan.tables {
-		if len(tp.Stmts) == 0 {
-			continue
-		}
-		r.progress(StepShape, "applying "+tp.Table)
-		if tp.Rebuild != nil {
-			k, err := tp.Rebuild.apply(ctx, q, r.o.fail, func(msg string) { r.progress(StepShape, msg) }, r.o.executed)
-			n += k
-			if err != nil {
-				return failed(fmt.Errorf("rebuild %s: %w", tp.Table, err))
-			}
-			did = append(did, tp.Rebuild.detail())
-			continue
-		}
-		for _, stmt := range tp.Stmts {
-			if _, err := q.ExecContext(ctx, stmt); err != nil {
-				return failed(fmt.Errorf("%s: %s: %w", tp.Table, firstLine(stmt), withDetail(err)))
-			}
-			r.o.executed(stmt)
-			n++
-		}
-		if tp.Live == nil {
-			did = append(did, "created "+tp.Table)
-		} else {
-			did = append(did, "altered "+tp.Table)
-		}
-	}
-	if err := r.o.fail(FailpointShapeApplied); err != nil {
-		return failed(err)
-	}
-	if n == 0 {
-		r.shapeClean = len(r.refused) == 0 && len(plan.stepPhases(StepWiden)) == 0
-		detail := "declared shape holds"
-		if len(r.rep.Drift) > 0 {
-			detail += fmt.Sprintf("; %d undeclared kept", len(r.rep.Drift))
-		}
-		return Step{Status: Unchanged, Detail: detail}
-	}
-	return Step{Status: Applied, Statements: n, Detail: strings.Join(did, ", ")}
-}
-
 // reportDrift logs, once per boot, every undeclared index, foreign key and
 // check on the owned tables, naming each.
 func (r *run) reportDrift() {
@@ -608,79 +429,81 @@ func (r *run) reportDrift() {
 // hold, writes subagent_context_execution_since if it is absent (AC-33b). It
 // is never gated on whether a rebuild fired: a fresh table, a table created
 // from nothing, and an amended table whose earlier key write failed all get
-// the key.
-func (r *run) executionSince(ctx context.Context, q dialect.Querier) Step {
-	if err := r.o.fail(FailpointExecutionSinceObserve); err != nil {
-		return failed(err)
-	}
-	es, err := r.observe(ctx, q)
-	if err != nil {
-		return failed(err)
-	}
-	r.rep.EndState, r.rep.EndStateObserved = es, true
-	if !es.KeyBearing() {
-		return Step{Status: Skipped, Detail: "AC-33 end state not observed: " + strings.Join(es.Missing(), "; ")}
-	}
-	if err := r.o.fail(FailpointExecutionSinceWrite); err != nil {
-		return failed(err)
-	}
-	// The key names an instant the end state was observed to hold: sampled
-	// after the observation, at the write, never at the transaction's start
-	// or before the boot looked.
-	wrote, err := keys.WriteOnce(ctx, q, r.o.dialect, keys.ExecutionSince, keys.Now())
-	if err != nil {
-		return failed(err)
-	}
-	if r.shapeClean && es.IndexesMatchDeclaration {
-		r.certify(ctx, q)
-	}
-	if !wrote {
-		return Step{Status: Unchanged, Detail: "key already present"}
-	}
-	return Step{Status: Applied, Statements: 1, Detail: "end state observed; key written"}
+// the key. It returns the end state it observed (zero when it observed none),
+// which gates the backfill (AC-33c).
+func (r *run) executionSince(ctx context.Context, sess session, decl *Declaration, clean bool) (es EndState) {
+	r.step(ctx, sess, StepExecutionSince, func(ctx context.Context, q querier) Step {
+		if err := r.o.fail(FailpointExecutionSinceObserve); err != nil {
+			return failed(err)
+		}
+		var err error
+		if es, err = r.observe(ctx, q, decl, sess.schemaName()); err != nil {
+			return failed(err)
+		}
+		r.rep.EndState, r.rep.EndStateObserved = es, true
+		if !es.KeyBearing() {
+			return Step{Status: Skipped, Detail: "AC-33 end state not observed: " + strings.Join(es.Missing(), "; ")}
+		}
+		if err := r.o.fail(FailpointExecutionSinceWrite); err != nil {
+			return failed(err)
+		}
+		// The key names an instant the end state was observed to hold: sampled
+		// after the observation, at the write, never at the transaction's start
+		// or before the boot looked.
+		wrote, err := keys.WriteOnce(ctx, q, r.o.dialect, keys.ExecutionSince, keys.Now())
+		if err != nil {
+			return failed(err)
+		}
+		if clean && es.IndexesMatchDeclaration {
+			r.certify(ctx, q, decl, sess.schemaName())
+		}
+		if !wrote {
+			return Step{Status: Unchanged, Detail: "key already present"}
+		}
+		return Step{Status: Applied, Statements: 1, Detail: "end state observed; key written"}
+	})
+	return es
 }
 
-func (r *run) observe(ctx context.Context, q dialect.Querier) (EndState, error) {
-	drv, err := atlasDriver(r.o.dialect, q)
-	if err != nil {
-		return EndState{}, err
-	}
-	live, err := inspect(ctx, drv, r.decl, r.schema)
+func (r *run) observe(ctx context.Context, q querier, decl *Declaration, schemaName string) (EndState, error) {
+	_, live, err := inspectLive(ctx, r.drv, q, decl, schemaName)
 	if err != nil {
 		return EndState{}, err
 	}
 	lt, _ := live.Table(subagentsTable)
-	if err := dropDeferrableUniques(ctx, r.o.dialect, q, lt); err != nil {
+	if err := r.drv.observable(ctx, q, lt); err != nil {
 		return EndState{}, err
 	}
-	return observe(lt, r.decl.Table(subagentsTable)), nil
+	return observe(lt, decl.Table(subagentsTable)), nil
 }
 
 // backfill is the last step; it runs only in a pass that observed the AC-33
 // end state (AC-33c), so its INSERT never meets a table without
 // agent_execution_id. Guarded by both backfill keys (AC-24d); a failure rolls
 // back the rows and both keys together and is retried next boot (AC-24a).
-func (r *run) backfill(ctx context.Context, q dialect.Querier) Step {
-	if !r.rep.EndState.KeyBearing() {
-		return Step{Status: Skipped, Detail: "AC-33c: end state not observed in this pass; retried next boot"}
-	}
-	res, err := backfill.Run(ctx, q, r.o.dialect,
-		backfill.WithFailpoint(r.o.fail),
-		backfill.WithProgress(func(msg string) { r.progress(StepBackfill, msg) }))
-	if err != nil {
-		return failed(err)
-	}
-	if !res.Ran {
-		return Step{Status: Unchanged, Detail: "both backfill keys present"}
-	}
-	rows := res.Inserted
-	detail := fmt.Sprintf("inserted %d rows; %s=%q %s=%q", rows,
-		keys.BackfillThrough, deref(res.Keys.BackfillThrough), keys.CaptureSince, deref(res.Keys.CaptureSince))
-	if res.UnreadableCreatedAt > 0 {
-		detail += fmt.Sprintf("; %d qualifying messages skipped: created_at is not a time (first: %s)",
-			res.UnreadableCreatedAt, res.FirstUnreadable)
-	}
-	return Step{Status: Applied, Statements: 1, Rows: &rows, Detail: detail}
+func (r *run) backfill(ctx context.Context, sess session, es EndState) {
+	r.step(ctx, sess, StepBackfill, func(ctx context.Context, q querier) Step {
+		if !es.KeyBearing() {
+			return Step{Status: Skipped, Detail: "AC-33c: end state not observed in this pass; retried next boot"}
+		}
+		res, err := backfill.Run(ctx, q, r.o.dialect,
+			backfill.WithFailpoint(r.o.fail),
+			backfill.WithProgress(func(msg string) { r.progress(StepBackfill, msg) }))
+		if err != nil {
+			return failed(err)
+		}
+		if !res.Ran {
+			return Step{Status: Unchanged, Detail: "both backfill keys present"}
+		}
+		rows := res.Inserted
+		detail := fmt.Sprintf("inserted %d rows; %s=%q %s=%q", rows,
+			keys.BackfillThrough, deref(res.Keys.BackfillThrough), keys.CaptureSince, deref(res.Keys.CaptureSince))
+		if res.UnreadableCreatedAt > 0 {
+			detail += fmt.Sprintf("; %d qualifying messages skipped: created_at is not a time (first: %s)",
+				res.UnreadableCreatedAt, res.FirstUnreadable)
+		}
+		return Step{Status: Applied, Statements: 1, Rows: &rows, Detail: detail}
+	})
 }
 
 func deref(s *string) string {
@@ -690,34 +513,18 @@ func deref(s *string) string {
 	return *s
 }
 
-func missingTables(ctx context.Context, d dialect.Dialect, q dialect.Querier, names []string) ([]string, error) {
-	query := `SELECT name FROM sqlite_master WHERE type = 'table' AND name IN (` + placeholders(d, 1, len(names)) + `)`
-	if d == dialect.Postgres {
-		query = `SELECT table_name FROM information_schema.tables WHERE table_schema = current_schema() AND table_name IN (` + placeholders(d, 1, len(names)) + `)`
-	}
+func missingTables(ctx context.Context, drv driver, q querier, names []string) ([]string, error) {
 	args := make([]any, len(names))
 	for i, n := range names {
 		args[i] = n
 	}
-	rows, err := q.QueryContext(ctx, query, args...)
+	found, err := queryStrings(ctx, q, drv.tablesQuery(len(names)), args...)
 	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	present := map[string]bool{}
-	for rows.Next() {
-		var n string
-		if err := rows.Scan(&n); err != nil {
-			return nil, err
-		}
-		present[n] = true
-	}
-	if err := rows.Err(); err != nil {
 		return nil, err
 	}
 	var missing []string
 	for _, n := range names {
-		if !present[n] {
+		if !contains(found, n) {
 			missing = append(missing, n)
 		}
 	}
@@ -727,38 +534,34 @@ func missingTables(ctx context.Context, d dialect.Dialect, q dialect.Querier, na
 // Plan is the dry run of the shape step: what Reconcile would execute now.
 // It takes no lock and changes nothing.
 func Plan(ctx context.Context, db *sql.DB, opts ...Option) (*ShapePlan, error) {
-	o, name, decl, err := readOnly(ctx, db, opts)
+	o, drv, name, decl, err := readOnly(ctx, db, opts)
 	if err != nil {
 		return nil, err
 	}
-	drv, err := atlasDriver(o.dialect, db)
+	p, err := planShape(ctx, drv, db, decl, name, o)
 	if err != nil {
 		return nil, err
 	}
-	p, err := planShape(ctx, drv, o.dialect, db, decl, name, o)
-	if err != nil {
-		return nil, err
-	}
-	if p.MissingHostTables, err = missingTables(ctx, o.dialect, db, decl.HostTables()); err != nil {
+	if p.MissingHostTables, err = missingTables(ctx, drv, db, decl.HostTables()); err != nil {
 		return nil, err
 	}
 	return p, nil
 }
 
 // readOnly prepares a lock-free, read-only look (Plan, Observe): the options,
-// the live schema's name and the declaration evaluated for it.
-func readOnly(ctx context.Context, db *sql.DB, opts []Option) (*options, string, *Declaration, error) {
-	o, err := newOptions(db, opts)
+// the driver, the live schema's name and the declaration evaluated for it.
+func readOnly(ctx context.Context, db *sql.DB, opts []Option) (*options, driver, string, *Declaration, error) {
+	o, drv, err := newOptions(db, opts)
 	if err != nil {
-		return nil, "", nil, err
+		return nil, nil, "", nil, err
 	}
-	name, err := schemaName(ctx, o.dialect, db)
+	name, err := drv.schemaName(ctx, db)
 	if err != nil {
-		return nil, "", nil, err
+		return nil, nil, "", nil, err
 	}
-	decl, err := LoadDeclaration(o.schemaFile, o.dialect, name)
+	decl, err := o.loadDeclaration(drv, name)
 	if err != nil {
-		return nil, "", nil, err
+		return nil, nil, "", nil, err
 	}
-	return o, name, decl, nil
+	return o, drv, name, decl, nil
 }

@@ -547,3 +547,28 @@ func requireOneAppliedShape(t *testing.T, reps []*reconcile.Report, errs []error
 	}
 	require.Equal(t, 1, applied, "exactly one replica performs the change")
 }
+
+// Issue 19: the plan is one value both dialects apply. What Plan returns
+// (and `plan --json` prints) is, statement by statement, what the reconcile
+// runs (the exec hook) and, phase by phase, what its report says it ran.
+func TestReconcile_PlanIsWhatRuns(t *testing.T) {
+	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
+		db.Host(t).Legacy(t)
+		seedLegacy(t, db)
+		plan, err := reconcile.Plan(ctx, db.DB, quiet)
+		require.NoError(t, err)
+		require.NotEmpty(t, plan.Statements())
+		var ids []string
+		for _, ph := range plan.Phases() {
+			ids = append(ids, ph.ID())
+		}
+		var ran []string
+		rep := mustReconcile(t, db, quiet, reconcile.WithExecHook(func(s string) { ran = append(ran, s) }))
+		require.Equal(t, plan.Statements(), ran, "the plan's statements are what ran, in order")
+		var did []string
+		for _, s := range rep.Steps {
+			did = append(did, s.Phases...)
+		}
+		require.Equal(t, ids, did, "the plan's phases are what the report says ran")
+	})
+}

@@ -7,39 +7,28 @@ import (
 	"strings"
 
 	"ariga.io/atlas/sql/migrate"
-	"ariga.io/atlas/sql/postgres"
 	"ariga.io/atlas/sql/schema"
-	"ariga.io/atlas/sql/sqlite"
 
 	"github.com/schemastate/schemastate/dialect"
 )
 
 // tablePlan is what the shape step would do to one owned table.
 type tablePlan struct {
-	Table   string
-	Live    *schema.Table // nil when the table does not exist yet
-	Want    *schema.Table
+	Table string
+	Live  *schema.Table // nil when the table does not exist yet
+	Want  *schema.Table
+	// Changes are Atlas's changes from Live to Want, drift kept out.
 	Changes []schema.Change
 	// Refused names each change that would destroy data; a table with any
 	// refused change is left exactly as it is.
 	Refused []string
-	// Stmts is the plan to execute, in order. For a SQLite rebuild it is the
-	// copy-path sequence, which apply runs with its own row-count check.
-	Stmts   []string
-	Rebuild *rebuild
-	// Widen is PostgreSQL only: type widenings, run after the shape step in
-	// a transaction of their own (see splitWidenings).
-	Widen []string
 	// Drift lists the table's undeclared indexes, foreign keys and checks
-	// (drift.go): kept, or dropped by Stmts when pruning.
+	// (drift.go): kept, or dropped by the phases when pruning.
 	Drift []Drift
-	// Prelude (PostgreSQL) is the constraint renames and NULL fills that
-	// precede Atlas's statements in Stmts; Fills the fills alone.
-	Prelude, Fills []string
 	// Inflight (PostgreSQL) is what an online upgrade stopped between two
 	// phases left in the catalog.
 	Inflight *inflight
-	// Phases is the plan as it is applied (plan.go).
+	// Phases is the plan as it is applied (plan.go, apply.go).
 	Phases []Phase
 }
 
@@ -121,100 +110,88 @@ func inspect(ctx context.Context, drv migrate.Driver, decl *Declaration, schemaN
 	return s, nil
 }
 
-// planShape inspects, diffs and plans every owned table. It executes nothing.
-// Undeclared indexes, foreign keys and checks are kept unless o.prune is set.
-func planShape(ctx context.Context, drv migrate.Driver, d dialect.Dialect, q dialect.Querier, decl *Declaration, schemaName string, o *options) (*ShapePlan, error) {
-	live, err := inspect(ctx, drv, decl, schemaName)
+// inspectLive opens Atlas's driver over q and inspects the owned tables.
+func inspectLive(ctx context.Context, drv driver, q querier, decl *Declaration, schemaName string) (migrate.Driver, *schema.Schema, error) {
+	ad, err := drv.atlas(q)
+	if err != nil {
+		return nil, nil, err
+	}
+	live, err := inspect(ctx, ad, decl, schemaName)
+	return ad, live, err
+}
+
+// atlasPlanner is what planning asks of Atlas: the diff and its SQL. Both
+// are computations (a migrate.Driver over the live connection in a
+// reconcile, Atlas's DefaultDiff and DefaultPlan in the planning tests).
+type atlasPlanner interface {
+	schema.Differ
+	migrate.PlanApplier
+}
+
+// planContext is what planning one call's tables shares; it lives for one
+// planShape call.
+type planContext struct {
+	atlas       atlasPlanner
+	schema      string
+	file        string // the declaration's, for refusals
+	prune       bool
+	onlineAbove int64
+	dialect     dialect.Dialect
+}
+
+// render asks Atlas for the SQL of a change set.
+func (pc *planContext) render(changes ...schema.Change) ([]string, error) {
+	p, err := pc.atlas.PlanChanges(context.Background(), "shape", changes)
 	if err != nil {
 		return nil, err
 	}
+	out := make([]string, len(p.Changes))
+	for i, c := range p.Changes {
+		out[i] = c.Cmd
+	}
+	return out, nil
+}
+
+// diff is one existing table's changes, after the driver normalized the
+// live table: the drift split off (kept unless pruning; kept are the drops
+// a rebuild must undo) and the destructive changes refused by name.
+func (pc *planContext) diff(tp *tablePlan) (changes, kept []schema.Change, err error) {
+	changes, err = pc.atlas.TableDiff(tp.Live, tp.Want)
+	if err != nil {
+		return nil, nil, fmt.Errorf("diff %s: %w", tp.Table, err)
+	}
+	changes, tp.Drift, kept = splitDrift(tp.Table, changes, tp.Want, pc.prune)
+	tp.Changes = changes
+	for _, c := range changes {
+		if why, bad := destructive(pc.dialect, c); bad {
+			tp.Refused = append(tp.Refused, fmt.Sprintf("%s: %s (%s)", tp.Table, why, pc.file))
+		}
+	}
+	return changes, kept, nil
+}
+
+// planShape inspects, diffs and plans every owned table. It executes nothing.
+// Undeclared indexes, foreign keys and checks are kept unless o.prune is set.
+func planShape(ctx context.Context, drv driver, q querier, decl *Declaration, schemaName string, o *options) (*ShapePlan, error) {
+	ad, live, err := inspectLive(ctx, drv, q, decl, schemaName)
+	if err != nil {
+		return nil, err
+	}
+	pc := &planContext{atlas: ad, schema: schemaName, file: decl.File, prune: o.prune, onlineAbove: o.onlineAbove, dialect: drv.dialect()}
 	plan := &ShapePlan{}
 	for _, want := range decl.Owned {
 		tp := &tablePlan{Table: want.Name, Want: want}
 		plan.tables = append(plan.tables, tp)
-		lt, ok := live.Table(want.Name)
-		if !ok {
-			tp.Changes = []schema.Change{&schema.AddTable{T: want}}
-			if tp.Stmts, err = render(ctx, drv, tp.Changes); err != nil {
-				return nil, fmt.Errorf("plan %s: %w", want.Name, err)
-			}
-			continue
-		}
-		tp.Live = lt
-		normalizeLive(d, lt, want)
-		if d == dialect.Postgres {
-			if tp.Inflight, err = resumeOnline(ctx, q, schemaName, lt, want); err != nil {
-				return nil, err
+		var f tableFacts
+		if lt, ok := live.Table(want.Name); ok {
+			tp.Live = lt
+			if f, err = drv.facts(ctx, q, schemaName, lt, want); err != nil {
+				return nil, fmt.Errorf("inspect %s: %w", want.Name, err)
 			}
 		}
-		replaced, deferrable, err := replaceDeferrableKeys(ctx, d, q, schemaName, lt, want)
-		if err != nil {
-			return nil, fmt.Errorf("inspect %s: %w", want.Name, err)
+		if err := drv.planTable(pc, tp, f); err != nil {
+			return nil, err
 		}
-		renames := append(replaced, renameEquivalentUniques(d, schemaName, lt, want, deferrable)...)
-		changes, err := drv.TableDiff(lt, want)
-		if err != nil {
-			return nil, fmt.Errorf("diff %s: %w", want.Name, err)
-		}
-		var kept []schema.Change
-		changes, tp.Drift, kept = splitDrift(want.Name, changes, want, o.prune)
-		if len(changes) == 0 {
-			tp.Stmts, tp.Prelude = renames, renames
-			continue
-		}
-		tp.Changes = changes
-		for _, c := range changes {
-			if why, bad := destructive(d, c); bad {
-				tp.Refused = append(tp.Refused, fmt.Sprintf("%s: %s (%s)", want.Name, why, decl.File))
-			}
-		}
-		if len(tp.Refused) > 0 {
-			continue
-		}
-		if d == dialect.Postgres {
-			var widen []schema.Change
-			changes, widen = splitWidenings(changes)
-			if len(widen) > 0 {
-				if tp.Widen, err = render(ctx, drv, []schema.Change{&schema.ModifyTable{T: want, Changes: widen}}); err != nil {
-					return nil, fmt.Errorf("plan %s: %w", want.Name, err)
-				}
-			}
-		}
-		if d != dialect.SQLite || !needsCopy(changes) {
-			if len(changes) > 0 {
-				if tp.Stmts, err = render(ctx, drv, []schema.Change{&schema.ModifyTable{T: want, Changes: changes}}); err != nil {
-					return nil, fmt.Errorf("plan %s: %w", want.Name, err)
-				}
-			}
-			if d == dialect.Postgres {
-				tp.Fills = fillStatements(schemaName, lt, want)
-				tp.Prelude = append(append([]string(nil), renames...), tp.Fills...)
-				tp.Stmts = append(append([]string(nil), tp.Prelude...), tp.Stmts...)
-			}
-			// Atlas takes its own copy path for more than needsCopy sees (a new
-			// column that an index covers, say). That path drops the table's
-			// triggers and skips the row-count and foreign-key checks: never run
-			// it, rebuild instead.
-			if d != dialect.SQLite || !rendersCopy(tp.Stmts) {
-				continue
-			}
-		}
-		if tp.Rebuild, err = planRebuild(ctx, drv, q, lt, want, changes, kept); err != nil {
-			return nil, fmt.Errorf("plan rebuild of %s: %w", want.Name, err)
-		}
-		tp.Stmts = tp.Rebuild.statements()
-	}
-	for _, tp := range plan.tables {
-		if len(tp.Refused) > 0 {
-			continue
-		}
-		if d == dialect.Postgres {
-			if err := planPostgres(ctx, drv, q, o, schemaName, tp); err != nil {
-				return nil, err
-			}
-			continue
-		}
-		tp.Phases = sqlitePhases(tp)
 	}
 	return plan, nil
 }
@@ -239,33 +216,6 @@ func fills(live, want *schema.Table) map[string]string {
 		out[wc.Name] = v
 	}
 	return out
-}
-
-// fillStatements are the UPDATEs that apply fills on PostgreSQL, run before
-// the ALTER in the same transaction.
-func fillStatements(schemaName string, live, want *schema.Table) []string {
-	var out []string
-	for _, c := range want.Columns {
-		if v, ok := fills(live, want)[c.Name]; ok {
-			col := dialect.QuoteIdent(c.Name)
-			out = append(out, fmt.Sprintf("UPDATE %s.%s SET %s = %s WHERE %s IS NULL",
-				dialect.QuoteIdent(schemaName), dialect.QuoteIdent(want.Name), col, v, col))
-		}
-	}
-	return out
-}
-
-// render asks Atlas for the SQL of a change set.
-func render(ctx context.Context, drv migrate.Driver, changes []schema.Change) ([]string, error) {
-	p, err := drv.PlanChanges(ctx, "shape", changes)
-	if err != nil {
-		return nil, err
-	}
-	out := make([]string, len(p.Changes))
-	for i, c := range p.Changes {
-		out[i] = c.Cmd
-	}
-	return out, nil
 }
 
 // Destructive reports whether the shape step refuses c on dialect d because
@@ -343,12 +293,10 @@ func timePrecision(t *schema.TimeType) int {
 
 // TypeName spells a type as the dialect's SQL does (timestamp(3), timestamptz).
 func TypeName(d dialect.Dialect, t schema.Type) string {
-	format := sqlite.FormatType
-	if d == dialect.Postgres {
-		format = postgres.FormatType
-	}
-	if s, err := format(t); err == nil {
-		return s
+	if drv, err := driverFor(d); err == nil {
+		if s, err := drv.formatType(t); err == nil {
+			return s
+		}
 	}
 	return fmt.Sprintf("%T", t)
 }
@@ -362,11 +310,7 @@ func IndexSet(t *schema.Table) []string {
 	}
 	var out []string
 	for _, idx := range t.Indexes {
-		kind := "index"
-		if idx.Unique {
-			kind = "unique"
-		}
-		out = append(out, fmt.Sprintf("%s %s(%s)", idx.Name, kind, strings.Join(partNames(idx), ", ")))
+		out = append(out, DescribeIndex(idx).String())
 	}
 	sort.Strings(out)
 	return out

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"database/sql/driver"
+	"fmt"
 	"slices"
 	"strings"
 	"sync"
@@ -165,4 +166,69 @@ func TestReconcile_SQLiteRebuildAddingAForeignKeyRefusesNewViolations(t *testing
 	rep = mustReconcile(t, db)
 	require.NotContains(t, rep.Step(reconcile.StepShape).Detail, "skipped", "the foreign keys change: checked")
 	requireAC33(t, db, freshIndexSet(t, db.Dialect))
+}
+
+// Issue 19: a SQLite rebuild's guards are phases' data — no NULL where the
+// key is tightened, the row count, foreign_key_check before and after,
+// legacy_alter_table set and restored —
+// and are what runs around the rebuild's statements, as the driver saw them.
+func TestReconcile_SQLiteRebuildRunsThePlannedGuards(t *testing.T) {
+	db := dbtest.Open(t, dialect.SQLite).Host(t).Legacy(t)
+	seedLegacy(t, db)
+	// A table referencing the rebuilt one: its foreign keys are checked.
+	db.Exec(t, `CREATE TABLE subagent_notes (id TEXT PRIMARY KEY, subagent_id TEXT REFERENCES task_session_subagents (id))`)
+	rec := &recorder{dsn: db.DSN}
+	pool := sql.OpenDB(rec)
+	defer pool.Close()
+	pool.SetMaxOpenConns(1)
+	opt := reconcile.WithDialect(dialect.SQLite)
+
+	plan, err := reconcile.Plan(ctx, pool, quiet, opt)
+	require.NoError(t, err)
+	var rebuild *reconcile.Phase
+	for _, ph := range plan.Phases() {
+		if ph.Name == reconcile.PhaseRebuild {
+			rebuild = &ph
+		}
+	}
+	require.NotNil(t, rebuild, "the legacy table is rebuilt: %v", plan.Phases())
+	kinds := map[reconcile.GuardKind]reconcile.Guard{}
+	for _, g := range rebuild.Guards {
+		kinds[g.Kind] = g
+	}
+	require.Len(t, kinds, 4, "%+v", rebuild.Guards)
+	nulls, fk, rows, setting := kinds[reconcile.GuardNoNulls], kinds[reconcile.GuardForeignKeys], kinds[reconcile.GuardRowsCopied], kinds[reconcile.GuardSetting]
+	require.Equal(t, "id", nulls.Column, "the legacy id TEXT PRIMARY KEY is nullable on SQLite")
+	require.Equal(t, "referenced by subagent_notes", fk.Detail)
+	require.True(t, strings.HasPrefix(rebuild.SQL[rows.Statement], "INSERT INTO"), rebuild.SQL[rows.Statement])
+
+	var want []string
+	want = append(want, nulls.SQL...)
+	want = append(want, fk.SQL...)
+	want = append(want, rows.SQL...)
+	want = append(want, setting.SQL[0], setting.SQL[1])
+	want = append(want, rebuild.SQL...)
+	want = append(want, fk.SQL...)
+	want = append(want, fmt.Sprintf(setting.SQL[2], "0"))
+	for i, s := range want {
+		want[i] = strings.Join(strings.Fields(s), " ")
+	}
+	rec.take()
+	rep, err := reconcile.Reconcile(ctx, pool, quiet, opt)
+	require.NoError(t, err, describe(rep))
+	require.Equal(t, reconcile.Applied, rep.Step(reconcile.StepShape).Status, describe(rep))
+	stmts := rec.take()
+	require.True(t, subsequence(stmts, want), "ran, in this order, the guards and statements the plan shows:\nwant %q\nran %q", want, stmts)
+}
+
+// subsequence reports whether want occurs in got in order, not necessarily
+// contiguously.
+func subsequence(got, want []string) bool {
+	i := 0
+	for _, s := range got {
+		if i < len(want) && s == want[i] {
+			i++
+		}
+	}
+	return i == len(want)
 }

@@ -47,22 +47,18 @@ type Upgrade struct {
 // Observe inspects the declared tables and reads the keys. It takes no lock
 // and changes nothing.
 func Observe(ctx context.Context, db *sql.DB, opts ...Option) (*Observation, error) {
-	o, name, decl, err := readOnly(ctx, db, opts)
+	o, drv, name, decl, err := readOnly(ctx, db, opts)
 	if err != nil {
 		return nil, err
 	}
 	obs := &Observation{Dialect: o.dialect, Indexes: map[string][]string{}, HostTables: decl.HostTables()}
-	if obs.MissingHostTables, err = missingTables(ctx, o.dialect, db, decl.HostTables()); err != nil {
+	if obs.MissingHostTables, err = missingTables(ctx, drv, db, decl.HostTables()); err != nil {
 		return nil, err
 	}
 	if obs.MissingHostTables == nil {
 		obs.MissingHostTables = []string{}
 	}
-	drv, err := atlasDriver(o.dialect, db)
-	if err != nil {
-		return nil, err
-	}
-	live, err := inspect(ctx, drv, decl, name)
+	_, live, err := inspectLive(ctx, drv, db, decl, name)
 	if err != nil {
 		return nil, err
 	}
@@ -70,13 +66,12 @@ func Observe(ctx context.Context, db *sql.DB, opts ...Option) (*Observation, err
 		obs.Indexes[t.Name] = IndexSet(t)
 	}
 	lt, _ := live.Table(subagentsTable)
-	if err := dropDeferrableUniques(ctx, o.dialect, db, lt); err != nil {
+	if err := drv.observable(ctx, db, lt); err != nil {
 		return nil, err
 	}
 	obs.EndState = observe(lt, decl.Table(subagentsTable))
-	ro := *o
-	ro.prune = false
-	plan, err := planShape(ctx, drv, o.dialect, db, decl, name, &ro)
+	o.prune = false // drift is reported as kept: Observe plans what a plain boot would
+	plan, err := planShape(ctx, drv, db, decl, name, o)
 	if err != nil {
 		return nil, err
 	}

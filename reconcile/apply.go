@@ -1,0 +1,383 @@
+package reconcile
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// The applier: one for both dialects.
+//
+// A step's phases run in order, consecutive transactional phases grouped in
+// one transaction scope of the session (SQLite: a savepoint of the
+// reconcile's one transaction; PostgreSQL: its own transaction under the
+// lock discipline, retried whole when it cannot get its lock), a
+// non-transactional phase alone (PostgreSQL's CONCURRENTLY and batched copy,
+// postgres_apply.go). Each phase re-checks the live catalog first (DoneWhen)
+// and its blockers (BlockedBy), runs its guards around its SQL (Guards), and
+// is reported to the exec hook, the failpoints and the progress callback from
+// here alone. A failed phase fails the step; on PostgreSQL the groups
+// committed before it stay (each leaves a state the next boot resumes from).
+
+// phaseHooks is what the applier lends a session running a phase alone.
+type phaseHooks struct {
+	fail     func(point string) error
+	progress func(msg string)
+	// executed is told each statement once it ran (WithExecHook).
+	executed func(stmt string)
+}
+
+// stepOwnTx runs a step whose phases open their own transaction scopes.
+func (r *run) stepOwnTx(ctx context.Context, name string, fn func(context.Context) Step) {
+	start := time.Now()
+	stop := r.watch(name)
+	s := fn(ctx)
+	stop(string(s.Status))
+	s.Name = name
+	s.Duration = time.Since(start)
+	r.record(s)
+}
+
+// applyPhases runs one step's phases.
+func (r *run) applyPhases(ctx context.Context, sess session, step string, phases []Phase) Step {
+	var groups [][]Phase
+	for i, ph := range phases {
+		if i > 0 && ph.Transactional && phases[i-1].Transactional {
+			groups[len(groups)-1] = append(groups[len(groups)-1], ph)
+			continue
+		}
+		groups = append(groups, []Phase{ph})
+	}
+	lastTx := -1
+	for i, g := range groups {
+		if g[0].Transactional {
+			lastTx = i
+		}
+	}
+	h := phaseHooks{fail: r.o.fail, progress: func(msg string) { r.progress(step, msg) }, executed: r.o.executed}
+	var ran, said, why []string
+	n := 0
+	for i, g := range groups {
+		for j, ph := range g {
+			if (i == 0 && j == 0) || prevTable(groups, i, j) != ph.Table {
+				r.progress(step, "applying "+ph.Table)
+			}
+			r.progress(step, "phase "+ph.ID())
+		}
+		var did []bool
+		var err error
+		if g[0].Transactional {
+			var beforeCommit func() error
+			if step == StepShape && i == lastTx {
+				beforeCommit = func() error { return r.o.fail(FailpointShapeApplied) }
+			}
+			did, err = r.runGroup(ctx, sess, step, g, h, beforeCommit)
+		} else {
+			did = make([]bool, 1)
+			did[0], err = r.runAlone(ctx, sess, g[0], h)
+		}
+		if err == nil {
+			// After the phase's transaction committed, or the phase finished.
+			for j, ph := range g {
+				if did[j] {
+					if err = r.o.fail(FailpointAfterPhase(ph.ID())); err != nil {
+						break
+					}
+				}
+			}
+		}
+		for j, ph := range g {
+			if !did[j] {
+				continue
+			}
+			ran = append(ran, ph.ID())
+			said = append(said, ph.said())
+			n += len(ph.SQL)
+			if ph.Detail != "" && !contains(why, ph.Table+": "+ph.Detail) {
+				why = append(why, ph.Table+": "+ph.Detail)
+			}
+		}
+		if err != nil {
+			if len(ran) > 0 {
+				err = fmt.Errorf("%w (committed before it: %s)", err, strings.Join(ran, ", "))
+			}
+			return failed(err)
+		}
+	}
+	if step == StepShape && lastTx < 0 {
+		if err := r.o.fail(FailpointShapeApplied); err != nil {
+			return failed(err)
+		}
+	}
+	if len(ran) == 0 {
+		return Step{Status: Unchanged, Detail: "declared shape holds"}
+	}
+	detail := strings.Join(said, ", ")
+	if len(why) > 0 {
+		detail += " (" + strings.Join(why, "; ") + ")"
+	}
+	return Step{Status: Applied, Statements: n, Phases: ran, Detail: detail}
+}
+
+// runGroup runs consecutive transactional phases in one transaction scope
+// of the session, so the single-transaction path stays all-or-nothing across
+// tables. It reports, per phase, whether it ran. The exec hook is told the
+// statements once the scope succeeded: an attempt retried for its lock was
+// rolled back, and is reported once, from the attempt that committed.
+func (r *run) runGroup(ctx context.Context, sess session, step string, group []Phase, h phaseHooks, beforeCommit func() error) ([]bool, error) {
+	ran := make([]bool, len(group))
+	var executed []string
+	err := sess.transact(ctx, step, group[0].Table, func(q querier) error {
+		clear(ran)
+		executed = executed[:0]
+		for i, ph := range group {
+			todo, err := r.todo(ctx, q, ph)
+			if err != nil {
+				return err
+			}
+			if !todo {
+				continue
+			}
+			if err := r.runPhase(ctx, q, ph, h, &executed); err != nil {
+				return err
+			}
+			ran[i] = true
+		}
+		if beforeCommit != nil {
+			return beforeCommit()
+		}
+		return nil
+	})
+	if err != nil {
+		clear(ran) // rolled back
+		return ran, err
+	}
+	for _, stmt := range executed {
+		h.executed(stmt)
+	}
+	return ran, nil
+}
+
+// runAlone runs a non-transactional phase, once the live catalog says it is
+// still to do.
+func (r *run) runAlone(ctx context.Context, sess session, ph Phase, h phaseHooks) (bool, error) {
+	todo, err := r.todo(ctx, sess.querier(), ph)
+	if err != nil || !todo {
+		return false, err
+	}
+	if err := sess.alone(ctx, ph, h); err != nil {
+		return false, fmt.Errorf("%s: %w", ph.ID(), err)
+	}
+	return true, nil
+}
+
+// todo checks a phase against the live catalog: false when it is already
+// done, an error naming what blocks it.
+func (r *run) todo(ctx context.Context, q querier, ph Phase) (bool, error) {
+	if ph.DoneWhen != "" {
+		var done bool
+		if err := q.QueryRowContext(ctx, ph.DoneWhen).Scan(&done); err != nil {
+			return false, fmt.Errorf("%s: check whether done: %w", ph.ID(), err)
+		}
+		if done {
+			return false, nil
+		}
+	}
+	if ph.BlockedBy != "" {
+		blockers, err := queryStrings(ctx, q, ph.BlockedBy)
+		if err != nil {
+			return false, fmt.Errorf("%s: check blockers: %w", ph.ID(), err)
+		}
+		if len(blockers) > 0 {
+			return false, fmt.Errorf("%s: %w by %s (retried next boot)", ph.ID(), ErrPhaseBlocked, strings.Join(blockers, "; "))
+		}
+	}
+	return true, nil
+}
+
+// runPhase runs one transactional phase's SQL inside its guards.
+func (r *run) runPhase(ctx context.Context, q querier, ph Phase, h phaseHooks, executed *[]string) (err error) {
+	var violations, rows []int64
+	for _, g := range ph.Guards {
+		switch g.Kind {
+		case GuardNoNulls:
+			if err := refuseNulls(ctx, q, ph, g); err != nil {
+				return err
+			}
+		case GuardForeignKeys:
+			n, err := countRows(ctx, q, g.SQL)
+			if err != nil {
+				return fmt.Errorf("%s: %w", ph.ID(), err)
+			}
+			violations = append(violations, n)
+		case GuardRowsCopied:
+			var n int64
+			if err := q.QueryRowContext(ctx, g.SQL[0]).Scan(&n); err != nil {
+				return fmt.Errorf("%s: %w", ph.ID(), err)
+			}
+			rows = append(rows, n)
+			h.progress(fmt.Sprintf("rebuilding %s: copying %d rows", ph.Table, n))
+		case GuardSetting:
+			var was string
+			if err := q.QueryRowContext(ctx, g.SQL[0]).Scan(&was); err != nil {
+				return fmt.Errorf("%s: %w", ph.ID(), err)
+			}
+			if _, err := q.ExecContext(ctx, g.SQL[1]); err != nil {
+				return fmt.Errorf("%s: %w", ph.ID(), err)
+			}
+			restore := fmt.Sprintf(g.SQL[2], was)
+			defer func() { _, _ = q.ExecContext(context.Background(), restore) }()
+		default:
+			return fmt.Errorf("%s: unknown guard %q", ph.ID(), g.Kind)
+		}
+	}
+	for i, stmt := range ph.SQL {
+		res, err := q.ExecContext(ctx, stmt)
+		if err != nil {
+			return fmt.Errorf("%s: %s: %w", ph.ID(), firstLine(stmt), r.drv.explain(err))
+		}
+		*executed = append(*executed, stmt)
+		k := 0
+		for _, g := range ph.Guards {
+			if g.Kind != GuardRowsCopied {
+				continue
+			}
+			if want := rows[k]; g.Statement == i {
+				copied, err := res.RowsAffected()
+				if err != nil {
+					return fmt.Errorf("%s: rows copied: %w", ph.ID(), err)
+				}
+				if copied != want {
+					return fmt.Errorf("%s: copied %d of %d rows", ph.ID(), copied, want)
+				}
+				if err := h.fail(FailpointRebuildCopied); err != nil {
+					return err
+				}
+			}
+			k++
+		}
+	}
+	k := 0
+	for _, g := range ph.Guards {
+		if g.Kind != GuardForeignKeys {
+			continue
+		}
+		after, err := countRows(ctx, q, g.SQL)
+		if err != nil {
+			return fmt.Errorf("%s: %w", ph.ID(), err)
+		}
+		if before := violations[k]; after > before {
+			return fmt.Errorf("%s: introduced %d foreign-key violations", ph.ID(), after-before)
+		}
+		k++
+	}
+	return nil
+}
+
+// refuseNulls fails with ErrNullRow, naming the row, when the guard's query
+// finds a NULL the phase could not keep.
+func refuseNulls(ctx context.Context, q querier, ph Phase, g Guard) error {
+	vals := make([]sql.NullString, len(g.Names))
+	dest := make([]any, len(vals))
+	for i := range vals {
+		dest[i] = &vals[i]
+	}
+	err := q.QueryRowContext(ctx, g.SQL[0]).Scan(dest...)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("%s: look for a NULL %s: %w", ph.ID(), g.Column, err)
+	}
+	row := make([]string, len(g.Names))
+	for i, n := range g.Names {
+		v := "NULL"
+		if vals[i].Valid {
+			v = strconv.Quote(vals[i].String)
+		}
+		row[i] = n + " " + v
+	}
+	return fmt.Errorf("%s: %w: %s row (%s) holds NULL in %s, which has no DEFAULT to fill it; the table is left as it was — give the row a value in %s or delete it, and the next boot rebuilds",
+		ph.ID(), ErrNullRow, ph.Table, strings.Join(row, ", "), g.Column, g.Column)
+}
+
+// countRows counts the rows the queries return, together.
+func countRows(ctx context.Context, q querier, queries []string) (int64, error) {
+	var total int64
+	for _, query := range queries {
+		rows, err := q.QueryContext(ctx, query)
+		if err != nil {
+			return 0, err
+		}
+		for rows.Next() {
+			total++
+		}
+		err = rows.Err()
+		rows.Close()
+		if err != nil {
+			return 0, err
+		}
+	}
+	return total, nil
+}
+
+// said is how a step's detail names the phase once it ran.
+func (p Phase) said() string {
+	switch p.Name {
+	case PhaseCreate:
+		return "created " + p.Table
+	case PhaseAlter:
+		return "altered " + p.Table
+	case PhaseWiden:
+		return "widened column types of " + p.Table
+	case PhaseRebuild:
+		for _, g := range p.Guards {
+			if g.Kind == GuardForeignKeys {
+				return "rebuilt " + p.Table
+			}
+		}
+		return "rebuilt " + p.Table + " (foreign_key_check skipped: rows copied verbatim under the same foreign keys, none onto the table)"
+	}
+	return p.ID()
+}
+
+func prevTable(groups [][]Phase, i, j int) string {
+	if j > 0 {
+		return groups[i][j-1].Table
+	}
+	g := groups[i-1]
+	return g[len(g)-1].Table
+}
+
+// queryStrings returns the one text column of every row of query.
+func queryStrings(ctx context.Context, q querier, query string, args ...any) ([]string, error) {
+	rows, err := q.QueryContext(ctx, query, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var s string
+		if err := rows.Scan(&s); err != nil {
+			return nil, err
+		}
+		out = append(out, s)
+	}
+	return out, rows.Err()
+}
+
+// firstLine is a statement as an error names it.
+func firstLine(s string) string {
+	if i := strings.IndexAny(s, "(\n"); i > 0 && i < 80 {
+		return strings.TrimSpace(s[:i])
+	}
+	if len(s) > 80 {
+		return s[:80] + "…"
+	}
+	return s
+}

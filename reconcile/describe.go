@@ -1,0 +1,159 @@
+package reconcile
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+
+	"ariga.io/atlas/sql/postgres"
+	"ariga.io/atlas/sql/schema"
+	"ariga.io/atlas/sql/sqlite"
+)
+
+// The describer: one reading of an inspected index or foreign key, which
+// every comparison and every text of this package that names one is made of
+// — drift's definitions, the AC-33 clause 4 comparison and IndexSet, the
+// planner's equivalences and a rebuild's foreign-key check.
+
+// IndexDescription is an index as the module compares it.
+type IndexDescription struct {
+	Name   string `json:"name"`
+	Unique bool   `json:"unique"`
+	// Constraint marks a PostgreSQL UNIQUE constraint (rather than a unique
+	// index).
+	Constraint bool `json:"constraint,omitempty"`
+	// Parts spells each part: a column's name or an expression's text, then
+	// " DESC" where the part is descending.
+	Parts []string `json:"parts"`
+	// Columns names the indexed columns, in order; nil when a part is an
+	// expression.
+	Columns []string `json:"columns"`
+	// Predicate is a partial index's WHERE, as the catalog renders it.
+	Predicate string `json:"predicate,omitempty"`
+}
+
+// DescribeIndex describes idx.
+func DescribeIndex(idx *schema.Index) IndexDescription {
+	x := IndexDescription{Name: idx.Name, Unique: idx.Unique, Parts: make([]string, 0, len(idx.Parts)), Columns: make([]string, 0, len(idx.Parts))}
+	for _, p := range idx.Parts {
+		c := "?"
+		switch {
+		case p.C != nil:
+			c = p.C.Name
+		case p.X != nil:
+			if e, ok := p.X.(*schema.RawExpr); ok {
+				c = e.X
+			}
+		}
+		if p.C == nil {
+			x.Columns = nil
+		} else if x.Columns != nil {
+			x.Columns = append(x.Columns, p.C.Name)
+		}
+		if p.Desc {
+			c += " DESC"
+		}
+		x.Parts = append(x.Parts, c)
+	}
+	for _, a := range idx.Attrs {
+		switch a := a.(type) {
+		case *postgres.Constraint:
+			x.Constraint = a.T == "u" && idx.Unique
+		case *postgres.IndexPredicate:
+			x.Predicate = a.P
+		case *sqlite.IndexPredicate:
+			x.Predicate = a.P
+		}
+	}
+	return x
+}
+
+// Partial reports a WHERE predicate.
+func (x IndexDescription) Partial() bool { return x.Predicate != "" }
+
+func (x IndexDescription) kind() string {
+	if x.Unique {
+		return "unique"
+	}
+	return "index"
+}
+
+// Definition is the index without its name, as drift reports it:
+// "unique (a, b) partial".
+func (x IndexDescription) Definition() string {
+	def := fmt.Sprintf("%s (%s)", x.kind(), strings.Join(x.Parts, ", "))
+	if x.Partial() {
+		def += " partial"
+	}
+	return def
+}
+
+// String is the index as IndexSet lists it: "name unique(a, b)".
+func (x IndexDescription) String() string {
+	return fmt.Sprintf("%s %s(%s)", x.Name, x.kind(), strings.Join(x.Parts, ", "))
+}
+
+// sameIndex reports two indexes that enforce and serve the same: uniqueness,
+// a predicate or none, the same parts in order with their direction.
+func sameIndex(a, b *schema.Index) bool {
+	x, y := DescribeIndex(a), DescribeIndex(b)
+	return x.Unique == y.Unique && x.Partial() == y.Partial() && slices.Equal(x.Parts, y.Parts)
+}
+
+// columnNames names idx's columns in order; nil when a part is an expression.
+func columnNames(idx *schema.Index) []string { return DescribeIndex(idx).Columns }
+
+// partial reports an index with a WHERE predicate.
+func partial(idx *schema.Index) bool { return DescribeIndex(idx).Partial() }
+
+// ForeignKeyDescription is a foreign key as the module compares it.
+type ForeignKeyDescription struct {
+	Name       string   `json:"name"`
+	Columns    []string `json:"columns"`
+	RefTable   string   `json:"ref_table"`
+	RefColumns []string `json:"ref_columns"`
+	// OnUpdate and OnDelete are as inspected: empty is NO ACTION.
+	OnUpdate string `json:"on_update,omitempty"`
+	OnDelete string `json:"on_delete,omitempty"`
+}
+
+// DescribeForeignKey describes fk.
+func DescribeForeignKey(fk *schema.ForeignKey) ForeignKeyDescription {
+	f := ForeignKeyDescription{Name: fk.Symbol, RefTable: "?", OnUpdate: string(fk.OnUpdate), OnDelete: string(fk.OnDelete)}
+	for _, c := range fk.Columns {
+		f.Columns = append(f.Columns, c.Name)
+	}
+	if fk.RefTable != nil {
+		f.RefTable = fk.RefTable.Name
+	}
+	for _, c := range fk.RefColumns {
+		f.RefColumns = append(f.RefColumns, c.Name)
+	}
+	return f
+}
+
+// Definition is the key without its name, as drift reports it:
+// "(a) REFERENCES t (id) ON DELETE CASCADE".
+func (f ForeignKeyDescription) Definition() string {
+	def := fmt.Sprintf("(%s) REFERENCES %s (%s)", strings.Join(f.Columns, ", "), f.RefTable, strings.Join(f.RefColumns, ", "))
+	if f.OnDelete != "" {
+		def += " ON DELETE " + f.OnDelete
+	}
+	if f.OnUpdate != "" {
+		def += " ON UPDATE " + f.OnUpdate
+	}
+	return def
+}
+
+// decides spells what decides the key's violations and actions: its
+// columns, its parent and the parent's columns, ON UPDATE and ON DELETE
+// (absent = NO ACTION), case-folded.
+func (f ForeignKeyDescription) decides() string {
+	action := func(o string) string {
+		if o == "" {
+			return string(schema.NoAction)
+		}
+		return strings.ToUpper(o)
+	}
+	return fmt.Sprintf("(%s) %s(%s) %s %s", strings.Join(f.Columns, ","), f.RefTable, strings.Join(f.RefColumns, ","), action(f.OnUpdate), action(f.OnDelete))
+}

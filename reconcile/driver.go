@@ -1,0 +1,94 @@
+package reconcile
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+
+	"ariga.io/atlas/sql/migrate"
+	"ariga.io/atlas/sql/schema"
+	"github.com/zclconf/go-cty/cty"
+
+	"github.com/schemastate/schemastate/dialect"
+)
+
+// driver is everything a dialect decides, chosen once per call (driverFor).
+// The sequence (reconcile.go), the planning algorithm (shape.go) and the
+// applier (apply.go) are written once against it. Each dialect implements it
+// in the same files: <dialect>_driver.go (declaration, catalog reads),
+// <dialect>_plan.go (planTable, pure) and <dialect>.go (the session), plus
+// postgres_apply.go for the phases PostgreSQL runs outside a transaction.
+type driver interface {
+	dialect() dialect.Dialect
+
+	// open pins the connection a reconcile runs on (its session).
+	open(ctx context.Context, db *sql.DB, o *options) (session, error)
+	// schemaName is the schema a lock-free look (Plan, Observe) works in:
+	// main on SQLite, current_schema() on PostgreSQL.
+	schemaName(ctx context.Context, q querier) (string, error)
+	// atlas is Atlas's driver over q: inspection, diff and SQL rendering.
+	atlas(q querier) (migrate.Driver, error)
+
+	// evalHCL evaluates schema.hcl for the dialect.
+	evalHCL(src []byte, s *schema.Schema, vars map[string]cty.Value) error
+	// declared completes an owned table as the dialect reads the
+	// declaration (a unique index is a UNIQUE constraint on PostgreSQL).
+	declared(t *schema.Table)
+	// formatType spells a type as the dialect's SQL does (TypeName).
+	formatType(t schema.Type) (string, error)
+
+	// tablesQuery selects, of n tables named by parameters 1…n, those that
+	// exist in the reconcile's schema.
+	tablesQuery(n int) string
+	// catalogQuery is the certificate's read of the live catalog
+	// (fingerprint.go): one text row per entry, ownedIn and hostIn the
+	// parameter lists naming the tables it covers.
+	catalogQuery(ownedIn, hostIn string) string
+
+	// facts reads what planning needs of a live table beyond Atlas's
+	// inspection. It reads the catalog only.
+	facts(ctx context.Context, q querier, schemaName string, live, want *schema.Table) (tableFacts, error)
+	// planTable plans one owned table from the inspected live table (nil
+	// when it does not exist), its declaration and facts: pure, no database.
+	planTable(pc *planContext, tp *tablePlan, f tableFacts) error
+	// observable removes from an inspected live table what cannot serve as
+	// the key AC-33 observes (a DEFERRABLE unique on PostgreSQL).
+	observable(ctx context.Context, q querier, live *schema.Table) error
+	// explain adds to a statement's error what the database said beyond
+	// its message (PostgreSQL's DETAIL and HINT).
+	explain(err error) error
+}
+
+// driverFor is the dialect's driver; an unknown dialect is an error.
+func driverFor(d dialect.Dialect) (driver, error) {
+	switch d {
+	case dialect.SQLite:
+		return sqliteDriver{}, nil
+	case dialect.Postgres:
+		return postgresDriver{}, nil
+	}
+	return nil, fmt.Errorf("reconcile: unsupported dialect %q", d)
+}
+
+// tableFacts are the live catalog facts planning needs beyond Atlas's
+// inspection of the table, read by driver.facts so that planning itself
+// reads nothing.
+type tableFacts struct {
+	// deferrable names the table's DEFERRABLE unique constraints
+	// (PostgreSQL): no ON CONFLICT arbiter, so never the declared key.
+	deferrable map[string]bool
+	// invalid names the table's INVALID indexes (PostgreSQL): a build that
+	// crashed or failed.
+	invalid []string
+	// size is the live table's size, which chooses the path (PostgreSQL).
+	size tableSize
+	// triggers are the CREATE TRIGGER statements of the table's triggers,
+	// which a rebuild creates again (SQLite).
+	triggers []string
+	// referencedBy names the tables whose foreign keys reference the table
+	// (SQLite).
+	referencedBy []string
+	// indexSQL is each live index's CREATE INDEX as stored, by name; an
+	// inline UNIQUE has none (SQLite).
+	indexSQL map[string]string
+}

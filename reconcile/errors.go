@@ -1,0 +1,65 @@
+package reconcile
+
+import "errors"
+
+// The errors a host can test for with errors.Is on what Reconcile returns.
+// A failed step is a *StepError (matching ErrStepFailed) whose cause keeps
+// its chain, so the sentinels below are reachable through it, as is the
+// database's own error (errors.As(err, &pgErr)).
+var (
+	// ErrStepFailed matches (errors.Is) every error Reconcile returns for a
+	// failed step.
+	ErrStepFailed = errors.New("reconcile: step failed")
+	// ErrRefused is the cause of the refused step: the declaration asks for
+	// a change that would destroy data, which is never applied at boot.
+	ErrRefused = errors.New("refused destructive change")
+	// ErrHostTablesMissing is the cause of a failed host_tables step: a table
+	// the module needs from the host is absent (schemastate never creates
+	// host tables).
+	ErrHostTablesMissing = errors.New("host tables missing")
+	// ErrLockHeld is the cause of a failed lock step whose lock stayed taken
+	// for the whole lock wait (WithLockWait): on PostgreSQL another reconcile
+	// (another replica) held the advisory lock; on SQLite the database's write
+	// lock was held, by another reconcile or by a host writer.
+	ErrLockHeld = errors.New("another reconcile holds the lock")
+	// ErrNullRow is wrapped by a SQLite rebuild refused because a row holds
+	// NULL in a column the declaration makes NOT NULL with no DEFAULT: the
+	// copy could not keep the row. The error names the row; give it a value
+	// (or delete it) and the next boot rebuilds.
+	ErrNullRow = errors.New("a row holds NULL where the declaration says NOT NULL")
+	// ErrLockNotAcquired is wrapped by a phase that could not get its table
+	// lock within its budget.
+	ErrLockNotAcquired = errors.New("table lock not acquired within the budget")
+	// ErrPhaseBlocked is wrapped by a phase stopped before it ran by an
+	// object that would make it fail (a view over a column being replaced).
+	ErrPhaseBlocked = errors.New("blocked")
+	// ErrInvalidOption is returned, naming the option, by Reconcile, Plan and
+	// Observe when an option's value cannot be used; nothing runs.
+	ErrInvalidOption = errors.New("reconcile: invalid option")
+)
+
+// StepError is one failed step: its name and the error that failed it, with
+// that error's chain intact, so a host can test errors.Is(err,
+// context.Canceled) or errors.As(err, &pgErr) (a *pgconn.PgError on
+// PostgreSQL, a modernc *sqlite.Error on SQLite) on what Reconcile returns.
+// It matches ErrStepFailed.
+type StepError struct {
+	Step string
+	Err  error
+}
+
+func (e *StepError) Error() string { return "reconcile: step " + e.Step + " failed: " + e.Err.Error() }
+
+// Unwrap returns the error that failed the step.
+func (e *StepError) Unwrap() error { return e.Err }
+
+// Is reports whether target is ErrStepFailed.
+func (e *StepError) Is(target error) bool { return target == ErrStepFailed }
+
+// heldError is a lock that another session holds: its message is the
+// cause's, and it matches ErrLockHeld.
+type heldError struct{ error }
+
+func (e heldError) Unwrap() error { return e.error }
+
+func (e heldError) Is(target error) bool { return target == ErrLockHeld }

@@ -1,0 +1,285 @@
+package reconcile
+
+import (
+	"database/sql"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"sync"
+	"time"
+
+	"github.com/schemastate/schemastate/dialect"
+)
+
+// Option configures Reconcile, Plan and Observe.
+type Option func(*options)
+
+type options struct {
+	dialect    dialect.Dialect
+	schemaFile string
+	// declSrc, when set (WithDeclaration), is the declaration itself,
+	// cited as declName.
+	declSrc        []byte
+	declName       string
+	logger         *slog.Logger
+	lockWait       time.Duration
+	ddlLockTimeout time.Duration
+	ddlLockAttempt time.Duration
+	concurrentWait time.Duration
+	onlineAbove    int64
+	copyBatchPages int
+	copyPause      float64
+	failpoint      func(string) error
+	progress       func(Progress)
+	prune          bool
+	execHook       func(string)
+	observers      []Observer
+	// mu serializes every event (notify): an observer is never called
+	// concurrently, though a step and its progress watcher both report.
+	mu sync.Mutex
+}
+
+// Progress is reported while a long step runs.
+type Progress struct {
+	Step    string
+	Message string
+	Elapsed time.Duration
+	// Done marks the last report of a step.
+	Done bool
+}
+
+// WithDialect overrides driver-based dialect detection.
+func WithDialect(d dialect.Dialect) Option { return func(o *options) { o.dialect = d } }
+
+// WithSchemaFile reads the declared shape from path instead of the built-in
+// schema.hcl. It replaces a WithDeclaration given before it.
+func WithSchemaFile(path string) Option {
+	return func(o *options) { o.schemaFile, o.declSrc, o.declName = path, nil, "" }
+}
+
+// WithDeclaration takes the declared shape from src, HCL as schema.hcl
+// spells it, instead of the built-in schema.hcl or a file; name cites it in
+// errors (a file name, say). It replaces a WithSchemaFile given before it.
+// An empty src is an invalid option.
+func WithDeclaration(src []byte, name string) Option {
+	return func(o *options) {
+		if name == "" {
+			name = "declaration (WithDeclaration)"
+		}
+		o.schemaFile, o.declSrc, o.declName = "", append([]byte{}, src...), name
+	}
+}
+
+// WithLogger sets the structured logger (default slog.Default()).
+func WithLogger(l *slog.Logger) Option { return func(o *options) { o.logger = l } }
+
+// WithLockWait bounds how long a reconcile waits for another replica's lock (default 60s).
+func WithLockWait(d time.Duration) Option { return func(o *options) { o.lockWait = d } }
+
+// WithDDLLockTimeout is the budget a PostgreSQL DDL statement has to get its
+// table lock, over all its attempts (default 5s). When it is spent the step
+// fails, naming the sessions holding the table, and is retried next boot.
+func WithDDLLockTimeout(d time.Duration) Option { return func(o *options) { o.ddlLockTimeout = d } }
+
+// WithDDLLockAttempt is the lock_timeout of one attempt of a PostgreSQL DDL
+// statement that takes an exclusive lock (default 50ms): the longest the
+// statement can sit in the lock queue in front of the host's readers.
+func WithDDLLockAttempt(d time.Duration) Option { return func(o *options) { o.ddlLockAttempt = d } }
+
+// WithConcurrentWait bounds how long a PostgreSQL CREATE or DROP INDEX
+// CONCURRENTLY waits for its lock and for the transactions it must outlast —
+// any transaction of the database older than the build (default 30s). Its
+// lock never blocks the host's readers or writers, so it may wait longer than
+// an exclusive one; past the bound the phase fails, naming the oldest
+// transaction, removes the INVALID index it left, and is retried next boot.
+func WithConcurrentWait(d time.Duration) Option { return func(o *options) { o.concurrentWait = d } }
+
+// WithOnlineAbove sets the live table size (pg_table_size, bytes) from which
+// a PostgreSQL table is changed in online phases rather than in one
+// transaction (default 256 KiB, where the single transaction's lock already nears 100 ms on a busy two-core machine; 0 takes the online phases for every table).
+func WithOnlineAbove(bytes int64) Option { return func(o *options) { o.onlineAbove = bytes } }
+
+// WithCopyPause sets how long the online widening's copy rests after each
+// batch, as a multiple of the time the batch took (default 1: the copy
+// works at most half the time, leaving the disk and CPU to the host's own
+// queries between batches; 0 copies flat out).
+func WithCopyPause(ratio float64) Option { return func(o *options) { o.copyPause = ratio } }
+
+// WithCopyBatchPages sets how many heap pages one batch of the online
+// widening's copy covers (default 256, about 2 MB).
+func WithCopyBatchPages(n int) Option { return func(o *options) { o.copyBatchPages = n } }
+
+// WithFailpoint installs fn, called at each named failpoint (an
+// EventFailpoint, as WithObserver sees it).
+func WithFailpoint(fn func(point string) error) Option { return func(o *options) { o.failpoint = fn } }
+
+// WithProgress installs fn, called with each EventProgress (WithObserver)
+// as long steps progress: from the step
+// itself and, every 250ms while a step runs, from a watcher repeating what the
+// step is doing with its elapsed time. fn is never called concurrently (the
+// calls are serialized), so it needs no locking of its own; a slow fn delays
+// the step that reports through it. It is never called after Reconcile
+// returns.
+func WithProgress(fn func(Progress)) Option { return func(o *options) { o.progress = fn } }
+
+// WithExecHook installs fn, called (as an EventExecuted, WithObserver) with
+// each statement of a plan phase
+// right after the database executed it, so a caller can hold what a
+// reconcile ran against the plan that printed it (Phase.SQL). A statement of
+// a PostgreSQL transaction that was retried for its lock is reported once,
+// from the attempt that committed; a widen_copy phase's batch statement is
+// reported once, however many batches ran. A transactional phase's
+// statements are reported once the transaction scope that ran them succeeded
+// (apply.go); SQLite commits every step at the end of the reconcile, so a
+// statement reported there is still undone if that commit fails.
+func WithExecHook(fn func(stmt string)) Option { return func(o *options) { o.execHook = fn } }
+
+// EventKind says what an Event reports.
+type EventKind string
+
+const (
+	// EventProgress: a long step progresses (Event.Progress; WithProgress).
+	EventProgress EventKind = "progress"
+	// EventExecuted: the database executed a statement of a plan phase
+	// (Event.Statement; WithExecHook).
+	EventExecuted EventKind = "executed"
+	// EventFailpoint: the reconcile reached a named failpoint (Event.Point;
+	// WithFailpoint). An observer that returns an error there fails the step
+	// exactly as a database error would.
+	EventFailpoint EventKind = "failpoint"
+)
+
+// Event is one thing a reconcile reports while it runs.
+type Event struct {
+	Kind      EventKind
+	Progress  Progress // EventProgress
+	Statement string   // EventExecuted
+	Point     string   // EventFailpoint
+}
+
+// Observer is told every Event of a reconcile, in order. It is never called
+// concurrently — every event of one reconcile, from the step or from its
+// progress watcher, goes through one lock — and never after Reconcile
+// returns; a slow observer delays the step. Its error is used at a
+// failpoint only.
+type Observer func(Event) error
+
+// WithObserver adds fn to the observers of the reconcile's events. Several
+// may be added; WithProgress, WithExecHook and WithFailpoint are observers
+// of one kind of event each (the last of each kind given is the one kept).
+func WithObserver(fn Observer) Option {
+	return func(o *options) { o.observers = append(o.observers, fn) }
+}
+
+// notify tells the observers e, serialized; at a failpoint it returns the
+// first error one of them returned.
+func (o *options) notify(e Event) error {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	var err error
+	switch {
+	case e.Kind == EventProgress && o.progress != nil:
+		o.progress(e.Progress)
+	case e.Kind == EventExecuted && o.execHook != nil:
+		o.execHook(e.Statement)
+	case e.Kind == EventFailpoint && o.failpoint != nil:
+		err = o.failpoint(e.Point)
+	}
+	for _, fn := range o.observers {
+		if ferr := fn(e); ferr != nil && err == nil && e.Kind == EventFailpoint {
+			err = ferr
+		}
+	}
+	return err
+}
+
+// observed reports whether any observer sees progress, so a step's watcher
+// is worth running.
+func (o *options) observed() bool { return o.progress != nil || len(o.observers) > 0 }
+
+func (o *options) executed(stmt string) { _ = o.notify(Event{Kind: EventExecuted, Statement: stmt}) }
+
+func (o *options) fail(point string) error {
+	return o.notify(Event{Kind: EventFailpoint, Point: point})
+}
+
+// declaration returns the declared shape's HCL source and the name to cite
+// it by (WithDeclaration, WithSchemaFile, or the built-in schema.hcl).
+func (o *options) declaration() ([]byte, string, error) {
+	if o.declSrc != nil {
+		return o.declSrc, o.declName, nil
+	}
+	return readDeclaration(o.schemaFile)
+}
+
+// loadDeclaration evaluates the declared shape for drv's dialect.
+func (o *options) loadDeclaration(drv driver, schemaName string) (*Declaration, error) {
+	src, file, err := o.declaration()
+	if err != nil {
+		return nil, err
+	}
+	return evalDeclaration(drv, src, file, schemaName)
+}
+
+// newOptions applies opts, validates them and chooses the dialect's driver,
+// once.
+func newOptions(db *sql.DB, opts []Option) (*options, driver, error) {
+	o := &options{logger: slog.Default(), lockWait: 60 * time.Second, ddlLockTimeout: 5 * time.Second,
+		ddlLockAttempt: 50 * time.Millisecond, concurrentWait: 30 * time.Second, onlineAbove: 256 << 10, copyBatchPages: 256, copyPause: 1}
+	for _, opt := range opts {
+		opt(o)
+	}
+	if err := o.validate(); err != nil {
+		return nil, nil, err
+	}
+	if o.dialect == "" {
+		d, err := dialect.Detect(db)
+		if err != nil {
+			return nil, nil, err
+		}
+		o.dialect = d
+	}
+	drv, err := driverFor(o.dialect)
+	if err != nil {
+		return nil, nil, fmt.Errorf("%w: WithDialect(%q): %w", ErrInvalidOption, o.dialect, err)
+	}
+	return o, drv, nil
+}
+
+// validate names every option whose value cannot be used, rather than
+// clamping it where it is used (a zero DDL lock budget would be no
+// lock_timeout at all).
+func (o *options) validate() error {
+	var errs []error
+	bad := func(format string, args ...any) {
+		errs = append(errs, fmt.Errorf("%w: "+format, append([]any{ErrInvalidOption}, args...)...))
+	}
+	if o.logger == nil {
+		bad("WithLogger(nil): a logger is required (slog.New(slog.DiscardHandler) logs nothing)")
+	}
+	if o.declSrc != nil && len(o.declSrc) == 0 {
+		bad("WithDeclaration(%q): the declaration is empty", o.declName)
+	}
+	if o.lockWait < 0 {
+		bad("WithLockWait(%s): must not be negative", o.lockWait)
+	}
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{{"WithDDLLockTimeout", o.ddlLockTimeout}, {"WithDDLLockAttempt", o.ddlLockAttempt}, {"WithConcurrentWait", o.concurrentWait}} {
+		if d.v <= 0 {
+			bad("%s(%s): must be positive", d.name, d.v)
+		}
+	}
+	if o.onlineAbove < 0 {
+		bad("WithOnlineAbove(%d): must not be negative", o.onlineAbove)
+	}
+	if o.copyPause < 0 || math.IsNaN(o.copyPause) || math.IsInf(o.copyPause, 0) {
+		bad("WithCopyPause(%v): must be a finite ratio, 0 or more", o.copyPause)
+	}
+	if o.copyBatchPages < 1 {
+		bad("WithCopyBatchPages(%d): must be at least 1", o.copyBatchPages)
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,130 @@
+package reconcile
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"strings"
+
+	"ariga.io/atlas/sql/migrate"
+	"ariga.io/atlas/sql/postgres"
+	"ariga.io/atlas/sql/schema"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/zclconf/go-cty/cty"
+
+	"github.com/schemastate/schemastate/dialect"
+)
+
+// PostgreSQL's driver: its declaration and catalog reads, here; its
+// planning in postgres_plan.go, its session in postgres.go, the phases it
+// runs outside a transaction in postgres_apply.go.
+type postgresDriver struct{}
+
+func (postgresDriver) dialect() dialect.Dialect { return dialect.Postgres }
+
+func (postgresDriver) open(ctx context.Context, db *sql.DB, o *options) (session, error) {
+	return openPostgres(ctx, db, o)
+}
+
+func (postgresDriver) schemaName(ctx context.Context, q querier) (string, error) {
+	var s string
+	err := q.QueryRowContext(ctx, "SELECT current_schema()").Scan(&s)
+	return s, err
+}
+
+func (postgresDriver) atlas(q querier) (migrate.Driver, error) { return postgres.Open(q) }
+
+func (postgresDriver) evalHCL(src []byte, s *schema.Schema, vars map[string]cty.Value) error {
+	return postgres.EvalHCLBytes(src, s, vars)
+}
+
+// declared: a unique index in the declaration is a UNIQUE constraint on
+// PostgreSQL (schema.hcl header; atlas-and-dialect-facts.md).
+func (postgresDriver) declared(t *schema.Table) {
+	for _, idx := range t.Indexes {
+		if idx.Unique {
+			idx.AddAttrs(postgres.UniqueConstraint(idx.Name))
+		}
+	}
+}
+
+func (postgresDriver) formatType(t schema.Type) (string, error) { return postgres.FormatType(t) }
+
+func (postgresDriver) tablesQuery(n int) string {
+	return `SELECT table_name FROM information_schema.tables WHERE table_schema = current_schema() AND table_name IN (` + placeholders(dialect.Postgres, 1, n) + `)`
+}
+
+// catalogQuery reads stored forms where a deparser would cost a lookup per
+// row (an index is its whole pg_index row, whatever columns this server
+// version has; a default its stored expression) and joins comments rather
+// than fetching them per row (col_description, obj_description): a
+// definition's stored form changes whenever its rendering does, so the hash
+// still covers everything the full check compares, at a third of the cost.
+// (A REINDEX or CLUSTER also changes an index's row: one full check.)
+// Constraints and triggers keep their deparsed form (a handful of rows; it
+// names the referenced table as it is called now).
+func (postgresDriver) catalogQuery(ownedIn, hostIn string) string {
+	return `WITH rel AS (
+  SELECT c.oid, c.relname, c.relkind, c.relpersistence, c.reloptions FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+  WHERE n.nspname = current_schema() AND c.relkind IN ('r', 'p') AND c.relname IN (` + ownedIn + `)
+)
+SELECT 'col:' || rel.relname || ':' || a.attnum::text || ':' || a.attname || ':' || format_type(a.atttypid, a.atttypmod) || ':' || COALESCE(coll.collname, '') || ':' || a.attnotnull::text || ':' || a.attidentity::text || ':' || a.attgenerated::text || ':' || COALESCE(ad.adbin::text, '') || ':' || COALESCE(d.description, '')
+  FROM rel JOIN pg_attribute a ON a.attrelid = rel.oid AND a.attnum > 0 AND NOT a.attisdropped
+  LEFT JOIN pg_attrdef ad ON ad.adrelid = rel.oid AND ad.adnum = a.attnum
+  LEFT JOIN pg_collation coll ON coll.oid = a.attcollation
+  LEFT JOIN pg_description d ON d.objoid = rel.oid AND d.classoid = 'pg_class'::regclass AND d.objsubid = a.attnum
+UNION ALL SELECT 'idx:' || rel.relname || ':' || ic.relname || ':' || ic.relam::text || ':' || i::text || ':' || COALESCE(array_to_string(ic.reloptions, ','), '') || ':' || COALESCE(d.description, '')
+  FROM rel JOIN pg_index i ON i.indrelid = rel.oid JOIN pg_class ic ON ic.oid = i.indexrelid
+  LEFT JOIN pg_description d ON d.objoid = i.indexrelid AND d.classoid = 'pg_class'::regclass AND d.objsubid = 0
+UNION ALL SELECT 'con:' || rel.relname || ':' || con.conname || ':' || con.contype::text || ':' || pg_get_constraintdef(con.oid) || ':' || con.condeferrable::text || ':' || con.condeferred::text || ':' || con.convalidated::text || ':' || COALESCE(d.description, '')
+  FROM rel JOIN pg_constraint con ON con.conrelid = rel.oid
+  LEFT JOIN pg_description d ON d.objoid = con.oid AND d.classoid = 'pg_constraint'::regclass AND d.objsubid = 0
+UNION ALL SELECT 'trg:' || rel.relname || ':' || pg_get_triggerdef(t.oid) || ':' || t.tgenabled::text
+  FROM rel JOIN pg_trigger t ON t.tgrelid = rel.oid AND NOT t.tgisinternal
+UNION ALL SELECT 'tbl:' || rel.relname || ':' || rel.relkind::text || ':' || rel.relpersistence::text || ':' || COALESCE(array_to_string(rel.reloptions, ','), '') || ':' || COALESCE(d.description, '')
+  FROM rel LEFT JOIN pg_description d ON d.objoid = rel.oid AND d.classoid = 'pg_class'::regclass AND d.objsubid = 0
+UNION ALL SELECT 'host:' || c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+  WHERE n.nspname = current_schema() AND c.relkind IN ('r', 'p') AND c.relname IN (` + hostIn + `)
+ORDER BY 1`
+}
+
+// facts reads the table's DEFERRABLE unique constraints, its INVALID
+// indexes (an online build that crashed or failed) and its size, which
+// chooses the path.
+func (postgresDriver) facts(ctx context.Context, q querier, schemaName string, live, _ *schema.Table) (tableFacts, error) {
+	var f tableFacts
+	var err error
+	if f.deferrable, err = deferrableUniques(ctx, q, live.Name); err != nil {
+		return f, err
+	}
+	if f.invalid, err = queryStrings(ctx, q, `SELECT c.relname FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
+ WHERE i.indrelid = to_regclass($1) AND NOT i.indisvalid ORDER BY 1`, qualified(schemaName, live.Name)); err != nil {
+		return f, fmt.Errorf("read invalid indexes of %s: %w", live.Name, err)
+	}
+	if f.size, err = readTableSize(ctx, q, schemaName, live.Name); err != nil {
+		return f, fmt.Errorf("read the size of %s: %w", live.Name, err)
+	}
+	return f, nil
+}
+
+func (postgresDriver) observable(ctx context.Context, q querier, live *schema.Table) error {
+	return dropDeferrableUniques(ctx, q, live)
+}
+
+func (postgresDriver) explain(err error) error { return withDetail(err) }
+
+// withDetail appends PostgreSQL's DETAIL and HINT to err: they name the
+// object that blocked a statement (the view that reads a column, say), which
+// the error message alone does not.
+func withDetail(err error) error {
+	var pe *pgconn.PgError
+	if !errors.As(err, &pe) || (pe.Detail == "" && pe.Hint == "") {
+		return err
+	}
+	extra := pe.Detail
+	if pe.Hint != "" {
+		extra = strings.TrimSpace(extra + " " + pe.Hint)
+	}
+	return fmt.Errorf("%w: %s", err, extra)
+}

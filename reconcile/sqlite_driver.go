@@ -1,0 +1,86 @@
+package reconcile
+
+import (
+	"context"
+	"database/sql"
+
+	"ariga.io/atlas/sql/migrate"
+	"ariga.io/atlas/sql/schema"
+	"ariga.io/atlas/sql/sqlite"
+	"github.com/zclconf/go-cty/cty"
+
+	"github.com/schemastate/schemastate/dialect"
+)
+
+// SQLite's driver: its declaration and catalog reads, here; its planning in
+// sqlite_plan.go, its session in sqlite.go. A table is changed with ALTER
+// TABLE where SQLite has one, else by the documented rebuild; every table's
+// phase runs inside the reconcile's one BEGIN IMMEDIATE transaction, so the
+// shape step is all-or-nothing.
+type sqliteDriver struct{}
+
+func (sqliteDriver) dialect() dialect.Dialect { return dialect.SQLite }
+
+func (sqliteDriver) open(ctx context.Context, db *sql.DB, o *options) (session, error) {
+	return openSQLite(ctx, db, o)
+}
+
+func (sqliteDriver) schemaName(context.Context, querier) (string, error) { return "main", nil }
+
+func (sqliteDriver) atlas(q querier) (migrate.Driver, error) { return sqlite.Open(q) }
+
+func (sqliteDriver) evalHCL(src []byte, s *schema.Schema, vars map[string]cty.Value) error {
+	return sqlite.EvalHCLBytes(src, s, vars)
+}
+
+func (sqliteDriver) declared(*schema.Table) {}
+
+func (sqliteDriver) formatType(t schema.Type) (string, error) { return sqlite.FormatType(t) }
+
+func (sqliteDriver) tablesQuery(n int) string {
+	return `SELECT name FROM sqlite_master WHERE type = 'table' AND name IN (` + placeholders(dialect.SQLite, 1, n) + `)`
+}
+
+// catalogQuery is one pass over sqlite_master: every entry of the owned
+// tables (table, indexes, triggers, each with the SQL that made it, which
+// names its table) and the host tables with theirs. So on SQLite a host
+// migration that changes a host table sends the next boot to the full check
+// once, which certifies again. The entries are sorted by catalogHash, as an
+// ORDER BY would sort them (bytewise), which would cost SQLite a sorter for a
+// few dozen rows.
+func (sqliteDriver) catalogQuery(ownedIn, hostIn string) string {
+	return `SELECT type || ':' || name || ':' || COALESCE(sql, '') FROM sqlite_master
+WHERE tbl_name IN (` + ownedIn + `) OR (type = 'table' AND name IN (` + hostIn + `))`
+}
+
+// facts reads what a rebuild needs beyond Atlas's inspection: the table's
+// triggers, the tables referencing it and the stored CREATE INDEX of each
+// index, which the rebuild creates again.
+func (sqliteDriver) facts(ctx context.Context, q querier, _ string, live, _ *schema.Table) (tableFacts, error) {
+	var f tableFacts
+	var err error
+	if f.triggers, err = queryStrings(ctx, q, `SELECT sql FROM sqlite_master WHERE type = 'trigger' AND tbl_name = ? AND sql IS NOT NULL ORDER BY name`, live.Name); err != nil {
+		return f, err
+	}
+	if f.referencedBy, err = queryStrings(ctx, q, `SELECT DISTINCT m.name FROM sqlite_master m, pragma_foreign_key_list(m.name) f WHERE m.type = 'table' AND f."table" = ? ORDER BY m.name`, live.Name); err != nil {
+		return f, err
+	}
+	rows, err := q.QueryContext(ctx, `SELECT name, sql FROM sqlite_master WHERE type = 'index' AND tbl_name = ? AND sql IS NOT NULL`, live.Name)
+	if err != nil {
+		return f, err
+	}
+	defer rows.Close()
+	f.indexSQL = map[string]string{}
+	for rows.Next() {
+		var name, stmt string
+		if err := rows.Scan(&name, &stmt); err != nil {
+			return f, err
+		}
+		f.indexSQL[name] = stmt
+	}
+	return f, rows.Err()
+}
+
+func (sqliteDriver) observable(context.Context, querier, *schema.Table) error { return nil }
+
+func (sqliteDriver) explain(err error) error { return err }

@@ -1,0 +1,359 @@
+package reconcile
+
+import (
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+
+	"ariga.io/atlas/sql/schema"
+	"ariga.io/atlas/sql/sqlite"
+
+	"github.com/schemastate/schemastate/dialect"
+)
+
+// SQLite planning: pure, from the inspected table, its declaration and the
+// catalog facts sqlite_driver.go reads.
+
+// planTable: a new table is one create phase; an existing one is one alter
+// phase where ALTER TABLE can make every change (needsCopy), else one
+// rebuild phase with its guards.
+func (sqliteDriver) planTable(pc *planContext, tp *tablePlan, f tableFacts) error {
+	if tp.Live == nil {
+		stmts, err := pc.render(&schema.AddTable{T: tp.Want})
+		if err != nil {
+			return fmt.Errorf("plan %s: %w", tp.Table, err)
+		}
+		tp.Phases = []Phase{sqlitePhase(PhaseCreate, tp.Table, stmts)}
+		return nil
+	}
+	normalizeLive(tp.Live, tp.Want)
+	changes, kept, err := pc.diff(tp)
+	if err != nil || len(tp.Refused) > 0 || len(changes) == 0 {
+		return err
+	}
+	if !needsCopy(changes) {
+		stmts, err := pc.render(&schema.ModifyTable{T: tp.Want, Changes: changes})
+		if err != nil {
+			return fmt.Errorf("plan %s: %w", tp.Table, err)
+		}
+		tp.Phases = []Phase{sqlitePhase(PhaseAlter, tp.Table, stmts)}
+		return nil
+	}
+	ph, err := rebuildPhase(pc, tp.Live, tp.Want, changes, kept, f)
+	if err != nil {
+		return fmt.Errorf("plan rebuild of %s: %w", tp.Table, err)
+	}
+	tp.Phases = []Phase{ph}
+	return nil
+}
+
+// sqlitePhase is a phase of the reconcile's one BEGIN IMMEDIATE transaction.
+func sqlitePhase(name, table string, stmts []string) Phase {
+	return Phase{Step: StepShape, Name: name, Table: table, SQL: stmts, Transactional: true, Lock: LockSQLiteWrite}
+}
+
+// normalizeLive removes differences that are spellings of the same shape, so
+// an equivalent live table plans no change (and runs no DDL).
+func normalizeLive(live, want *schema.Table) {
+	// An inline UNIQUE (…) constraint inspects as sqlite_autoindex_T_N; it is
+	// the same uniqueness as a declared unique index over the same columns.
+	for _, idx := range live.Indexes {
+		if !idx.Unique || !strings.HasPrefix(idx.Name, "sqlite_autoindex_") {
+			continue
+		}
+		for _, w := range want.Indexes {
+			if w.Unique && sameColumns(idx, w) {
+				idx.Name = w.Name
+				idx.Attrs = nil
+			}
+		}
+	}
+}
+
+func sameColumns(a, b *schema.Index) bool {
+	if len(a.Parts) != len(b.Parts) {
+		return false
+	}
+	for i := range a.Parts {
+		if a.Parts[i].C == nil || b.Parts[i].C == nil || a.Parts[i].C.Name != b.Parts[i].C.Name {
+			return false
+		}
+	}
+	return true
+}
+
+// needsCopy reports whether SQLite can only make these changes by rebuilding
+// the table. ALTER TABLE handles adding a nullable-or-defaulted column and
+// adding or dropping a named index; everything else — a changed or dropped
+// autoindex (an inline constraint cannot be dropped), a changed column, a key
+// or foreign-key change — takes the copy path. So do the additions Atlas
+// itself would render as its own copy path (atlasCopies), which drops the
+// table's triggers and skips the row-count and foreign-key checks: those are
+// rebuilt here instead, never left to Atlas.
+func needsCopy(changes []schema.Change) bool {
+	for _, c := range changes {
+		switch c := c.(type) {
+		case *schema.AddColumn:
+			if !c.C.Type.Null && c.C.Default == nil || atlasCopies(c.C) {
+				return true
+			}
+		case *schema.AddIndex:
+		case *schema.DropIndex:
+			if strings.HasPrefix(c.I.Name, "sqlite_autoindex_") {
+				return true
+			}
+		default:
+			return true
+		}
+	}
+	return false
+}
+
+// atlasCopies reports a column addition Atlas's SQLite planner renders by
+// copying the table rather than by ALTER TABLE … ADD COLUMN (sqlite's
+// alterable in ariga.io/atlas/sql/sqlite/migrate.go; pinned to Atlas's own
+// rendering by TestPlan_SQLiteNeverRendersAtlasCopy): a column an index or
+// foreign key covers, a non-constant default, a stored generated column.
+func atlasCopies(c *schema.Column) bool {
+	if len(c.Indexes) > 0 || len(c.ForeignKeys) > 0 {
+		return true
+	}
+	switch x := c.Default.(type) {
+	case *schema.Literal:
+		if slices.Contains([]string{"CURRENT_TIME", "CURRENT_DATE", "CURRENT_TIMESTAMP"}, x.V) {
+			return true
+		}
+	case *schema.RawExpr:
+		return true
+	}
+	for _, a := range c.Attrs {
+		if g, ok := a.(*schema.GeneratedExpr); ok && strings.EqualFold(g.Type, "STORED") {
+			return true
+		}
+	}
+	return false
+}
+
+// rebuildPhase is SQLite's documented table rebuild ("Making Other Kinds Of
+// Table Schema Changes") as one phase: create the new table, copy every row
+// with an explicit column list, drop the old table, rename the new one into
+// place, recreate the declared indexes and any triggers the old table
+// carried. The old table's drift — undeclared indexes, foreign keys and
+// checks — is created again on the new one (drift.go). Its guards refuse to
+// let it commit unless every row was copied and no foreign-key violation
+// appeared, and run the rename as the legacy rename.
+func rebuildPhase(pc *planContext, live, want *schema.Table, changes, drift []schema.Change, f tableFacts) (Phase, error) {
+	tmpName := "schemastate_new_" + want.Name
+	tmp := *want
+	tmp.Name = tmpName
+	tmp.Indexes = nil
+	tmp.ForeignKeys = append([]*schema.ForeignKey(nil), want.ForeignKeys...)
+	tmp.Attrs = append([]schema.Attr(nil), want.Attrs...)
+	var keepIndexes []*schema.Index
+	for _, c := range drift {
+		switch c := c.(type) {
+		case *schema.DropForeignKey:
+			fk := *c.F
+			fk.Table = &tmp
+			if fk.RefTable == live {
+				fk.RefTable = &tmp
+			}
+			if _, err := strconv.Atoi(fk.Symbol); err == nil {
+				fk.Symbol = "" // SQLite's numbering of an unnamed key, not a name
+			}
+			tmp.ForeignKeys = append(tmp.ForeignKeys, &fk)
+		case *schema.DropCheck:
+			tmp.Attrs = append(tmp.Attrs, c.C)
+		case *schema.DropIndex:
+			keepIndexes = append(keepIndexes, c.I)
+		}
+	}
+	stmts, err := pc.render(&schema.AddTable{T: &tmp})
+	if err != nil {
+		return Phase{}, err
+	}
+	// Explicit column copy: every declared column that exists live keeps its
+	// stored value byte for byte; a new column takes its declared DEFAULT
+	// ('unknown' for agent_execution_id, AC-33 clause 5).
+	// A column tightened to NOT NULL takes its DEFAULT where it held NULL (fills).
+	var cols, exprs []string
+	fill := fills(live, want)
+	for _, c := range want.Columns {
+		if _, ok := live.Column(c.Name); ok {
+			q := dialect.QuoteIdent(c.Name)
+			cols = append(cols, q)
+			if v, ok := fill[c.Name]; ok {
+				q = fmt.Sprintf("COALESCE(%s, %s)", q, v)
+			}
+			exprs = append(exprs, q)
+		}
+	}
+	table := dialect.QuoteIdent(want.Name)
+	copyAt := len(stmts)
+	stmts = append(stmts,
+		fmt.Sprintf("INSERT INTO %s (%s) SELECT %s FROM %s", dialect.QuoteIdent(tmpName), strings.Join(cols, ", "), strings.Join(exprs, ", "), table),
+		"DROP TABLE "+table,
+		"ALTER TABLE "+dialect.QuoteIdent(tmpName)+" RENAME TO "+table)
+	for _, idx := range want.Indexes {
+		s, err := pc.render(&schema.ModifyTable{T: want, Changes: []schema.Change{&schema.AddIndex{I: idx}}})
+		if err != nil {
+			return Phase{}, err
+		}
+		stmts = append(stmts, s...)
+	}
+	for _, idx := range keepIndexes {
+		s, err := keptIndex(pc, want, idx, f.indexSQL)
+		if err != nil {
+			return Phase{}, err
+		}
+		stmts = append(stmts, s...)
+	}
+	stmts = append(stmts, f.triggers...)
+
+	ph := sqlitePhase(PhaseRebuild, want.Name, stmts)
+	ph.Guards = nullChecks(live, want, fill)
+	if why := fkCheckWhy(live, &tmp, changes, f.referencedBy); why != "" {
+		var checks []string
+		for _, t := range append([]string{want.Name}, f.referencedBy...) {
+			checks = append(checks, "PRAGMA foreign_key_check("+dialect.QuoteIdent(t)+")")
+		}
+		ph.Guards = append(ph.Guards, Guard{Kind: GuardForeignKeys, SQL: checks, Detail: why})
+	}
+	ph.Guards = append(ph.Guards,
+		Guard{Kind: GuardRowsCopied, SQL: []string{"SELECT COUNT(*) FROM " + table}, Statement: copyAt,
+			Detail: "every row is copied"},
+		// SQLite's RENAME re-parses every view and trigger in the schema;
+		// between the DROP and the RENAME a view or another table's trigger
+		// that names the table names nothing, and the RENAME fails. The legacy
+		// rename (SQLite's documented rebuild predates the re-parse) renames
+		// the table alone; the views and triggers resolve to the rebuilt table
+		// by name afterwards.
+		Guard{Kind: GuardSetting, SQL: []string{"PRAGMA legacy_alter_table", "PRAGMA legacy_alter_table = ON", "PRAGMA legacy_alter_table = %s"},
+			Detail: "the rename leaves views and other tables' triggers to resolve by name"})
+	return ph, nil
+}
+
+// nullChecks are the rebuild's guards against a NULL it could not copy: one
+// per column nullable live that the declaration makes NOT NULL and fills do
+// not fill. The host's own `id TEXT PRIMARY KEY` is one: SQLite lets a
+// non-INTEGER primary key hold NULL. A row found fails the phase with
+// ErrNullRow, naming it by its rowid (unless the table has none) and the
+// declared key's columns, before anything changes.
+func nullChecks(live, want *schema.Table, fill map[string]string) []Guard {
+	var out []Guard
+	for _, wc := range want.Columns {
+		lc, ok := live.Column(wc.Name)
+		if _, filled := fill[wc.Name]; !ok || filled || !lc.Type.Null || wc.Type.Null {
+			continue
+		}
+		var names []string
+		if !slices.ContainsFunc(live.Attrs, func(a schema.Attr) bool { _, ok := a.(*sqlite.WithoutRowID); return ok }) {
+			names = append(names, "rowid")
+		}
+		var key []*schema.Column
+		if want.PrimaryKey != nil {
+			for _, p := range want.PrimaryKey.Parts {
+				key = append(key, p.C)
+			}
+		}
+		for _, idx := range want.Indexes {
+			if idx.Unique {
+				for _, p := range idx.Parts {
+					key = append(key, p.C)
+				}
+				break
+			}
+		}
+		for _, c := range key {
+			if _, ok := live.Column(c.Name); ok && c.Name != wc.Name && !slices.Contains(names, c.Name) {
+				names = append(names, c.Name)
+			}
+		}
+		sel := make([]string, len(names))
+		for i, n := range names {
+			sel[i] = dialect.QuoteIdent(n)
+		}
+		out = append(out, Guard{Kind: GuardNoNulls, Column: wc.Name, Names: names,
+			SQL: []string{fmt.Sprintf("SELECT %s FROM %s WHERE %s IS NULL LIMIT 1",
+				strings.Join(sel, ", "), dialect.QuoteIdent(want.Name), dialect.QuoteIdent(wc.Name))},
+			Detail: "NOT NULL with no DEFAULT to fill a NULL with"})
+	}
+	return out
+}
+
+// fkCheckWhy says why a rebuild must compare foreign_key_check before and
+// after its copy, or returns "" when the violation set cannot change.
+//
+// The copy moves every row verbatim, with its id, into a table whose foreign
+// keys are those the live table has (declared and kept drift). A violation is
+// a row's foreign-key columns against the parent's key, so with the same keys
+// over the same columns (none of them retyped, recollated or filled) and
+// parents the rebuild does not touch, the same rows violate the same keys
+// before and after: the two scans of the table could only count the same
+// rows. The checks therefore run whenever the table's foreign keys differ
+// from the live ones (added, dropped, another column, parent or action), a
+// change touches a column of one of them, or any table references the rebuilt
+// one — itself included: its parent key is dropped and created again, so
+// those tables' keys are checked against it afresh. In doubt, they run.
+func fkCheckWhy(live, rebuilt *schema.Table, changes []schema.Change, refs []string) string {
+	if len(refs) > 0 {
+		return "referenced by " + strings.Join(refs, ", ")
+	}
+	if !slices.Equal(foreignKeyKeys(live, live), foreignKeyKeys(rebuilt, live)) {
+		return "its foreign keys change"
+	}
+	cols := map[string]bool{}
+	for _, fk := range rebuilt.ForeignKeys {
+		for _, c := range fk.Columns {
+			cols[c.Name] = true
+		}
+	}
+	for _, c := range changes {
+		switch c := c.(type) {
+		case *schema.AddForeignKey, *schema.DropForeignKey, *schema.ModifyForeignKey:
+			return "its foreign keys change"
+		case *schema.ModifyColumn:
+			if cols[c.From.Name] || cols[c.To.Name] {
+				return "foreign-key column " + c.To.Name + " changes"
+			}
+		case *schema.DropColumn:
+			if cols[c.C.Name] {
+				return "foreign-key column " + c.C.Name + " changes"
+			}
+		case *schema.RenameColumn:
+			return "a column is renamed"
+		}
+	}
+	return ""
+}
+
+// foreignKeyKeys spells each foreign key of t by what decides its
+// violations and actions (ForeignKeyDescription.decides). A key on t itself
+// names the live table, whatever t is called during the rebuild.
+func foreignKeyKeys(t, live *schema.Table) []string {
+	out := make([]string, 0, len(t.ForeignKeys))
+	for _, fk := range t.ForeignKeys {
+		f := DescribeForeignKey(fk)
+		if fk.RefTable == t {
+			f.RefTable = live.Name
+		}
+		out = append(out, f.decides())
+	}
+	slices.Sort(out)
+	return out
+}
+
+// keptIndex is the statement that creates an undeclared index again after a
+// rebuild: the operator's own CREATE INDEX as SQLite stored it. An inline
+// UNIQUE (an autoindex, which has no statement and whose name SQLite
+// reserves) becomes a named unique index over the same columns.
+func keptIndex(pc *planContext, want *schema.Table, idx *schema.Index, stored map[string]string) ([]string, error) {
+	if stmt, ok := stored[idx.Name]; ok {
+		return []string{stmt}, nil
+	}
+	named := *idx
+	named.Name = want.Name + "_" + strings.Join(columnNames(idx), "_") + "_key"
+	named.Table = want
+	return pc.render(&schema.ModifyTable{T: want, Changes: []schema.Change{&schema.AddIndex{I: &named}}})
+}
