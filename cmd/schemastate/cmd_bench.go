@@ -20,7 +20,7 @@ import (
 const exitBenchFailed = 1 // a measurement could not be taken
 
 func runBench(ctx context.Context, e *env, args []string) int {
-	fs := flags(e, "bench", "[--db DSN] [--rows N,…] [--messages N,…] [--runs N] [--large-runs N] [--frames N] [--out DIR] [--json]")
+	fs := flags(e, "bench", "[--db DSN] [--rows N,…] [--messages N,…] [--runs N] [--large-runs N] [--frames N] [--only NAME,…] [--out DIR] [--json]")
 	dbArg := dbFlag(fs)
 	rowsFlag := fs.String("rows", "", "task_session_subagents sizes of the rebuild/steady/capture curves (default 1000,10000,100000,300000,1000000; PostgreSQL also 4000000; 0 for none)")
 	msgsFlag := fs.String("messages", "", "task_session_messages sizes of the backfill/health/steady curves (default 100000,600000,2000000; 0 for none)")
@@ -33,6 +33,7 @@ func runBench(ctx context.Context, e *env, args []string) int {
 	out := fs.String("out", "", "write report.json, results.csv, the SVG charts and tables.md here (each name starts with the dialect)")
 	images := fs.String("images", "bench/", "tables.md links the charts as this prefix + file name (the path from docs/benchmarks.md to --out)")
 	render := fs.String("render", "", "read a report.json an earlier run wrote and write its files into --out again; measures nothing")
+	only := fs.String("only", "", "take only these measurements, comma-separated ("+strings.Join(bench.Names(), ", ")+"; default all)")
 	noCLI := fs.Bool("no-cli", false, "do not time the operations through the CLI")
 	asJSON := fs.Bool("json", false, "print the report as one JSON object and no progress")
 	if code, ok := parseArgs(e, fs, args, 0, ""); !ok {
@@ -52,6 +53,17 @@ func runBench(ctx context.Context, e *env, args []string) int {
 		fmt.Fprintf(e.stderr, "schemastate: %v\n", err)
 		return exitUsage
 	}
+	var skipped, onlyNames []string
+	if *only != "" {
+		for _, n := range strings.Split(*only, ",") {
+			onlyNames = append(onlyNames, strings.TrimSpace(n))
+		}
+		if err := bench.CheckOnly(onlyNames); err != nil {
+			fmt.Fprintf(e.stderr, "schemastate: %v\n", err)
+			return exitUsage
+		}
+		skipped = append(skipped, "every measurement but "+strings.Join(onlyNames, ", ")+" (--only)")
+	}
 	if *rowsFlag == "" && t.Dialect == dialect.Postgres {
 		rows = append(rows, bench.PostgresExtraRows...)
 	}
@@ -63,7 +75,6 @@ func runBench(ctx context.Context, e *env, args []string) int {
 	if t.Dialect == dialect.Postgres {
 		defRows = append(append([]int(nil), defRows...), bench.PostgresExtraRows...)
 	}
-	var skipped []string
 	for _, n := range missing(defRows, rows) {
 		skipped = append(skipped, fmt.Sprintf("%d rows (rebuild, steady state, capture): run with --rows %d", n, n))
 	}
@@ -90,7 +101,7 @@ func runBench(ctx context.Context, e *env, args []string) int {
 	}
 	defer stores.Close()
 	cfg := bench.Config{Rows: rows, Messages: msgs, RowsStoreMB: *rowsStore, Seed: *seed, Runs: *runs, LargeRuns: *largeRuns,
-		Frames: *frames, DiskMB: *diskMB, Skipped: skipped}
+		Frames: *frames, DiskMB: *diskMB, Only: onlyNames, Skipped: skipped}
 	if !*noCLI {
 		if cfg.Exe, err = os.Executable(); err != nil {
 			fmt.Fprintf(e.stderr, "schemastate: bench: cannot find its own binary for the CLI timings (use --no-cli): %v\n", err)

@@ -103,3 +103,25 @@ func TestSizes(t *testing.T) {
 	_, err = sizes("10,-1", nil)
 	require.Error(t, err)
 }
+
+func TestCLI_Bench_OnlyTakesTheNamedMeasurements(t *testing.T) {
+	db := dbtest.Open(t, "sqlite")
+	db.Close()
+	code, _, stderr := cli(t, "bench", "--db", db.CLIDSN, "--only", "backfill,no_such_bench")
+	require.Equal(t, exitUsage, code)
+	require.Contains(t, stderr, `"no_such_bench"`)
+	require.NotContains(t, stderr, `"backfill"`, "a valid name is not reported unknown")
+	require.Contains(t, stderr, "valid: sqlite_rebuild, postgres_constraint_swap, steady_state_boot, live_capture, live_capture_8_writers, health_queries, backfill")
+
+	code, out, stderr := cli(t, "bench", "--db", db.CLIDSN, "--rows", "300", "--messages", "3000", "--rows-store-mb", "2",
+		"--runs", "1", "--disk-mb", "4", "--no-cli", "--only", "backfill", "--json")
+	require.Equal(t, exitOK, code, stderr)
+	var rep struct {
+		Measurements []struct{ Name, Family string }
+		Skipped      []string
+	}
+	require.NoError(t, json.Unmarshal([]byte(out), &rep))
+	require.Len(t, rep.Measurements, 1)
+	require.Equal(t, "backfill", rep.Measurements[0].Name)
+	require.Contains(t, strings.Join(rep.Skipped, "\n"), "every measurement but backfill (--only)")
+}

@@ -31,7 +31,9 @@ import (
 	"io"
 	"log/slog"
 	"runtime"
+	"slices"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/schemastate/schemastate/dialect"
@@ -51,6 +53,26 @@ const (
 	CaptureConcurrent = "live_capture_8_writers"
 	Health            = "health_queries"
 )
+
+// Names lists every measurement name, in the order a run takes them.
+func Names() []string {
+	return []string{Rebuild, ConstraintSwap, SteadyState, Capture, CaptureConcurrent, Health, Backfill}
+}
+
+// CheckOnly returns an error naming every name of only that is not a
+// measurement, and the valid names.
+func CheckOnly(only []string) error {
+	var unknown []string
+	for _, n := range only {
+		if !slices.Contains(Names(), n) {
+			unknown = append(unknown, fmt.Sprintf("%q", n))
+		}
+	}
+	if len(unknown) > 0 {
+		return fmt.Errorf("bench: unknown measurement %s (valid: %s)", strings.Join(unknown, ", "), strings.Join(Names(), ", "))
+	}
+	return nil
+}
 
 // Families: what a measurement's N counts.
 const (
@@ -98,6 +120,9 @@ type Config struct {
 	// Exe is the schemastate binary timed through the CLI; empty skips
 	// those timings.
 	Exe string
+	// Only, when set, names the measurements to take (see Names); the
+	// others are not run.
+	Only []string
 	// Skipped is copied into the report: what the caller left out of this
 	// run, and how to run it.
 	Skipped []string
@@ -124,6 +149,19 @@ func (c *Config) defaults() {
 	if c.Seed == 0 {
 		c.Seed = 1
 	}
+}
+
+// wants reports whether a measurement of one of names is to be taken.
+func (c *Config) wants(names ...string) bool {
+	if len(c.Only) == 0 {
+		return true
+	}
+	for _, n := range names {
+		if slices.Contains(c.Only, n) {
+			return true
+		}
+	}
+	return false
 }
 
 func (c *Config) runsAt(n int) int {
@@ -270,6 +308,9 @@ func (r *Report) Find(name, family string, n int) *Measurement {
 // Run generates its stores through stores and takes every measurement.
 func Run(ctx context.Context, stores Stores, cfg Config) (*Report, error) {
 	cfg.defaults()
+	if err := CheckOnly(cfg.Only); err != nil {
+		return nil, err
+	}
 	rep := &Report{Started: time.Now().UTC(), GoVersion: runtime.Version(), CPUs: runtime.NumCPU(),
 		Runs: cfg.Runs, LargeRuns: cfg.LargeRuns, Frames: cfg.Frames, Dialect: stores.Dialect(), Skipped: cfg.Skipped}
 	legacy, err := owned.PreAmendmentColumns()
@@ -280,12 +321,15 @@ func Run(ctx context.Context, stores Stores, cfg Config) (*Report, error) {
 	if err := b.disk(rep); err != nil {
 		return rep, err
 	}
-	if len(cfg.Rows) > 0 {
+	if len(cfg.Rows) > 0 && cfg.wants(Rebuild, ConstraintSwap, SteadyState, Capture, CaptureConcurrent) {
 		if err := b.rowsFamily(ctx, rep); err != nil {
 			return rep, err
 		}
 	}
 	for _, n := range cfg.Messages {
+		if !cfg.wants(Health, SteadyState, Backfill) {
+			break
+		}
 		if err := b.messagesPoint(ctx, rep, n); err != nil {
 			return rep, err
 		}

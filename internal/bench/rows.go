@@ -29,10 +29,12 @@ func (b *bench) rowsFamily(ctx context.Context, rep *Report) error {
 		if err := b.fill(ctx, n); err != nil {
 			return err
 		}
-		if err := b.rebuild(ctx, rep, n); err != nil {
-			return err
+		if b.cfg.wants(Rebuild, ConstraintSwap) {
+			if err := b.rebuild(ctx, rep, n); err != nil {
+				return err
+			}
 		}
-		if b.d == dialect.Postgres && n <= 1_000_000 {
+		if b.d == dialect.Postgres && n <= 1_000_000 && b.cfg.wants(ConstraintSwap) {
 			if err := b.lock(ctx, rep, n); err != nil {
 				return err
 			}
@@ -41,11 +43,15 @@ func (b *bench) rowsFamily(ctx context.Context, rep *Report) error {
 		if _, err := reconcile.Reconcile(ctx, b.db, reconcile.WithLogger(b.quiet)); err != nil {
 			return err
 		}
-		if err := b.steady(ctx, rep, FamilyRows, n, 0); err != nil {
-			return err
+		if b.cfg.wants(SteadyState) {
+			if err := b.steady(ctx, rep, FamilyRows, n, 0); err != nil {
+				return err
+			}
 		}
-		if err := b.capture(ctx, rep, n); err != nil {
-			return err
+		if b.cfg.wants(Capture, CaptureConcurrent) {
+			if err := b.capture(ctx, rep, n); err != nil {
+				return err
+			}
 		}
 	}
 	return nil
@@ -281,11 +287,18 @@ func (b *bench) messagesPoint(ctx context.Context, rep *Report, n int) error {
 	if _, err := reconcile.Reconcile(ctx, b.db, reconcile.WithLogger(b.quiet)); err != nil {
 		return err
 	}
-	if err := b.health(ctx, rep, n, sum.Messages); err != nil {
-		return err
+	if b.cfg.wants(Health) {
+		if err := b.health(ctx, rep, n, sum.Messages); err != nil {
+			return err
+		}
 	}
-	if err := b.steady(ctx, rep, FamilyMessages, n, sum.Messages); err != nil {
-		return err
+	if b.cfg.wants(SteadyState) {
+		if err := b.steady(ctx, rep, FamilyMessages, n, sum.Messages); err != nil {
+			return err
+		}
+	}
+	if !b.cfg.wants(Backfill) {
+		return nil
 	}
 	// Last: it leaves a store activated now.
 	return b.backfill(ctx, rep, n, sum)
