@@ -200,8 +200,18 @@ func postgresStatements() statements {
 	f := fragments{
 		// ::text so a host whose metadata column is json/jsonb works too.
 		// The regular expression runs only on a document holding \u00.
-		candidate: `(strpos(m.metadata::text, 'subagent_task') > 0 OR ` +
-			`(strpos(m.metadata::text, '\u00') > 0 AND m.metadata::text ~ '\\u00[5-7]'))`,
+		//
+		// Written as an equality so that the planner can scan in parallel:
+		// it has no statistics for a strpos test and estimates a bare one
+		// to keep a third of the rows, which prices the parallel scan's
+		// tuple transfer above a serial scan of the table, while an
+		// equality on an expression it estimates at 0.5% (DEFAULT_EQ_SEL).
+		// Candidates are a far smaller share in any real history, so the
+		// msg CTE's scan runs in parallel workers under a Gather (the same
+		// plan the floor's kind test gets) and everything after it, on the
+		// few candidates, stays serial. The rows are the same.
+		candidate: `(CASE WHEN strpos(m.metadata::text, 'subagent_task') > 0 OR ` +
+			`(strpos(m.metadata::text, '\u00') > 0 AND m.metadata::text ~ '\\u00[5-7]') THEN 1 END) = 1`,
 		// The guarded cast costs a subtransaction per row; the candidate
 		// test keeps it to the rows that can qualify, and Run tries the
 		// plain cast first (statements.fast).
