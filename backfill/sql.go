@@ -60,10 +60,11 @@ type fragments struct {
 	// 'null', malformed text and non-object JSON ([1], "x", 5) all become {}
 	// and so simply do not qualify (AC-23b).
 	meta string
-	// levels, when set, adds columns to the msg CTE that text, integer and
-	// isTrue may read (", expr AS name, …"); it may not refer to meta by
-	// name.
-	levels string
+	// stages, when set, add columns that text, integer and isTrue may read:
+	// each is a select list suffix (", expr AS name, …") over the msg CTE's
+	// columns and the earlier stages', materialized in turn (so each
+	// expression runs once per candidate).
+	stages []string
 	// text: the field when it is a non-empty JSON string, else NULL (AC-23,
 	// the empty-string-to-NULL rule). A value of another JSON type is absent.
 	text func(jsonPath) string
@@ -93,26 +94,32 @@ func statementsFor(d dialect.Dialect) statements {
 	return sqliteStatements()
 }
 
-// SQLite: json_valid guards every extraction (json_each on ” or on
-// malformed text raises "malformed JSON"). Every field is read through
+// SQLite: json_valid guards every extraction (jsonb() and json_each on ”
+// or on malformed text raise "malformed JSON"). Every field is read through
 // jsonfield, so a member named twice reads its LAST value, as PostgreSQL
 // reads it; typeof() of an 'integer' member tells an int64 from a number
 // SQLite had to turn into a REAL.
+//
+// The document is parsed once per candidate: converted to JSONB in the msg
+// CTE, every field is then read by a jsonb_each pass walking the blob
+// (jsonfield.SQLiteBinary). A json_each pass over the text parses it again:
+// about twenty parses per candidate, a quarter of the scan's CPU time on
+// candidates (docs/benchmarks.md).
 func sqliteStatements() statements {
 	meta := `CASE WHEN json_valid(m.metadata) THEN ` +
-		`CASE WHEN json_type(m.metadata) = 'object' THEN m.metadata ELSE '{}' END ` +
-		`ELSE '{}' END`
+		`CASE WHEN json_type(m.metadata) = 'object' THEN jsonb(m.metadata) ELSE jsonb('{}') END ` +
+		`ELSE jsonb('{}') END`
 	// A field under normalized or normalized.subagent_task is read from
-	// that object, extracted once per message (levels), not from the whole
+	// that object, extracted once per message (stages), not from the whole
 	// document again for every field.
 	field := func(p jsonPath, pick func(typ, val string) string) string {
 		switch {
 		case len(p) > 2 && p[0] == "normalized" && p[1] == "subagent_task":
-			return jsonfield.SQLite("task", p[2:], pick)
+			return jsonfield.SQLiteBinary("task", p[2:], pick)
 		case len(p) > 1 && p[0] == "normalized":
-			return jsonfield.SQLite("norm", p[1:], pick)
+			return jsonfield.SQLiteBinary("norm", p[1:], pick)
 		}
-		return jsonfield.SQLite("meta", p, pick)
+		return jsonfield.SQLiteBinary("meta", p, pick)
 	}
 	f := fragments{
 		// GLOB after instr: the pattern runs only on the rare document that
@@ -120,8 +127,10 @@ func sqliteStatements() statements {
 		candidate: `(instr(m.metadata, 'subagent_task') > 0 OR ` +
 			`(instr(m.metadata, '\u00') > 0 AND m.metadata GLOB '*\u00[5-7]*'))`,
 		meta: meta,
-		levels: `, ` + jsonfield.SQLiteObject("("+meta+")", jsonPath{"normalized"}) + ` AS norm, ` +
-			jsonfield.SQLiteObject("("+meta+")", jsonPath{"normalized", "subagent_task"}) + ` AS task`,
+		stages: []string{
+			`, ` + jsonfield.SQLiteBinaryObject("meta", jsonPath{"normalized"}) + ` AS norm`,
+			`, ` + jsonfield.SQLiteBinaryObject("norm", jsonPath{"subagent_task"}) + ` AS task`,
+		},
 		// A string holding a NUL or a lone surrogate (from a \u0000 or an
 		// unpaired \ud800 escape) is absent, as PostgreSQL reads it
 		// (jsonfield: unstorable text).
@@ -295,11 +304,21 @@ func build(f fragments, prepare, cleanup []string) statements {
 	SELECT m.id, m.task_session_id, m.task_id, m.turn_id,
 		` + f.timeKey("m.created_at") + ` AS created_key,
 		` + f.timeKey("m.updated_at") + ` AS updated_key,
-		` + f.meta + ` AS meta` + f.levels + `,
+		` + f.meta + ` AS meta,
 		m.metadata AS doc
 	FROM task_session_messages m
 	WHERE ` + f.candidate + `
-), src AS (
+)`
+	from := "msg"
+	for i, s := range f.stages {
+		stage := fmt.Sprintf("msg_%d", i+1)
+		ctes += `, ` + stage + ` AS MATERIALIZED (
+	SELECT *` + s + `
+	FROM ` + from + `
+)`
+		from = stage
+	}
+	ctes += `, src AS (
 	SELECT id AS message_id, task_session_id, task_id, turn_id, created_key,
 		COALESCE(updated_key, created_key) AS updated_key,
 		` + f.text(jsonPath{"tool_call_id"}) + ` AS tool_call_id,
@@ -315,7 +334,7 @@ func build(f fragments, prepare, cleanup []string) statements {
 		` + f.integer(st("total_tokens")) + ` AS total_tokens,
 		` + f.integer(st("tool_use_count")) + ` AS tool_use_count,
 		` + f.integer(st("duration_ms")) + ` AS duration_ms
-	FROM msg
+	FROM ` + from + `
 	WHERE ` + f.text(jsonPath{"normalized", "kind"}) + ` = 'subagent_task'
 ), qualifying AS (
 	SELECT * FROM src

@@ -8,7 +8,8 @@
 // can be applied to a host whose metadata column is jsonb, where the earlier
 // member was discarded on insert. SQLite's json_extract reads the first
 // member, so on SQLite every field is read through json_each instead, whose
-// rows come in document order.
+// rows come in document order. SQLiteBinary reads the same way from a
+// document converted once to SQLite's JSONB, so that no field costs a parse.
 package jsonfield
 
 import (
@@ -25,7 +26,7 @@ import (
 // The subquery is NULL when a member is absent or a step is not an object.
 // Path elements are identifiers of this module, never input.
 func SQLite(doc string, path []string, pick func(typ, val string) string) string {
-	return member(SQLiteObject(doc, path[:len(path)-1]), path[len(path)-1], pick("j.type", "j.value"))
+	return member("json_each", SQLiteObject(doc, path[:len(path)-1]), path[len(path)-1], pick("j.type", "j.value"))
 }
 
 // SQLiteObject renders the object at path in doc under the same rule, as
@@ -33,16 +34,34 @@ func SQLite(doc string, path []string, pick func(typ, val string) string) string
 // reads several fields of one nested object computes it once with this and
 // reads the fields from it with SQLite.
 func SQLiteObject(doc string, path []string) string {
+	return object("json_each", doc, path)
+}
+
+// SQLiteBinary is SQLite for doc holding a JSON object as JSONB (jsonb(…)
+// of valid JSON text): the same members in the same order, read by
+// jsonb_each, which walks the blob instead of parsing text and yields each
+// nested object as JSONB again. A scalar reads as json_each reads it from
+// the text (the same type and SQL value, escapes decoded the same way).
+func SQLiteBinary(doc string, path []string, pick func(typ, val string) string) string {
+	return member("jsonb_each", SQLiteBinaryObject(doc, path[:len(path)-1]), path[len(path)-1], pick("j.type", "j.value"))
+}
+
+// SQLiteBinaryObject is SQLiteObject for a JSONB doc; the object is JSONB.
+func SQLiteBinaryObject(doc string, path []string) string {
+	return object("jsonb_each", doc, path)
+}
+
+func object(each, doc string, path []string) string {
 	obj := doc
 	for _, p := range path {
-		obj = member(obj, p, "CASE WHEN j.type = 'object' THEN j.value END")
+		obj = member(each, obj, p, "CASE WHEN j.type = 'object' THEN j.value END")
 	}
 	return obj
 }
 
-func member(obj, name, sel string) string {
+func member(each, obj, name, sel string) string {
 	if strings.ContainsAny(name, `'"`) {
 		panic(fmt.Sprintf("jsonfield: member name %q is not an identifier", name))
 	}
-	return fmt.Sprintf(`(SELECT %s FROM json_each(%s) AS j WHERE j.key = '%s' ORDER BY j.id DESC LIMIT 1)`, sel, obj, name)
+	return fmt.Sprintf(`(SELECT %s FROM %s(%s) AS j WHERE j.key = '%s' ORDER BY j.id DESC LIMIT 1)`, sel, each, obj, name)
 }
