@@ -109,11 +109,11 @@ func Evaluate(ctx context.Context, db *sql.DB, opts ...Option) (*Report, error) 
 		o.dialect = d
 	}
 	d := o.dialect
-	txo := &sql.TxOptions{ReadOnly: true}
-	if d == dialect.Postgres {
-		txo.Isolation = sql.LevelRepeatableRead
+	q, err := dialects.For(d)
+	if err != nil {
+		return nil, fmt.Errorf("health: %w", err)
 	}
-	tx, err := db.BeginTx(ctx, txo)
+	tx, err := db.BeginTx(ctx, &sql.TxOptions{ReadOnly: true, Isolation: q.isolation})
 	if err != nil {
 		return nil, fmt.Errorf("health: begin read transaction: %w", err)
 	}
@@ -121,9 +121,9 @@ func Evaluate(ctx context.Context, db *sql.DB, opts ...Option) (*Report, error) 
 
 	// Without kandev_meta nothing can be answered; the error then names
 	// every table a store without host tables lacks, not only the first.
-	if err := requireTables(ctx, tx, d, keys.MetaTable); err != nil {
+	if err := requireTables(ctx, tx, q, keys.MetaTable); err != nil {
 		if errors.Is(err, ErrMissingTables) {
-			err = requireTables(ctx, tx, d, keys.MetaTable, "task_session_messages", "task_session_subagents")
+			err = requireTables(ctx, tx, q, keys.MetaTable, "task_session_messages", "task_session_subagents")
 		}
 		return nil, err
 	}
@@ -141,7 +141,7 @@ func Evaluate(ctx context.Context, db *sql.DB, opts ...Option) (*Report, error) 
 	if err != nil {
 		return nil, fmt.Errorf("%w: %s = %q: %v", ErrBadKey, keys.CaptureSince, *ks.CaptureSince, err)
 	}
-	if err := requireTables(ctx, tx, d, "task_session_messages", "task_session_subagents"); err != nil {
+	if err := requireTables(ctx, tx, q, "task_session_messages", "task_session_subagents"); err != nil {
 		return nil, err
 	}
 
@@ -152,7 +152,7 @@ func Evaluate(ctx context.Context, db *sql.DB, opts ...Option) (*Report, error) 
 	// evaluation). Queries keeps the normative statements, which give the
 	// same numbers.
 	var c counts
-	if err := evaluate(ctx, tx, d, b.Arg(), &c); err != nil {
+	if err := evaluate(ctx, tx, q, d, b.Arg(), &c); err != nil {
 		return nil, fmt.Errorf("health: shortfall, excess, collisions and last observed: %w", err)
 	}
 	o.hook("counts")
@@ -195,17 +195,11 @@ func verdict(r *Report) Verdict {
 // requireTables fails with ErrMissingTables naming every table in names that
 // does not exist (resolved the way the statements resolve them: on
 // PostgreSQL through search_path).
-func requireTables(ctx context.Context, q dialect.Querier, d dialect.Dialect, names ...string) error {
+func requireTables(ctx context.Context, db dialect.Querier, q dialectSQL, names ...string) error {
 	var missing []string
 	for _, n := range names {
 		var found bool
-		var err error
-		if d == dialect.Postgres {
-			err = q.QueryRowContext(ctx, `SELECT to_regclass($1) IS NOT NULL`, n).Scan(&found)
-		} else {
-			err = q.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?)`, n).Scan(&found)
-		}
-		if err != nil {
+		if err := db.QueryRowContext(ctx, q.tableExists, n).Scan(&found); err != nil {
 			return fmt.Errorf("health: look up table %s: %w", n, err)
 		}
 		if !found {

@@ -9,7 +9,6 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 
-	"github.com/schemastate/schemastate/dialect"
 	"github.com/schemastate/schemastate/internal/jsonfield"
 )
 
@@ -25,10 +24,9 @@ import (
 
 const pgSavepoint = "schemastate_health"
 
-// evaluatePostgres runs evaluation on tx (REPEATABLE READ READ ONLY) and
+// evaluatePostgres runs evaluation q on tx (REPEATABLE READ READ ONLY) and
 // scans its one row into c.
-func evaluatePostgres(ctx context.Context, tx *sql.Tx, since string, c *counts) error {
-	q := evaluation(dialect.Postgres)
+func evaluatePostgres(ctx context.Context, tx *sql.Tx, q, since string, c *counts) error {
 	err := inSavepoint(ctx, tx, func() error { return c.scan(tx.QueryRowContext(ctx, q, since, []string{}, []string{})) })
 	if !unparseable(err) {
 		return err
