@@ -22,6 +22,7 @@ import (
 	"strings"
 
 	"github.com/schemastate/schemastate/dialect"
+	"github.com/schemastate/schemastate/internal/readonly"
 	"github.com/schemastate/schemastate/keys"
 )
 
@@ -113,7 +114,7 @@ func Evaluate(ctx context.Context, db *sql.DB, opts ...Option) (*Report, error) 
 	if err != nil {
 		return nil, fmt.Errorf("health: %w", err)
 	}
-	tx, err := db.BeginTx(ctx, &sql.TxOptions{ReadOnly: true, Isolation: q.isolation})
+	tx, err := readonly.Begin(ctx, db, d)
 	if err != nil {
 		return nil, fmt.Errorf("health: begin read transaction: %w", err)
 	}
@@ -121,9 +122,9 @@ func Evaluate(ctx context.Context, db *sql.DB, opts ...Option) (*Report, error) 
 
 	// Without kandev_meta nothing can be answered; the error then names
 	// every table a store without host tables lacks, not only the first.
-	if err := requireTables(ctx, tx, q, keys.MetaTable); err != nil {
+	if err := requireTables(ctx, tx, d, keys.MetaTable); err != nil {
 		if errors.Is(err, ErrMissingTables) {
-			err = requireTables(ctx, tx, q, keys.MetaTable, "task_session_messages", "task_session_subagents")
+			err = requireTables(ctx, tx, d, keys.MetaTable, "task_session_messages", "task_session_subagents")
 		}
 		return nil, err
 	}
@@ -141,7 +142,7 @@ func Evaluate(ctx context.Context, db *sql.DB, opts ...Option) (*Report, error) 
 	if err != nil {
 		return nil, fmt.Errorf("%w: %s = %q: %v", ErrBadKey, keys.CaptureSince, *ks.CaptureSince, err)
 	}
-	if err := requireTables(ctx, tx, q, "task_session_messages", "task_session_subagents"); err != nil {
+	if err := requireTables(ctx, tx, d, "task_session_messages", "task_session_subagents"); err != nil {
 		return nil, err
 	}
 
@@ -195,11 +196,11 @@ func verdict(r *Report) Verdict {
 // requireTables fails with ErrMissingTables naming every table in names that
 // does not exist (resolved the way the statements resolve them: on
 // PostgreSQL through search_path).
-func requireTables(ctx context.Context, db dialect.Querier, q dialectSQL, names ...string) error {
+func requireTables(ctx context.Context, q dialect.Querier, d dialect.Dialect, names ...string) error {
 	var missing []string
 	for _, n := range names {
-		var found bool
-		if err := db.QueryRowContext(ctx, q.tableExists, n).Scan(&found); err != nil {
+		found, err := readonly.TableExists(ctx, q, d, n)
+		if err != nil {
 			return fmt.Errorf("health: look up table %s: %w", n, err)
 		}
 		if !found {

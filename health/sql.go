@@ -188,11 +188,6 @@ type dialectSQL struct {
 	kind       string // metadata.normalized.kind as text
 	toolCallID string // metadata.tool_call_id when it is a JSON string, else NULL
 
-	// isolation is the level of Evaluate's read transaction.
-	isolation sql.IsolationLevel
-	// tableExists selects whether the table its one parameter names
-	// exists, resolved as the statements resolve it.
-	tableExists string
 	// evaluate runs the evaluation statement stmt on tx and scans its row
 	// into c.
 	evaluate func(ctx context.Context, tx *sql.Tx, stmt, since string, c *counts) error

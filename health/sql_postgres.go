@@ -1,7 +1,6 @@
 package health
 
 import (
-	"database/sql"
 	"fmt"
 
 	"github.com/schemastate/schemastate/dialect"
@@ -18,10 +17,8 @@ func postgresSQL() dialectSQL {
 		kind:     "msg.meta #>> '{normalized,kind}'",
 		// A tool_call_id that is not a JSON string is missing, as the
 		// backfill reads it (AC-21a): such a message is never expected.
-		toolCallID:  "(CASE WHEN jsonb_typeof(msg.meta -> 'tool_call_id') = 'string' THEN msg.meta ->> 'tool_call_id' END)",
-		isolation:   sql.LevelRepeatableRead,
-		tableExists: `SELECT to_regclass($1) IS NOT NULL`,
-		evaluate:    evaluatePostgres,
+		toolCallID: "(CASE WHEN jsonb_typeof(msg.meta -> 'tool_call_id') = 'string' THEN msg.meta ->> 'tool_call_id' END)",
+		evaluate:   evaluatePostgres,
 	}
 }
 

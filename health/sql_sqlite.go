@@ -18,14 +18,12 @@ func sqliteSQL() dialectSQL {
 		return fmt.Sprintf("CASE WHEN %s = 'text' AND %s THEN %s END", typ, jsonfield.SQLiteStorable(val), val)
 	}
 	return dialectSQL{
-		param:       "?1",
-		msgCTE:      sqliteMsgCTE,
-		evalCTE:     sqliteMsgCTE,
-		floorCTE:    sqliteMsgCTE,
-		kind:        jsonfield.SQLite("msg.meta", []string{"normalized", "kind"}, str),
-		toolCallID:  jsonfield.SQLite("msg.meta", []string{"tool_call_id"}, id),
-		isolation:   sql.LevelDefault,
-		tableExists: `SELECT EXISTS (SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?)`,
+		param:      "?1",
+		msgCTE:     sqliteMsgCTE,
+		evalCTE:    sqliteMsgCTE,
+		floorCTE:   sqliteMsgCTE,
+		kind:       jsonfield.SQLite("msg.meta", []string{"normalized", "kind"}, str),
+		toolCallID: jsonfield.SQLite("msg.meta", []string{"tool_call_id"}, id),
 		evaluate: func(ctx context.Context, tx *sql.Tx, stmt, since string, c *counts) error {
 			return c.scan(tx.QueryRowContext(ctx, stmt, since))
 		},

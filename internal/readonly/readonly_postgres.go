@@ -1,0 +1,9 @@
+package readonly
+
+import "database/sql"
+
+var postgresForms = forms{
+	isolation: sql.LevelRepeatableRead,
+	table:     `SELECT to_regclass($1) IS NOT NULL`,
+	column:    `SELECT EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = to_regclass($1) AND attname = $2 AND attnum > 0 AND NOT attisdropped)`,
+}
