@@ -8,6 +8,7 @@ import (
 
 	"github.com/schemastate/schemastate/dialect"
 	"github.com/schemastate/schemastate/health"
+	"github.com/schemastate/schemastate/internal/readonly"
 	"github.com/schemastate/schemastate/keys"
 )
 
@@ -137,11 +138,7 @@ func healthFloorQuery(d dialect.Dialect, captureSince string) (string, any, erro
 }
 
 func (b *bench) healthFloor(ctx context.Context, q string, arg any) (healthCounts, error) {
-	txo := &sql.TxOptions{ReadOnly: true}
-	if b.d == dialect.Postgres {
-		txo.Isolation = sql.LevelRepeatableRead
-	}
-	tx, err := b.db.BeginTx(ctx, txo)
+	tx, err := readonly.Begin(ctx, b.db, b.d)
 	if err != nil {
 		return healthCounts{}, err
 	}

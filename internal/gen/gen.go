@@ -23,6 +23,7 @@ import (
 	"github.com/schemastate/schemastate/dialect"
 	"github.com/schemastate/schemastate/internal/basestate"
 	"github.com/schemastate/schemastate/internal/owned"
+	"github.com/schemastate/schemastate/internal/readonly"
 	"github.com/schemastate/schemastate/keys"
 	"github.com/schemastate/schemastate/reconcile"
 )
@@ -178,13 +179,7 @@ func Generate(ctx context.Context, db *sql.DB, cfg Config) (*Summary, error) {
 
 func requireEmpty(ctx context.Context, db *sql.DB, d dialect.Dialect) error {
 	for _, t := range []string{"task_session_subagents", "task_session_messages"} {
-		var exists bool
-		var err error
-		if d == dialect.Postgres {
-			err = db.QueryRowContext(ctx, `SELECT to_regclass($1) IS NOT NULL`, t).Scan(&exists)
-		} else {
-			err = db.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?)`, t).Scan(&exists)
-		}
+		exists, err := readonly.TableExists(ctx, db, d, t)
 		if err != nil {
 			return err
 		}
