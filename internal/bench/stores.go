@@ -7,7 +7,6 @@ import (
 	"github.com/schemastate/schemastate/dialect"
 	"github.com/schemastate/schemastate/internal/dsn"
 	"github.com/schemastate/schemastate/internal/gen"
-	"github.com/schemastate/schemastate/internal/redact"
 	"github.com/schemastate/schemastate/internal/store"
 
 	_ "github.com/schemastate/schemastate/drivers"
@@ -31,13 +30,13 @@ type Stores interface {
 // SQLiteStores keeps each store in the file at path, deleted and created
 // again for the next store.
 func SQLiteStores(path string) Stores {
-	return slotAt(dsn.Target{Dialect: dialect.SQLite, DriverName: "sqlite", Path: path, Display: "sqlite:" + path})
+	return slotAt(dsn.SQLiteTarget(path))
 }
 
 // PostgresStores keeps each store in the schema dsn's search_path names (or
 // its current schema); for the next store every table in it is dropped.
 func PostgresStores(url string) Stores {
-	return slotAt(dsn.Target{Dialect: dialect.Postgres, DriverName: "pgx", DSN: url, Display: redact.String(url, redact.Secrets(url)...)})
+	return slotAt(dsn.PostgresTarget(url))
 }
 
 // slotAt is the one empty-store builder's slot at t; its first store is
