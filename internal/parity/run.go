@@ -93,7 +93,11 @@ func Against(ctx context.Context, live *sql.DB, cfg Config) (rep *Report, err er
 	if err != nil {
 		return nil, fmt.Errorf("read the live database: %w", err)
 	}
-	if d == dialect.SQLite {
+	in, err := inspectors.For(d)
+	if err != nil {
+		return nil, fmt.Errorf("parity: %w", err)
+	}
+	if !in.referenceOnServer {
 		cfg.Server = ""
 	} else if cfg.Server == "" {
 		return nil, errors.New("parity: a PostgreSQL database is compared with a fresh store built on a PostgreSQL server: Config.Server is empty")
