@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/schemastate/schemastate/dialect"
+	"github.com/schemastate/schemastate/internal/perdialect"
 	"github.com/schemastate/schemastate/internal/redact"
 )
 
@@ -55,6 +56,13 @@ func (t Target) WithBusyTimeout(d time.Duration) Target {
 	t.busy = d
 	return t.sqlite()
 }
+
+// OnServer reports whether the target is a database on a server
+// (PostgreSQL) rather than a file (SQLite). It panics on a target of neither
+// dialect, which Parse never returns.
+func (t Target) OnServer() bool { return onServer.Must(t.Dialect) }
+
+var onServer = perdialect.Of[bool]{Postgres: true, SQLite: false}
 
 // DefaultDSN is the CLI's default database: an embedded SQLite file in the
 // working directory.
