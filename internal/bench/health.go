@@ -123,18 +123,16 @@ func (b *bench) health(ctx context.Context, rep *Report, n, messages int) error 
 // healthFloorQuery is the floor's statement for dialect d and its one bind
 // value, the capture_since boundary in the form the statement compares.
 func healthFloorQuery(d dialect.Dialect, captureSince string) (string, any, error) {
+	on, err := dialects.For(d)
+	if err != nil {
+		return "", nil, fmt.Errorf("bench: %w", err)
+	}
 	bound, err := keys.NewBoundary(captureSince)
 	if err != nil {
 		return "", nil, err
 	}
-	if d == dialect.Postgres {
-		return healthFloorPostgres, bound.Arg(), nil
-	}
-	t := bound.Time()
-	if tr := t.Truncate(time.Microsecond); !tr.Equal(t) {
-		t = tr.Add(time.Microsecond)
-	}
-	return healthFloorSQLite, keys.RowTime(dialect.SQLite, t), nil
+	q, arg := on.healthFloor(bound)
+	return q, arg, nil
 }
 
 func (b *bench) healthFloor(ctx context.Context, q string, arg any) (healthCounts, error) {
