@@ -278,15 +278,7 @@ func TestEvalCTE_PostgresDecidesExactlyAsTheParser(t *testing.T) {
 	require.NoError(t, err)
 	defer tx.Rollback() //nolint:errcheck // read-only
 
-	rows, err := tx.QueryContext(ctx, pgCandidates("m.id"), b.Arg())
-	require.NoError(t, err)
-	var ids []string
-	for rows.Next() {
-		var id string
-		require.NoError(t, rows.Scan(&id))
-		ids = append(ids, id)
-	}
-	require.NoError(t, rows.Err())
+	ids := dbtest.Strings(t, tx, pgCandidates("m.id"), b.Arg())
 	bad, err := postgresUnparseable(ctx, tx, ids)
 	require.NoError(t, err)
 	require.NotEmpty(t, bad)
@@ -294,7 +286,7 @@ func TestEvalCTE_PostgresDecidesExactlyAsTheParser(t *testing.T) {
 	excluded, readable, err := postgresReadable(ctx, tx, bad)
 	require.NoError(t, err)
 	require.NotEmpty(t, readable, "the corpus holds documents refused only for an escape")
-	rows, err = tx.QueryContext(ctx, postgresEvalCTE()+`
+	rows, err := tx.QueryContext(ctx, postgresEvalCTE()+`
 SELECT c.task_id, m.meta::text FROM msg m JOIN candidate c ON c.task_session_id = m.task_session_id AND c.task_id = m.task_id`, b.Arg(), excluded, readable)
 	require.NoError(t, err)
 	got := map[string]string{}

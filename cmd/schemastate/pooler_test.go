@@ -151,18 +151,8 @@ func subagentRows(t *testing.T, db *sql.DB) []string {
 	for i, c := range cols {
 		sel[i] = "COALESCE(CAST(" + c + " AS TEXT), 'NULL')"
 	}
-	rows, err := db.Query(`SELECT ` + strings.Join(sel, ` || '|' || `) + ` FROM task_session_subagents
+	return dbtest.Strings(t, db, `SELECT `+strings.Join(sel, ` || '|' || `)+` FROM task_session_subagents
 		ORDER BY task_session_id, agent_execution_id, tool_call_id`)
-	require.NoError(t, err)
-	defer rows.Close()
-	var out []string
-	for rows.Next() {
-		var s string
-		require.NoError(t, rows.Scan(&s))
-		out = append(out, s)
-	}
-	require.NoError(t, rows.Err())
-	return out
 }
 
 // Four ingest processes replaying the shipped stream at once through the

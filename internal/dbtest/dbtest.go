@@ -150,7 +150,14 @@ func (db *DB) fixture(t testing.TB, get func(dialect string) (string, error)) *D
 // row by row.
 func (db *DB) Strings(t testing.TB, q string, args ...any) []string {
 	t.Helper()
-	rows, err := db.DB.Query(db.Q(q), args...)
+	return Strings(t, db.DB, db.Q(q), args...)
+}
+
+// Strings runs query on q (a *sql.DB, *sql.Conn or *sql.Tx) as written and
+// returns its one text column, row by row.
+func Strings(t testing.TB, q dialect.Querier, query string, args ...any) []string {
+	t.Helper()
+	rows, err := q.QueryContext(context.Background(), query, args...)
 	require.NoError(t, err)
 	defer rows.Close()
 	var out []string
