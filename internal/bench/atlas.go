@@ -11,6 +11,7 @@ import (
 
 	"github.com/schemastate/schemastate"
 	"github.com/schemastate/schemastate/internal/dsn"
+	"github.com/schemastate/schemastate/internal/readonly"
 )
 
 // The Atlas anchor: what `atlas schema apply --include task_session_subagents`
@@ -56,7 +57,7 @@ func (b *bench) atlasApply(ctx context.Context) (time.Duration, error) {
 	}
 	defer db.Close()
 	db.SetMaxOpenConns(1)
-	name, err := b.on.schemaName(ctx, db)
+	name, err := readonly.SchemaName(ctx, db, b.d)
 	if err != nil {
 		return 0, err
 	}

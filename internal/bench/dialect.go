@@ -16,9 +16,6 @@ import (
 // dialectBench is what the benchmark does differently on each dialect
 // (dialect_<dialect>.go), chosen once per Run.
 type dialectBench struct {
-	// schemaName is the schema the store's connection works in.
-	schemaName func(ctx context.Context, db *sql.DB) (string, error)
-
 	// The Atlas anchor: what it is, how Atlas evaluates schema.hcl and
 	// opens its driver, and the transaction its client opens.
 	atlasIs   string

@@ -14,12 +14,6 @@ import (
 )
 
 var postgresBench = dialectBench{
-	schemaName: func(ctx context.Context, db *sql.DB) (string, error) {
-		var s string
-		err := db.QueryRowContext(ctx, "SELECT current_schema()").Scan(&s)
-		return s, err
-	},
-
 	atlasIs:   "Atlas Go API as `atlas schema apply` runs it: EvalHCLBytes(schema.hcl), InspectSchema, SchemaDiff, BeginTx, ApplyChanges, COMMIT",
 	atlasEval: postgres.EvalHCLBytes,
 	atlasOpen: func(q schema.ExecQuerier) (migrate.Driver, error) { return postgres.Open(q) },

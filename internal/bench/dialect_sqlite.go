@@ -16,8 +16,6 @@ import (
 )
 
 var sqliteBench = dialectBench{
-	schemaName: func(context.Context, *sql.DB) (string, error) { return "main", nil },
-
 	atlasIs:   "Atlas Go API as `atlas schema apply` runs it: EvalHCLBytes(schema.hcl), InspectSchema, SchemaDiff, sqlite.OpenTx (foreign keys off, foreign_key_check of the whole database before and after), ApplyChanges, COMMIT",
 	atlasEval: sqlite.EvalHCLBytes,
 	atlasOpen: func(q schema.ExecQuerier) (migrate.Driver, error) { return sqlite.Open(q) },

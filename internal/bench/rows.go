@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/schemastate/schemastate/internal/readonly"
 	"github.com/schemastate/schemastate/reconcile"
 )
 
@@ -187,7 +188,7 @@ func (b *bench) fixedCosts(ctx context.Context) ([]Cost, error) {
 		out = append(out, Cost{Name: name, Median: d})
 		return nil
 	}
-	schema, err := b.on.schemaName(ctx, b.db)
+	schema, err := readonly.SchemaName(ctx, b.db, b.d)
 	if err != nil {
 		return nil, err
 	}

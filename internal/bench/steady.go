@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/schemastate/schemastate/dialect"
+	"github.com/schemastate/schemastate/internal/readonly"
 	"github.com/schemastate/schemastate/keys"
 	"github.com/schemastate/schemastate/reconcile"
 )
@@ -30,7 +31,7 @@ func (b *bench) steady(ctx context.Context, rep *Report, family string, n, messa
 	} else if r.Keys.ExecutionSince == nil {
 		return fmt.Errorf("%w: the store is not activated before the steady-state runs", errUnexpected)
 	}
-	name, err := b.on.schemaName(ctx, b.db)
+	name, err := readonly.SchemaName(ctx, b.db, b.d)
 	if err != nil {
 		return err
 	}

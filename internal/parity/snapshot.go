@@ -21,6 +21,7 @@ import (
 
 	"github.com/schemastate/schemastate/dialect"
 	"github.com/schemastate/schemastate/internal/perdialect"
+	"github.com/schemastate/schemastate/internal/readonly"
 	"github.com/schemastate/schemastate/reconcile"
 )
 
@@ -105,9 +106,9 @@ func Read(ctx context.Context, db *sql.DB, schemaFile string) (*Snapshot, error)
 	if err != nil {
 		return nil, fmt.Errorf("parity: %w", err)
 	}
-	name, err := in.schemaName(ctx, db)
+	name, err := readonly.SchemaName(ctx, db, d)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("read the current schema: %w", err)
 	}
 	decl, err := reconcile.LoadDeclaration(schemaFile, d, name)
 	if err != nil {
@@ -190,8 +191,6 @@ func formatType(in inspector, ct *schema.ColumnType) (string, error) {
 
 // inspector is how Read reads one dialect's catalog (snapshot_<dialect>.go).
 type inspector struct {
-	// schemaName is the schema the connection works in.
-	schemaName func(ctx context.Context, db *sql.DB) (string, error)
 	// open is Atlas's inspector over db.
 	open func(db *sql.DB) (migrate.Driver, error)
 	// formatType spells a column type as the snapshot compares it.

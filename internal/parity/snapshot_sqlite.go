@@ -1,7 +1,6 @@
 package parity
 
 import (
-	"context"
 	"database/sql"
 	"strings"
 
@@ -11,8 +10,7 @@ import (
 )
 
 var sqliteInspector = inspector{
-	schemaName: func(context.Context, *sql.DB) (string, error) { return "main", nil },
-	open:       func(db *sql.DB) (migrate.Driver, error) { return sqlite.Open(db) },
+	open: func(db *sql.DB) (migrate.Driver, error) { return sqlite.Open(db) },
 	formatType: func(t schema.Type) (string, error) {
 		s, err := sqlite.FormatType(t)
 		return strings.ToLower(s), err

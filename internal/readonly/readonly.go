@@ -1,6 +1,7 @@
 // Package readonly holds what every reader of a store does the same way on
-// each dialect: the one read transaction its numbers come from, and the
-// look-ups of whether a table or a column exists, resolved as the reader's
+// each dialect: the one read transaction its numbers come from, the schema
+// it works in, and the look-ups of whether a table or a column exists,
+// resolved as the reader's
 // statements resolve names (on PostgreSQL through search_path). Each dialect's
 // forms are in readonly_<dialect>.go; a dialect other than the two is an
 // error.
@@ -23,6 +24,8 @@ type forms struct {
 	// column whether the table its first parameter names has the column
 	// its second names.
 	table, column string
+	// schemaName is the schema the connection resolves names in.
+	schemaName func(ctx context.Context, q dialect.Querier) (string, error)
 }
 
 var dialects = perdialect.Of[forms]{Postgres: postgresForms, SQLite: sqliteForms}
@@ -57,6 +60,16 @@ func TableExists(ctx context.Context, q dialect.Querier, d dialect.Dialect, tabl
 	var found bool
 	err = q.QueryRowContext(ctx, f.table, table).Scan(&found)
 	return found, err
+}
+
+// SchemaName is the schema q's statements resolve names in: main on SQLite,
+// current_schema() on PostgreSQL.
+func SchemaName(ctx context.Context, q dialect.Querier, d dialect.Dialect) (string, error) {
+	f, err := dialects.For(d)
+	if err != nil {
+		return "", err
+	}
+	return f.schemaName(ctx, q)
 }
 
 // ColumnExists reports whether table has column.

@@ -12,7 +12,7 @@ import (
 	"github.com/schemastate/schemastate/internal/readonly"
 )
 
-func TestReadonly_LooksUpTablesAndColumns(t *testing.T) {
+func TestReadonly_LooksUpSchemaTablesAndColumns(t *testing.T) {
 	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
 		ctx := context.Background()
 		_, err := db.ExecContext(ctx, `CREATE TABLE present (here text)`)
@@ -30,6 +30,9 @@ func TestReadonly_LooksUpTablesAndColumns(t *testing.T) {
 			require.NoError(t, err)
 			require.Equal(t, want, got, column)
 		}
+		name, err := readonly.SchemaName(ctx, tx, db.Dialect)
+		require.NoError(t, err)
+		require.Equal(t, db.Schema, name)
 		o, err := readonly.Options(db.Dialect)
 		require.NoError(t, err)
 		require.True(t, o.ReadOnly)
@@ -49,5 +52,7 @@ func TestReadonly_UnknownDialectIsAnError(t *testing.T) {
 	_, err = readonly.TableExists(ctx, db.DB, "mysql", "t")
 	require.ErrorIs(t, err, perdialect.ErrUnknown)
 	_, err = readonly.ColumnExists(ctx, db.DB, "mysql", "t", "c")
+	require.ErrorIs(t, err, perdialect.ErrUnknown)
+	_, err = readonly.SchemaName(ctx, db.DB, "mysql")
 	require.ErrorIs(t, err, perdialect.ErrUnknown)
 }
