@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/schemastate/schemastate/internal/jsonfield"
+	"github.com/schemastate/schemastate/internal/readonly"
 )
 
 // PostgreSQL 15 has neither IS JSON nor pg_input_is_valid, a cast of
@@ -31,21 +32,8 @@ func evaluatePostgres(ctx context.Context, tx *sql.Tx, q, since string, c *count
 	if !unparseable(err) {
 		return err
 	}
-	rows, err := tx.QueryContext(ctx, pgCandidates("m.id"), since)
+	ids, err := readonly.Strings(ctx, tx, pgCandidates("m.id"), since)
 	if err != nil {
-		return fmt.Errorf("candidate messages: %w", err)
-	}
-	var ids []string
-	for rows.Next() {
-		var id string
-		if err := rows.Scan(&id); err != nil {
-			rows.Close()
-			return fmt.Errorf("candidate messages: %w", err)
-		}
-		ids = append(ids, id)
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
 		return fmt.Errorf("candidate messages: %w", err)
 	}
 	bad, err := postgresUnparseable(ctx, tx, ids)
@@ -67,25 +55,14 @@ func postgresReadable(ctx context.Context, tx *sql.Tx, bad []string) (excluded, 
 	if len(bad) == 0 {
 		return nil, nil, nil
 	}
-	rows, err := tx.QueryContext(ctx, `SELECT m.id FROM task_session_messages m WHERE m.id = ANY($1) AND `+
+	maybe, err := readonly.Strings(ctx, tx, `SELECT m.id FROM task_session_messages m WHERE m.id = ANY($1) AND `+
 		jsonfield.PostgresMayHoldUnstorable("m.metadata::text"), bad)
 	if err != nil {
 		return nil, nil, fmt.Errorf("candidate messages: %w", err)
 	}
 	escaped := map[string]bool{}
-	var maybe []string
-	for rows.Next() {
-		var id string
-		if err := rows.Scan(&id); err != nil {
-			rows.Close()
-			return nil, nil, fmt.Errorf("candidate messages: %w", err)
-		}
+	for _, id := range maybe {
 		escaped[id] = true
-		maybe = append(maybe, id)
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return nil, nil, fmt.Errorf("candidate messages: %w", err)
 	}
 	still, err := unparseableAs(ctx, tx, maybe, jsonfield.PostgresReadable("c.doc"))
 	if err != nil {

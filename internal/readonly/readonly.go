@@ -72,6 +72,24 @@ func SchemaName(ctx context.Context, q dialect.Querier, d dialect.Dialect) (stri
 	return f.schemaName(ctx, q)
 }
 
+// Strings runs query on q and returns its one text column, row by row.
+func Strings(ctx context.Context, q dialect.Querier, query string, args ...any) ([]string, error) {
+	rows, err := q.QueryContext(ctx, query, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var s string
+		if err := rows.Scan(&s); err != nil {
+			return nil, err
+		}
+		out = append(out, s)
+	}
+	return out, rows.Err()
+}
+
 // ColumnExists reports whether table has column.
 func ColumnExists(ctx context.Context, q dialect.Querier, d dialect.Dialect, table, column string) (bool, error) {
 	f, err := dialects.For(d)

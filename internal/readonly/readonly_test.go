@@ -12,10 +12,12 @@ import (
 	"github.com/schemastate/schemastate/internal/readonly"
 )
 
-func TestReadonly_LooksUpSchemaTablesAndColumns(t *testing.T) {
+func TestReadonly_ReadsStringsSchemaTablesAndColumns(t *testing.T) {
 	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
 		ctx := context.Background()
 		_, err := db.ExecContext(ctx, `CREATE TABLE present (here text)`)
+		require.NoError(t, err)
+		_, err = db.ExecContext(ctx, `INSERT INTO present VALUES ('c'), ('b'), ('a')`)
 		require.NoError(t, err)
 		tx, err := readonly.Begin(ctx, db.DB, db.Dialect)
 		require.NoError(t, err)
@@ -30,6 +32,9 @@ func TestReadonly_LooksUpSchemaTablesAndColumns(t *testing.T) {
 			require.NoError(t, err)
 			require.Equal(t, want, got, column)
 		}
+		got, err := readonly.Strings(ctx, tx, db.Q(`SELECT here FROM present WHERE here <> ? ORDER BY here`), "b")
+		require.NoError(t, err)
+		require.Equal(t, []string{"a", "c"}, got)
 		name, err := readonly.SchemaName(ctx, tx, db.Dialect)
 		require.NoError(t, err)
 		require.Equal(t, db.Schema, name)
