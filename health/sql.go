@@ -36,7 +36,8 @@ type Statements struct {
 	LastObservedAt string
 }
 
-// Queries returns the health statements for dialect d.
+// Queries returns the health statements for dialect d. It panics on a
+// dialect other than the two (dialect.Detect never returns one).
 func Queries(d dialect.Dialect) Statements {
 	q := sqlFor(d)
 	since := func(col string) string { return keys.AtOrAfter(d, col, q.param) }
@@ -164,7 +165,8 @@ func evaluate(ctx context.Context, tx *sql.Tx, q dialectSQL, d dialect.Dialect, 
 // metadata normalization Evaluate applies: the least work any correct health
 // check must do. The benchmark compares Evaluate against it. On PostgreSQL it
 // casts every candidate, so it raises when one is malformed — a measuring
-// stick for a store without such a document, not a check.
+// stick for a store without such a document, not a check. It panics on a
+// dialect other than the two.
 func FloorQuery(d dialect.Dialect) string {
 	q := sqlFor(d)
 	return q.floorCTE + fmt.Sprintf(`
