@@ -231,6 +231,7 @@ func TestReconcile_InvalidOptionIsNamedAndNothingRuns(t *testing.T) {
 			{reconcile.WithCopyPause(math.NaN()), "WithCopyPause(NaN)"},
 			{reconcile.WithCopyBatchPages(0), "WithCopyBatchPages(0)"},
 			{reconcile.WithLogger(nil), "WithLogger(nil)"},
+			{reconcile.WithClock(nil), "WithClock(nil)"},
 			{reconcile.WithDeclaration(nil, "empty.hcl"), `WithDeclaration("empty.hcl")`},
 			{reconcile.WithDialect("mysql"), `WithDialect("mysql")`},
 		} {

@@ -6,7 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -17,6 +19,22 @@ import (
 )
 
 var ctx = context.Background()
+
+// tickingClock is a clock for reconcile.WithClock that moves on an hour at
+// every reading, from the real time: a key sampled from it before a reading
+// the test took is at least an hour earlier than that reading, and a key
+// sampled from any other clock (time.Now, the database's) precedes every
+// reading — no sleep is needed to tell the instants apart.
+func tickingClock() func() time.Time {
+	var mu sync.Mutex
+	now := time.Now()
+	return func() time.Time {
+		mu.Lock()
+		defer mu.Unlock()
+		now = now.Add(time.Hour)
+		return now
+	}
+}
 
 // legacyColumns are the pre-amendment table's columns.
 var legacyColumns = []string{"id", "task_session_id", "task_id", "turn_id", "tool_call_id", "parent_tool_call_id",

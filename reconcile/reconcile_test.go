@@ -215,22 +215,23 @@ func TestReconcile_AC33a_RealFailureRollsBack(t *testing.T) {
 // AC-24 / AC-33b: execution_since is the instant the end state was observed
 // to hold — not earlier than the moment the boot began observing it, not
 // later than the moment the key was written (the backfill step's first
-// failpoint runs after the execution_since step). The failpoint sleeps
-// before it reads the clock, so a key sampled when the transaction began (at
-// the lock on SQLite, at the step's BEGIN on PostgreSQL) or before the
-// observation falls outside, as does a fixed instant.
+// failpoint runs after the execution_since step). The failpoints read the
+// reconcile's own clock (WithClock), which moves on at every reading, so a
+// key sampled when the transaction began (at the lock on SQLite, at the
+// step's BEGIN on PostgreSQL), before the observation or from another clock
+// falls outside, as does a fixed instant.
 func TestReconcile_AC24_ExecutionSinceSampledAfterObservingTheEndState(t *testing.T) {
 	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
 		db.Host(t).Legacy(t)
 		seedLegacy(t, db)
+		clock := tickingClock()
 		var observing, written time.Time
-		mustReconcile(t, db, quiet, reconcile.WithFailpoint(func(p string) error {
+		mustReconcile(t, db, quiet, reconcile.WithClock(clock), reconcile.WithFailpoint(func(p string) error {
 			switch p {
 			case reconcile.FailpointExecutionSinceObserve:
-				time.Sleep(30 * time.Millisecond)
-				observing = time.Now()
+				observing = clock()
 			case reconcile.FailpointBackfillMaxTaken:
-				written = time.Now()
+				written = clock()
 			}
 			return nil
 		}))
