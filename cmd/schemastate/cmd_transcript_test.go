@@ -1,14 +1,12 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -20,58 +18,6 @@ import (
 	"github.com/schemastate/schemastate/reconcile"
 	"github.com/schemastate/schemastate/transcript"
 )
-
-func transcriptCLI(t *testing.T, stdin string, args ...string) (int, string, string) {
-	t.Helper()
-	var out, errb bytes.Buffer
-	code := run(context.Background(), append([]string{"transcript"}, args...), strings.NewReader(stdin), &out, &errb)
-	return code, out.String(), errb.String()
-}
-
-var (
-	binOnce sync.Once
-	binDir  string
-	binPath string
-	binErr  error
-)
-
-// cliBinary builds the schemastate binary once, so a test can run it as a
-// separate process: a "server" that records and exits, then a fresh process
-// that locates what it left.
-func cliBinary(t *testing.T) string {
-	t.Helper()
-	binOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "schemastate-bin-")
-		if err != nil {
-			binErr = err
-			return
-		}
-		binDir, binPath = dir, filepath.Join(dir, "schemastate")
-		out, err := exec.Command("go", "build", "-o", binPath, ".").CombinedOutput()
-		if err != nil {
-			binErr = err
-			binPath = string(out)
-		}
-	})
-	require.NoError(t, binErr, binPath)
-	return binPath
-}
-
-func runBinary(t *testing.T, stdin []byte, args ...string) (int, string) {
-	t.Helper()
-	cmd := exec.Command(cliBinary(t), append([]string{"transcript"}, args...)...)
-	cmd.Stdin = bytes.NewReader(stdin)
-	var out, errb bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &errb
-	err := cmd.Run()
-	code := 0
-	if ee, ok := err.(*exec.ExitError); ok {
-		code = ee.ExitCode()
-	} else {
-		require.NoError(t, err)
-	}
-	return code, out.String() + errb.String()
-}
 
 func readFixture(t *testing.T, name string) []byte {
 	t.Helper()
