@@ -278,17 +278,9 @@ func TestBackfill_AC24_CaptureSinceSampledAfterInsert(t *testing.T) {
 	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
 		db.Host(t)
 		bfHistory(t, db)
-		clock := tickingClock()
-		var stepBegan, insertDone time.Time
-		mustReconcile(t, db, quiet, reconcile.WithClock(clock), reconcile.WithFailpoint(func(p string) error {
-			switch p {
-			case reconcile.FailpointBackfillMaxTaken:
-				stepBegan = clock()
-			case reconcile.FailpointBackfillInserted:
-				insertDone = clock()
-			}
-			return nil
-		}))
+		opts, read := clockAt(reconcile.FailpointBackfillMaxTaken, reconcile.FailpointBackfillInserted)
+		mustReconcile(t, db, append(opts, quiet)...)
+		stepBegan, insertDone := read[reconcile.FailpointBackfillMaxTaken], read[reconcile.FailpointBackfillInserted]
 		require.False(t, stepBegan.IsZero())
 		cs, err := keys.Parse(*readKeys(t, db).CaptureSince)
 		require.NoError(t, err)

@@ -140,6 +140,43 @@ func failAt(point string) reconcile.Option {
 	})
 }
 
+// cancelAt is the option that calls cancel when the reconcile reaches point.
+func cancelAt(point string, cancel context.CancelFunc) reconcile.Option {
+	return reconcile.WithFailpoint(func(p string) error {
+		if p == point {
+			cancel()
+		}
+		return nil
+	})
+}
+
+// clockAt is the options of a reconcile whose clock is a tickingClock and
+// whose failpoints read that clock at each of points: read[point] is what
+// the clock said there.
+func clockAt(points ...string) (opts []reconcile.Option, read map[string]time.Time) {
+	clock, read := tickingClock(), map[string]time.Time{}
+	return []reconcile.Option{reconcile.WithClock(clock), reconcile.WithFailpoint(func(p string) error {
+		for _, want := range points {
+			if p == want {
+				read[p] = clock()
+			}
+		}
+		return nil
+	})}, read
+}
+
+// requireNoDDL requires a further reconcile to run no statement in any step
+// and to leave the catalog as it was (catalogVersion).
+func requireNoDDL(t *testing.T, db *dbtest.DB) {
+	t.Helper()
+	before := catalogVersion(t, db)
+	rep := mustReconcile(t, db)
+	for _, s := range rep.Steps {
+		require.Zero(t, s.Statements, "step %s ran statements", s.Name)
+	}
+	require.Equal(t, before, catalogVersion(t, db))
+}
+
 // failShape makes a reconcile of the seeded legacy store fail its shape step
 // for a real reason until undo is called: on SQLite a legacy row whose
 // (nullable) primary key is NULL, which the rebuild into the declared NOT NULL

@@ -224,17 +224,9 @@ func TestReconcile_AC24_ExecutionSinceSampledAfterObservingTheEndState(t *testin
 	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
 		db.Host(t).Legacy(t)
 		seedLegacy(t, db)
-		clock := tickingClock()
-		var observing, written time.Time
-		mustReconcile(t, db, quiet, reconcile.WithClock(clock), reconcile.WithFailpoint(func(p string) error {
-			switch p {
-			case reconcile.FailpointExecutionSinceObserve:
-				observing = clock()
-			case reconcile.FailpointBackfillMaxTaken:
-				written = clock()
-			}
-			return nil
-		}))
+		opts, read := clockAt(reconcile.FailpointExecutionSinceObserve, reconcile.FailpointBackfillMaxTaken)
+		mustReconcile(t, db, append(opts, quiet)...)
+		observing, written := read[reconcile.FailpointExecutionSinceObserve], read[reconcile.FailpointBackfillMaxTaken]
 		require.False(t, observing.IsZero())
 		require.False(t, written.IsZero())
 		es, err := keys.Parse(*readKeys(t, db).ExecutionSince)
@@ -327,12 +319,7 @@ func TestReconcile_SteadyStateRunsNoDDL(t *testing.T) {
 		db.Host(t).Legacy(t)
 		seedLegacy(t, db)
 		mustReconcile(t, db)
-		before := catalogVersion(t, db)
-		rep := mustReconcile(t, db)
-		for _, s := range rep.Steps {
-			require.Zero(t, s.Statements, "step %s ran statements", s.Name)
-		}
-		require.Equal(t, before, catalogVersion(t, db))
+		requireNoDDL(t, db)
 	})
 }
 
