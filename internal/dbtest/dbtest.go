@@ -148,7 +148,19 @@ func (db *DB) Legacy(t testing.TB) *DB {
 // row by row.
 func (db *DB) Strings(t testing.TB, q string, args ...any) []string {
 	t.Helper()
-	rows, err := db.DB.Query(db.Q(q), args...)
+	return StringsFrom(t, db.DB, db.Q(q), args...)
+}
+
+// Queryer is what StringsFrom reads through: a *sql.DB, *sql.Conn or *sql.Tx.
+type Queryer interface {
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+}
+
+// StringsFrom runs q as written (its placeholders are not rebound) on qr and
+// returns its one text column, row by row.
+func StringsFrom(t testing.TB, qr Queryer, q string, args ...any) []string {
+	t.Helper()
+	rows, err := qr.QueryContext(context.Background(), q, args...)
 	require.NoError(t, err)
 	defer rows.Close()
 	var out []string
