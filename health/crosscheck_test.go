@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"log/slog"
 	"sort"
 	"strings"
 	"testing"
@@ -214,7 +213,7 @@ func TestCrosscheck_EndToEnd_ReconcileCaptureHealth(t *testing.T) {
 		s.rawMessage("s3", "task-s3", "{bad", old(10))
 		s.rawMessage("s3", "task-s3", `{"text":"an ordinary message"}`, old(11))
 
-		rep, err := reconcile.Reconcile(ctx, db.DB, reconcile.WithLogger(slog.New(slog.DiscardHandler)))
+		rep, err := reconcile.Reconcile(ctx, db.DB, quiet)
 		require.NoError(t, err)
 		require.NotNil(t, rep)
 		require.Equal(t, 7, s.rowCount(`source = 'backfill'`), "one row per distinct qualifying (session, tool_call_id)")
