@@ -10,8 +10,4 @@ import (
 
 // TestMain gives this package's PostgreSQL tests a database of their own,
 // and removes the binary the runs timed.
-func TestMain(m *testing.M) {
-	code := dbtest.Main(m)
-	proctest.Cleanup()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { os.Exit(dbtest.Main(m, proctest.Cleanup)) }
