@@ -346,21 +346,14 @@ func TestReconcile_ConcurrentReconcilesConverge(t *testing.T) {
 		db.Host(t).Legacy(t)
 		seedLegacy(t, db)
 		before := snapshot(t, db)
-		const n = 4
-		reps := make([]*reconcile.Report, n)
-		errs := make([]error, n)
-		var wg sync.WaitGroup
-		for i := 0; i < n; i++ {
+		pools := make([]*sql.DB, 4)
+		for i := range pools {
 			pool, err := sql.Open(driverName(db.Dialect), db.DSN)
 			require.NoError(t, err)
 			defer pool.Close()
-			wg.Add(1)
-			go func(i int) {
-				defer wg.Done()
-				reps[i], errs[i] = reconcile.Reconcile(ctx, pool)
-			}(i)
+			pools[i] = pool
 		}
-		wg.Wait()
+		reps, errs := reconcileTogether(pools)
 		requireOneAppliedShape(t, reps, errs)
 		requireAC33(t, db, freshIndexSet(t, db.Dialect))
 		require.Equal(t, before, snapshot(t, db), "no row duplicated or lost")
@@ -519,6 +512,22 @@ func TestReconcile_ProgressCallbackIsSerialized(t *testing.T) {
 		}
 		require.NotZero(t, ticks, "the watcher reported while the step was slow")
 	})
+}
+
+// reconcileTogether runs one reconcile on each of pools at once and returns
+// each one's report and error, in the pools' order.
+func reconcileTogether(pools []*sql.DB, opts ...reconcile.Option) ([]*reconcile.Report, []error) {
+	reps, errs := make([]*reconcile.Report, len(pools)), make([]error, len(pools))
+	var wg sync.WaitGroup
+	for i, pool := range pools {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			reps[i], errs[i] = reconcile.Reconcile(ctx, pool, opts...)
+		}()
+	}
+	wg.Wait()
+	return reps, errs
 }
 
 // requireOneAppliedShape requires every one of several concurrent reconciles
