@@ -71,21 +71,7 @@ func rowsAsText(t *testing.T, db *dbtest.DB) [][]sql.NullString {
 	for i, c := range legacyColumns {
 		exprs[i] = "CAST(" + c + " AS TEXT)"
 	}
-	rows, err := db.Query(`SELECT ` + strings.Join(exprs, ", ") + ` FROM background_agent_log ORDER BY agent_id`)
-	require.NoError(t, err)
-	defer rows.Close()
-	var out [][]sql.NullString
-	for rows.Next() {
-		r := make([]sql.NullString, len(legacyColumns))
-		ptrs := make([]any, len(r))
-		for i := range r {
-			ptrs[i] = &r[i]
-		}
-		require.NoError(t, rows.Scan(ptrs...))
-		out = append(out, r)
-	}
-	require.NoError(t, rows.Err())
-	return out
+	return dbtest.TextRows(t, db.DB, `SELECT `+strings.Join(exprs, ", ")+` FROM background_agent_log ORDER BY agent_id`)
 }
 
 // An installation whose background_agent_log predates transcripts gets the

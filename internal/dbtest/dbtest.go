@@ -173,6 +173,29 @@ func StringsFrom(t testing.TB, qr Queryer, q string, args ...any) []string {
 	return out
 }
 
+// TextRows runs q as written (its placeholders are not rebound) on qr and
+// returns every row, each column scanned as a nullable string.
+func TextRows(t testing.TB, qr Queryer, q string, args ...any) [][]sql.NullString {
+	t.Helper()
+	rows, err := qr.QueryContext(context.Background(), q, args...)
+	require.NoError(t, err)
+	defer rows.Close()
+	cols, err := rows.Columns()
+	require.NoError(t, err)
+	var out [][]sql.NullString
+	for rows.Next() {
+		r := make([]sql.NullString, len(cols))
+		ptrs := make([]any, len(r))
+		for i := range r {
+			ptrs[i] = &r[i]
+		}
+		require.NoError(t, rows.Scan(ptrs...))
+		out = append(out, r)
+	}
+	require.NoError(t, rows.Err())
+	return out
+}
+
 // Q rebinds a '?' query for the database's dialect.
 func (db *DB) Q(q string) string { return db.Dialect.Rebind(q) }
 
