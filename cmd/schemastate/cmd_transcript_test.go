@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -61,22 +60,15 @@ func TestCLI_Transcript_AT5_RestartAndLocate(t *testing.T) {
 		require.Contains(t, out, "failed ")
 
 		// A child killed mid-run: its stream is still open when the server dies.
-		cmd := exec.Command(cliBinary(t), append([]string{"transcript", "record"}, append(common, "--agent", "killed-child", "--provider", "claude", "--kind", "todo_delegate")...)...)
-		stdin, err := cmd.StdinPipe()
-		require.NoError(t, err)
-		require.NoError(t, cmd.Start())
-		lines := strings.SplitAfter(string(readFixture(t, "claude_success.jsonl")), "\n")
-		for _, l := range lines[:10] {
-			_, err := stdin.Write([]byte(l))
-			require.NoError(t, err)
-		}
+		r := startRecording(t, append(common, "--agent", "killed-child", "--provider", "claude", "--kind", "todo_delegate")...)
+		r.write(t, fixtureLinesCLI(t, "claude_success.jsonl")[:10]...)
 		logPath := filepath.Join(root, "background", sess, "killed-child.events.jsonl")
 		require.Eventually(t, func() bool {
 			tr, err := transcript.LoadPath(logPath)
 			return err == nil && len(tr.ToolCalls()) == 1 && tr.ToolCalls()[0].Result != nil
 		}, 20*time.Second, 5*time.Millisecond)
-		require.NoError(t, cmd.Process.Signal(syscall.SIGKILL))
-		_ = cmd.Wait()
+		require.NoError(t, r.cmd.Process.Signal(syscall.SIGKILL))
+		_ = r.cmd.Wait()
 
 		// After the restart: a new process, nothing in memory.
 		code, out = runBinary(t, nil, "ls", "--root", root, "--session", sess, "--db", db.CLIDSN, "--json")
