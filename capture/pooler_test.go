@@ -36,7 +36,7 @@ func behindPooler(t *testing.T) (*store, func() *sql.DB) {
 // runs on.
 func preparedUpserts(t *testing.T, db *sql.DB) []string {
 	t.Helper()
-	return dbtest.Strings(t, db, `SELECT name FROM pg_prepared_statements WHERE statement LIKE 'INSERT INTO task_session_subagents%'`)
+	return dbtest.StringsFrom(t, db, `SELECT name FROM pg_prepared_statements WHERE statement LIKE 'INSERT INTO task_session_subagents%'`)
 }
 
 // On a direct connection the upsert stays prepared: one named statement,

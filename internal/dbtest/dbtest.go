@@ -150,14 +150,19 @@ func (db *DB) fixture(t testing.TB, get func(dialect string) (string, error)) *D
 // row by row.
 func (db *DB) Strings(t testing.TB, q string, args ...any) []string {
 	t.Helper()
-	return Strings(t, db.DB, db.Q(q), args...)
+	return StringsFrom(t, db.DB, db.Q(q), args...)
 }
 
-// Strings runs query on q (a *sql.DB, *sql.Conn or *sql.Tx) as written and
+// Queryer is what StringsFrom reads through: a *sql.DB, *sql.Conn or *sql.Tx.
+type Queryer interface {
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+}
+
+// StringsFrom runs q as written (its placeholders are not rebound) on qr and
 // returns its one text column, row by row.
-func Strings(t testing.TB, q dialect.Querier, query string, args ...any) []string {
+func StringsFrom(t testing.TB, qr Queryer, q string, args ...any) []string {
 	t.Helper()
-	rows, err := q.QueryContext(context.Background(), query, args...)
+	rows, err := qr.QueryContext(context.Background(), q, args...)
 	require.NoError(t, err)
 	defer rows.Close()
 	var out []string
@@ -165,6 +170,29 @@ func Strings(t testing.TB, q dialect.Querier, query string, args ...any) []strin
 		var s string
 		require.NoError(t, rows.Scan(&s))
 		out = append(out, s)
+	}
+	require.NoError(t, rows.Err())
+	return out
+}
+
+// TextRows runs q as written (its placeholders are not rebound) on qr and
+// returns every row, each column scanned as a nullable string.
+func TextRows(t testing.TB, qr Queryer, q string, args ...any) [][]sql.NullString {
+	t.Helper()
+	rows, err := qr.QueryContext(context.Background(), q, args...)
+	require.NoError(t, err)
+	defer rows.Close()
+	cols, err := rows.Columns()
+	require.NoError(t, err)
+	var out [][]sql.NullString
+	for rows.Next() {
+		r := make([]sql.NullString, len(cols))
+		ptrs := make([]any, len(r))
+		for i := range r {
+			ptrs[i] = &r[i]
+		}
+		require.NoError(t, rows.Scan(ptrs...))
+		out = append(out, r)
 	}
 	require.NoError(t, rows.Err())
 	return out
