@@ -360,10 +360,9 @@ func widenPhases(schemaName, table string, cols []*schema.Column, why string) []
 	qt := dialect.QuoteIdent(schemaName) + "." + dialect.QuoteIdent(table)
 	fn := dialect.QuoteIdent(schemaName) + "." + dialect.QuoteIdent(widenTrigger(table))
 	trig := dialect.QuoteIdent(widenTrigger(table))
-	var adds, assigns, sets, differ, drops, renames, names, shadows, quoted []string
+	var adds, assigns, sets, differ, drops, renames, names, shadows []string
 	for _, c := range cols {
 		col, sh := dialect.QuoteIdent(c.Name), dialect.QuoteIdent(c.Name+shadowSuffix)
-		quoted = append(quoted, col)
 		adds = append(adds, "ADD COLUMN IF NOT EXISTS "+sh+" bigint")
 		assigns = append(assigns, fmt.Sprintf("NEW.%s := NEW.%s;", sh, col))
 		sets = append(sets, sh+" = "+col)
@@ -387,11 +386,15 @@ func widenPhases(schemaName, table string, cols []*schema.Column, why string) []
 			SQL: []string{
 				"ALTER TABLE " + qt + " " + strings.Join(adds, ", "),
 				fmt.Sprintf("CREATE OR REPLACE FUNCTION %s() RETURNS trigger LANGUAGE plpgsql AS $schemastate$ BEGIN %s RETURN NEW; END $schemastate$", fn, strings.Join(assigns, " ")),
-				// UPDATE OF the originals only: the copy's own UPDATEs, which
-				// set the shadows alone, do not fire it.
-				fmt.Sprintf("CREATE OR REPLACE TRIGGER %s BEFORE INSERT OR UPDATE OF %s ON %s FOR EACH ROW EXECUTE FUNCTION %s()", trig, strings.Join(quoted, ", "), qt, fn),
+				// Every INSERT and every UPDATE, whatever columns it sets: an
+				// update of any column writes a new tuple, possibly at a ctid
+				// past the pages the copy walks, and only the trigger can
+				// keep that tuple's shadows equal. (An earlier trigger fired
+				// on UPDATE OF the originals alone; its DoneWhen below is
+				// false, so a resumed boot replaces it.)
+				fmt.Sprintf("CREATE OR REPLACE TRIGGER %s BEFORE INSERT OR UPDATE ON %s FOR EACH ROW EXECUTE FUNCTION %s()", trig, qt, fn),
 			},
-			DoneWhen: fmt.Sprintf("SELECT %s = %d AND EXISTS (SELECT 1 FROM pg_trigger WHERE tgrelid = to_regclass(%s) AND tgname = %s)",
+			DoneWhen: fmt.Sprintf("SELECT %s = %d AND EXISTS (SELECT 1 FROM pg_trigger WHERE tgrelid = to_regclass(%s) AND tgname = %s AND tgattr::text = '')",
 				hasShadows, len(cols), tbl, literal(widenTrigger(table))),
 			BlockedBy: blocked, Detail: detail},
 		{Step: StepWiden, Name: PhaseWidenCopy, Table: table, Lock: LockRows,

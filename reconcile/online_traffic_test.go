@@ -1,0 +1,154 @@
+package reconcile_test
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/schemastate/schemastate/reconcile"
+)
+
+// metrics is one row's three metric columns, as text (NULL stays "NULL").
+type metrics map[string]string
+
+func readMetrics(t *testing.T, db *sql.DB) metrics {
+	t.Helper()
+	rows, err := db.Query(`SELECT id, concat_ws('/', coalesce(total_tokens::text, 'NULL'), coalesce(tool_use_count::text, 'NULL'), coalesce(duration_ms::text, 'NULL')) FROM task_session_subagents`)
+	require.NoError(t, err)
+	defer rows.Close()
+	out := metrics{}
+	for rows.Next() {
+		var id, m string
+		require.NoError(t, rows.Scan(&id, &m))
+		out[id] = m
+	}
+	require.NoError(t, rows.Err())
+	return out
+}
+
+// liveTraffic is what the host's capture does all day while an upgrade runs:
+// it merges frames onto existing rows (tool_status, model, updated_at — never
+// a metric), deletes rows and inserts new ones. It records which rows it
+// deleted and the metrics of the rows it inserted.
+type liveTraffic struct {
+	db       *sql.DB
+	mu       sync.Mutex
+	deleted  map[string]bool
+	inserted metrics
+	updates  atomic.Int64
+}
+
+// step runs one round: an update of a row chosen by n, every 7th round a
+// delete, every 5th an insert.
+func (l *liveTraffic) step(ctx context.Context, n, rows int) error {
+	id := fmt.Sprintf("g%d", n%rows+1)
+	if _, err := l.db.ExecContext(ctx, `UPDATE task_session_subagents SET tool_status = 'merged', model = 'm' || $2::text, updated_at = now() WHERE id = $1`, id, n); err != nil {
+		return fmt.Errorf("update %s: %w", id, err)
+	}
+	l.updates.Add(1)
+	if n%7 == 3 {
+		del := fmt.Sprintf("g%d", (n*13)%rows+1)
+		if _, err := l.db.ExecContext(ctx, `DELETE FROM task_session_subagents WHERE id = $1`, del); err != nil {
+			return fmt.Errorf("delete %s: %w", del, err)
+		}
+		l.mu.Lock()
+		l.deleted[del] = true
+		l.mu.Unlock()
+	}
+	if n%5 == 1 {
+		id := fmt.Sprintf("live%d", n)
+		if _, err := l.db.ExecContext(ctx, `INSERT INTO task_session_subagents (id, task_session_id, agent_execution_id, task_id, tool_call_id, total_tokens, tool_use_count, duration_ms, observed_at, updated_at)
+ VALUES ($1, 's1', 'e1', 'k1', $1, $2, 3, NULL, now(), now())
+ ON CONFLICT (task_session_id, agent_execution_id, tool_call_id) DO UPDATE SET updated_at = EXCLUDED.updated_at`, id, 2147483000+n%600); err != nil {
+			return fmt.Errorf("insert %s: %w", id, err)
+		}
+		l.mu.Lock()
+		l.inserted[id] = fmt.Sprintf("%d/3/NULL", 2147483000+n%600)
+		l.mu.Unlock()
+	}
+	return nil
+}
+
+// The online upgrade under live traffic (issue 21): updates of existing rows'
+// non-metric columns, deletes and inserts run throughout — and, so the test
+// does not depend on scheduling, a burst of updates of every row after the
+// copy's first batch moves every not-yet-copied row past the pages the copy
+// walks. The upgrade finishes on that boot, every surviving row keeps its
+// metric values, and every row is present.
+func TestOnline_UnderLiveUpdatesDeletesInserts(t *testing.T) {
+	const rows = 1500
+	db := openPostgres(t).Host(t).Legacy(t)
+	seedLegacy(t, db)
+	seedMany(t, db, rows)
+	seedHistory(t, db)
+	before := readMetrics(t, db.DB)
+
+	traffic := &liveTraffic{db: db.DB, deleted: map[string]bool{}, inserted: metrics{}}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var burst atomic.Bool
+	keyed := make(chan struct{}) // the three-column key is in place: the writer may upsert on it
+	var once sync.Once
+	var failures []error
+	var fmu sync.Mutex
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		select {
+		case <-keyed:
+		case <-ctx.Done():
+			return
+		}
+		for n := 0; ctx.Err() == nil; n++ {
+			if err := traffic.step(ctx, n, rows); err != nil && ctx.Err() == nil {
+				fmu.Lock()
+				failures = append(failures, err)
+				fmu.Unlock()
+				return
+			}
+		}
+	}()
+	hook := reconcile.WithFailpoint(func(p string) error {
+		switch p {
+		case reconcile.FailpointAfterPhase("task_session_subagents.swap_key"):
+			once.Do(func() { close(keyed) })
+		case reconcile.FailpointCopyBatch:
+			if burst.CompareAndSwap(false, true) {
+				// Every row gets a new tuple, at a later ctid.
+				_, err := db.DB.Exec(`UPDATE task_session_subagents SET tool_status = 'burst', updated_at = now()`)
+				return err
+			}
+		}
+		return nil
+	})
+	rep, err := reconcile.Reconcile(ctx, db.DB, append(online, hook)...)
+	cancel()
+	wg.Wait()
+	require.NoError(t, err, describe(rep))
+	require.Empty(t, failures, "the live writer never fails")
+	require.True(t, burst.Load(), "the copy ran batches")
+	require.Positive(t, traffic.updates.Load(), "the live writer ran")
+	for _, c := range []string{"total_tokens", "tool_use_count", "duration_ms"} {
+		require.Equal(t, "bigint", columnType(t, db, c))
+	}
+	requireAC33(t, db, freshIndexSet(t, db.Dialect))
+
+	after := readMetrics(t, db.DB)
+	for id, m := range before {
+		if traffic.deleted[id] {
+			require.NotContains(t, after, id, "a deleted row stays deleted")
+			continue
+		}
+		require.Contains(t, after, id, "every surviving row is present")
+		require.Equal(t, m, after[id], "row %s keeps its metrics", id)
+	}
+	for id, m := range traffic.inserted {
+		require.Equal(t, m, after[id], "row %s inserted during the upgrade", id)
+	}
+}
