@@ -82,6 +82,8 @@ type tableFacts struct {
 	invalid []string
 	// size is the live table's size, which chooses the path (PostgreSQL).
 	size tableSize
+	// rebuild is what the shadow-table rebuild needs to know (PostgreSQL).
+	rebuild *rebuildFacts
 	// triggers are the CREATE TRIGGER statements of the table's triggers,
 	// which a rebuild creates again (SQLite).
 	triggers []string

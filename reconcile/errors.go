@@ -33,6 +33,10 @@ var (
 	// ErrPhaseBlocked is wrapped by a phase stopped before it ran by an
 	// object that would make it fail (a view over a column being replaced).
 	ErrPhaseBlocked = errors.New("blocked")
+	// ErrBudgetSpent stops an online phase between two batches once the
+	// boot's online budget is spent (WithOnlineBudget); the widen step is
+	// then InProgress, not failed.
+	ErrBudgetSpent = errors.New("online budget spent")
 	// ErrInvalidOption is returned, naming the option, by Reconcile, Plan and
 	// Observe when an option's value cannot be used; nothing runs.
 	ErrInvalidOption = errors.New("reconcile: invalid option")

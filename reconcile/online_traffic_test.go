@@ -7,6 +7,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -40,7 +41,9 @@ type liveTraffic struct {
 	mu       sync.Mutex
 	deleted  map[string]bool
 	inserted metrics
-	updates  atomic.Int64
+	// models is the model each updated row was last given.
+	models  map[string]string
+	updates atomic.Int64
 }
 
 // step runs one round: an update of a row chosen by n, every 7th round a
@@ -51,6 +54,9 @@ func (l *liveTraffic) step(ctx context.Context, n, rows int) error {
 		return fmt.Errorf("update %s: %w", id, err)
 	}
 	l.updates.Add(1)
+	l.mu.Lock()
+	l.models[id] = fmt.Sprintf("m%d", n)
+	l.mu.Unlock()
 	if n%7 == 3 {
 		del := fmt.Sprintf("g%d", (n*13)%rows+1)
 		if _, err := l.db.ExecContext(ctx, `DELETE FROM task_session_subagents WHERE id = $1`, del); err != nil {
@@ -88,7 +94,8 @@ func TestOnline_UnderLiveUpdatesDeletesInserts(t *testing.T) {
 	seedHistory(t, db)
 	before := readMetrics(t, db.DB)
 
-	traffic := &liveTraffic{db: db.DB, deleted: map[string]bool{}, inserted: metrics{}}
+	traffic := &liveTraffic{db: db.DB, deleted: map[string]bool{}, inserted: metrics{}, models: map[string]string{}}
+	var beforeSwap int64
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var burst atomic.Bool
@@ -118,6 +125,8 @@ func TestOnline_UnderLiveUpdatesDeletesInserts(t *testing.T) {
 		switch p {
 		case reconcile.FailpointAfterPhase("task_session_subagents.swap_key"):
 			once.Do(func() { close(keyed) })
+		case reconcile.FailpointAfterPhase("task_session_subagents.rebuild_replay.indexed"):
+			beforeSwap = traffic.updates.Load()
 		case reconcile.FailpointCopyBatch:
 			if burst.CompareAndSwap(false, true) {
 				// Every row gets a new tuple, at a later ctid.
@@ -128,12 +137,23 @@ func TestOnline_UnderLiveUpdatesDeletesInserts(t *testing.T) {
 		return nil
 	})
 	rep, err := reconcile.Reconcile(ctx, db.DB, append(online, hook)...)
+	// The writer's upserts go on after the swap, on the new table: a few more
+	// rounds than it had done when Reconcile returned.
+	atReturn := traffic.updates.Load()
+	require.Eventually(t, func() bool {
+		fmu.Lock()
+		defer fmu.Unlock()
+		return traffic.updates.Load() >= atReturn+3 || len(failures) > 0
+	}, time.Minute, 5*time.Millisecond)
 	cancel()
 	wg.Wait()
 	require.NoError(t, err, describe(rep))
 	require.Empty(t, failures, "the live writer never fails")
 	require.True(t, burst.Load(), "the copy ran batches")
 	require.Positive(t, traffic.updates.Load(), "the live writer ran")
+	require.Contains(t, rep.Step(reconcile.StepWiden).Phases, "task_session_subagents.rebuild_swap", "the rebuild path")
+	require.Positive(t, beforeSwap, "the writer's upserts ran before the swap")
+
 	for _, c := range []string{"total_tokens", "tool_use_count", "duration_ms"} {
 		require.Equal(t, "bigint", columnType(t, db, c))
 	}
@@ -147,6 +167,24 @@ func TestOnline_UnderLiveUpdatesDeletesInserts(t *testing.T) {
 		}
 		require.Contains(t, after, id, "every surviving row is present")
 		require.Equal(t, m, after[id], "row %s keeps its metrics", id)
+	}
+	// Every row holds what the writer last wrote to it (the burst's, for
+	// the rows it never updated after).
+	models := map[string]sql.NullString{}
+	rows2, err := db.Query(`SELECT id, model FROM task_session_subagents`)
+	require.NoError(t, err)
+	for rows2.Next() {
+		var id string
+		var m sql.NullString
+		require.NoError(t, rows2.Scan(&id, &m))
+		models[id] = m
+	}
+	require.NoError(t, rows2.Err())
+	rows2.Close()
+	for id, m := range traffic.models {
+		if !traffic.deleted[id] {
+			require.Equal(t, m, models[id].String, "row %s holds its last update", id)
+		}
 	}
 	for id, m := range traffic.inserted {
 		require.Equal(t, m, after[id], "row %s inserted during the upgrade", id)

@@ -36,8 +36,13 @@ func (s *pgSession) transact(ctx context.Context, _ string, table string, fn fun
 // alone applies a non-transactional phase: the batched copy, or CREATE or
 // DROP INDEX CONCURRENTLY.
 func (s *pgSession) alone(ctx context.Context, ph Phase, h phaseHooks) error {
-	if ph.Name == PhaseWidenCopy {
+	switch ph.Name {
+	case PhaseWidenCopy:
 		return s.copyBatches(ctx, ph, h)
+	case PhaseRebuildCopy:
+		return s.rebuildCopy(ctx, ph, h)
+	case PhaseRebuildReplay:
+		return s.replayLog(ctx, ph, h)
 	}
 	return s.concurrently(ctx, ph, h)
 }
@@ -147,6 +152,9 @@ func (s *pgSession) copyBatches(ctx context.Context, ph Phase, h phaseHooks) err
 	batch := int64(max(s.o.copyBatchPages, 1))
 	var rows int64
 	for from := int64(0); from < pages; from += batch {
+		if err := s.o.overBudget(); err != nil {
+			return err
+		}
 		began := time.Now()
 		err := s.withLockRetry(ctx, ph.Table, func(timeout time.Duration) error {
 			return s.inTx(ctx, timeout, func(tx *sql.Tx) error {

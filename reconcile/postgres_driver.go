@@ -105,6 +105,9 @@ func (postgresDriver) facts(ctx context.Context, q querier, schemaName string, l
 	if f.size, err = readTableSize(ctx, q, schemaName, live.Name); err != nil {
 		return f, fmt.Errorf("read the size of %s: %w", live.Name, err)
 	}
+	if f.rebuild, err = readRebuildFacts(ctx, q, schemaName, live.Name); err != nil {
+		return f, err
+	}
 	return f, nil
 }
 

@@ -3,6 +3,7 @@ package reconcile
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 
 	"ariga.io/atlas/sql/postgres"
@@ -47,6 +48,11 @@ type inflight struct {
 	notes []string
 	// invalid names INVALID indexes (a build that crashed or failed).
 	invalid map[string]bool
+	// shadows: a column copy's shadow columns are in flight.
+	shadows bool
+	// rebuild is the catalog's view of a shadow-table rebuild, in flight
+	// or not (nil when not read).
+	rebuild *rebuildFacts
 }
 
 func (f *inflight) any() bool { return f != nil && len(f.notes) > 0 }
@@ -62,6 +68,7 @@ func resumeOnline(live, want *schema.Table, invalid []string) *inflight {
 	for _, c := range live.Columns {
 		if base, ok := strings.CutSuffix(c.Name, shadowSuffix); ok {
 			f.notes = append(f.notes, fmt.Sprintf("shadow column %s (widening of %s in flight)", c.Name, base))
+			f.shadows = true
 			continue
 		}
 		cols = append(cols, c)
@@ -159,6 +166,9 @@ func (postgresDriver) planTable(pc *planContext, tp *tablePlan, f tableFacts) er
 		return nil
 	}
 	tp.Inflight = resumeOnline(tp.Live, tp.Want, f.invalid)
+	if tp.Inflight.rebuild = f.rebuild; f.rebuild.inflight() {
+		tp.Inflight.notes = append(tp.Inflight.notes, f.rebuild.notes(tp.Table)...)
+	}
 	pre := prelude{replaced: replaceDeferrableKeys(pc.schema, tp.Live, tp.Want, f.deferrable)}
 	pre.renames = renameEquivalentUniques(pc.schema, tp.Live, tp.Want, f.deferrable)
 	changes, _, err := pc.diff(tp)
@@ -349,10 +359,85 @@ func planOnline(pc *planContext, tp *tablePlan, pre prelude, why string) error {
 		tp.Phases = append(tp.Phases, Phase{Step: StepWiden, Name: PhaseWiden, Table: tp.Table, SQL: stmts, Transactional: true, Lock: LockRewrite,
 			Detail: why + "; these columns have no online widening (indexed, defaulted or NOT NULL)"})
 	}
-	if len(widenOnline) > 0 {
-		tp.Phases = append(tp.Phases, widenPhases(schemaName, tp.Table, widenOnline, why)...)
-	}
+	tp.Phases = append(tp.Phases, onlineWidening(schemaName, tp, widenOnline, afterShape(schemaName, tp, builds, dropKeys, dropIndexes), why)...)
 	return nil
+}
+
+// afterShape is the live table's index set as the shape phases leave it —
+// what the rebuild then carries. (Reconcile plans the widening again once
+// the shape step has applied, from the catalog; this keeps the dry run's
+// phases the ones it runs.)
+func afterShape(schemaName string, tp *tablePlan, builds, dropKeys, dropIndexes []*schema.Index) []liveIndex {
+	rb := tp.Inflight.rebuild
+	if rb == nil {
+		return nil
+	}
+	gone := map[string]bool{}
+	for _, idx := range append(append([]*schema.Index(nil), dropKeys...), dropIndexes...) {
+		gone[idx.Name] = true
+	}
+	var out []liveIndex
+	for _, ix := range rb.indexes {
+		if !gone[ix.name] {
+			out = append(out, ix)
+		}
+	}
+	for _, idx := range builds {
+		ix := liveIndex{name: idx.Name, prefix: "INDEX " + dialect.QuoteIdent(idx.Name) + " ON " + qualified(schemaName, tp.Table) + " "}
+		unique := ""
+		if idx.Unique {
+			unique = "UNIQUE "
+		}
+		ix.def = "CREATE " + unique + ix.prefix + "USING btree (" + indexColumns(idx) + ")"
+		if isUniqueConstraint(idx) {
+			ix.contype, ix.constraintName = "u", idx.Name
+		}
+		out = append(out, ix)
+	}
+	slices.SortFunc(out, func(a, b liveIndex) int { return strings.Compare(a.name, b.name) })
+	return out
+}
+
+// onlineWidening chooses between the shadow-table rebuild and the column
+// copy for the columns, and plans what a rebuild in flight needs: its last
+// phase after a swap, or its abandonment when its table changed under it or
+// the rebuild no longer applies.
+func onlineWidening(schemaName string, tp *tablePlan, cols []*schema.Column, indexes []liveIndex, why string) []Phase {
+	rb := tp.Inflight.rebuild
+	if rb == nil {
+		rb = &rebuildFacts{}
+	}
+	if rb.state.swapped {
+		return []Phase{finishPhase(schemaName, tp.Table, rb.state.validate, why)}
+	}
+	var phases []Phase
+	if len(cols) == 0 {
+		if rb.inflight() {
+			phases = append(phases, abandonPhase(schemaName, tp.Table, why+"; nothing left to widen"))
+		}
+		return phases
+	}
+	reason := ""
+	switch {
+	case tp.Inflight.shadows:
+		reason = "a column copy is in flight"
+	case rebuildable(tp.Live) != "":
+		reason = rebuildable(tp.Live)
+	case len(rb.blockers) > 0:
+		reason = strings.Join(rb.blockers, "; ")
+	}
+	if rb.inflight() {
+		switch {
+		case reason != "":
+			phases = append(phases, abandonPhase(schemaName, tp.Table, why+"; the rebuild no longer applies: "+reason))
+		case !rb.stateExists || rb.state.fingerprint != rb.fingerprint:
+			phases = append(phases, abandonPhase(schemaName, tp.Table, why+"; the table changed since its rebuild began: starting again"))
+		}
+	}
+	if reason != "" {
+		return append(phases, widenPhases(schemaName, tp.Table, cols, why+"; not rebuilt ("+reason+"): column copy")...)
+	}
+	return append(phases, rebuildPhases(schemaName, tp.Live, tp.Want, cols, rb, indexes, why)...)
 }
 
 // widenPhases are expand, copy and contract for the columns.

@@ -84,6 +84,10 @@ const (
 	Unchanged Status = "unchanged"
 	Skipped   Status = "skipped"
 	Failed    Status = "failed"
+	// InProgress is the widen step stopped by the online budget
+	// (WithOnlineBudget) with its upgrade left resumable: the next boot, or
+	// another Reconcile call, continues it from the catalog.
+	InProgress Status = "in_progress"
 )
 
 // Step is one step's outcome.
@@ -227,7 +231,7 @@ func (r *run) steps(ctx context.Context, db *sql.DB) {
 	}
 	plan, clean := r.shape(ctx, sess, decl)
 	r.refuse(plan)
-	r.widen(ctx, sess, plan)
+	r.widen(ctx, sess, decl, plan)
 	es := r.executionSince(ctx, sess, decl, clean)
 	r.backfill(ctx, sess, es)
 	r.finish(ctx, db, sess)
@@ -329,10 +333,19 @@ func (r *run) refuse(plan *ShapePlan) {
 }
 
 // widen applies the widen step's phases (PostgreSQL's type widenings), when
-// the plan has any.
-func (r *run) widen(ctx context.Context, sess session, plan *ShapePlan) {
-	if plan == nil {
+// the plan has any. When the shape step changed the catalog, the widening is
+// planned again from it: the rebuild carries the table's indexes and
+// constraints as they are once the key is swapped, not as they were.
+func (r *run) widen(ctx context.Context, sess session, decl *Declaration, plan *ShapePlan) {
+	if plan == nil || len(plan.stepPhases(StepWiden)) == 0 {
 		return
+	}
+	if s := r.rep.Step(StepShape); s != nil && s.Status == Applied {
+		var err error
+		if plan, err = planShape(ctx, r.drv, sess.querier(), decl, sess.schemaName(), r.o); err != nil {
+			r.record(Step{Name: StepWiden, Status: Failed, Detail: "plan again after the shape step: " + err.Error(), Err: err})
+			return
+		}
 	}
 	if phases := plan.stepPhases(StepWiden); len(phases) > 0 {
 		r.stepOwnTx(ctx, StepWiden, func(ctx context.Context) Step { return r.applyPhases(ctx, sess, StepWiden, phases) })
