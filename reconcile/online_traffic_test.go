@@ -4,11 +4,13 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
 	"github.com/schemastate/schemastate/reconcile"
@@ -189,4 +191,54 @@ func TestOnline_UnderLiveUpdatesDeletesInserts(t *testing.T) {
 	for id, m := range traffic.inserted {
 		require.Equal(t, m, after[id], "row %s inserted during the upgrade", id)
 	}
+}
+
+// Nothing an operator added to the table is lost by the rebuild: grants, an
+// undeclared partial index and its comment, a comment on the primary key, a
+// column's statistics target and planner option, and the declared
+// foreign key, carried NOT VALID and validated.
+func TestOnline_RebuildCarriesWhatAnOperatorAdded(t *testing.T) {
+	db := openPostgres(t).Host(t).Legacy(t)
+	seedLegacy(t, db)
+	seedMany(t, db, 300)
+	role := "schemastate_reader_" + strings.ReplaceAll(uuid.NewString()[:8], "-", "")
+	db.Exec(t, `CREATE ROLE `+role)
+	t.Cleanup(func() {
+		_, _ = db.DB.Exec(`DROP OWNED BY ` + role)
+		_, _ = db.DB.Exec(`DROP ROLE ` + role)
+	})
+	db.Exec(t, `GRANT SELECT, UPDATE ON task_session_subagents TO `+role+`;
+CREATE INDEX op_model ON task_session_subagents (model) WHERE model IS NOT NULL;
+COMMENT ON INDEX op_model IS 'the ops dashboard';
+COMMENT ON CONSTRAINT task_session_subagents_pkey ON task_session_subagents IS 'one row per subagent';
+ALTER TABLE task_session_subagents ALTER COLUMN model SET STATISTICS 500;
+ALTER TABLE task_session_subagents ALTER COLUMN task_id SET (n_distinct = -0.5)`)
+	before := snapshot(t, db)
+	var oid int
+	require.NoError(t, db.QueryRow(`SELECT 'task_session_subagents'::regclass::oid`).Scan(&oid))
+
+	rep := mustReconcile(t, db, online...)
+	require.Contains(t, rep.Step(reconcile.StepWiden).Phases, "task_session_subagents.rebuild_swap")
+	var after int
+	require.NoError(t, db.QueryRow(`SELECT 'task_session_subagents'::regclass::oid`).Scan(&after))
+	require.NotEqual(t, oid, after, "the table was rebuilt")
+	require.Equal(t, "bigint", columnType(t, db, "total_tokens"))
+	require.Subset(t, snapshot(t, db), before)
+
+	require.Equal(t, 1, count(t, db, `SELECT COUNT(*) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = current_schema() AND c.relname = 'task_session_subagents'
+ AND has_table_privilege($1, c.oid, 'SELECT') AND has_table_privilege($1, c.oid, 'UPDATE') AND NOT has_table_privilege($1, c.oid, 'DELETE')`, role), "grants")
+	var def, idxComment, keyComment string
+	require.NoError(t, db.QueryRow(`SELECT pg_get_indexdef('op_model'::regclass), obj_description('op_model'::regclass, 'pg_class'),
+ (SELECT obj_description(oid, 'pg_constraint') FROM pg_constraint WHERE conrelid = 'task_session_subagents'::regclass AND conname = 'task_session_subagents_pkey')`).
+		Scan(&def, &idxComment, &keyComment))
+	require.Contains(t, def, "(model) WHERE (model IS NOT NULL)")
+	require.Equal(t, "the ops dashboard", idxComment)
+	require.Equal(t, "one row per subagent", keyComment)
+	require.Equal(t, 500, count(t, db, `SELECT attstattarget FROM pg_attribute WHERE attrelid = 'task_session_subagents'::regclass AND attname = 'model'`))
+	require.Equal(t, 1, count(t, db, `SELECT COUNT(*) FROM pg_attribute WHERE attrelid = 'task_session_subagents'::regclass AND attname = 'task_id' AND 'n_distinct=-0.5' = ANY(attoptions)`))
+	require.Equal(t, 1, count(t, db, `SELECT COUNT(*) FROM pg_constraint WHERE conrelid = 'task_session_subagents'::regclass AND contype = 'f' AND convalidated`))
+	obs := observe(t, db)
+	require.True(t, obs.EndState.KeyBearing())
+	require.Subset(t, obs.Indexes["task_session_subagents"], append(freshIndexSet(t, db.Dialect), "op_model index(model)"))
+	require.Zero(t, count(t, db, `SELECT COUNT(*) FROM pg_class WHERE relname LIKE 'schemastate%'`))
 }

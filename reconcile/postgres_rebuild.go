@@ -200,9 +200,12 @@ func readRebuildFacts(ctx context.Context, q querier, schemaName, table string) 
 			f.state.validate = strings.Split(validate.String, ",")
 		}
 	}
-	// Per-column planner options (n_distinct), which LIKE does not copy.
+	// Per-column planner options (n_distinct) and statistics targets, which
+	// LIKE does not copy.
 	if f.columnOptions, err = queryStrings(ctx, q, `SELECT format('ALTER TABLE %s ALTER COLUMN %I SET (%s)', $2::text, attname, string_agg(o, ', '))
- FROM pg_attribute, unnest(attoptions) o WHERE attrelid = $1::regclass AND NOT attisdropped AND (o LIKE 'n\_distinct=%' OR o LIKE 'n\_distinct\_inherited=%') GROUP BY attname ORDER BY attname`,
+ FROM pg_attribute, unnest(attoptions) o WHERE attrelid = $1::regclass AND NOT attisdropped AND (o LIKE 'n\_distinct=%' OR o LIKE 'n\_distinct\_inherited=%') GROUP BY attname
+ UNION ALL SELECT format('ALTER TABLE %s ALTER COLUMN %I SET STATISTICS %s', $2::text, attname, attstattarget)
+ FROM pg_attribute WHERE attrelid = $1::regclass AND attnum > 0 AND NOT attisdropped AND attstattarget >= 0 ORDER BY 1`,
 		tbl, qualified(schemaName, rebuildNew(table))); err != nil {
 		return nil, fmt.Errorf("read the column options of %s: %w", table, err)
 	}
