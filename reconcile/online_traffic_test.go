@@ -242,3 +242,120 @@ ALTER TABLE task_session_subagents ALTER COLUMN task_id SET (n_distinct = -0.5)`
 	require.Subset(t, obs.Indexes["task_session_subagents"], append(freshIndexSet(t, db.Dialect), "op_model index(model)"))
 	require.Zero(t, count(t, db, `SELECT COUNT(*) FROM pg_class WHERE relname LIKE 'schemastate%'`))
 }
+
+// WithOnlineBudget: the boot returns once the budget is spent, between two
+// batches of the copy, with the widen step in progress (not failed), the key
+// swapped, execution_since written and the backfill done — the end state
+// AC-33b observes holds, and the widening is no part of it. Status shows the
+// upgrade in flight; a later Reconcile (default options: the catalog says an
+// upgrade is in flight) finishes it.
+func TestOnline_BudgetReturnsInProgressThenALaterCallFinishes(t *testing.T) {
+	db := openPostgres(t).Host(t).Legacy(t)
+	seedLegacy(t, db)
+	seedMany(t, db, 300)
+	seedHistory(t, db)
+	before := snapshot(t, db)
+	const budget = 400 * time.Millisecond
+	start := time.Now()
+	// The first batch lasts until the budget is spent: the copy is
+	// mid-flight when the budget ends.
+	slow := reconcile.WithFailpoint(func(p string) error {
+		if p == reconcile.FailpointCopyBatch {
+			for time.Since(start) < budget {
+				time.Sleep(time.Millisecond)
+			}
+		}
+		return nil
+	})
+	rep, err := reconcile.Reconcile(ctx, db.DB, append(online, slow, reconcile.WithOnlineBudget(budget))...)
+	took := time.Since(start)
+	require.NoError(t, err, describe(rep))
+	require.Less(t, took, budget+5*time.Second, "returns at the first batch boundary after the budget")
+	widen := rep.Step(reconcile.StepWiden)
+	require.Equal(t, reconcile.InProgress, widen.Status, widen.Detail)
+	require.Contains(t, widen.Detail, "online budget spent")
+	require.Contains(t, widen.Detail, "resumable")
+	require.Equal(t, "integer", columnType(t, db, "total_tokens"), "not yet widened")
+	require.Equal(t, reconcile.Applied, rep.Step(reconcile.StepExecutionSince).Status)
+	require.Equal(t, reconcile.Applied, rep.Step(reconcile.StepBackfill).Status)
+	obs := observe(t, db)
+	require.True(t, obs.EndState.KeyBearing())
+	require.NotNil(t, obs.Upgrade, "status shows the upgrade in flight")
+	require.Equal(t, "task_session_subagents.rebuild_copy", obs.Upgrade.Next)
+	require.Contains(t, strings.Join(obs.Upgrade.Found, " "), "rows copied, page 1 of")
+	plan, err := reconcile.Plan(ctx, db.DB)
+	require.NoError(t, err)
+	require.NotEmpty(t, plan.Resumed(), "plan shows it")
+
+	rep = mustReconcile(t, db)
+	require.Equal(t, reconcile.Applied, rep.Step(reconcile.StepWiden).Status)
+	require.NotContains(t, rep.Step(reconcile.StepWiden).Phases, "task_session_subagents.rebuild_prepare", "resumed, not restarted")
+	require.Equal(t, "bigint", columnType(t, db, "total_tokens"))
+	requireAC33(t, db, freshIndexSet(t, db.Dialect))
+	requireBackfilledOnceAmong(t, db, 300)
+	require.Subset(t, snapshot(t, db), before)
+	require.Nil(t, observe(t, db).Upgrade)
+	_, err = reconcile.Reconcile(ctx, db.DB, reconcile.WithOnlineBudget(-time.Second))
+	require.ErrorIs(t, err, reconcile.ErrInvalidOption)
+}
+
+// The swap under a held lock: a host transaction holds ACCESS SHARE on the
+// table when the swap begins; the swap's attempt gives up after its short
+// lock_timeout (readers queued behind it are released), is retried, and
+// succeeds once the reader ends — within the DDL lock budget.
+func TestOnline_SwapRetriedUnderAHeldLock(t *testing.T) {
+	db := openPostgres(t).Host(t).Legacy(t)
+	seedLegacy(t, db)
+	seedMany(t, db, 300)
+	before := snapshot(t, db)
+	other, err := sql.Open("pgx", db.DSN)
+	require.NoError(t, err)
+	defer other.Close()
+	var gaveUp atomic.Bool
+	done := make(chan error, 1)
+	hold := reconcile.WithFailpoint(func(p string) error {
+		if p != reconcile.FailpointAfterPhase("task_session_subagents.rebuild_replay.indexed") {
+			return nil
+		}
+		reader, err := other.Begin()
+		if err != nil {
+			return err
+		}
+		if _, err := reader.Exec(`SELECT count(*) FROM task_session_subagents`); err != nil {
+			return err
+		}
+		// Release the reader once the swap has queued for its lock and given
+		// the attempt up (the lock still held: it can only have timed out).
+		go func() {
+			defer reader.Rollback()
+			waiting := func() (bool, error) {
+				var n int
+				err := other.QueryRow(`SELECT count(*) FROM pg_locks WHERE relation = 'task_session_subagents'::regclass AND mode = 'AccessExclusiveLock' AND NOT granted`).Scan(&n)
+				return n > 0, err
+			}
+			for _, want := range []bool{true, false} {
+				for {
+					w, err := waiting()
+					if err != nil {
+						done <- err
+						return
+					}
+					if w == want {
+						break
+					}
+					time.Sleep(time.Millisecond)
+				}
+			}
+			gaveUp.Store(true)
+			done <- nil
+		}()
+		return nil
+	})
+	rep, err := reconcile.Reconcile(ctx, db.DB, append(online, hold, reconcile.WithDDLLockAttempt(50*time.Millisecond), reconcile.WithDDLLockTimeout(20*time.Second))...)
+	require.NoError(t, <-done)
+	require.NoError(t, err, describe(rep))
+	require.True(t, gaveUp.Load(), "an attempt gave up under the held lock")
+	require.Contains(t, rep.Step(reconcile.StepWiden).Phases, "task_session_subagents.rebuild_swap")
+	require.Equal(t, "bigint", columnType(t, db, "total_tokens"))
+	require.Subset(t, snapshot(t, db), before)
+}
