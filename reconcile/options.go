@@ -103,14 +103,18 @@ func WithConcurrentWait(d time.Duration) Option { return func(o *options) { o.co
 // transaction (default 256 KiB, where the single transaction's lock already nears 100 ms on a busy two-core machine; 0 takes the online phases for every table).
 func WithOnlineAbove(bytes int64) Option { return func(o *options) { o.onlineAbove = bytes } }
 
-// WithCopyPause sets how long the online widening's copy rests after each
-// batch, as a multiple of the time the batch took (default 1: the copy
-// works at most half the time, leaving the disk and CPU to the host's own
-// queries between batches; 0 copies flat out).
+// WithCopyPause sets how long the online widening's column copy (the path a
+// table the rebuild cannot carry takes) rests after each batch, as a
+// multiple of the time the batch took (default 1: the copy works at most
+// half the time, leaving the disk and CPU to the host's own queries between
+// batches; 0 copies flat out). The rebuild's copy does not rest: it takes no
+// row lock a host writer could wait on, and resting only lengthens the
+// window in which every write is logged twice.
 func WithCopyPause(ratio float64) Option { return func(o *options) { o.copyPause = ratio } }
 
 // WithCopyBatchPages sets how many heap pages one batch of the online
-// widening's copy covers (default 256, about 2 MB).
+// widening's copy (the rebuild's or the column copy's) covers (default 256,
+// about 2 MB).
 func WithCopyBatchPages(n int) Option { return func(o *options) { o.copyBatchPages = n } }
 
 // WithOnlineBudget bounds how long a Reconcile spends on PostgreSQL's online
