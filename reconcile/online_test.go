@@ -315,6 +315,8 @@ func TestOnline_LongReaderDuringSwapFailsCleanlyThenSucceeds(t *testing.T) {
 	require.Contains(t, shape.Detail, fmt.Sprintf("pid %d (AccessShareLock", readerPID), "the reader is named")
 	require.Equal(t, reconcile.Skipped, rep.Step(reconcile.StepExecutionSince).Status)
 	require.Equal(t, reconcile.Skipped, rep.Step(reconcile.StepBackfill).Status)
+	require.Equal(t, reconcile.Skipped, rep.Step(reconcile.StepWiden).Status, "the widening waits for the shape it is planned for")
+	require.Zero(t, count(t, db, `SELECT COUNT(*) FROM pg_class WHERE relname LIKE 'schemastate%'`), "no rebuild begun")
 	obs := observe(t, db)
 	require.False(t, obs.EndState.TwoColumnUniqueAbsent, "the two-column key is still the key")
 	require.Nil(t, obs.Keys.ExecutionSince)

@@ -340,7 +340,14 @@ func (r *run) widen(ctx context.Context, sess session, decl *Declaration, plan *
 	if plan == nil || len(plan.stepPhases(StepWiden)) == 0 {
 		return
 	}
-	if s := r.rep.Step(StepShape); s != nil && s.Status == Applied {
+	s := r.rep.Step(StepShape)
+	if s != nil && s.Status == Failed {
+		// The widening is planned for the shape the shape step leaves: a
+		// rebuild begun from the old shape would copy into the wrong one.
+		r.record(Step{Name: StepWiden, Status: Skipped, Detail: "the shape step failed; the widening follows it (retried next boot)"})
+		return
+	}
+	if s != nil && s.Status == Applied {
 		var err error
 		if plan, err = planShape(ctx, r.drv, sess.querier(), decl, sess.schemaName(), r.o); err != nil {
 			r.record(Step{Name: StepWiden, Status: Failed, Detail: "plan again after the shape step: " + err.Error(), Err: err})
