@@ -53,6 +53,9 @@ type inflight struct {
 	// rebuild is the catalog's view of a shadow-table rebuild, in flight
 	// or not (nil when not read).
 	rebuild *rebuildFacts
+	// renamed maps a live unique constraint the shape step renames to its
+	// declared name (renameEquivalentUniques).
+	renamed map[string]string
 }
 
 func (f *inflight) any() bool { return f != nil && len(f.notes) > 0 }
@@ -170,7 +173,17 @@ func (postgresDriver) planTable(pc *planContext, tp *tablePlan, f tableFacts) er
 		tp.Inflight.notes = append(tp.Inflight.notes, f.rebuild.notes(tp.Table)...)
 	}
 	pre := prelude{replaced: replaceDeferrableKeys(pc.schema, tp.Live, tp.Want, f.deferrable)}
+	names := make([]string, len(tp.Live.Indexes))
+	for i, idx := range tp.Live.Indexes {
+		names[i] = idx.Name
+	}
 	pre.renames = renameEquivalentUniques(pc.schema, tp.Live, tp.Want, f.deferrable)
+	tp.Inflight.renamed = map[string]string{}
+	for i, idx := range tp.Live.Indexes {
+		if i < len(names) && names[i] != idx.Name {
+			tp.Inflight.renamed[names[i]] = idx.Name
+		}
+	}
 	changes, _, err := pc.diff(tp)
 	if err != nil || len(tp.Refused) > 0 {
 		return err
@@ -363,6 +376,36 @@ func planOnline(pc *planContext, tp *tablePlan, pre prelude, why string) error {
 	return nil
 }
 
+// pgIdent quotes an identifier as PostgreSQL's quote_ident does for the
+// names a declaration uses (bare when lower-case and not reserved), so the
+// dry run prints the index definitions pg_get_indexdef will read back.
+func pgIdent(name string) string {
+	plain := name != ""
+	for i, r := range name {
+		if !(r == '_' || r >= 'a' && r <= 'z' || i > 0 && r >= '0' && r <= '9') {
+			plain = false
+		}
+	}
+	if !plain || reservedWords[name] {
+		return dialect.QuoteIdent(name)
+	}
+	return name
+}
+
+// reservedWords are PostgreSQL's reserved key words (quote_ident quotes them).
+var reservedWords = func() map[string]bool {
+	m := map[string]bool{}
+	for _, w := range strings.Fields(`all analyse analyze and any array as asc asymmetric authorization binary both case cast check collate collation
+ column concurrently constraint create cross current_catalog current_date current_role current_schema current_time current_timestamp
+ current_user default deferrable desc distinct do else end except false fetch for foreign freeze from full grant group having ilike in
+ initially inner intersect into is isnull join lateral leading left like limit localtime localtimestamp natural not notnull null offset
+ on only or order outer overlaps placing primary references returning right select session_user similar some symmetric system_user table
+ tablesample then to trailing true union unique user using variadic verbose when where window with`) {
+		m[w] = true
+	}
+	return m
+}()
+
 // afterShape is the live table's index set as the shape phases leave it —
 // what the rebuild then carries. (Reconcile plans the widening again once
 // the shape step has applied, from the catalog; this keeps the dry run's
@@ -378,6 +421,9 @@ func afterShape(schemaName string, tp *tablePlan, builds, dropKeys, dropIndexes 
 	}
 	var out []liveIndex
 	for _, ix := range rb.indexes {
+		if to, ok := tp.Inflight.renamed[ix.name]; ok {
+			ix.name, ix.constraintName = to, to
+		}
 		if !gone[ix.name] {
 			out = append(out, ix)
 		}
@@ -388,7 +434,14 @@ func afterShape(schemaName string, tp *tablePlan, builds, dropKeys, dropIndexes 
 		if idx.Unique {
 			unique = "UNIQUE "
 		}
-		ix.def = "CREATE " + unique + ix.prefix + "USING btree (" + indexColumns(idx) + ")"
+		cols := make([]string, len(idx.Parts))
+		for i, part := range idx.Parts {
+			cols[i] = pgIdent(part.C.Name)
+			if part.Desc {
+				cols[i] += " DESC"
+			}
+		}
+		ix.def = "CREATE " + unique + ix.prefix + "USING btree (" + strings.Join(cols, ", ") + ")"
 		if isUniqueConstraint(idx) {
 			ix.contype, ix.constraintName = "u", idx.Name
 		}

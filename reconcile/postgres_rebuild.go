@@ -462,7 +462,7 @@ func rebuildPhases(schemaName string, live, want *schema.Table, cols []*schema.C
 func replayPhase(table, after, qn, ql, qt, qid, colList, detail string) Phase {
 	return Phase{Step: StepWiden, Name: PhaseRebuildReplay, Table: table, Object: after, Lock: LockNone,
 		SQL: []string{
-			fmt.Sprintf("SELECT max(n) FROM (SELECT n FROM %s ORDER BY n LIMIT %d) c", ql, replayChunk),
+			fmt.Sprintf("SELECT coalesce(max(n), 0) FROM (SELECT n FROM %s ORDER BY n LIMIT %d) c", ql, replayChunk),
 			fmt.Sprintf("DELETE FROM %s WHERE %s IN (SELECT id FROM %s WHERE n <= $1)", qn, qid, ql),
 			fmt.Sprintf("INSERT INTO %s (%s) SELECT %s FROM %s WHERE %s IN (SELECT id FROM %s WHERE n <= $1)", qn, colList, colList, qt, qid, ql),
 			fmt.Sprintf("DELETE FROM %s WHERE n <= $1", ql),
@@ -523,6 +523,7 @@ func (s *pgSession) rebuildCopy(ctx context.Context, ph Phase, h phaseHooks) err
 		}
 		if first {
 			h.executed(ph.SQL[0])
+			h.executed(ph.SQL[1])
 			first = false
 		}
 		h.progress(fmt.Sprintf("copying %s: %d rows copied, page %d of %d", ph.Table, rows, to, pages))
@@ -542,7 +543,7 @@ func (s *pgSession) rebuildCopy(ctx context.Context, ph Phase, h phaseHooks) err
 // short; the swap replays the rest under its lock.
 func (s *pgSession) replayLog(ctx context.Context, ph Phase, h phaseHooks) error {
 	var total int64
-	for {
+	for round := 0; ; round++ {
 		if err := s.o.overBudget(); err != nil {
 			return err
 		}
@@ -553,19 +554,18 @@ func (s *pgSession) replayLog(ctx context.Context, ph Phase, h phaseHooks) error
 				return err
 			}
 			defer tx.Rollback()
-			var upTo sql.NullInt64
+			// An empty log replays nothing: every statement still runs
+			// (up to entry 0), so the phase runs the statements it prints.
+			var upTo int64
 			if err := tx.QueryRowContext(ctx, ph.SQL[0]).Scan(&upTo); err != nil {
 				return err
 			}
-			if !upTo.Valid {
-				return tx.Commit()
-			}
 			for _, stmt := range ph.SQL[1:3] {
-				if _, err := tx.ExecContext(ctx, stmt, upTo.Int64); err != nil {
+				if _, err := tx.ExecContext(ctx, stmt, upTo); err != nil {
 					return withDetail(err)
 				}
 			}
-			res, err := tx.ExecContext(ctx, ph.SQL[3], upTo.Int64)
+			res, err := tx.ExecContext(ctx, ph.SQL[3], upTo)
 			if err != nil {
 				return err
 			}
@@ -574,6 +574,11 @@ func (s *pgSession) replayLog(ctx context.Context, ph Phase, h phaseHooks) error
 		}()
 		if err != nil {
 			return fmt.Errorf("replay the log: %w", err)
+		}
+		if round == 0 {
+			for _, stmt := range ph.SQL {
+				h.executed(stmt)
+			}
 		}
 		total += n
 		if n > 0 {
