@@ -276,7 +276,11 @@ func Run(ctx context.Context, stores Stores, cfg Config) (*Report, error) {
 	if err != nil {
 		return rep, fmt.Errorf("bench: %w", err)
 	}
-	b := &bench{cfg: cfg, quiet: slog.New(slog.NewTextHandler(io.Discard, nil)), stores: stores, legacyColumns: legacy}
+	on, err := dialects.For(stores.Dialect())
+	if err != nil {
+		return rep, fmt.Errorf("bench: %w", err)
+	}
+	b := &bench{cfg: cfg, quiet: slog.New(slog.NewTextHandler(io.Discard, nil)), stores: stores, legacyColumns: legacy, on: on}
 	if err := b.disk(rep); err != nil {
 		return rep, err
 	}
@@ -309,6 +313,8 @@ type bench struct {
 	dsn  string // what the CLI's --db takes
 	d    dialect.Dialect
 	keys keys.Set
+	// on is what the benchmark does differently on the stores' dialect.
+	on dialectBench
 }
 
 func (b *bench) say(format string, args ...any) {
