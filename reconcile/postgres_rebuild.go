@@ -32,13 +32,14 @@ import (
 //	rebuild_replay   the logged ids: delete them from the new table, copy them
 //	                 again from the live one, forget them — which also
 //	                 removes the duplicates a row moved during the copy left
-//	rebuild_index    each index, plain CREATE INDEX on the private table
+//	rebuild_index    each index, plain CREATE INDEX on the private table; then
+//	                 ANALYZE it
 //	rebuild_replay   again, on the indexed table, until the log is short
 //	rebuild_swap     LOCK the live table, check the fingerprint, replay the
 //	                 remainder, drop the live table, rename the new one in its
 //	                 place, attach its keys, carry over foreign keys (NOT
 //	                 VALID), grants, owner, comments, sequences   one short transaction
-//	rebuild_finish   VALIDATE the carried foreign keys, ANALYZE, drop the state
+//	rebuild_finish   VALIDATE the carried foreign keys, drop the state
 //
 // The key change stays before the rebuild, in the shape step: writers need
 // the three-column key from the boot on, and the rebuilt table carries the
@@ -303,15 +304,15 @@ func abandonPhase(schemaName, table, why string) Phase {
 		Detail: why}
 }
 
-// finishPhase validates the foreign keys the swap carried NOT VALID,
-// analyses the new table and drops the rebuild's state.
+// finishPhase validates the foreign keys the swap carried NOT VALID and
+// drops the rebuild's state (the new table was analysed before the swap).
 func finishPhase(schemaName, table string, validate []string, why string) Phase {
 	qt := qualified(schemaName, table)
 	var sqls []string
 	for _, fk := range validate {
 		sqls = append(sqls, fmt.Sprintf("ALTER TABLE %s VALIDATE CONSTRAINT %s", qt, dialect.QuoteIdent(fk)))
 	}
-	sqls = append(sqls, "ANALYZE "+qt, "DROP TABLE IF EXISTS "+qualified(schemaName, rebuildState(table)))
+	sqls = append(sqls, "DROP TABLE IF EXISTS "+qualified(schemaName, rebuildState(table)))
 	return Phase{Step: StepWiden, Name: PhaseRebuildFinish, Table: table, SQL: sqls, Lock: LockShareUpdateExclusive,
 		DoneWhen: fmt.Sprintf("SELECT to_regclass(%s) IS NULL", literal(qualified(schemaName, rebuildState(table)))),
 		Detail:   why}
@@ -417,6 +418,13 @@ func rebuildPhases(schemaName string, live, want *schema.Table, cols []*schema.C
 			validate = append(validate, fk.name)
 		}
 		attach = append(attach, fmt.Sprintf("ALTER TABLE %s ADD CONSTRAINT %s %s", qt, dialect.QuoteIdent(fk.name), def))
+	}
+	// Statistics for the new table once it is indexed: the replay that
+	// follows then finds its ids by index, not by a scan of the whole table,
+	// and the table is swapped in with them (ANALYZE samples; it does not
+	// read every row).
+	if last := &phases[len(phases)-1]; last.Name == PhaseRebuildIndex {
+		last.SQL = append(last.SQL, "ANALYZE "+qn)
 	}
 	phases = append(phases, replayPhase(table, "indexed", qn, ql, qt, qid, colList, detail))
 	var validated []string
