@@ -195,7 +195,7 @@ func TestOnline_UnderLiveUpdatesDeletesInserts(t *testing.T) {
 
 // Nothing an operator added to the table is lost by the rebuild: grants, an
 // undeclared partial index and its comment, a comment on the primary key, a
-// column's statistics target and planner option, and the declared
+// sequence a column owns, a column's statistics target and planner option, and the declared
 // foreign key, carried NOT VALID and validated.
 func TestOnline_RebuildCarriesWhatAnOperatorAdded(t *testing.T) {
 	db := openPostgres(t).Host(t).Legacy(t)
@@ -212,7 +212,9 @@ CREATE INDEX op_model ON task_session_subagents (model) WHERE model IS NOT NULL;
 COMMENT ON INDEX op_model IS 'the ops dashboard';
 COMMENT ON CONSTRAINT task_session_subagents_pkey ON task_session_subagents IS 'one row per subagent';
 ALTER TABLE task_session_subagents ALTER COLUMN model SET STATISTICS 500;
-ALTER TABLE task_session_subagents ALTER COLUMN task_id SET (n_distinct = -0.5)`)
+ALTER TABLE task_session_subagents ALTER COLUMN task_id SET (n_distinct = -0.5);
+CREATE SEQUENCE op_seq OWNED BY task_session_subagents.task_id;
+SELECT setval('op_seq', 42)`)
 	before := snapshot(t, db)
 	var oid int
 	require.NoError(t, db.QueryRow(`SELECT 'task_session_subagents'::regclass::oid`).Scan(&oid))
@@ -237,6 +239,8 @@ ALTER TABLE task_session_subagents ALTER COLUMN task_id SET (n_distinct = -0.5)`
 	require.Equal(t, 500, count(t, db, `SELECT attstattarget FROM pg_attribute WHERE attrelid = 'task_session_subagents'::regclass AND attname = 'model'`))
 	require.Equal(t, 1, count(t, db, `SELECT COUNT(*) FROM pg_attribute WHERE attrelid = 'task_session_subagents'::regclass AND attname = 'task_id' AND 'n_distinct=-0.5' = ANY(attoptions)`))
 	require.Equal(t, 1, count(t, db, `SELECT COUNT(*) FROM pg_constraint WHERE conrelid = 'task_session_subagents'::regclass AND contype = 'f' AND convalidated`))
+	require.Equal(t, 42, count(t, db, `SELECT last_value FROM op_seq`), "a sequence the table's column owns survives the old table")
+	require.Equal(t, 1, count(t, db, `SELECT COUNT(*) FROM pg_depend WHERE objid = 'op_seq'::regclass AND refobjid = 'task_session_subagents'::regclass AND deptype = 'a'`), "owned by the rebuilt table")
 	obs := observe(t, db)
 	require.True(t, obs.EndState.KeyBearing())
 	require.Subset(t, obs.Indexes["task_session_subagents"], append(freshIndexSet(t, db.Dialect), "op_model index(model)"))
@@ -396,4 +400,26 @@ func TestOnline_SwapRefusedWhenTheTableChangedThenRebuiltAgain(t *testing.T) {
 	require.Contains(t, observe(t, db).Indexes["task_session_subagents"], "op_late index(model)", "the operator's index carried")
 	require.Subset(t, snapshot(t, db), before)
 	require.Zero(t, count(t, db, `SELECT COUNT(*) FROM pg_class WHERE relname LIKE 'schemastate%'`))
+}
+
+// A foreign key into the table: a rename would leave it on the old table, so
+// the widening takes the column copy, the reason named; the referencing
+// table keeps its key.
+func TestOnline_ForeignKeyIntoTheTableTakesTheColumnCopy(t *testing.T) {
+	db := openPostgres(t).Host(t).Legacy(t)
+	seedLegacy(t, db)
+	seedMany(t, db, 300)
+	db.Exec(t, `CREATE TABLE op_child (subagent_id text REFERENCES task_session_subagents (id));
+INSERT INTO op_child VALUES ('g1')`)
+	before := snapshot(t, db)
+	plan, err := reconcile.Plan(ctx, db.DB, online...)
+	require.NoError(t, err)
+	ids := phaseIDs(plan.Phases())
+	require.Contains(t, ids, "task_session_subagents.widen_copy")
+	require.NotContains(t, ids, "task_session_subagents.rebuild_copy")
+	rep := mustReconcile(t, db, online...)
+	require.Contains(t, rep.Step(reconcile.StepWiden).Detail, "not rebuilt (foreign key op_child_subagent_id_fkey of op_child references it): column copy")
+	require.Equal(t, "bigint", columnType(t, db, "total_tokens"))
+	require.Equal(t, 1, count(t, db, `SELECT COUNT(*) FROM pg_constraint WHERE conrelid = 'op_child'::regclass AND confrelid = 'task_session_subagents'::regclass AND convalidated`))
+	require.Subset(t, snapshot(t, db), before)
 }
