@@ -89,35 +89,58 @@ func openPostgres(ctx context.Context, db *sql.DB, o *options) (*pgSession, erro
 }
 
 // lock takes the advisory lock in a transaction of its own, polling for up
-// to the lock wait. Each attempt that does not get it ends its transaction,
-// so a waiting replica holds no server connection between attempts.
+// to the lock wait, and then takes the connection the steps run on.
+//
+// The first attempt runs on the connection the certificate was read on,
+// which becomes the lock's. A replica that does not get the lock is a
+// waiter, and a waiter holds no connection between attempts: each later
+// attempt borrows one and, failing, discards it (closed, not returned to the
+// pool). Behind a session-mode pooler an open client connection is a server
+// connection, pool idle or not; were waiters to keep theirs, eight replicas
+// on a pool of four would leave the holder no server connection for its
+// steps, and every replica would wait out its lock wait.
 func (s *pgSession) lock(ctx context.Context) error {
 	if n := s.db.Stats().MaxOpenConnections; n == 1 {
 		return fmt.Errorf("the pool allows one connection (SetMaxOpenConns(%d)); the reconcile's lock holds a transaction on a connection of its own beside the one its steps run on: allow at least two", n)
 	}
-	conn, err := s.db.Conn(ctx)
-	if err != nil {
-		return fmt.Errorf("open the lock's connection: %w", err)
-	}
-	s.lockConn = conn
+	s.lockConn, s.conn = s.conn, nil
 	deadline := time.Now().Add(s.o.lockWait)
+	pause := 50 * time.Millisecond
 	for {
 		got, err := s.tryLock(ctx)
 		if err != nil {
 			return pooled(fmt.Errorf("take the lock on %s: %w", s.ident, err))
 		}
 		if got {
-			return nil
+			break
 		}
+		discard(s.lockConn)
+		s.lockConn = nil
 		if time.Now().After(deadline) {
 			return fmt.Errorf("%w on %s; gave up after %s", ErrLockHeld, s.ident, s.o.lockWait)
 		}
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
-		case <-time.After(50 * time.Millisecond):
+		case <-time.After(min(pause, time.Until(deadline)+time.Millisecond)):
+		}
+		pause = min(pause*3/2, 500*time.Millisecond)
+		if s.lockConn, err = s.db.Conn(ctx); err != nil {
+			return fmt.Errorf("open the lock's connection: %w", err)
 		}
 	}
+	conn, err := s.db.Conn(ctx)
+	if err != nil {
+		return fmt.Errorf("open the steps' connection: %w", err)
+	}
+	s.conn = conn
+	return nil
+}
+
+// discard closes conn rather than return it to the pool.
+func discard(conn *sql.Conn) {
+	_ = conn.Raw(func(any) error { return sqldriver.ErrBadConn })
+	conn.Close()
 }
 
 // tryLock is one attempt: a READ COMMITTED transaction that tries the lock
@@ -248,22 +271,22 @@ func (s *pgSession) abort() {
 // server (through a pooler: the pooler closes a server connection whose
 // client left mid-transaction).
 func (s *pgSession) release() {
-	defer s.conn.Close()
+	if s.conn != nil {
+		defer s.conn.Close()
+	}
 	if s.lockConn == nil {
 		return
 	}
-	defer s.lockConn.Close()
 	if s.lockTx == nil {
+		s.lockConn.Close()
 		return
 	}
 	err := s.lockTx.Rollback()
 	s.lockTx = nil
-	if err == nil {
+	if err == nil || errors.Is(err, sql.ErrTxDone) { // ErrTxDone: database/sql rolled it back when the reconcile's context ended
+		s.lockConn.Close()
 		return
 	}
-	if errors.Is(err, sql.ErrTxDone) {
-		return // database/sql already rolled it back: the reconcile's context ended
-	}
 	s.o.logger.Warn("reconcile lock: its transaction did not end cleanly; its connection is discarded, which ends it on the server", "lock", s.ident, "error", err)
-	_ = s.lockConn.Raw(func(any) error { return sqldriver.ErrBadConn })
+	discard(s.lockConn)
 }

@@ -38,6 +38,7 @@ func runReconcile(ctx context.Context, e *env, args []string) int {
 		return exitUsage
 	}
 	opts := append(sf.options(), reconcile.WithLogger(e.logger), reconcile.WithLockWait(*lockWait))
+	opts = append(opts, testHooks()...)
 	if *prune {
 		opts = append(opts, reconcile.WithPrune())
 	}
