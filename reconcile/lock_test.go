@@ -4,8 +4,10 @@ import (
 	"context"
 	"database/sql"
 	"hash/fnv"
+	"log/slog"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -117,8 +119,9 @@ func TestLock_LostLockStopsBeforeTheNextPhase(t *testing.T) {
 	requireAC33(t, db, freshIndexSet(t, db.Dialect))
 }
 
-// A reconcile waiting for the lock takes it once the holder's transaction
-// ends, re-checks under it and finds the work done: it runs nothing.
+// A reconcile waiting for the lock (it tried, found it held, and said so)
+// takes it once the holder's transaction ends, re-checks under it and finds
+// the work done: it runs nothing.
 func TestLock_WaiterFindsTheWorkDone(t *testing.T) {
 	db := openPostgres(t).Host(t).Legacy(t)
 	seedLegacy(t, db)
@@ -137,16 +140,19 @@ func TestLock_WaiterFindsTheWorkDone(t *testing.T) {
 	}()
 	<-held
 	waiter := make(chan *reconcile.Report)
+	waiting := make(chan struct{})
+	var once sync.Once
+	logger := slog.New(logSignal{msg: "another reconcile holds it", fn: func() { once.Do(func() { close(waiting) }) }})
 	var ran []string
 	go func() {
-		rep, _ := reconcile.Reconcile(ctx, db.DB, reconcile.WithExecHook(func(s string) { ran = append(ran, s) }))
+		rep, _ := reconcile.Reconcile(ctx, db.DB, reconcile.WithLogger(logger), reconcile.WithExecHook(func(s string) { ran = append(ran, s) }))
 		waiter <- rep
 	}()
-	require.Eventually(t, func() bool {
-		var waiting bool
-		require.NoError(t, db.QueryRow(`SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE query LIKE 'SELECT pg_try_advisory_xact_lock%' AND datname = current_database())`).Scan(&waiting))
-		return waiting
-	}, 10*time.Second, 5*time.Millisecond, "the second reconcile tries the lock")
+	select { // the second reconcile tried the lock and did not get it
+	case <-waiting:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the second reconcile never found the lock held")
+	}
 	close(proceed)
 	first := <-done
 	require.NoError(t, first.Err(), describe(first))
@@ -154,9 +160,30 @@ func TestLock_WaiterFindsTheWorkDone(t *testing.T) {
 	require.NoError(t, second.Err(), describe(second))
 	require.Equal(t, reconcile.Applied, second.Step(reconcile.StepLock).Status, describe(second))
 	require.Empty(t, ran, "the waiter ran nothing")
+	require.Equal(t, reconcile.Unchanged, second.Step(reconcile.StepShape).Status, "re-checked under the lock: %s", describe(second))
 	require.True(t, second.Certified)
 	require.Zero(t, lockHolder(t, db))
 }
+
+// logSignal is a slog handler that calls fn for each record whose message
+// contains msg.
+type logSignal struct {
+	msg string
+	fn  func()
+}
+
+func (h logSignal) Enabled(context.Context, slog.Level) bool { return true }
+
+func (h logSignal) Handle(_ context.Context, r slog.Record) error {
+	if strings.Contains(r.Message, h.msg) {
+		h.fn()
+	}
+	return nil
+}
+
+func (h logSignal) WithAttrs([]slog.Attr) slog.Handler { return h }
+
+func (h logSignal) WithGroup(string) slog.Handler { return h }
 
 // A pool of one connection cannot hold the lock's transaction beside the
 // steps' connection: the lock step says so instead of waiting forever for a

@@ -66,8 +66,11 @@ type pgSession struct {
 	// until release.
 	lockConn *sql.Conn
 	lockTx   *sql.Tx
-	tx       *sql.Tx
-	o        *options
+	// lockPID is the lock transaction's backend (a transaction stays on one
+	// server connection), never named as what a phase waited for.
+	lockPID int
+	tx      *sql.Tx
+	o       *options
 }
 
 func openPostgres(ctx context.Context, db *sql.DB, o *options) (*pgSession, error) {
@@ -116,6 +119,9 @@ func (s *pgSession) lock(ctx context.Context) error {
 		}
 		discard(s.lockConn)
 		s.lockConn = nil
+		if pause == 50*time.Millisecond {
+			s.o.logger.Info("reconcile lock: another reconcile holds it; waiting", "lock", s.ident, "lock_wait", s.o.lockWait)
+		}
 		if time.Now().After(deadline) {
 			return fmt.Errorf("%w on %s; gave up after %s", ErrLockHeld, s.ident, s.o.lockWait)
 		}
@@ -152,7 +158,7 @@ func (s *pgSession) tryLock(ctx context.Context) (bool, error) {
 		return false, err
 	}
 	var got bool
-	if err := tx.QueryRowContext(ctx, `SELECT pg_try_advisory_xact_lock($1)`, s.key).Scan(&got); err != nil {
+	if err := tx.QueryRowContext(ctx, `SELECT pg_try_advisory_xact_lock($1), pg_backend_pid()`, s.key).Scan(&got, &s.lockPID); err != nil {
 		_ = tx.Rollback()
 		return false, err
 	}

@@ -280,8 +280,8 @@ func isLockTimeout(err error) bool {
 }
 
 // holders names the other sessions holding a lock on the table (or, when
-// none does, the oldest open transaction, which a concurrent index build
-// waits for).
+// none does, the database's oldest open transaction, which a concurrent
+// index build waits for: it waits for no other database's).
 func (s *pgSession) holders(ctx context.Context, table string) string {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
 	defer cancel()
@@ -293,7 +293,8 @@ func (s *pgSession) holders(ctx context.Context, table string) string {
 		list, err = queryStrings(ctx, s.conn, `SELECT format('pid %s (oldest open transaction, %s, open %s s: %s)', pid, state,
   round(extract(epoch FROM now() - xact_start)::numeric, 1), left(regexp_replace(query, '\s+', ' ', 'g'), 60))
  FROM pg_stat_activity WHERE xact_start IS NOT NULL AND pid <> pg_backend_pid() AND backend_type = 'client backend'
- ORDER BY xact_start LIMIT 1`)
+   AND datname = current_database() AND pid <> $1
+ ORDER BY xact_start LIMIT 1`, s.lockPID)
 	}
 	if err != nil || len(list) == 0 {
 		return ""

@@ -87,6 +87,7 @@ func (b *bench) pooler(ctx context.Context, rep *Report, n int) error {
 	if err := b.measure(&m, runs, boot(pooled), boot(b.db)); err != nil {
 		return err
 	}
+	m.Detail = versus(m)
 	rep.Measurements = append(rep.Measurements, m)
 
 	// The last run left the store reconciled (ours runs after the floor); one
@@ -115,9 +116,30 @@ func (b *bench) pooler(ctx context.Context, rep *Report, n int) error {
 	if err := b.measure(&ms, runs, steady(pooled), steady(b.db)); err != nil {
 		return err
 	}
+	ms.Detail = versus(ms)
 	rep.Measurements = append(rep.Measurements, ms)
 
 	return b.poolerCapture(ctx, rep, n, pooled, runs)
+}
+
+// versus is a pooled measurement's detail: both medians, the runs behind
+// them, and the difference.
+func versus(m Measurement) string {
+	diff := (m.Ours - m.Floor).Round(10 * time.Microsecond)
+	sign := "+"
+	if diff < 0 {
+		sign = ""
+	}
+	return fmt.Sprintf("%s through the pooler vs %s direct (%s%s; runs %v vs %v)", m.Ours.Round(10*time.Microsecond), m.Floor.Round(10*time.Microsecond),
+		sign, diff, roundAll(m.OursRuns), roundAll(m.FloorRuns))
+}
+
+func roundAll(ds []time.Duration) []time.Duration {
+	out := make([]time.Duration, len(ds))
+	for i, d := range ds {
+		out[i] = d.Round(10 * time.Microsecond)
+	}
+	return out
 }
 
 // poolerCapture records cfg.Frames frames through capture.Writer through
