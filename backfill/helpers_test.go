@@ -2,7 +2,6 @@ package backfill_test
 
 import (
 	"context"
-	"database/sql"
 	"encoding/json"
 	"log/slog"
 	"strings"
@@ -143,17 +142,8 @@ func rows(t *testing.T, db *dbtest.DB) map[string]row {
 	for i, c := range columns {
 		sel[i] = "CAST(" + c + " AS TEXT)"
 	}
-	rs, err := db.DB.Query(`SELECT ` + strings.Join(sel, ", ") + ` FROM task_session_subagents`)
-	require.NoError(t, err)
-	defer rs.Close()
 	out := map[string]row{}
-	for rs.Next() {
-		vals := make([]sql.NullString, len(columns))
-		ptrs := make([]any, len(columns))
-		for i := range vals {
-			ptrs[i] = &vals[i]
-		}
-		require.NoError(t, rs.Scan(ptrs...))
+	for _, vals := range dbtest.TextRows(t, db.DB, `SELECT `+strings.Join(sel, ", ")+` FROM task_session_subagents`) {
 		r := row{}
 		for i, c := range columns {
 			if vals[i].Valid {
@@ -163,7 +153,6 @@ func rows(t *testing.T, db *dbtest.DB) map[string]row {
 		}
 		out[*r["tool_call_id"]+"/"+*r["agent_execution_id"]] = r
 	}
-	require.NoError(t, rs.Err())
 	return out
 }
 

@@ -3,7 +3,6 @@ package capture_test
 import (
 	"context"
 	"fmt"
-	"sync"
 	"testing"
 	"time"
 
@@ -52,20 +51,7 @@ func TestRecord_AC14_ConcurrentSameKeyOneRow(t *testing.T) {
 			}
 			frames[i] = f
 		}
-		var wg sync.WaitGroup
-		start := make(chan struct{})
-		errs := make([]error, n)
-		for i := range frames {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				<-start
-				errs[i] = s.w.Record(context.Background(), frames[i])
-			}()
-		}
-		close(start)
-		wg.Wait()
-		for _, err := range errs {
+		for _, err := range recordAll(s.w, frames) {
 			require.NoError(t, err)
 		}
 
@@ -105,18 +91,7 @@ func TestRecord_AC15_ConcurrentFanOutsAllRowsWritten(t *testing.T) {
 				}
 			}
 		}
-		var wg sync.WaitGroup
-		start := make(chan struct{})
-		for _, f := range frames {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				<-start
-				_ = s.w.Record(context.Background(), f)
-			}()
-		}
-		close(start)
-		wg.Wait()
+		_ = recordAll(s.w, frames)
 
 		require.Equal(t, capture.Counters{Attempted: int64(len(frames)), Persisted: int64(len(frames))}, s.w.Counters())
 		rows := s.rows(t, sessA)

@@ -1,10 +1,10 @@
 package capture_test
 
 import (
-	"bytes"
 	"context"
 	"database/sql"
 	"encoding/json"
+	"fmt"
 	"log/slog"
 	"strings"
 	"sync"
@@ -16,6 +16,7 @@ import (
 	"github.com/schemastate/schemastate/capture"
 	"github.com/schemastate/schemastate/internal/dbtest"
 	"github.com/schemastate/schemastate/internal/owned"
+	"github.com/schemastate/schemastate/internal/proctest"
 	"github.com/schemastate/schemastate/reconcile"
 )
 
@@ -61,9 +62,43 @@ func withSessions(t *testing.T, db *dbtest.DB) *store {
 		_, err := db.DB.Exec(db.Q(`INSERT INTO task_sessions (id, task_id) VALUES (?, ?)`), s[0], s[1])
 		require.NoError(t, err)
 	}
-	lb := &logBuffer{}
-	w := capture.NewWriter(db.DB, db.Dialect, capture.WithLogger(slog.New(slog.NewJSONHandler(lb, nil))))
-	return &store{DB: db, w: w, log: lb}
+	s := &store{DB: db, log: &logBuffer{}}
+	s.w = capture.NewWriter(db.DB, db.Dialect, s.logger())
+	return s
+}
+
+// logger is the option that logs to s.log, as JSON lines.
+func (s *store) logger() capture.Option {
+	return capture.WithLogger(slog.New(slog.NewJSONHandler(s.log, nil)))
+}
+
+// recordAll records frames, each from its own goroutine, released together,
+// and returns each Record's error, in the frames' order.
+func recordAll(w *capture.Writer, frames []capture.Frame) []error {
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	errs := make([]error, len(frames))
+	for i := range frames {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			errs[i] = w.Record(context.Background(), frames[i])
+		}()
+	}
+	close(start)
+	wg.Wait()
+	return errs
+}
+
+// numbered is n frames for sessA/execE, toolu_0 … toolu_<n-1>, all observed
+// at at(0).
+func numbered(n int) []capture.Frame {
+	frames := make([]capture.Frame, n)
+	for i := range frames {
+		frames[i] = frame(fmt.Sprintf("toolu_%d", i), at(0))
+	}
+	return frames
 }
 
 // record records frames in order and requires each to persist.
@@ -138,23 +173,12 @@ func (s *store) count(t *testing.T, where string, args ...any) int {
 func ptr[T any](v T) *T { return &v }
 
 // logBuffer collects JSON log lines from concurrent writers.
-type logBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *logBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
+type logBuffer struct{ proctest.Buffer }
 
 func (b *logBuffer) records(t *testing.T) []map[string]any {
 	t.Helper()
-	b.mu.Lock()
-	defer b.mu.Unlock()
 	var out []map[string]any
-	for _, l := range strings.Split(strings.TrimSpace(b.buf.String()), "\n") {
+	for _, l := range strings.Split(strings.TrimSpace(b.String()), "\n") {
 		if l == "" {
 			continue
 		}

@@ -36,17 +36,7 @@ func behindPooler(t *testing.T) (*store, func() *sql.DB) {
 // runs on.
 func preparedUpserts(t *testing.T, db *sql.DB) []string {
 	t.Helper()
-	rows, err := db.Query(`SELECT name FROM pg_prepared_statements WHERE statement LIKE 'INSERT INTO task_session_subagents%'`)
-	require.NoError(t, err)
-	defer rows.Close()
-	var names []string
-	for rows.Next() {
-		var n string
-		require.NoError(t, rows.Scan(&n))
-		names = append(names, n)
-	}
-	require.NoError(t, rows.Err())
-	return names
+	return dbtest.StringsFrom(t, db, `SELECT name FROM pg_prepared_statements WHERE statement LIKE 'INSERT INTO task_session_subagents%'`)
 }
 
 // On a direct connection the upsert stays prepared: one named statement,

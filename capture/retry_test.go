@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
-	"log/slog"
 	"strings"
 	"sync"
 	"testing"
@@ -64,19 +63,10 @@ func TestRecord_RetriesThroughSQLiteLockHeldPastBusyTimeout(t *testing.T) {
 	db := dbtest.Open(t, dialect.SQLite)
 	s := newStore(t, db)
 	const busy = 300
-	w := capture.NewWriter(sqliteWithBusyTimeout(t, db, busy), db.Dialect, capture.WithLogger(slog.New(slog.NewJSONHandler(s.log, nil))))
+	w := capture.NewWriter(sqliteWithBusyTimeout(t, db, busy), db.Dialect, s.logger())
 
 	released, _ := holdSQLiteLock(t, db, busy*time.Millisecond+2*time.Second)
-	var wg sync.WaitGroup
-	errs := make([]error, 8)
-	for i := range errs {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			errs[i] = w.Record(context.Background(), frame(fmt.Sprintf("toolu_%d", i), at(0)))
-		}()
-	}
-	wg.Wait()
+	errs := recordAll(w, numbered(8))
 	<-released
 	for _, err := range errs {
 		require.NoError(t, err)
@@ -101,7 +91,7 @@ func TestRecord_RetriesThroughSQLiteLockHeldPastBusyTimeout(t *testing.T) {
 func TestRecord_RetryBudgetBoundsTheLivePath(t *testing.T) {
 	db := dbtest.Open(t, dialect.SQLite)
 	s := newStore(t, db)
-	w := capture.NewWriter(sqliteWithBusyTimeout(t, db, 200), db.Dialect, capture.WithLogger(slog.New(slog.NewJSONHandler(s.log, nil))),
+	w := capture.NewWriter(sqliteWithBusyTimeout(t, db, 200), db.Dialect, s.logger(),
 		capture.WithRetry(capture.RetryPolicy{Attempts: 1 << 20, Budget: 1500 * time.Millisecond}))
 
 	released, release := holdSQLiteLock(t, db, time.Minute)
@@ -148,17 +138,7 @@ func TestRecord_RetriesSerializationFailureAndDeadlock(t *testing.T) {
 		_, err := db.DB.Exec(stmt)
 		require.NoError(t, err)
 	}
-	var wg sync.WaitGroup
-	errs := make([]error, 4)
-	for i := range errs {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			errs[i] = s.w.Record(context.Background(), frame(fmt.Sprintf("toolu_%d", i), at(0)))
-		}()
-	}
-	wg.Wait()
-	for _, err := range errs {
+	for _, err := range recordAll(s.w, numbered(4)) {
 		require.NoError(t, err)
 	}
 	c := s.w.Counters()
@@ -199,7 +179,7 @@ func TestRecord_RetriesAfterBackendTerminated(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(func() { pool.Close() })
 	pool.SetMaxOpenConns(1)
-	w := capture.NewWriter(pool, db.Dialect, capture.WithLogger(slog.New(slog.NewJSONHandler(s.log, nil))))
+	w := capture.NewWriter(pool, db.Dialect, s.logger())
 	ctx := context.Background()
 	require.NoError(t, w.Record(ctx, frame("toolu_1", at(0))))
 	require.NoError(t, w.Record(ctx, frame("toolu_2", at(0))))
@@ -219,21 +199,15 @@ func TestRecord_RetriesRealSerializationFailures(t *testing.T) {
 	pool, err := sql.Open("pgx", dbtest.WithParam(t, db.DSN, "default_transaction_isolation", "serializable"))
 	require.NoError(t, err)
 	t.Cleanup(func() { pool.Close() })
-	w := capture.NewWriter(pool, db.Dialect, capture.WithLogger(slog.New(slog.NewJSONHandler(s.log, nil))))
+	w := capture.NewWriter(pool, db.Dialect, s.logger())
 
 	const n = 48
-	var wg sync.WaitGroup
-	errs := make([]error, n)
-	for i := range n {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			errs[i] = w.Record(context.Background(), frame(fmt.Sprintf("toolu_%d", i%3), at(time.Duration(i)*time.Millisecond),
-				func(f *capture.Frame) { f.Subagent.TotalTokens = int64(1000 + i) }))
-		}()
+	frames := make([]capture.Frame, n)
+	for i := range frames {
+		frames[i] = frame(fmt.Sprintf("toolu_%d", i%3), at(time.Duration(i)*time.Millisecond),
+			func(f *capture.Frame) { f.Subagent.TotalTokens = int64(1000 + i) })
 	}
-	wg.Wait()
-	for _, err := range errs {
+	for _, err := range recordAll(w, frames) {
 		require.NoError(t, err)
 	}
 	c := w.Counters()

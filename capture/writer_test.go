@@ -43,6 +43,21 @@ func TestRecord_AC1_AC30_CreateIsLiveAtObservation(t *testing.T) {
 	})
 }
 
+// A row Record creates gets a random version 4 UUID as its id, a new one per
+// row.
+func TestRecord_RowIDIsARandomUUID(t *testing.T) {
+	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
+		s := newStore(t, db)
+		s.record(t, frame("toolu_1", at(0)), frame("toolu_2", at(1)))
+		ids := s.Strings(t, `SELECT id FROM task_session_subagents ORDER BY tool_call_id`)
+		require.Len(t, ids, 2)
+		for _, id := range ids {
+			require.Regexp(t, `^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$`, id)
+		}
+		require.NotEqual(t, ids[0], ids[1])
+	})
+}
+
 // AC-1 on the merge path: a live frame without an execution id lands on a
 // backfilled row (both use the 'unknown' sentinel). source and observed_at
 // stay; every other column fills forward.
@@ -352,6 +367,22 @@ func TestRecord_AC11_AC12_SettlementFreezesOnlyStatusAndSettledAt(t *testing.T) 
 			})
 		})
 	}
+}
+
+// AC-12 on a row an older writer left terminal with settled_at NULL: a late
+// non-terminal frame must not unsettle it, and AC-5 still fills the rest.
+func TestRecord_AC12_StoredTerminalStatusFreezesWithoutSettledAt(t *testing.T) {
+	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
+		s := newStore(t, db)
+		db.Exec(t, `INSERT INTO task_session_subagents (id, task_session_id, task_id, agent_execution_id, tool_call_id, tool_status, observed_at, updated_at)
+ VALUES ('legacy-1', 'sess-a', 'task-a', 'unknown', 'toolu_legacy', 'completed', '2026-07-30 01:00:00+00:00', '2026-07-30 01:00:00+00:00')`)
+		s.record(t, capture.Frame{SessionID: sessA, TaskID: taskA, ToolCallID: "toolu_legacy", ToolStatus: "in_progress",
+			ObservedAt: at(0), Subagent: capture.SubagentTask{Model: "claude-opus-5[1m]"}})
+		r := s.one(t, "unknown", "toolu_legacy")
+		require.Equal(t, "completed", *r.ToolStatus)
+		require.Nil(t, r.SettledAt, "no settlement instant is fabricated")
+		require.Equal(t, "claude-opus-5[1m]", *r.Model)
+	})
 }
 
 // is_async is sticky: set on a positive report, never back to 0.

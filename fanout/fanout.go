@@ -18,6 +18,7 @@ import (
 
 	"github.com/schemastate/schemastate/capture"
 	"github.com/schemastate/schemastate/dialect"
+	"github.com/schemastate/schemastate/internal/readonly"
 	"github.com/schemastate/schemastate/keys"
 )
 
@@ -158,11 +159,7 @@ func inSnapshot(ctx context.Context, db *sql.DB, fn func(*reader) error, s *Summ
 	if err != nil {
 		return fmt.Errorf("fanout: %w", err)
 	}
-	txo := &sql.TxOptions{ReadOnly: true}
-	if d == dialect.Postgres {
-		txo.Isolation = sql.LevelRepeatableRead
-	}
-	tx, err := db.BeginTx(ctx, txo)
+	tx, err := readonly.Begin(ctx, db, d)
 	if err != nil {
 		return fmt.Errorf("fanout: begin read transaction: %w", err)
 	}

@@ -191,9 +191,11 @@ func TestFanout_AC24b_WithoutExecutionSinceNothingIsAnIdentity(t *testing.T) {
 func TestFanout_AC25_RetriedBackfill(t *testing.T) {
 	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
 		db.Host(t)
-		failAt(t, db, reconcile.FailpointBackfillInserted)
-		time.Sleep(time.Millisecond)
-		now := time.Now()
+		// execution_since is sampled at a known instant in the past, so the
+		// frame and the messages are after it by construction.
+		since := time.Now().Add(-time.Second)
+		failAt(t, db, reconcile.FailpointBackfillInserted, reconcile.WithClock(func() time.Time { return since }))
+		now := since.Add(time.Millisecond)
 		record(t, db, "s1", "k1", "toolu_1", execA, now)
 		message(t, db, "m1", "s1", "k1", "toolu_1", now.Add(time.Millisecond))
 		message(t, db, "m2", "s1", "k1", "toolu_2", now.Add(2*time.Millisecond))

@@ -39,15 +39,16 @@ func mustReconcile(t *testing.T, db *dbtest.DB, opts ...reconcile.Option) {
 }
 
 // failAt runs a reconcile that fails at one failpoint, as a database error
-// there would: the step fails, the boot goes on (AC-20).
-func failAt(t *testing.T, db *dbtest.DB, point string) {
+// there would: the step fails, the boot goes on (AC-20). opts are added to
+// the reconcile's options.
+func failAt(t *testing.T, db *dbtest.DB, point string, opts ...reconcile.Option) {
 	t.Helper()
-	_, err := reconcile.Reconcile(ctx, db.DB, reconcile.WithLogger(quiet), reconcile.WithFailpoint(func(p string) error {
+	_, err := reconcile.Reconcile(ctx, db.DB, append([]reconcile.Option{reconcile.WithLogger(quiet), reconcile.WithFailpoint(func(p string) error {
 		if p == point {
 			return errors.New("forced failure at " + p)
 		}
 		return nil
-	}))
+	})}, opts...)...)
 	require.ErrorIs(t, err, reconcile.ErrStepFailed)
 }
 

@@ -7,6 +7,7 @@ import (
 
 	"github.com/schemastate/schemastate/capture"
 	"github.com/schemastate/schemastate/dialect"
+	"github.com/schemastate/schemastate/internal/readonly"
 	"github.com/schemastate/schemastate/keys"
 )
 
@@ -122,13 +123,7 @@ GROUP BY identity, source`
 // tableExists reports whether table exists, resolved as the statements
 // resolve it (on PostgreSQL through search_path).
 func tableExists(ctx context.Context, q dialect.Querier, d dialect.Dialect, table string) (bool, error) {
-	var found bool
-	var err error
-	if d == dialect.Postgres {
-		err = q.QueryRowContext(ctx, `SELECT to_regclass($1) IS NOT NULL`, table).Scan(&found)
-	} else {
-		err = q.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?)`, table).Scan(&found)
-	}
+	found, err := readonly.TableExists(ctx, q, d, table)
 	if err != nil {
 		return false, fmt.Errorf("fanout: look up table %s: %w", table, err)
 	}
@@ -137,13 +132,7 @@ func tableExists(ctx context.Context, q dialect.Querier, d dialect.Dialect, tabl
 
 // columnExists reports whether table has column.
 func columnExists(ctx context.Context, q dialect.Querier, d dialect.Dialect, table, column string) (bool, error) {
-	var found bool
-	var err error
-	if d == dialect.Postgres {
-		err = q.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = to_regclass($1) AND attname = $2 AND attnum > 0 AND NOT attisdropped)`, table, column).Scan(&found)
-	} else {
-		err = q.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM pragma_table_info(?) WHERE name = ?)`, table, column).Scan(&found)
-	}
+	found, err := readonly.ColumnExists(ctx, q, d, table, column)
 	if err != nil {
 		return false, fmt.Errorf("fanout: look up column %s.%s: %w", table, column, err)
 	}

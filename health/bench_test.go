@@ -3,8 +3,6 @@ package health_test
 import (
 	"context"
 	"fmt"
-	"io"
-	"log/slog"
 	"os"
 	"strconv"
 	"testing"
@@ -73,7 +71,7 @@ func BenchmarkHealth(b *testing.B) {
 func seedBench(b *testing.B, ctx context.Context, db *dbtest.DB, n int) {
 	b.Helper()
 	db.Host(b)
-	_, err := reconcile.Reconcile(ctx, db.DB, reconcile.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))))
+	_, err := reconcile.Reconcile(ctx, db.DB, quiet)
 	require.NoError(b, err)
 	tx, err := db.BeginTx(ctx, nil)
 	require.NoError(b, err)

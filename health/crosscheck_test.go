@@ -5,8 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"log/slog"
-	"sort"
+	"maps"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -114,7 +114,7 @@ func TestCrosscheck_AC21a_AC28_BackfillSkipsAreNotShortfall(t *testing.T) {
 				want[m.liveToolCallID] = true
 			}
 		}
-		require.Equal(t, sortedKeys(want), s.toolCallIDs(), "rows the backfill wrote")
+		require.Equal(t, slices.Sorted(maps.Keys(want)), s.toolCallIDs(), "rows the backfill wrote")
 
 		r := s.eval()
 		require.Equal(t, counts{health.Healthy, 0, 0, 0}, countsOf(r),
@@ -152,26 +152,9 @@ func TestCrosscheck_AC2_AC21a_LiveSkipsWhatTheBackfillSkips(t *testing.T) {
 
 func (s *store) toolCallIDs() []string {
 	s.t.Helper()
-	rs, err := s.db.QueryContext(s.ctx, `SELECT tool_call_id FROM task_session_subagents`)
-	require.NoError(s.t, err)
-	defer rs.Close()
-	out := map[string]bool{}
-	for rs.Next() {
-		var v string
-		require.NoError(s.t, rs.Scan(&v))
-		out[v] = true
-	}
-	require.NoError(s.t, rs.Err())
-	return sortedKeys(out)
-}
-
-func sortedKeys(m map[string]bool) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	sort.Strings(out)
-	return out
+	ids := dbtest.StringsFrom(s.t, s.db, `SELECT DISTINCT tool_call_id FROM task_session_subagents`)
+	slices.Sort(ids)
+	return ids
 }
 
 // histMeta is a historical subagent message's metadata as the host writes it.
@@ -214,7 +197,7 @@ func TestCrosscheck_EndToEnd_ReconcileCaptureHealth(t *testing.T) {
 		s.rawMessage("s3", "task-s3", "{bad", old(10))
 		s.rawMessage("s3", "task-s3", `{"text":"an ordinary message"}`, old(11))
 
-		rep, err := reconcile.Reconcile(ctx, db.DB, reconcile.WithLogger(slog.New(slog.DiscardHandler)))
+		rep, err := reconcile.Reconcile(ctx, db.DB, quiet)
 		require.NoError(t, err)
 		require.NotNil(t, rep)
 		require.Equal(t, 7, s.rowCount(`source = 'backfill'`), "one row per distinct qualifying (session, tool_call_id)")

@@ -5,8 +5,6 @@ import (
 	"database/sql"
 	"encoding/json"
 	"fmt"
-	"io"
-	"log/slog"
 	"strings"
 	"testing"
 	"time"
@@ -136,7 +134,7 @@ func runDifferential(t *testing.T, d dialect.Dialect, unreadable []string) diffS
 			WHERE metadata LIKE '{%' AND metadata LIKE '%"subagent_task"%' AND id NOT LIKE 'irr-%') AS sub WHERE n % 7 = 0)`)
 
 	// The backfill, as the host's boot runs it.
-	rep, err := reconcile.Reconcile(ctx, db.DB, reconcile.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))))
+	rep, err := reconcile.Reconcile(ctx, db.DB, quiet)
 	require.NoError(t, err)
 	require.NoError(t, rep.Err())
 	s := diffStore{db: db, backfill: rep.Step(reconcile.StepBackfill)}

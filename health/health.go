@@ -22,6 +22,7 @@ import (
 	"strings"
 
 	"github.com/schemastate/schemastate/dialect"
+	"github.com/schemastate/schemastate/internal/readonly"
 	"github.com/schemastate/schemastate/keys"
 )
 
@@ -109,11 +110,11 @@ func Evaluate(ctx context.Context, db *sql.DB, opts ...Option) (*Report, error) 
 		o.dialect = d
 	}
 	d := o.dialect
-	txo := &sql.TxOptions{ReadOnly: true}
-	if d == dialect.Postgres {
-		txo.Isolation = sql.LevelRepeatableRead
+	q, err := dialects.For(d)
+	if err != nil {
+		return nil, fmt.Errorf("health: %w", err)
 	}
-	tx, err := db.BeginTx(ctx, txo)
+	tx, err := readonly.Begin(ctx, db, d)
 	if err != nil {
 		return nil, fmt.Errorf("health: begin read transaction: %w", err)
 	}
@@ -152,7 +153,7 @@ func Evaluate(ctx context.Context, db *sql.DB, opts ...Option) (*Report, error) 
 	// evaluation). Queries keeps the normative statements, which give the
 	// same numbers.
 	var c counts
-	if err := evaluate(ctx, tx, d, b.Arg(), &c); err != nil {
+	if err := evaluate(ctx, tx, q, d, b.Arg(), &c); err != nil {
 		return nil, fmt.Errorf("health: shortfall, excess, collisions and last observed: %w", err)
 	}
 	o.hook("counts")
@@ -198,13 +199,7 @@ func verdict(r *Report) Verdict {
 func requireTables(ctx context.Context, q dialect.Querier, d dialect.Dialect, names ...string) error {
 	var missing []string
 	for _, n := range names {
-		var found bool
-		var err error
-		if d == dialect.Postgres {
-			err = q.QueryRowContext(ctx, `SELECT to_regclass($1) IS NOT NULL`, n).Scan(&found)
-		} else {
-			err = q.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?)`, n).Scan(&found)
-		}
+		found, err := readonly.TableExists(ctx, q, d, n)
 		if err != nil {
 			return fmt.Errorf("health: look up table %s: %w", n, err)
 		}

@@ -563,3 +563,14 @@ func TestHealth_AC28_UnreadableCreatedAtIsCounted(t *testing.T) {
 	require.NotNil(t, r.UnreadableCreatedAt)
 	require.EqualValues(t, 3, *r.UnreadableCreatedAt)
 }
+
+// A dialect other than the two is refused before anything is read: it does
+// not take SQLite's statements.
+func TestHealth_UnknownDialectIsAnError(t *testing.T) {
+	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
+		_, err := health.Evaluate(context.Background(), db.DB, health.WithDialect("mysql"))
+		require.ErrorContains(t, err, `unsupported dialect "mysql"`)
+		require.Panics(t, func() { health.Queries("mysql") })
+		require.Panics(t, func() { health.FloorQuery("mysql") })
+	})
+}

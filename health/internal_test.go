@@ -201,14 +201,7 @@ func TestMsgCTE_MetadataNormalizationMatchesParser(t *testing.T) {
 		b, err := keys.NewBoundary(keys.Format(since))
 		require.NoError(t, err)
 		rows, err := db.QueryContext(ctx, q.msgCTE+"\nSELECT msg.task_id, "+metaText+" FROM msg WHERE "+keys.AtOrAfter(db.Dialect, "msg.created_at", q.param), b.Arg())
-		require.NoError(t, err)
-		got := map[string]string{}
-		for rows.Next() {
-			var id, m string
-			require.NoError(t, rows.Scan(&id, &m))
-			got[id] = m
-		}
-		require.NoError(t, rows.Err())
+		got := metaByTask(t, rows, err)
 		require.Less(t, len(got), len(corpus), "the text test must leave rows out")
 
 		accepted := requireReadAsParsed(t, ctx, db, corpus, got, "msg CTE gave", db.Dialect == dialect.Postgres)
@@ -278,15 +271,7 @@ func TestEvalCTE_PostgresDecidesExactlyAsTheParser(t *testing.T) {
 	require.NoError(t, err)
 	defer tx.Rollback() //nolint:errcheck // read-only
 
-	rows, err := tx.QueryContext(ctx, pgCandidates("m.id"), b.Arg())
-	require.NoError(t, err)
-	var ids []string
-	for rows.Next() {
-		var id string
-		require.NoError(t, rows.Scan(&id))
-		ids = append(ids, id)
-	}
-	require.NoError(t, rows.Err())
+	ids := dbtest.StringsFrom(t, tx, pgCandidates("m.id"), b.Arg())
 	bad, err := postgresUnparseable(ctx, tx, ids)
 	require.NoError(t, err)
 	require.NotEmpty(t, bad)
@@ -294,9 +279,22 @@ func TestEvalCTE_PostgresDecidesExactlyAsTheParser(t *testing.T) {
 	excluded, readable, err := postgresReadable(ctx, tx, bad)
 	require.NoError(t, err)
 	require.NotEmpty(t, readable, "the corpus holds documents refused only for an escape")
-	rows, err = tx.QueryContext(ctx, postgresEvalCTE()+`
+	rows, err := tx.QueryContext(ctx, postgresEvalCTE()+`
 SELECT c.task_id, m.meta::text FROM msg m JOIN candidate c ON c.task_session_id = m.task_session_id AND c.task_id = m.task_id`, b.Arg(), excluded, readable)
+	got := metaByTask(t, rows, err)
+	require.NoError(t, tx.Commit())
+
+	accepted := requireReadAsParsed(t, ctx, db, corpus, got, "evaluation read", false)
+	require.Greater(t, accepted, 20)
+	require.Less(t, accepted, len(corpus)-100)
+}
+
+// metaByTask reads the (task id, meta) rows a query returned (its error
+// is err) into a map by task id.
+func metaByTask(t *testing.T, rows *sql.Rows, err error) map[string]string {
+	t.Helper()
 	require.NoError(t, err)
+	defer rows.Close()
 	got := map[string]string{}
 	for rows.Next() {
 		var id, m string
@@ -304,11 +302,7 @@ SELECT c.task_id, m.meta::text FROM msg m JOIN candidate c ON c.task_session_id 
 		got[id] = m
 	}
 	require.NoError(t, rows.Err())
-	require.NoError(t, tx.Commit())
-
-	accepted := requireReadAsParsed(t, ctx, db, corpus, got, "evaluation read", false)
-	require.Greater(t, accepted, 20)
-	require.Less(t, accepted, len(corpus)-100)
+	return got
 }
 
 // requireReadAsParsed checks what a statement read as each corpus document's

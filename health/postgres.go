@@ -9,8 +9,8 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 
-	"github.com/schemastate/schemastate/dialect"
 	"github.com/schemastate/schemastate/internal/jsonfield"
+	"github.com/schemastate/schemastate/internal/readonly"
 )
 
 // PostgreSQL 15 has neither IS JSON nor pg_input_is_valid, a cast of
@@ -25,29 +25,15 @@ import (
 
 const pgSavepoint = "schemastate_health"
 
-// evaluatePostgres runs evaluation on tx (REPEATABLE READ READ ONLY) and
+// evaluatePostgres runs evaluation q on tx (REPEATABLE READ READ ONLY) and
 // scans its one row into c.
-func evaluatePostgres(ctx context.Context, tx *sql.Tx, since string, c *counts) error {
-	q := evaluation(dialect.Postgres)
+func evaluatePostgres(ctx context.Context, tx *sql.Tx, q, since string, c *counts) error {
 	err := inSavepoint(ctx, tx, func() error { return c.scan(tx.QueryRowContext(ctx, q, since, []string{}, []string{})) })
 	if !unparseable(err) {
 		return err
 	}
-	rows, err := tx.QueryContext(ctx, pgCandidates("m.id"), since)
+	ids, err := readonly.Strings(ctx, tx, pgCandidates("m.id"), since)
 	if err != nil {
-		return fmt.Errorf("candidate messages: %w", err)
-	}
-	var ids []string
-	for rows.Next() {
-		var id string
-		if err := rows.Scan(&id); err != nil {
-			rows.Close()
-			return fmt.Errorf("candidate messages: %w", err)
-		}
-		ids = append(ids, id)
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
 		return fmt.Errorf("candidate messages: %w", err)
 	}
 	bad, err := postgresUnparseable(ctx, tx, ids)
@@ -69,25 +55,14 @@ func postgresReadable(ctx context.Context, tx *sql.Tx, bad []string) (excluded, 
 	if len(bad) == 0 {
 		return nil, nil, nil
 	}
-	rows, err := tx.QueryContext(ctx, `SELECT m.id FROM task_session_messages m WHERE m.id = ANY($1) AND `+
+	maybe, err := readonly.Strings(ctx, tx, `SELECT m.id FROM task_session_messages m WHERE m.id = ANY($1) AND `+
 		jsonfield.PostgresMayHoldUnstorable("m.metadata::text"), bad)
 	if err != nil {
 		return nil, nil, fmt.Errorf("candidate messages: %w", err)
 	}
 	escaped := map[string]bool{}
-	var maybe []string
-	for rows.Next() {
-		var id string
-		if err := rows.Scan(&id); err != nil {
-			rows.Close()
-			return nil, nil, fmt.Errorf("candidate messages: %w", err)
-		}
+	for _, id := range maybe {
 		escaped[id] = true
-		maybe = append(maybe, id)
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return nil, nil, fmt.Errorf("candidate messages: %w", err)
 	}
 	still, err := unparseableAs(ctx, tx, maybe, jsonfield.PostgresReadable("c.doc"))
 	if err != nil {

@@ -6,7 +6,7 @@ import (
 	"fmt"
 
 	"github.com/schemastate/schemastate/dialect"
-	"github.com/schemastate/schemastate/internal/jsonfield"
+	"github.com/schemastate/schemastate/internal/perdialect"
 	"github.com/schemastate/schemastate/keys"
 )
 
@@ -36,7 +36,8 @@ type Statements struct {
 	LastObservedAt string
 }
 
-// Queries returns the health statements for dialect d.
+// Queries returns the health statements for dialect d. It panics on a
+// dialect other than the two (dialect.Detect never returns one).
 func Queries(d dialect.Dialect) Statements {
 	q := sqlFor(d)
 	since := func(col string) string { return keys.AtOrAfter(d, col, q.param) }
@@ -156,231 +157,48 @@ func (c *counts) scan(row *sql.Row) error {
 
 // evaluate runs evaluation on tx with the boundary since and scans its row
 // into c: one statement on SQLite; on PostgreSQL, see evaluatePostgres.
-func evaluate(ctx context.Context, tx *sql.Tx, d dialect.Dialect, since string, c *counts) error {
-	if d == dialect.Postgres {
-		return evaluatePostgres(ctx, tx, since, c)
-	}
-	return c.scan(tx.QueryRowContext(ctx, evaluation(d), since))
+func evaluate(ctx context.Context, tx *sql.Tx, q dialectSQL, d dialect.Dialect, since string, c *counts) error {
+	return q.evaluate(ctx, tx, evaluation(d), since, c)
 }
 
 // FloorQuery is one full scan of the qualifying-message predicate with the
 // metadata normalization Evaluate applies: the least work any correct health
 // check must do. The benchmark compares Evaluate against it. On PostgreSQL it
 // casts every candidate, so it raises when one is malformed — a measuring
-// stick for a store without such a document, not a check.
+// stick for a store without such a document, not a check. It panics on a
+// dialect other than the two.
 func FloorQuery(d dialect.Dialect) string {
 	q := sqlFor(d)
-	cte := q.evalCTE
-	if d == dialect.Postgres {
-		cte = postgresEvalCTEExcluding("'{}'", "'{}'")
-	}
-	return cte + fmt.Sprintf(`
+	return q.floorCTE + fmt.Sprintf(`
 SELECT COUNT(*)
 FROM msg
 WHERE %s = 'subagent_task'
   AND %s`, q.kind, keys.AtOrAfter(d, "msg.created_at", q.param))
 }
 
-// dialectSQL holds the only parts of the statements that differ by dialect.
+// dialectSQL holds the only parts of the statements that differ by dialect
+// (sql_<dialect>.go).
 type dialectSQL struct {
 	param  string // the single bind parameter, repeated wherever :since appears
 	msgCTE string // WITH … msg AS (task_session_id, task_id, created_at, meta), for Queries
 	// evalCTE is msg as evaluation reads it: the same columns, holding the
 	// subagent candidates in the window and those whose created_at is not a
 	// time. On SQLite it is msgCTE; see postgresEvalCTE for PostgreSQL.
-	evalCTE    string
+	evalCTE string
+	// floorCTE is msg as FloorQuery reads it: evalCTE with nothing left out.
+	floorCTE   string
 	kind       string // metadata.normalized.kind as text
 	toolCallID string // metadata.tool_call_id when it is a JSON string, else NULL
+
+	// evaluate runs the evaluation statement stmt on tx and scans its row
+	// into c.
+	evaluate func(ctx context.Context, tx *sql.Tx, stmt, since string, c *counts) error
 }
 
-func sqlFor(d dialect.Dialect) dialectSQL {
-	if d == dialect.Postgres {
-		return dialectSQL{
-			param:   "$1",
-			msgCTE:  postgresMsgCTE(),
-			evalCTE: postgresEvalCTE(),
-			kind:    "msg.meta #>> '{normalized,kind}'",
-			// A tool_call_id that is not a JSON string is missing, as the
-			// backfill reads it (AC-21a): such a message is never expected.
-			toolCallID: "(CASE WHEN jsonb_typeof(msg.meta -> 'tool_call_id') = 'string' THEN msg.meta ->> 'tool_call_id' END)",
-		}
-	}
-	// Through jsonfield, as the backfill reads them: a member named twice
-	// reads its last value, as on PostgreSQL, and a tool_call_id holding a
-	// NUL or a lone surrogate (a \u0000 or unpaired \ud800 escape) is
-	// missing, as PostgreSQL reads it and the backfill skips it.
-	str := func(typ, val string) string { return fmt.Sprintf("CASE WHEN %s = 'text' THEN %s END", typ, val) }
-	id := func(typ, val string) string {
-		return fmt.Sprintf("CASE WHEN %s = 'text' AND %s THEN %s END", typ, jsonfield.SQLiteStorable(val), val)
-	}
-	return dialectSQL{
-		param:      "?1",
-		msgCTE:     sqliteMsgCTE,
-		evalCTE:    sqliteMsgCTE,
-		kind:       jsonfield.SQLite("msg.meta", []string{"normalized", "kind"}, str),
-		toolCallID: jsonfield.SQLite("msg.meta", []string{"tool_call_id"}, id),
-	}
-}
+// dialects are the parts of the statements of each dialect.
+var dialects = perdialect.Of[dialectSQL]{Postgres: postgresSQL(), SQLite: sqliteSQL()}
 
-// sqliteMsgCTE is the msg CTE (AC-23b's normalization, applied to the rows the
-// anti-joins read): any metadata that is not a JSON object — NULL, ”, 'null',
-// malformed text, an array, a scalar — becomes '{}', so no row can make
-// json_extract raise. The nested CASE is deliberate: SQLite does not promise
-// to short-circuit AND, and json_type raises on malformed input.
-//
-// Only messages that can be subagent messages are in it: a JSON document
-// whose normalized.kind is "subagent_task" holds that text verbatim or spells
-// one of its characters (a-z, _) as a \u00XX escape, so a plain text test
-// leaves out, unparsed, every row that would read '{}' here and could never
-// match the anti-joins' kind predicate — the counts are those of the full set.
-//
-// The unary + on task_session_id keeps SQLite from walking the messages table
-// in session-index order to feed the EXCEPT (random reads, ~2.5x slower than
-// one sequential scan on a 20k-message store); it changes no value.
-const sqliteMsgCTE = `WITH msg AS (
-  SELECT +m.task_session_id AS task_session_id, m.task_id, m.created_at,
-    (CASE WHEN json_valid(m.metadata)
-      THEN (CASE WHEN json_type(m.metadata) = 'object' THEN m.metadata ELSE '{}' END)
-      ELSE '{}' END) AS meta
-  FROM task_session_messages m
-  WHERE instr(m.metadata, 'subagent_task') > 0
-    OR (instr(m.metadata, '\u00') > 0 AND (m.metadata GLOB '*\u00[67]*' OR m.metadata GLOB '*\u005[fF]*'))
-)`
-
-// postgresMsgCTE is the msg CTE of the verbatim statements (Queries) on
-// PostgreSQL; Evaluate reads postgresEvalCTE, which is exact.
-// PostgreSQL 15 has neither IS JSON nor pg_input_is_valid, and metadata::jsonb
-// raises on any invalid text, aborting the whole statement. Creating a
-// function with an exception handler would be a schema change in the host's
-// database and would not run on a read-only replica or role, and a statement
-// run verbatim cannot trap the cast. So the check is plain SQL that decides,
-// without casting, whether the cast would succeed — conservatively, within
-// the bounds below:
-//
-//  1. Only rows that can possibly be subagent messages are examined: a JSON
-//     document whose normalized.kind is "subagent_task" contains that literal,
-//     or spells one of its characters (a-z, _) as a \u00XX escape. Every other
-//     row is left out of msg without further work (as on SQLite: it could
-//     never match the kind predicate), and so are rows before :since.
-//  2. Strings, aligned: every string is found by a permissive pattern that
-//     cannot lose its place (a quote, then anything up to the first unescaped
-//     quote) and wrapped in < >; only wrapped strings whose body is valid for
-//     jsonb — no raw control character, only the escapes jsonb accepts (no
-//     \u0000; surrogates only as a high+low pair) — collapse to "". An invalid
-//     string keeps its < > and can never reduce.
-//  3. Numbers and literals become 0 and JSON whitespace is removed. No run
-//     of digits may reach 6000: then no number has more digits than
-//     numeric_in accepts with a four-digit exponent (such a document is
-//     judged invalid, never cast). What is left of the document must be
-//     under 100000 characters — a valid subagent document with thousands of
-//     strings still qualifies, as it does for the backfill.
-//  4. Innermost {"":v,…} and [v,…] reduce to 0 until nothing changes, at
-//     most 1000 levels deep (SQLite's JSON depth limit; far deeper nesting
-//     exhausts the jsonb parser's stack). With the size limit this bounds
-//     the work one pathological document can cost. The document is a valid
-//     JSON object exactly when it started with { and reduced to the single
-//     token 0.
-//
-// A document holding a \u0000 or a lone-surrogate escape, which jsonb
-// refuses, is first read with each string holding one as null
-// (jsonfield.PostgresReadable), as the backfill reads it: its other members
-// count. Only rows that pass are cast and make up msg; a candidate that fails
-// reads '{}'. candidate is MATERIALIZED so the planner cannot push the regular
-// expressions below the cheap strpos prefilter and run them over every
-// message, and it carries the columns msg needs, so the messages table is
-// scanned once.
-const (
-	pgMayNameKind  = `\\u00(?:[67][0-9a-fA-F]|5[fF])`
-	pgAnyString    = `"[^"\\]*(?:\\.[^"\\]*)*"`
-	pgHex4         = `(?:[1-9a-cA-CefEF][0-9a-fA-F]{3}|[dD][0-7][0-9a-fA-F]{2}|0(?:[1-9a-fA-F][0-9a-fA-F]{2}|0(?:[1-9a-fA-F][0-9a-fA-F]|0[1-9a-fA-F]))|[dD][89abAB][0-9a-fA-F]{2}\\u[dD][c-fC-F][0-9a-fA-F]{2})`
-	pgValidWrapped = `<"[^"\\\x01-\x1f]*(?:\\(?:["\\/bfnrt]|u` + pgHex4 + `)[^"\\\x01-\x1f]*)*">`
-	pgScalar       = `-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]{1,4})?|true|false|null`
-	pgInnermost    = `\{(?:""\:(?:""|0)(?:,""\:(?:""|0))*)?\}|\[(?:(?:""|0)(?:,(?:""|0))*)?\]`
-)
-
-func postgresMsgCTE() string {
-	return fmt.Sprintf(`WITH RECURSIVE readable AS MATERIALIZED (
-  SELECT m.id, m.task_session_id, m.task_id, m.created_at,
-    (CASE WHEN %[7]s THEN %[8]s ELSE m.metadata END) AS metadata
-  FROM task_session_messages m
-  WHERE (strpos(m.metadata, 'subagent_task') > 0
-      OR (strpos(m.metadata, '\u') > 0 AND m.metadata ~ '%[5]s'))
-    AND %[6]s
-), candidate AS MATERIALIZED (
-  SELECT r.id, r.task_session_id, r.task_id, r.created_at, r.metadata,
-    regexp_replace(regexp_replace(r.metadata,
-      '%[1]s', '<\&>', 'g'),
-      '%[2]s', '""', 'g') AS strings
-  FROM readable r
-), reduced (id, tok, depth) AS (
-  SELECT id, regexp_replace(regexp_replace(strings, '%[3]s', '0', 'g'), '[ \t\n\r]+', '', 'g'), 0
-  FROM candidate
-  WHERE length(strings) < 100000 AND left(ltrim(strings, E' \t\n\r'), 1) = '{'
-    AND (strings !~ '[0-9]{250}' OR NOT EXISTS (
-      SELECT 1 FROM regexp_matches(strings, '[0-9]{250,}', 'g') AS run (digits) WHERE length(run.digits[1]) >= 6000))
-  UNION ALL
-  SELECT id, regexp_replace(tok, '%[4]s', '0', 'g'), depth + 1
-  FROM reduced
-  WHERE tok ~ '%[4]s' AND depth < 1000
-), object_metadata AS (
-  SELECT id FROM reduced WHERE tok = '0'
-), msg AS (
-  SELECT c.task_session_id, c.task_id, c.created_at,
-    (CASE WHEN c.id IN (SELECT id FROM object_metadata) THEN c.metadata::jsonb ELSE '{}'::jsonb END) AS meta
-  FROM candidate c
-)`, pgAnyString, pgValidWrapped, pgScalar, pgInnermost, pgMayNameKind, keys.AtOrAfter(dialect.Postgres, "m.created_at", "$1"),
-		jsonfield.PostgresMayHoldUnstorable("m.metadata"), jsonfield.PostgresReadable("m.metadata"))
-}
-
-// pgCandidates selects the rows whose metadata can name subagent_task (the
-// same text test as postgresMsgCTE's, its \u00 test first) and whose
-// created_at is at or after $1 or not a time at all. The two windows are
-// disjoint and each is a plain range or NULL test on created_at, so the
-// planner can walk the created_at index over the window instead of reading
-// every message: one OR of the two sent it to a sequential scan of the
-// whole table.
-func pgCandidates(cols string) string {
-	one := func(window string) string {
-		return fmt.Sprintf(`SELECT %s
-  FROM task_session_messages m
-  WHERE (strpos(m.metadata::text, 'subagent_task') > 0
-      OR (strpos(m.metadata::text, '\u00') > 0 AND m.metadata::text ~ '%s'))
-    AND %s`, cols, pgMayNameKind, window)
-	}
-	return one(keys.AtOrAfter(dialect.Postgres, "m.created_at", "$1")) + "\nUNION ALL\n" + one("m.created_at IS NULL")
-}
-
-// postgresEvalCTE is the msg CTE of Evaluate on PostgreSQL, exact for a
-// document of any size, with no function and no write, so it runs on a
-// read-only replica or role. PostgreSQL's own parser decides: every
-// candidate's metadata is cast to jsonb, except the ids listed in $2 (a
-// text[]), which read as '{}', and those listed in $3, read with each string
-// holding a \u0000 or lone-surrogate escape as null
-// (jsonfield.PostgresReadable) — the documents jsonb refuses only for such an
-// escape, read as the backfill reads them. Evaluate runs it first with both
-// empty: when no candidate is malformed — the common case — that one
-// statement is the whole evaluation. When the cast raises, Evaluate rolls
-// back to a savepoint, asks the parser about the candidates one subset at a
-// time (postgresUnparseable, postgresReadable), and runs it again listing
-// them, in the same REPEATABLE READ snapshot (AC-28b). A document that casts
-// to anything but an object reads '{}', as on SQLite.
-func postgresEvalCTE() string { return postgresEvalCTEExcluding("$2", "$3") }
-
-// postgresEvalCTEExcluding is postgresEvalCTE with the excluded ids read
-// from excluded and the ids read through jsonfield.PostgresReadable from
-// readable, text[] expressions.
-func postgresEvalCTEExcluding(excluded, readable string) string {
-	return `WITH candidate AS MATERIALIZED (
-  ` + pgCandidates("m.id, m.task_session_id, m.task_id, m.created_at, m.metadata::text AS doc") + `
-), parsed AS MATERIALIZED (
-  SELECT c.task_session_id, c.task_id, c.created_at,
-    (CASE WHEN c.id IN (SELECT unnest(CAST(` + excluded + ` AS text[]))) THEN NULL
-      WHEN c.id IN (SELECT unnest(CAST(` + readable + ` AS text[]))) THEN CAST(` + jsonfield.PostgresReadable("c.doc") + ` AS jsonb)
-      ELSE CAST(c.doc AS jsonb) END) AS j
-  FROM candidate c
-), msg AS (
-  SELECT task_session_id, task_id, created_at,
-    (CASE WHEN jsonb_typeof(j) = 'object' THEN j ELSE '{}'::jsonb END) AS meta
-  FROM parsed
-)`
-}
+// sqlFor is d's dialectSQL; it panics on a dialect other than the two (the
+// exported Queries and FloorQuery have no error to return; Evaluate checks
+// the dialect first).
+func sqlFor(d dialect.Dialect) dialectSQL { return dialects.Must(d) }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"log/slog"
 	"testing"
 	"time"
@@ -26,13 +25,16 @@ type store struct {
 	n   int
 }
 
+// quiet is the reconcile option that logs nothing.
+var quiet = reconcile.WithLogger(slog.New(slog.DiscardHandler))
+
 // newStore creates the host tables, reconciles the declared table, and clears
 // kandev_meta so each test constructs its own key state.
 func newStore(t *testing.T, db *dbtest.DB) *store {
 	t.Helper()
 	ctx := context.Background()
 	db.Host(t)
-	_, err := reconcile.Reconcile(ctx, db.DB, reconcile.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))))
+	_, err := reconcile.Reconcile(ctx, db.DB, quiet)
 	require.NoError(t, err)
 	_, err = db.ExecContext(ctx, `DELETE FROM kandev_meta`)
 	require.NoError(t, err)

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/schemastate/schemastate/dialect"
+	"github.com/schemastate/schemastate/internal/perdialect"
 )
 
 // AC-24e: every comparison between a key and a timestamp column is a timestamp
@@ -78,23 +79,13 @@ func (b Boundary) Time() time.Time { return b.t }
 // bare time of day (a time on 2000-01-01) — none of them an instant the host
 // stored, and none of them a value a PostgreSQL timestamp column can hold
 // (its input refuses the last two and resolves 'now' once, on insert).
-func ColumnExpr(d dialect.Dialect, col string) string {
-	if d == dialect.Postgres {
-		return col
-	}
-	frac := fmt.Sprintf("substr(%[1]s, 21)", col)
-	digits := fmt.Sprintf("substr(%[1]s, 1, length(%[1]s) - length(ltrim(%[1]s, '0123456789')))", frac)
-	return fmt.Sprintf("(CASE WHEN %[1]s GLOB '[0-9][0-9][0-9][0-9]-[0-9][0-9]-[0-9][0-9]*' THEN "+
-		"datetime(%[1]s) || '.' || substr((CASE WHEN substr(%[1]s, 20, 1) = '.' THEN %[2]s ELSE '' END) || '000000', 1, 6) END)", col, digits)
-}
+//
+// Like every function here that takes a dialect, it panics on a dialect
+// other than the two (dialect.Detect never returns one).
+func ColumnExpr(d dialect.Dialect, col string) string { return instants.Must(d).column(col) }
 
 // ParamExpr renders a bound boundary parameter on the column's side of the type system.
-func ParamExpr(d dialect.Dialect, param string) string {
-	if d == dialect.Postgres {
-		return "CAST(" + param + " AS timestamp)"
-	}
-	return param
-}
+func ParamExpr(d dialect.Dialect, param string) string { return instants.Must(d).param(param) }
 
 // AtOrAfter renders "col is at or after the boundary bound at param" (AC-24 point 3:
 // equality lands on the after side).
@@ -120,12 +111,7 @@ func FromColumn(normalized string) (string, error) {
 
 // MaxExpr renders MAX(col) in the normalized text form, so the result can be
 // turned into a key value with FromColumn on either dialect.
-func MaxExpr(d dialect.Dialect, col string) string {
-	if d == dialect.Postgres {
-		return "to_char(MAX(" + col + "), 'YYYY-MM-DD HH24:MI:SS.US')"
-	}
-	return "MAX(" + ColumnExpr(d, col) + ")"
-}
+func MaxExpr(d dialect.Dialect, col string) string { return instants.Must(d).max(col) }
 
 // rowLayout is the host's storage form for TIMESTAMP columns on SQLite
 // (host-context.md): space separator, fraction trimmed, numeric offset.
@@ -136,9 +122,18 @@ const rowLayout = "2006-01-02 15:04:05.999999999-07:00"
 // column is timestamp without time zone holding UTC wall clock). Both are
 // truncated to the column's microsecond precision.
 func RowTime(d dialect.Dialect, t time.Time) any {
-	t = t.UTC().Truncate(time.Microsecond)
-	if d == dialect.Postgres {
-		return t
-	}
-	return t.Format(rowLayout)
+	return instants.Must(d).row(t.UTC().Truncate(time.Microsecond))
 }
+
+// instantSQL is how one dialect writes the normalized timestamp form
+// (instant_<dialect>.go).
+type instantSQL interface {
+	// column is ColumnExpr, param ParamExpr, max MaxExpr.
+	column(col string) string
+	param(p string) string
+	max(col string) string
+	// row is RowTime's bound value of t, already UTC and truncated.
+	row(t time.Time) any
+}
+
+var instants = perdialect.Of[instantSQL]{Postgres: postgresInstant{}, SQLite: sqliteInstant{}}

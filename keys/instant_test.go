@@ -187,3 +187,17 @@ func TestInstant_AC24e_PostgresSessionTimeZoneChangesNothing(t *testing.T) {
 		require.Equal(t, want, got, tz)
 	}
 }
+
+// A dialect other than the two gets no dialect's timestamp form: it panics
+// where SQLite's text form used to be taken for anything not PostgreSQL.
+func TestInstant_UnknownDialectFailsLoudly(t *testing.T) {
+	const other = dialect.Dialect("mysql")
+	for name, f := range map[string]func(){
+		"ColumnExpr": func() { keys.ColumnExpr(other, "c") },
+		"ParamExpr":  func() { keys.ParamExpr(other, "?") },
+		"MaxExpr":    func() { keys.MaxExpr(other, "c") },
+		"RowTime":    func() { keys.RowTime(other, time.Now()) },
+	} {
+		require.PanicsWithValue(t, `perdialect: unsupported dialect "mysql"`, f, name)
+	}
+}

@@ -155,12 +155,7 @@ func TestAdversarial_AC20_CancelledReconcileReportsWhatWasKept(t *testing.T) {
 		before := snapshot(t, db)
 		cctx, cancel := context.WithCancel(ctx)
 		defer cancel()
-		rep, err := reconcile.Reconcile(cctx, db.DB, reconcile.WithFailpoint(func(p string) error {
-			if p == reconcile.FailpointBackfillInserted {
-				cancel()
-			}
-			return nil
-		}))
+		rep, err := reconcile.Reconcile(cctx, db.DB, cancelAt(reconcile.FailpointBackfillInserted, cancel))
 		require.ErrorIs(t, err, reconcile.ErrStepFailed)
 		require.Equal(t, reconcile.Failed, rep.Step(reconcile.StepBackfill).Status, describe(rep))
 
@@ -350,40 +345,16 @@ func TestAdversarial_PooledConnectionReturnedAsLent(t *testing.T) {
 }
 
 // hostAmendedDDL is task_session_subagents as a host's own schema init writes
-// the amended shape: the key as an inline UNIQUE over uniq, a TEXT primary key
-// without NOT NULL, INTEGER metrics on both dialects.
-func hostAmendedDDL(uniq string) string {
-	return `CREATE TABLE task_session_subagents (
-    id TEXT PRIMARY KEY,
-    task_session_id TEXT NOT NULL,
-    task_id TEXT NOT NULL,
-    turn_id TEXT,
-    agent_execution_id TEXT NOT NULL DEFAULT 'unknown',
-    tool_call_id TEXT NOT NULL,
-    parent_tool_call_id TEXT,
-    subagent_type TEXT,
-    description TEXT,
-    agent_id TEXT,
-    child_session_id TEXT,
-    model TEXT,
-    agent_status TEXT,
-    tool_status TEXT,
-    is_async INTEGER NOT NULL DEFAULT 0,
-    total_tokens INTEGER,
-    tool_use_count INTEGER,
-    duration_ms INTEGER,
-    source TEXT NOT NULL DEFAULT 'live',
-    observed_at TIMESTAMP NOT NULL,
-    settled_at TIMESTAMP,
-    updated_at TIMESTAMP NOT NULL,
-    FOREIGN KEY (task_session_id) REFERENCES task_sessions(id) ON DELETE CASCADE,
-    UNIQUE (` + uniq + `)
-);
-CREATE INDEX idx_subagents_session_id ON task_session_subagents(task_session_id);
-CREATE INDEX idx_subagents_task_id ON task_session_subagents(task_id);
-CREATE INDEX idx_subagents_turn_id ON task_session_subagents(turn_id);
-INSERT INTO task_sessions (id, task_id) VALUES ('s1', 'k1');
-INSERT INTO task_session_subagents (id, task_session_id, task_id, agent_execution_id, tool_call_id, observed_at, updated_at) VALUES ('h1', 's1', 'k1', '6f1c2a9e-0000-4000-8000-000000000001', 'toolu_1', '2026-08-01 00:00:00.5+00:00', '2026-08-01 00:00:00.5+00:00')`
+// the amended shape (the host fixture of installed-base state 6: the key as
+// an inline UNIQUE, a TEXT primary key without NOT NULL, INTEGER metrics on
+// both dialects, one row 'host-row-1'), with the inline UNIQUE over uniq.
+func hostAmendedDDL(t testing.TB, uniq string) string {
+	t.Helper()
+	ddl, err := fixtures.HostAmendedFixture(string(dialect.SQLite)) // the same text on both dialects
+	require.NoError(t, err)
+	const key = "UNIQUE (task_session_id, agent_execution_id, tool_call_id)"
+	require.Contains(t, ddl, key)
+	return strings.Replace(ddl, key, "UNIQUE ("+uniq+")", 1)
 }
 
 // AC-7, "the one shape a builder must not get wrong": after a reconcile, a row
@@ -400,7 +371,7 @@ func TestReconcile_AC7_OmittedMetricsStoreNull(t *testing.T) {
 		{"fresh", func(*testing.T, *dbtest.DB) {}},
 		{"pre-amendment", func(t *testing.T, db *dbtest.DB) { db.Legacy(t); seedLegacy(t, db) }},
 		{"host-ddl", func(t *testing.T, db *dbtest.DB) {
-			db.Exec(t, hostAmendedDDL("task_session_id, agent_execution_id, tool_call_id"))
+			db.Exec(t, hostAmendedDDL(t, "task_session_id, agent_execution_id, tool_call_id"))
 		}},
 	}
 	for _, st := range stores {
@@ -422,8 +393,9 @@ INSERT INTO task_session_subagents (id, task_session_id, task_id, agent_executio
 // hostAmendedDDLNotNullID is hostAmendedDDL with the primary key spelled NOT
 // NULL: on SQLite it then differs from the declaration only in how the key is
 // spelled (an inline UNIQUE), which costs no rebuild.
-func hostAmendedDDLNotNullID(uniq string) string {
-	return strings.Replace(hostAmendedDDL(uniq), "    id TEXT PRIMARY KEY,", "    id TEXT NOT NULL PRIMARY KEY,", 1)
+func hostAmendedDDLNotNullID(t testing.TB, uniq string) string {
+	t.Helper()
+	return strings.Replace(hostAmendedDDL(t, uniq), "    id TEXT PRIMARY KEY,", "    id TEXT NOT NULL PRIMARY KEY,", 1)
 }
 
 // Installed-base state 6 reached through the host's own DDL: the first boot
@@ -432,19 +404,13 @@ func hostAmendedDDLNotNullID(uniq string) string {
 func TestAdversarial_State6_HostCreatedAmendedTableSettles(t *testing.T) {
 	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
 		db.Host(t)
-		db.Exec(t, hostAmendedDDL("task_session_id, agent_execution_id, tool_call_id"))
+		db.Exec(t, hostAmendedDDL(t, "task_session_id, agent_execution_id, tool_call_id"))
 		require.True(t, observe(t, db).EndState.KeyBearing())
 
 		mustReconcile(t, db)
 		require.NotNil(t, readKeys(t, db).ExecutionSince)
-		require.Equal(t, 1, count(t, db, `SELECT COUNT(*) FROM task_session_subagents WHERE id = 'h1' AND agent_execution_id = '6f1c2a9e-0000-4000-8000-000000000001'`))
-
-		before := catalogVersion(t, db)
-		rep := mustReconcile(t, db)
-		for _, s := range rep.Steps {
-			require.Zero(t, s.Statements, "step %s ran statements", s.Name)
-		}
-		require.Equal(t, before, catalogVersion(t, db))
+		require.Equal(t, 1, count(t, db, `SELECT COUNT(*) FROM task_session_subagents WHERE id = 'host-row-1' AND agent_execution_id = '6f1c2a9e-0000-4000-8000-000000000001'`))
+		requireNoDDL(t, db)
 	})
 }
 
@@ -458,8 +424,8 @@ func TestAdversarial_State6_HostCreatedAmendedTableSettles(t *testing.T) {
 // parity pins both dialects' end states identical.)
 func TestReconcile_SQLiteNullableKeyRebuiltToDeclaredNotNull(t *testing.T) {
 	db := dbtest.Open(t, dialect.SQLite).Host(t)
-	db.Exec(t, hostAmendedDDL("task_session_id, agent_execution_id, tool_call_id"))
-	db.Exec(t, `INSERT INTO task_session_subagents (id, task_session_id, task_id, agent_execution_id, tool_call_id, model, observed_at, updated_at) VALUES (NULL, 's1', 'k1', 'unknown', 'toolu_null', 'kept', '2026-08-01 00:00:01+00:00', '2026-08-01 00:00:01+00:00')`)
+	db.Exec(t, hostAmendedDDL(t, "task_session_id, agent_execution_id, tool_call_id"))
+	db.Exec(t, `INSERT INTO task_session_subagents (id, task_session_id, task_id, agent_execution_id, tool_call_id, model, observed_at, updated_at) VALUES (NULL, 'host-session-1', 'host-task-1', 'unknown', 'toolu_null', 'kept', '2026-08-01 00:00:01+00:00', '2026-08-01 00:00:01+00:00')`)
 	notNull := func() int {
 		return count(t, db, `SELECT "notnull" FROM pragma_table_info('task_session_subagents') WHERE name = 'id'`)
 	}
@@ -483,12 +449,12 @@ func TestReconcile_SQLiteNullableKeyRebuiltToDeclaredNotNull(t *testing.T) {
 	require.Equal(t, shapeBefore, tableSQL(), "the table is as it was")
 	require.False(t, rep.Certified)
 
-	db.Exec(t, `UPDATE task_session_subagents SET id = 'h2' WHERE id IS NULL`)
+	db.Exec(t, `UPDATE task_session_subagents SET id = 'host-row-2' WHERE id IS NULL`)
 	rep = mustReconcile(t, db, quiet)
 	require.Equal(t, reconcile.Applied, rep.Step(reconcile.StepShape).Status, describe(rep))
 	require.Contains(t, rep.Step(reconcile.StepShape).Detail, "rebuilt task_session_subagents")
 	require.Equal(t, 1, notNull())
-	require.Equal(t, []string{`'h1'|toolu_1|6f1c2a9e-0000-4000-8000-000000000001|NULL`, `'h2'|toolu_null|unknown|'kept'`},
+	require.Equal(t, []string{`'host-row-1'|toolu_1|6f1c2a9e-0000-4000-8000-000000000001|NULL`, `'host-row-2'|toolu_null|unknown|'kept'`},
 		db.Strings(t, `SELECT quote(id) || '|' || tool_call_id || '|' || agent_execution_id || '|' || quote(model) FROM task_session_subagents ORDER BY id`))
 	requireAC33(t, db, freshIndexSet(t, db.Dialect))
 
@@ -508,7 +474,7 @@ func TestReconcile_SQLiteNullableKeyRebuiltToDeclaredNotNull(t *testing.T) {
 func TestAdversarial_AC33b_ReorderedThreeColumnUniqueIsNotClause2(t *testing.T) {
 	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
 		db.Host(t)
-		db.Exec(t, hostAmendedDDL("tool_call_id, agent_execution_id, task_session_id"))
+		db.Exec(t, hostAmendedDDL(t, "tool_call_id, agent_execution_id, task_session_id"))
 		require.False(t, observe(t, db).EndState.ThreeColumnUnique)
 
 		rep, err := reconcile.Reconcile(ctx, db.DB, failAt(reconcile.FailpointShapeApplied))

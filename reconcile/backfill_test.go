@@ -270,23 +270,17 @@ func TestBackfill_AC24_BackfillThroughAcrossRetry(t *testing.T) {
 }
 
 // AC-24 point 4 through the boot sequence: capture_since is sampled after the
-// INSERT completed, not when the step's transaction began.
+// INSERT completed, not when the step's transaction began. The failpoints
+// read the reconcile's own clock (WithClock), which moves on at every
+// reading: a key sampled at the step's start, before the INSERT's
+// completion, or from another clock, precedes insertDone.
 func TestBackfill_AC24_CaptureSinceSampledAfterInsert(t *testing.T) {
 	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
 		db.Host(t)
 		bfHistory(t, db)
-		var stepBegan, insertDone time.Time
-		mustReconcile(t, db, quiet, reconcile.WithFailpoint(func(p string) error {
-			switch p {
-			case reconcile.FailpointBackfillMaxTaken:
-				stepBegan = time.Now()
-				time.Sleep(30 * time.Millisecond)
-			case reconcile.FailpointBackfillInserted:
-				time.Sleep(30 * time.Millisecond)
-				insertDone = time.Now()
-			}
-			return nil
-		}))
+		opts, read := clockAt(reconcile.FailpointBackfillMaxTaken, reconcile.FailpointBackfillInserted)
+		mustReconcile(t, db, append(opts, quiet)...)
+		stepBegan, insertDone := read[reconcile.FailpointBackfillMaxTaken], read[reconcile.FailpointBackfillInserted]
 		require.False(t, stepBegan.IsZero())
 		cs, err := keys.Parse(*readKeys(t, db).CaptureSince)
 		require.NoError(t, err)

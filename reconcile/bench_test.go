@@ -21,7 +21,7 @@ func BenchmarkSteadyStateBoot(b *testing.B) {
 	stores := map[string]func(b *testing.B, db *dbtest.DB){
 		"declared": func(*testing.B, *dbtest.DB) {},
 		"host_ddl": func(b *testing.B, db *dbtest.DB) {
-			db.Exec(b, hostAmendedDDL("task_session_id, agent_execution_id, tool_call_id"))
+			db.Exec(b, hostAmendedDDL(b, "task_session_id, agent_execution_id, tool_call_id"))
 		},
 		"operator_index": func(b *testing.B, db *dbtest.DB) {
 			mustBootB(b, db)

@@ -126,7 +126,7 @@ func TestReconcile_CertificateBoundToTheDeclaration(t *testing.T) {
 // and the table then matches a fresh database's index set.
 func TestReconcile_PostgresRenamesAutoNamedKeyInsteadOfRebuildingIt(t *testing.T) {
 	db := dbtest.Open(t, dialect.Postgres).Host(t)
-	db.Exec(t, hostAmendedDDL("task_session_id, agent_execution_id, tool_call_id"))
+	db.Exec(t, hostAmendedDDL(t, "task_session_id, agent_execution_id, tool_call_id"))
 	plan, err := reconcile.Plan(ctx, db.DB)
 	require.NoError(t, err)
 	joined := strings.Join(plan.Statements(), "\n")

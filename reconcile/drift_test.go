@@ -80,7 +80,7 @@ func driftWarnings(t *testing.T, logs string) int {
 func TestReconcile_DriftIsKeptReportedAndCertified(t *testing.T) {
 	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
 		db.Host(t)
-		db.Exec(t, strings.Replace(hostAmendedDDLNotNullID("task_session_id, agent_execution_id, tool_call_id"), "    FOREIGN KEY (task_session_id)", hostConstraints, 1))
+		db.Exec(t, strings.Replace(hostAmendedDDLNotNullID(t, "task_session_id, agent_execution_id, tool_call_id"), "    FOREIGN KEY (task_session_id)", hostConstraints, 1))
 		db.Exec(t, hostIndexes)
 		before := hostObjects(t, db)
 		require.Len(t, before, 4)

@@ -10,6 +10,7 @@ import (
 	"github.com/zclconf/go-cty/cty"
 
 	"github.com/schemastate/schemastate/dialect"
+	"github.com/schemastate/schemastate/internal/perdialect"
 )
 
 // driver is everything a dialect decides, chosen once per call (driverFor).
@@ -63,14 +64,14 @@ type driver interface {
 
 // driverFor is the dialect's driver; an unknown dialect is an error.
 func driverFor(d dialect.Dialect) (driver, error) {
-	switch d {
-	case dialect.SQLite:
-		return sqliteDriver{}, nil
-	case dialect.Postgres:
-		return postgresDriver{}, nil
+	drv, err := drivers.For(d)
+	if err != nil {
+		return nil, fmt.Errorf("reconcile: %w", err)
 	}
-	return nil, fmt.Errorf("reconcile: unsupported dialect %q", d)
+	return drv, nil
 }
+
+var drivers = perdialect.Of[driver]{Postgres: postgresDriver{}, SQLite: sqliteDriver{}}
 
 // tableFacts are the live catalog facts planning needs beyond Atlas's
 // inspection of the table, read by driver.facts so that planning itself

@@ -79,12 +79,7 @@ func TestReconcile_StepErrorKeepsContextCanceled(t *testing.T) {
 
 		during, cancel := context.WithCancel(ctx)
 		defer cancel()
-		rep, err := reconcile.Reconcile(during, db.DB, reconcile.WithFailpoint(func(p string) error {
-			if p == reconcile.FailpointBackfillInserted {
-				cancel()
-			}
-			return nil
-		}))
+		rep, err := reconcile.Reconcile(during, db.DB, cancelAt(reconcile.FailpointBackfillInserted, cancel))
 		require.ErrorIs(t, err, reconcile.ErrStepFailed)
 		require.ErrorIs(t, err, context.Canceled, describe(rep))
 		// On SQLite every step commits at once, so the cancelled backfill
@@ -231,6 +226,7 @@ func TestReconcile_InvalidOptionIsNamedAndNothingRuns(t *testing.T) {
 			{reconcile.WithCopyPause(math.NaN()), "WithCopyPause(NaN)"},
 			{reconcile.WithCopyBatchPages(0), "WithCopyBatchPages(0)"},
 			{reconcile.WithLogger(nil), "WithLogger(nil)"},
+			{reconcile.WithClock(nil), "WithClock(nil)"},
 			{reconcile.WithDeclaration(nil, "empty.hcl"), `WithDeclaration("empty.hcl")`},
 			{reconcile.WithDialect("mysql"), `WithDialect("mysql")`},
 		} {

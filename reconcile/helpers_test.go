@@ -6,7 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -17,6 +19,22 @@ import (
 )
 
 var ctx = context.Background()
+
+// tickingClock is a clock for reconcile.WithClock that moves on an hour at
+// every reading, from the real time: a key sampled from it before a reading
+// the test took is at least an hour earlier than that reading, and a key
+// sampled from any other clock (time.Now, the database's) precedes every
+// reading — no sleep is needed to tell the instants apart.
+func tickingClock() func() time.Time {
+	var mu sync.Mutex
+	now := time.Now()
+	return func() time.Time {
+		mu.Lock()
+		defer mu.Unlock()
+		now = now.Add(time.Hour)
+		return now
+	}
+}
 
 // legacyColumns are the pre-amendment table's columns.
 var legacyColumns = []string{"id", "task_session_id", "task_id", "turn_id", "tool_call_id", "parent_tool_call_id",
@@ -120,6 +138,43 @@ func failAt(point string) reconcile.Option {
 		}
 		return nil
 	})
+}
+
+// cancelAt is the option that calls cancel when the reconcile reaches point.
+func cancelAt(point string, cancel context.CancelFunc) reconcile.Option {
+	return reconcile.WithFailpoint(func(p string) error {
+		if p == point {
+			cancel()
+		}
+		return nil
+	})
+}
+
+// clockAt is the options of a reconcile whose clock is a tickingClock and
+// whose failpoints read that clock at each of points: read[point] is what
+// the clock said there.
+func clockAt(points ...string) (opts []reconcile.Option, read map[string]time.Time) {
+	clock, read := tickingClock(), map[string]time.Time{}
+	return []reconcile.Option{reconcile.WithClock(clock), reconcile.WithFailpoint(func(p string) error {
+		for _, want := range points {
+			if p == want {
+				read[p] = clock()
+			}
+		}
+		return nil
+	})}, read
+}
+
+// requireNoDDL requires a further reconcile to run no statement in any step
+// and to leave the catalog as it was (catalogVersion).
+func requireNoDDL(t *testing.T, db *dbtest.DB) {
+	t.Helper()
+	before := catalogVersion(t, db)
+	rep := mustReconcile(t, db)
+	for _, s := range rep.Steps {
+		require.Zero(t, s.Statements, "step %s ran statements", s.Name)
+	}
+	require.Equal(t, before, catalogVersion(t, db))
 }
 
 // failShape makes a reconcile of the seeded legacy store fail its shape step

@@ -355,18 +355,11 @@ func TestOnline_ConcurrentReconcilesConverge(t *testing.T) {
 	seedMany(t, db, 300)
 	seedHistory(t, db)
 	before := snapshot(t, db)
-	const n = 8
-	reps := make([]*reconcile.Report, n)
-	errs := make([]error, n)
-	var wg sync.WaitGroup
-	for i := 0; i < n; i++ {
-		wg.Add(1)
-		go func(i int) {
-			defer wg.Done()
-			reps[i], errs[i] = reconcile.Reconcile(ctx, db.DB, online...)
-		}(i)
+	pools := make([]*sql.DB, 8)
+	for i := range pools {
+		pools[i] = db.DB
 	}
-	wg.Wait()
+	reps, errs := reconcileTogether(pools, online...)
 	requireOneAppliedShape(t, reps, errs)
 	requireAC33(t, db, freshIndexSet(t, db.Dialect))
 	requireBackfilledOnceAmong(t, db, 300)

@@ -34,6 +34,7 @@ type options struct {
 	progress       func(Progress)
 	prune          bool
 	execHook       func(string)
+	now            func() time.Time
 	observers      []Observer
 	// mu serializes every event (notify): an observer is never called
 	// concurrently, though a step and its progress watcher both report.
@@ -135,6 +136,15 @@ func WithProgress(fn func(Progress)) Option { return func(o *options) { o.progre
 // statement reported there is still undone if that commit fails.
 func WithExecHook(fn func(stmt string)) Option { return func(o *options) { o.execHook = fn } }
 
+// WithClock sets the clock the activation keys are sampled from (default
+// time.Now): execution_since when the end state was observed (AC-33b) and
+// capture_since after the backfill's INSERT (AC-24 point 4), so a test can
+// tell when each sample was taken, and what it read, without sleeping
+// between two readings of the real clock. A nil clock is an invalid option.
+func WithClock(now func() time.Time) Option {
+	return func(o *options) { o.now = now }
+}
+
 // EventKind says what an Event reports.
 type EventKind string
 
@@ -226,7 +236,8 @@ func (o *options) loadDeclaration(drv driver, schemaName string) (*Declaration, 
 // once.
 func newOptions(db *sql.DB, opts []Option) (*options, driver, error) {
 	o := &options{logger: slog.Default(), lockWait: 60 * time.Second, ddlLockTimeout: 5 * time.Second,
-		ddlLockAttempt: 50 * time.Millisecond, concurrentWait: 30 * time.Second, onlineAbove: 256 << 10, copyBatchPages: 256, copyPause: 1}
+		ddlLockAttempt: 50 * time.Millisecond, concurrentWait: 30 * time.Second, onlineAbove: 256 << 10, copyBatchPages: 256, copyPause: 1,
+		now: time.Now}
 	for _, opt := range opts {
 		opt(o)
 	}
@@ -260,6 +271,9 @@ func (o *options) validate() error {
 	}
 	if o.declSrc != nil && len(o.declSrc) == 0 {
 		bad("WithDeclaration(%q): the declaration is empty", o.declName)
+	}
+	if o.now == nil {
+		bad("WithClock(nil): a clock is required (time.Now is the default)")
 	}
 	if o.lockWait < 0 {
 		bad("WithLockWait(%s): must not be negative", o.lockWait)

@@ -178,7 +178,7 @@ func TestReconcile_BootCertifiesIffPlanIsEmpty(t *testing.T) {
 func TestReconcile_HostDDLTableReachesTheCertifiedSteadyState(t *testing.T) {
 	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
 		db.Host(t)
-		db.Exec(t, hostAmendedDDLNotNullID("task_session_id, agent_execution_id, tool_call_id"))
+		db.Exec(t, hostAmendedDDLNotNullID(t, "task_session_id, agent_execution_id, tool_call_id"))
 		mustReconcile(t, db, quiet)
 		require.True(t, observe(t, db).EndState.IndexesMatchDeclaration)
 		rep := settle(t, db, quiet)

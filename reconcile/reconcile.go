@@ -461,7 +461,7 @@ func (r *run) executionSince(ctx context.Context, sess session, decl *Declaratio
 		// The key names an instant the end state was observed to hold: sampled
 		// after the observation, at the write, never at the transaction's start
 		// or before the boot looked.
-		wrote, err := keys.WriteOnce(ctx, q, r.o.dialect, keys.ExecutionSince, keys.Now())
+		wrote, err := keys.WriteOnce(ctx, q, r.o.dialect, keys.ExecutionSince, keys.Format(r.o.now()))
 		if err != nil {
 			return failed(err)
 		}
@@ -499,6 +499,7 @@ func (r *run) backfill(ctx context.Context, sess session, es EndState) {
 		}
 		res, err := backfill.Run(ctx, q, r.o.dialect,
 			backfill.WithFailpoint(r.o.fail),
+			backfill.WithClock(r.o.now),
 			backfill.WithProgress(func(msg string) { r.progress(StepBackfill, msg) }))
 		if err != nil {
 			return failed(err)

@@ -215,25 +215,18 @@ func TestReconcile_AC33a_RealFailureRollsBack(t *testing.T) {
 // AC-24 / AC-33b: execution_since is the instant the end state was observed
 // to hold — not earlier than the moment the boot began observing it, not
 // later than the moment the key was written (the backfill step's first
-// failpoint runs after the execution_since step). The failpoint sleeps
-// before it reads the clock, so a key sampled when the transaction began (at
-// the lock on SQLite, at the step's BEGIN on PostgreSQL) or before the
-// observation falls outside, as does a fixed instant.
+// failpoint runs after the execution_since step). The failpoints read the
+// reconcile's own clock (WithClock), which moves on at every reading, so a
+// key sampled when the transaction began (at the lock on SQLite, at the
+// step's BEGIN on PostgreSQL), before the observation or from another clock
+// falls outside, as does a fixed instant.
 func TestReconcile_AC24_ExecutionSinceSampledAfterObservingTheEndState(t *testing.T) {
 	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
 		db.Host(t).Legacy(t)
 		seedLegacy(t, db)
-		var observing, written time.Time
-		mustReconcile(t, db, quiet, reconcile.WithFailpoint(func(p string) error {
-			switch p {
-			case reconcile.FailpointExecutionSinceObserve:
-				time.Sleep(30 * time.Millisecond)
-				observing = time.Now()
-			case reconcile.FailpointBackfillMaxTaken:
-				written = time.Now()
-			}
-			return nil
-		}))
+		opts, read := clockAt(reconcile.FailpointExecutionSinceObserve, reconcile.FailpointBackfillMaxTaken)
+		mustReconcile(t, db, append(opts, quiet)...)
+		observing, written := read[reconcile.FailpointExecutionSinceObserve], read[reconcile.FailpointBackfillMaxTaken]
 		require.False(t, observing.IsZero())
 		require.False(t, written.IsZero())
 		es, err := keys.Parse(*readKeys(t, db).ExecutionSince)
@@ -326,12 +319,7 @@ func TestReconcile_SteadyStateRunsNoDDL(t *testing.T) {
 		db.Host(t).Legacy(t)
 		seedLegacy(t, db)
 		mustReconcile(t, db)
-		before := catalogVersion(t, db)
-		rep := mustReconcile(t, db)
-		for _, s := range rep.Steps {
-			require.Zero(t, s.Statements, "step %s ran statements", s.Name)
-		}
-		require.Equal(t, before, catalogVersion(t, db))
+		requireNoDDL(t, db)
 	})
 }
 
@@ -358,21 +346,14 @@ func TestReconcile_ConcurrentReconcilesConverge(t *testing.T) {
 		db.Host(t).Legacy(t)
 		seedLegacy(t, db)
 		before := snapshot(t, db)
-		const n = 4
-		reps := make([]*reconcile.Report, n)
-		errs := make([]error, n)
-		var wg sync.WaitGroup
-		for i := 0; i < n; i++ {
+		pools := make([]*sql.DB, 4)
+		for i := range pools {
 			pool, err := sql.Open(driverName(db.Dialect), db.DSN)
 			require.NoError(t, err)
 			defer pool.Close()
-			wg.Add(1)
-			go func(i int) {
-				defer wg.Done()
-				reps[i], errs[i] = reconcile.Reconcile(ctx, pool)
-			}(i)
+			pools[i] = pool
 		}
-		wg.Wait()
+		reps, errs := reconcileTogether(pools)
 		requireOneAppliedShape(t, reps, errs)
 		requireAC33(t, db, freshIndexSet(t, db.Dialect))
 		require.Equal(t, before, snapshot(t, db), "no row duplicated or lost")
@@ -531,6 +512,22 @@ func TestReconcile_ProgressCallbackIsSerialized(t *testing.T) {
 		}
 		require.NotZero(t, ticks, "the watcher reported while the step was slow")
 	})
+}
+
+// reconcileTogether runs one reconcile on each of pools at once and returns
+// each one's report and error, in the pools' order.
+func reconcileTogether(pools []*sql.DB, opts ...reconcile.Option) ([]*reconcile.Report, []error) {
+	reps, errs := make([]*reconcile.Report, len(pools)), make([]error, len(pools))
+	var wg sync.WaitGroup
+	for i, pool := range pools {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			reps[i], errs[i] = reconcile.Reconcile(ctx, pool, opts...)
+		}()
+	}
+	wg.Wait()
+	return reps, errs
 }
 
 // requireOneAppliedShape requires every one of several concurrent reconciles

@@ -67,9 +67,8 @@ func TestTranscript_AppendFailingMidBatchLeavesNoneOfIt(t *testing.T) {
 func TestTranscript_RecoverDuringCreateLeavesTheLiveChildAlone(t *testing.T) {
 	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
 		l := lifecycleDB(t, db)
-		root := filepath.Join(t.TempDir(), "conversation")
-		s, err := transcript.NewStore(root, transcript.WithLifecycle(l, "/ws"))
-		require.NoError(t, err)
+		s := newStore(t, transcript.WithLifecycle(l, "/ws"))
+		root := s.Root()
 		p, _ := s.PathsFor("sess-cr", "agent-cr")
 
 		release := db.LockWrites(t, "background_agent_log")
@@ -123,9 +122,8 @@ func TestTranscript_RecoverDuringCreateLeavesTheLiveChildAlone(t *testing.T) {
 func TestTranscript_KillNineBetweenDocumentAndLifecycleEnd(t *testing.T) {
 	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
 		l := lifecycleDB(t, db)
-		root := filepath.Join(t.TempDir(), "conversation")
-		s, err := transcript.NewStore(root, transcript.WithLifecycle(l, "/ws"))
-		require.NoError(t, err)
+		s := newStore(t, transcript.WithLifecycle(l, "/ws"))
+		root := s.Root()
 		require.NoError(t, s.Create(ctx, header("sess-k9", "agent-k9", transcript.KindScheduled)))
 		require.NoError(t, s.Append(ctx, "sess-k9", "agent-k9", msg(transcript.UserMessage, "work"), msg(transcript.AssistantMessage, "done")))
 		p, _ := s.PathsFor("sess-k9", "agent-k9")
@@ -366,9 +364,8 @@ func TestTranscript_RecordingAgainstNoRowIsReported(t *testing.T) {
 func TestTranscript_CreateWithInvalidIDWritesNoRow(t *testing.T) {
 	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
 		l := lifecycleDB(t, db)
-		root := filepath.Join(t.TempDir(), "conversation")
-		s, err := transcript.NewStore(root, transcript.WithLifecycle(l, "/ws"))
-		require.NoError(t, err)
+		s := newStore(t, transcript.WithLifecycle(l, "/ws"))
+		root := s.Root()
 		for _, h := range []transcript.Header{
 			header("sess", "../../x", transcript.KindRunInBackground),
 			header("..", "agent", transcript.KindRunInBackground),
@@ -380,7 +377,7 @@ func TestTranscript_CreateWithInvalidIDWritesNoRow(t *testing.T) {
 		var n int
 		require.NoError(t, db.QueryRow(`SELECT COUNT(*) FROM background_agent_log`).Scan(&n))
 		require.Zero(t, n)
-		_, err = os.Stat(root)
+		_, err := os.Stat(root)
 		require.True(t, os.IsNotExist(err))
 	})
 }

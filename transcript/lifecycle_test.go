@@ -30,6 +30,17 @@ func lifecycleDB(t *testing.T, db *dbtest.DB) *transcript.Lifecycle {
 	return l
 }
 
+// unwritableStore is a store whose storage root cannot be created: a path
+// component of it is a regular file (ENOTDIR, even as root).
+func unwritableStore(t *testing.T, opts ...transcript.Option) *transcript.Store {
+	t.Helper()
+	blocker := filepath.Join(t.TempDir(), "not-a-directory")
+	require.NoError(t, os.WriteFile(blocker, []byte("x"), 0o644))
+	s, err := transcript.NewStore(filepath.Join(blocker, "conversation"), opts...)
+	require.NoError(t, err)
+	return s
+}
+
 func legacyLifecycleFixture(t *testing.T, db *dbtest.DB) {
 	t.Helper()
 	script, err := fixtures.LifecycleLegacyFixture(string(db.Dialect))
@@ -60,21 +71,7 @@ func rowsAsText(t *testing.T, db *dbtest.DB) [][]sql.NullString {
 	for i, c := range legacyColumns {
 		exprs[i] = "CAST(" + c + " AS TEXT)"
 	}
-	rows, err := db.Query(`SELECT ` + strings.Join(exprs, ", ") + ` FROM background_agent_log ORDER BY agent_id`)
-	require.NoError(t, err)
-	defer rows.Close()
-	var out [][]sql.NullString
-	for rows.Next() {
-		r := make([]sql.NullString, len(legacyColumns))
-		ptrs := make([]any, len(r))
-		for i := range r {
-			ptrs[i] = &r[i]
-		}
-		require.NoError(t, rows.Scan(ptrs...))
-		out = append(out, r)
-	}
-	require.NoError(t, rows.Err())
-	return out
+	return dbtest.TextRows(t, db.DB, `SELECT `+strings.Join(exprs, ", ")+` FROM background_agent_log ORDER BY agent_id`)
 }
 
 // An installation whose background_agent_log predates transcripts gets the
@@ -186,12 +183,9 @@ func TestLifecycle_OperationsRecordOKAndLifecycle(t *testing.T) {
 func TestLifecycle_WriteFailureIsVisibleInTranscriptStatus(t *testing.T) {
 	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
 		l := lifecycleDB(t, db)
-		blocker := filepath.Join(t.TempDir(), "not-a-directory")
-		require.NoError(t, os.WriteFile(blocker, []byte("x"), 0o644))
-		s, err := transcript.NewStore(filepath.Join(blocker, "conversation"), transcript.WithLifecycle(l, "/ws"))
-		require.NoError(t, err)
+		s := unwritableStore(t, transcript.WithLifecycle(l, "/ws"))
 
-		err = s.Create(ctx, header("sess-w", "agent-w", transcript.KindRunInBackground))
+		err := s.Create(ctx, header("sess-w", "agent-w", transcript.KindRunInBackground))
 		require.Error(t, err)
 		require.NotErrorIs(t, err, transcript.ErrLifecycle, "the failure was recorded")
 		require.Error(t, s.Append(ctx, "sess-w", "agent-w", msg(transcript.AssistantMessage, "lost")))
@@ -253,9 +247,8 @@ func TestLifecycle_RecordFailureIsReported(t *testing.T) {
 func TestLifecycle_RecoverFinishesOnlyDeadRunningTranscripts(t *testing.T) {
 	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
 		l := lifecycleDB(t, db)
-		root := filepath.Join(t.TempDir(), "conversation")
-		s, err := transcript.NewStore(root, transcript.WithLifecycle(l, "/ws"))
-		require.NoError(t, err)
+		s := newStore(t, transcript.WithLifecycle(l, "/ws"))
+		root := s.Root()
 		plain, err := transcript.NewStore(root)
 		require.NoError(t, err)
 		for _, a := range []string{"agent-dead", "agent-alive", "agent-done"} {

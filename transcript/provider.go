@@ -205,6 +205,22 @@ func (t *tally) object(b []byte, recognizes func(*probe) bool) (bool, error) {
 	return true, nil
 }
 
+// decodeRecord decodes a raw line as one of the provider's records (T),
+// counting it (line, object); ok is false, with a nil error, for a line that
+// is not one.
+func decodeRecord[T any](t *tally, b []byte, recognizes func(*probe) bool) (rec T, ok bool, err error) {
+	if b, ok = t.line(b); !ok {
+		return rec, false, nil
+	}
+	if ok, err = t.object(b, recognizes); !ok {
+		return rec, false, err
+	}
+	if err := json.Unmarshal(b, &rec); err != nil {
+		return rec, false, err
+	}
+	return rec, true, nil
+}
+
 // outcome stamps the counts on o; with no record at all the stream was
 // not the provider's, whatever o said.
 func (t *tally) outcome(provider string, o Outcome) Outcome {

@@ -79,15 +79,8 @@ var claudeTypes = map[string]bool{"system": true, "user": true, "assistant": tru
 func claudeRecognizes(p *probe) bool { return claudeTypes[p.Type] || p.Type != "" && p.SessionID != "" }
 
 func (c *claudeNormalizer) Feed(b []byte) ([]Event, error) {
-	b, ok := c.line(b)
+	r, ok, err := decodeRecord[claudeRecord](&c.tally, b, claudeRecognizes)
 	if !ok {
-		return nil, nil
-	}
-	if ok, err := c.object(b, claudeRecognizes); !ok {
-		return nil, err
-	}
-	var r claudeRecord
-	if err := json.Unmarshal(b, &r); err != nil {
 		return nil, err
 	}
 	switch r.Type {

@@ -72,15 +72,8 @@ type codexEvent struct {
 }
 
 func (c *codexNormalizer) Feed(b []byte) ([]Event, error) {
-	b, ok := c.line(b)
+	ev, ok, err := decodeRecord[codexEvent](&c.tally, b, codexRecognizes)
 	if !ok {
-		return nil, nil
-	}
-	if ok, err := c.object(b, codexRecognizes); !ok {
-		return nil, err
-	}
-	var ev codexEvent
-	if err := json.Unmarshal(b, &ev); err != nil {
 		return nil, err
 	}
 	switch ev.Type {

@@ -146,15 +146,8 @@ func openCodeRecognizes(p *probe) bool {
 }
 
 func (o *openCodeNormalizer) Feed(b []byte) ([]Event, error) {
-	b, ok := o.line(b)
+	ev, ok, err := decodeRecord[ocEvent](&o.tally, b, openCodeRecognizes)
 	if !ok {
-		return nil, nil
-	}
-	if ok, err := o.object(b, openCodeRecognizes); !ok {
-		return nil, err
-	}
-	var ev ocEvent
-	if err := json.Unmarshal(b, &ev); err != nil {
 		return nil, err
 	}
 	if len(ev.Payload) > 0 && ev.Type == "" && ev.Properties == nil {

@@ -209,10 +209,7 @@ func TestRecord_RefusedCreateWritesNothing(t *testing.T) {
 func TestRecord_FailedWritesAreReportedAndTheRowStillEnds(t *testing.T) {
 	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
 		l := lifecycleDB(t, db)
-		blocker := filepath.Join(t.TempDir(), "not-a-directory")
-		require.NoError(t, os.WriteFile(blocker, []byte("x"), 0o644))
-		s, err := transcript.NewStore(filepath.Join(blocker, "conversation"), transcript.WithLifecycle(l, "/ws"))
-		require.NoError(t, err)
+		s := unwritableStore(t, transcript.WithLifecycle(l, "/ws"))
 		res, err := transcript.Record(ctx, s, recording(t, "agent-unwritten", fixture(t, "claude_success.jsonl")))
 		require.Error(t, err)
 		require.Contains(t, err.Error(), "not a directory")

@@ -473,16 +473,7 @@ func (s *Store) Load(session, agent string) (*Transcript, error) {
 // or a .json / .events.jsonl this package did not write — is ErrNotTranscript,
 // not ErrNotFound: the reader pointed at something, and it is not one.
 func LoadPath(path string) (*Transcript, error) {
-	// One suffix only: the log of agent "x.json" is "x.json.events.jsonl".
-	base, named := path, true
-	switch {
-	case strings.HasSuffix(path, logSuffix):
-		base = strings.TrimSuffix(path, logSuffix)
-	case strings.HasSuffix(path, finalSuffix):
-		base = strings.TrimSuffix(path, finalSuffix)
-	default:
-		named = false
-	}
+	base, named := stem(path)
 	fi, statErr := os.Stat(path)
 	if statErr == nil && (!named || fi.IsDir()) {
 		return nil, fmt.Errorf("%w: %s (a transcript is <agent-id>%s or <agent-id>%s below <root>/%s/<session-id>/)",
@@ -493,6 +484,18 @@ func LoadPath(path string) (*Transcript, error) {
 		return nil, fmt.Errorf("%w: %s holds no %s document or event log", ErrNotTranscript, path, Format)
 	}
 	return t, err
+}
+
+// stem is name without its transcript suffix, and whether it had one. One
+// suffix only, the log's tried first: the log of agent "x.json" is
+// "x.json.events.jsonl".
+func stem(name string) (string, bool) {
+	for _, suffix := range []string{logSuffix, finalSuffix} {
+		if strings.HasSuffix(name, suffix) {
+			return strings.TrimSuffix(name, suffix), true
+		}
+	}
+	return name, false
 }
 
 // ours reports whether the file at path was written by this package, as far
@@ -644,13 +647,8 @@ func (s *Store) List(session string) ([]Summary, error) {
 		if strings.HasPrefix(name, ".") || e.IsDir() {
 			continue
 		}
-		var agent string
-		switch {
-		case strings.HasSuffix(name, logSuffix):
-			agent = strings.TrimSuffix(name, logSuffix)
-		case strings.HasSuffix(name, finalSuffix):
-			agent = strings.TrimSuffix(name, finalSuffix)
-		default:
+		agent, named := stem(name)
+		if !named {
 			continue
 		}
 		if seen[agent] || ValidateID("agent id", agent) != nil {

@@ -10,10 +10,10 @@ import (
 	"strings"
 	"time"
 
-	"github.com/schemastate/schemastate/dialect"
 	"github.com/schemastate/schemastate/internal/bench"
 	"github.com/schemastate/schemastate/internal/dsn"
 	"github.com/schemastate/schemastate/internal/gen"
+	"github.com/schemastate/schemastate/internal/perdialect"
 )
 
 // Exit codes of bench.
@@ -53,17 +53,15 @@ func runBench(ctx context.Context, e *env, args []string) int {
 		fmt.Fprintf(e.stderr, "schemastate: %v\n", err)
 		return exitUsage
 	}
-	if *rowsFlag == "" && t.Dialect == dialect.Postgres {
-		rows = append(rows, bench.PostgresExtraRows...)
+	extraRows := perdialect.Of[[]int]{Postgres: bench.PostgresExtraRows}.Must(t.Dialect)
+	if *rowsFlag == "" {
+		rows = append(rows, extraRows...)
 	}
 	if *runs <= 0 || *largeRuns <= 0 || *frames <= 0 || *diskMB <= 0 || *rowsStore <= 0 {
 		fmt.Fprintln(e.stderr, "schemastate: --runs, --large-runs, --frames, --disk-mb and --rows-store-mb must be positive")
 		return exitUsage
 	}
-	defRows := bench.DefaultRows
-	if t.Dialect == dialect.Postgres {
-		defRows = append(append([]int(nil), defRows...), bench.PostgresExtraRows...)
-	}
+	defRows := append(append([]int(nil), bench.DefaultRows...), extraRows...)
 	var skipped []string
 	for _, n := range missing(defRows, rows) {
 		skipped = append(skipped, fmt.Sprintf("%d rows (rebuild, steady state, capture): run with --rows %d", n, n))
@@ -74,7 +72,7 @@ func runBench(ctx context.Context, e *env, args []string) int {
 	if *noCLI {
 		skipped = append(skipped, "the CLI timings (--no-cli)")
 	}
-	if t.Dialect == dialect.Postgres {
+	if t.OnServer() {
 		// Unreachable is a usage error, as for every command that takes --db;
 		// the stores open their own pool.
 		db, _, ok := openOrCreateDB(ctx, e, *dbArg)
@@ -86,17 +84,16 @@ func runBench(ctx context.Context, e *env, args []string) int {
 	var poolerDSN string
 	if *poolerArg != "" {
 		pt, err := dsn.Parse(*poolerArg)
-		if err != nil || pt.Dialect != dialect.Postgres || t.Dialect != dialect.Postgres {
+		if pooled := (perdialect.Of[bool]{Postgres: true}); err != nil || !pooled.Must(pt.Dialect) || !pooled.Must(t.Dialect) {
 			fmt.Fprintf(e.stderr, "schemastate: --pooler takes a PostgreSQL URL, with a PostgreSQL --db (%v)\n", err)
 			return exitUsage
 		}
 		poolerDSN = pt.DSN
 	}
-	var stores bench.Stores
-	if t.Dialect == dialect.SQLite {
-		stores = bench.SQLiteStores(strings.TrimPrefix(t.Display, "sqlite:"))
-	} else {
-		stores = bench.PostgresStores(t.DSN)
+	stores, err := bench.StoresAt(t)
+	if err != nil {
+		fmt.Fprintf(e.stderr, "schemastate: %v\n", err)
+		return exitUsage
 	}
 	defer stores.Close()
 	cfg := bench.Config{Rows: rows, Messages: msgs, RowsStoreMB: *rowsStore, Seed: *seed, Runs: *runs, LargeRuns: *largeRuns,

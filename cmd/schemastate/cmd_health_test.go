@@ -1,13 +1,11 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"io"
 	"log/slog"
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
@@ -18,13 +16,6 @@ import (
 	"github.com/schemastate/schemastate/keys"
 	"github.com/schemastate/schemastate/reconcile"
 )
-
-func healthCLI(t *testing.T, args ...string) (int, string, string) {
-	t.Helper()
-	var out, errb bytes.Buffer
-	code := run(context.Background(), append([]string{"health"}, args...), strings.NewReader(""), &out, &errb)
-	return code, out.String(), errb.String()
-}
 
 // healthStore is a reconciled database with kandev_meta emptied, seeded by
 // plain SQL.
@@ -68,49 +59,48 @@ func TestCLI_Health_AC28_AC28a_AC29_VerdictsAndExitCodes(t *testing.T) {
 	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
 		exec := healthStore(t, db)
 		since := keys.Format(healthK)
-		jsonOf := func(out string) map[string]any {
+		// requireJSON runs health --json and requires its exit code and object.
+		requireJSON := func(wantCode int, want map[string]any) {
+			t.Helper()
+			code, out, stderr := healthCLI(t, "--db", db.CLIDSN, "--json")
+			require.Equal(t, wantCode, code, stderr)
 			var m map[string]any
 			require.NoError(t, json.Unmarshal([]byte(out), &m), out)
-			return m
+			require.Equal(t, want, m)
+		}
+		// requireText runs health and requires its exit code and lines.
+		requireText := func(wantCode int, lines ...string) {
+			t.Helper()
+			code, out, _ := healthCLI(t, "--db", db.CLIDSN)
+			require.Equal(t, wantCode, code)
+			for _, l := range lines {
+				require.Contains(t, out, l)
+			}
 		}
 
-		code, out, stderr := healthCLI(t, "--db", db.CLIDSN, "--json")
-		require.Equal(t, exitUnhealthy, code, stderr)
-		require.Equal(t, map[string]any{"capture_since": nil, "verdict": "not_activated", "shortfall": nil,
-			"excess": nil, "collisions": nil, "last_observed_at": nil, "unreadable_created_at": nil}, jsonOf(out))
+		requireJSON(exitUnhealthy, map[string]any{"capture_since": nil, "verdict": "not_activated", "shortfall": nil,
+			"excess": nil, "collisions": nil, "last_observed_at": nil, "unreadable_created_at": nil})
 
 		exec(`INSERT INTO kandev_meta (key, value) VALUES (?, ?)`, keys.CaptureSince, since)
 		seedMessage(t, db, exec, "m-old", "tc-old", healthK.Add(-time.Hour))
 		seedRow(t, db, exec, "r-old", "tc-old", healthK.Add(-time.Hour))
-		code, out, stderr = healthCLI(t, "--db", db.CLIDSN, "--json")
-		require.Equal(t, exitUnhealthy, code, stderr)
-		require.Equal(t, map[string]any{"capture_since": since, "verdict": "nothing_since_activation", "shortfall": 0.0,
-			"excess": 0.0, "collisions": 0.0, "last_observed_at": nil, "unreadable_created_at": 0.0}, jsonOf(out))
+		requireJSON(exitUnhealthy, map[string]any{"capture_since": since, "verdict": "nothing_since_activation", "shortfall": 0.0,
+			"excess": 0.0, "collisions": 0.0, "last_observed_at": nil, "unreadable_created_at": 0.0})
 
 		seedMessage(t, db, exec, "m-a", "tc-a", healthK)
 		seedRow(t, db, exec, "r-a", "tc-a", healthK)
 		seedRow(t, db, exec, "r-orphan", "tc-orphan", healthK.Add(time.Second))
-		code, out, stderr = healthCLI(t, "--db", db.CLIDSN, "--json")
-		require.Equal(t, exitOK, code, stderr)
-		require.Equal(t, map[string]any{"capture_since": since, "verdict": "healthy", "shortfall": 0.0,
-			"excess": 1.0, "collisions": 0.0, "last_observed_at": keys.Format(healthK.Add(time.Second)), "unreadable_created_at": 0.0}, jsonOf(out))
-
-		code, out, _ = healthCLI(t, "--db", db.CLIDSN)
-		require.Equal(t, exitOK, code)
-		require.Contains(t, out, "verdict:          healthy")
-		require.Contains(t, out, "excess:           1 (reported for attribution, never an alarm)")
-		require.Contains(t, out, "unreadable_created_at: 0")
+		requireJSON(exitOK, map[string]any{"capture_since": since, "verdict": "healthy", "shortfall": 0.0,
+			"excess": 1.0, "collisions": 0.0, "last_observed_at": keys.Format(healthK.Add(time.Second)), "unreadable_created_at": 0.0})
+		requireText(exitOK, "verdict:          healthy",
+			"excess:           1 (reported for attribution, never an alarm)",
+			"unreadable_created_at: 0")
 
 		seedMessage(t, db, exec, "m-missed", "tc-missed", healthK.Add(2*time.Second))
-		code, out, stderr = healthCLI(t, "--db", db.CLIDSN, "--json")
-		require.Equal(t, exitUnhealthy, code, stderr)
-		require.Equal(t, map[string]any{"capture_since": since, "verdict": "shortfall", "shortfall": 1.0,
-			"excess": 1.0, "collisions": 0.0, "last_observed_at": keys.Format(healthK.Add(time.Second)), "unreadable_created_at": 0.0}, jsonOf(out))
-
-		code, out, _ = healthCLI(t, "--db", db.CLIDSN)
-		require.Equal(t, exitUnhealthy, code)
-		require.Contains(t, out, "verdict:          shortfall — 1 subagent message(s) since activation have no row")
-		require.Contains(t, out, "capture_since:    "+since)
+		requireJSON(exitUnhealthy, map[string]any{"capture_since": since, "verdict": "shortfall", "shortfall": 1.0,
+			"excess": 1.0, "collisions": 0.0, "last_observed_at": keys.Format(healthK.Add(time.Second)), "unreadable_created_at": 0.0})
+		requireText(exitUnhealthy, "verdict:          shortfall — 1 subagent message(s) since activation have no row",
+			"capture_since:    "+since)
 	})
 }
 

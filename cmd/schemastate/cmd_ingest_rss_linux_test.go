@@ -2,9 +2,7 @@ package main
 
 import (
 	"bufio"
-	"bytes"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -14,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/schemastate/schemastate/internal/dbtest"
+	"github.com/schemastate/schemastate/internal/proctest"
 )
 
 // A 60 MB line (a well-formed frame that the default 16 MiB limit refuses)
@@ -50,17 +49,13 @@ func TestIngest_SixtyMBLineBoundedMemory(t *testing.T) {
 		require.NoError(t, w.Flush())
 		require.NoError(t, f.Close())
 
-		cmd := exec.Command(bin, "ingest", "--db", db.CLIDSN, path)
-		var out, errb bytes.Buffer
-		cmd.Stdout, cmd.Stderr = &out, &errb
-		err = cmd.Run()
-		var ee *exec.ExitError
-		require.ErrorAs(t, err, &ee, "exit 1 expected: %s", errb.String())
-		require.Equal(t, exitIngestMalformed, ee.ExitCode(), errb.String())
-		require.Contains(t, errb.String(), path+":2: malformed frame, skipped: line of "+strconv.Itoa(hugeLen)+" bytes is longer than the maximum line length (16777216 bytes)")
-		require.Less(t, errb.Len(), 1024, errb.String())
+		res, err := proctest.Run(bin, nil, "ingest", "--db", db.CLIDSN, path)
+		require.NoError(t, err)
+		require.Equal(t, exitIngestMalformed, res.Code, res.Stderr)
+		require.Contains(t, res.Stderr, path+":2: malformed frame, skipped: line of "+strconv.Itoa(hugeLen)+" bytes is longer than the maximum line length (16777216 bytes)")
+		require.Less(t, len(res.Stderr), 1024, res.Stderr)
 
-		ru, ok := cmd.ProcessState.SysUsage().(*syscall.Rusage)
+		ru, ok := res.State.SysUsage().(*syscall.Rusage)
 		require.True(t, ok)
 		peak := ru.Maxrss * 1024 // KiB on Linux
 		t.Logf("peak RSS %.1f MiB", float64(peak)/(1<<20))

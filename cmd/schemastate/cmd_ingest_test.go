@@ -21,14 +21,6 @@ import (
 	"github.com/schemastate/schemastate/reconcile"
 )
 
-// ingestCLI runs `schemastate ingest` in-process with stdin.
-func ingestCLI(t *testing.T, stdin string, args ...string) (int, string, string) {
-	t.Helper()
-	var out, errb bytes.Buffer
-	code := run(context.Background(), append([]string{"ingest"}, args...), strings.NewReader(stdin), &out, &errb)
-	return code, out.String(), errb.String()
-}
-
 // ingestStore is a declared-shape database with the given parent sessions.
 func ingestStore(t *testing.T, db *dbtest.DB, sessions map[string]string) {
 	t.Helper()

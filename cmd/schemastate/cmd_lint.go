@@ -58,7 +58,7 @@ func runLint(ctx context.Context, e *env, args []string) int {
 		}
 		server = t.Dialect
 	}
-	if *dialects == "postgres" && server != dialect.Postgres {
+	if *dialects == "postgres" && server != cfg.Dialects[0] {
 		// Linting nothing and exiting 0 would read as a clean review.
 		return usageErr("--dialect postgres builds its stores on a PostgreSQL server: give one with --db postgres://…")
 	}

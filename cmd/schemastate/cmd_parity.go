@@ -6,7 +6,6 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/schemastate/schemastate/dialect"
 	"github.com/schemastate/schemastate/internal/dsn"
 	"github.com/schemastate/schemastate/internal/parity"
 )
@@ -45,7 +44,7 @@ func runParity(ctx context.Context, e *env, args []string) int {
 			fmt.Fprintf(e.stderr, "schemastate parity: %v\n", err)
 			return exitUsage
 		}
-		if t.Dialect != dialect.Postgres {
+		if !t.OnServer() {
 			fmt.Fprintln(e.stderr, "schemastate parity: --db names a PostgreSQL server; SQLite stores are always temporary files (leave --db out)")
 			return exitUsage
 		}
@@ -61,11 +60,11 @@ func runParity(ctx context.Context, e *env, args []string) int {
 			return exitUsage
 		}
 		defer db.Close()
-		if t.Dialect == dialect.SQLite && *server != "" {
+		if !t.OnServer() && *server != "" {
 			fmt.Fprintf(e.stderr, "schemastate parity: %s is SQLite: its fresh store is a temporary file, --db does not apply\n", t.Display)
 			return exitUsage
 		}
-		if cfg.Server == "" && t.Dialect == dialect.Postgres {
+		if cfg.Server == "" && t.OnServer() {
 			cfg.Server = *against
 		}
 		rep, err = parity.Against(ctx, db, cfg)

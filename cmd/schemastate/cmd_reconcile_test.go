@@ -1,8 +1,6 @@
 package main
 
 import (
-	"bytes"
-	"context"
 	"encoding/json"
 	"os"
 	"strings"
@@ -12,14 +10,6 @@ import (
 
 	"github.com/schemastate/schemastate/internal/dbtest"
 )
-
-// cli runs the schemastate CLI in-process and returns its exit code and output.
-func cli(t *testing.T, args ...string) (int, string, string) {
-	t.Helper()
-	var out, errb bytes.Buffer
-	code := run(context.Background(), args, strings.NewReader(""), &out, &errb)
-	return code, out.String(), errb.String()
-}
 
 func TestCLI_ReconcilePlanStatus(t *testing.T) {
 	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {

@@ -1,15 +1,11 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
-	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -19,78 +15,6 @@ import (
 	"github.com/schemastate/schemastate/internal/dbtest"
 	"github.com/schemastate/schemastate/transcript"
 )
-
-// recording is a `transcript record` process whose stdin stays open, as a
-// live provider's stream does.
-type recording struct {
-	cmd   *exec.Cmd
-	stdin io.WriteCloser
-	out   lockedBuffer
-}
-
-// lockedBuffer is the process's stdout and stderr, read while it runs.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
-func startRecording(t *testing.T, args ...string) *recording {
-	t.Helper()
-	return startRecordingWith(t, nil, args...)
-}
-
-// startRecordingWith is startRecording with env added to the process's
-// environment.
-func startRecordingWith(t *testing.T, env []string, args ...string) *recording {
-	t.Helper()
-	r := &recording{cmd: exec.Command(cliBinary(t), append([]string{"transcript", "record"}, args...)...)}
-	r.cmd.Env = append(os.Environ(), env...)
-	var err error
-	r.stdin, err = r.cmd.StdinPipe()
-	require.NoError(t, err)
-	r.cmd.Stdout, r.cmd.Stderr = &r.out, &r.out
-	require.NoError(t, r.cmd.Start())
-	t.Cleanup(func() { _ = r.cmd.Process.Kill(); _ = r.cmd.Wait() })
-	return r
-}
-
-func (r *recording) write(t *testing.T, lines ...string) {
-	t.Helper()
-	for _, l := range lines {
-		_, err := io.WriteString(r.stdin, l)
-		require.NoError(t, err)
-	}
-}
-
-// wait returns the exit code, failing the test if the process does not end.
-func (r *recording) wait(t *testing.T) int {
-	t.Helper()
-	done := make(chan error, 1)
-	go func() { done <- r.cmd.Wait() }()
-	select {
-	case err := <-done:
-		if ee, ok := err.(*exec.ExitError); ok {
-			return ee.ExitCode()
-		}
-		require.NoError(t, err)
-		return 0
-	case <-time.After(30 * time.Second):
-		t.Fatalf("record did not end; output so far:\n%s", r.out.String())
-		return -1
-	}
-}
 
 // lifecycleRow reads the row of (ws, sess, agent) as stored.
 func lifecycleRow(t *testing.T, db *dbtest.DB, ws, sess, agent string) *transcript.Entry {

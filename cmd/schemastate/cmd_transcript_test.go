@@ -1,14 +1,11 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -20,58 +17,6 @@ import (
 	"github.com/schemastate/schemastate/reconcile"
 	"github.com/schemastate/schemastate/transcript"
 )
-
-func transcriptCLI(t *testing.T, stdin string, args ...string) (int, string, string) {
-	t.Helper()
-	var out, errb bytes.Buffer
-	code := run(context.Background(), append([]string{"transcript"}, args...), strings.NewReader(stdin), &out, &errb)
-	return code, out.String(), errb.String()
-}
-
-var (
-	binOnce sync.Once
-	binDir  string
-	binPath string
-	binErr  error
-)
-
-// cliBinary builds the schemastate binary once, so a test can run it as a
-// separate process: a "server" that records and exits, then a fresh process
-// that locates what it left.
-func cliBinary(t *testing.T) string {
-	t.Helper()
-	binOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "schemastate-bin-")
-		if err != nil {
-			binErr = err
-			return
-		}
-		binDir, binPath = dir, filepath.Join(dir, "schemastate")
-		out, err := exec.Command("go", "build", "-o", binPath, ".").CombinedOutput()
-		if err != nil {
-			binErr = err
-			binPath = string(out)
-		}
-	})
-	require.NoError(t, binErr, binPath)
-	return binPath
-}
-
-func runBinary(t *testing.T, stdin []byte, args ...string) (int, string) {
-	t.Helper()
-	cmd := exec.Command(cliBinary(t), append([]string{"transcript"}, args...)...)
-	cmd.Stdin = bytes.NewReader(stdin)
-	var out, errb bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &errb
-	err := cmd.Run()
-	code := 0
-	if ee, ok := err.(*exec.ExitError); ok {
-		code = ee.ExitCode()
-	} else {
-		require.NoError(t, err)
-	}
-	return code, out.String() + errb.String()
-}
 
 func readFixture(t *testing.T, name string) []byte {
 	t.Helper()
@@ -115,22 +60,15 @@ func TestCLI_Transcript_AT5_RestartAndLocate(t *testing.T) {
 		require.Contains(t, out, "failed ")
 
 		// A child killed mid-run: its stream is still open when the server dies.
-		cmd := exec.Command(cliBinary(t), append([]string{"transcript", "record"}, append(common, "--agent", "killed-child", "--provider", "claude", "--kind", "todo_delegate")...)...)
-		stdin, err := cmd.StdinPipe()
-		require.NoError(t, err)
-		require.NoError(t, cmd.Start())
-		lines := strings.SplitAfter(string(readFixture(t, "claude_success.jsonl")), "\n")
-		for _, l := range lines[:10] {
-			_, err := stdin.Write([]byte(l))
-			require.NoError(t, err)
-		}
+		r := startRecording(t, append(common, "--agent", "killed-child", "--provider", "claude", "--kind", "todo_delegate")...)
+		r.write(t, fixtureLinesCLI(t, "claude_success.jsonl")[:10]...)
 		logPath := filepath.Join(root, "background", sess, "killed-child.events.jsonl")
 		require.Eventually(t, func() bool {
 			tr, err := transcript.LoadPath(logPath)
 			return err == nil && len(tr.ToolCalls()) == 1 && tr.ToolCalls()[0].Result != nil
 		}, 20*time.Second, 5*time.Millisecond)
-		require.NoError(t, cmd.Process.Signal(syscall.SIGKILL))
-		_ = cmd.Wait()
+		require.NoError(t, r.cmd.Process.Signal(syscall.SIGKILL))
+		_ = r.cmd.Wait()
 
 		// After the restart: a new process, nothing in memory.
 		code, out = runBinary(t, nil, "ls", "--root", root, "--session", sess, "--db", db.CLIDSN, "--json")

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"os"
 
-	"github.com/schemastate/schemastate/dialect"
 	"github.com/schemastate/schemastate/internal/dsn"
 )
 
@@ -58,7 +57,7 @@ func open(ctx context.Context, e *env, dbArg string, mode openMode) (*sql.DB, ds
 		fmt.Fprintf(e.stderr, "schemastate: %v\n", err)
 		return nil, t, false
 	}
-	if t.Dialect == dialect.SQLite && mode != create {
+	if !t.OnServer() && mode != create {
 		if _, err := os.Stat(t.Path); errors.Is(err, os.ErrNotExist) {
 			fmt.Fprintf(e.stderr, "schemastate: %s: no such database file (point --db at the host's database, or run `schemastate demo --db %s` to create one)\n", t.Display, t.Display)
 			return nil, t, false

@@ -5,15 +5,9 @@ import (
 	"testing"
 
 	"github.com/schemastate/schemastate/internal/dbtest"
+	"github.com/schemastate/schemastate/internal/proctest"
 )
 
 // TestMain gives this package's PostgreSQL tests a database of their own,
-// and removes the binary cliBinary built: one per run of the package, tens of
-// MiB each, would otherwise pile up in the temporary directory.
-func TestMain(m *testing.M) {
-	code := dbtest.Main(m)
-	if binDir != "" {
-		os.RemoveAll(binDir)
-	}
-	os.Exit(code)
-}
+// and removes the binary cliBinary built.
+func TestMain(m *testing.M) { os.Exit(dbtest.Main(m, proctest.Cleanup)) }

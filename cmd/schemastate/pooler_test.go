@@ -1,10 +1,8 @@
 package main
 
 import (
-	"bytes"
 	"database/sql"
 	"encoding/json"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -15,6 +13,7 @@ import (
 	"github.com/schemastate/schemastate/capture"
 	"github.com/schemastate/schemastate/internal/dbtest"
 	"github.com/schemastate/schemastate/internal/pgbouncer"
+	"github.com/schemastate/schemastate/internal/proctest"
 )
 
 // The CLI behind a real PgBouncer (internal/pgbouncer: Debian's 1.18, no
@@ -151,18 +150,8 @@ func subagentRows(t *testing.T, db *sql.DB) []string {
 	for i, c := range cols {
 		sel[i] = "COALESCE(CAST(" + c + " AS TEXT), 'NULL')"
 	}
-	rows, err := db.Query(`SELECT ` + strings.Join(sel, ` || '|' || `) + ` FROM task_session_subagents
+	return dbtest.StringsFrom(t, db, `SELECT `+strings.Join(sel, ` || '|' || `)+` FROM task_session_subagents
 		ORDER BY task_session_id, agent_execution_id, tool_call_id`)
-	require.NoError(t, err)
-	defer rows.Close()
-	var out []string
-	for rows.Next() {
-		var s string
-		require.NoError(t, rows.Scan(&s))
-		out = append(out, s)
-	}
-	require.NoError(t, rows.Err())
-	return out
 }
 
 // Four ingest processes replaying the shipped stream at once through the
@@ -182,34 +171,23 @@ func TestPooler_ConcurrentIngestsLoseNothing(t *testing.T) {
 	eachPoolMode(t, func(t *testing.T, p *pgbouncer.Pooler) {
 		ingestStore(t, p.Direct, sessions)
 		var wg sync.WaitGroup
-		results := make([]struct {
-			code   int
-			out    string
-			stderr string
-		}, 4)
+		results, errs := make([]proctest.Result, 4), make([]error, 4)
 		for i := range results {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				cmd := exec.Command(bin, "ingest", "--db", p.DSN, "--json", stream)
-				var out, errb bytes.Buffer
-				cmd.Stdout, cmd.Stderr = &out, &errb
-				err := cmd.Run()
-				results[i].code = cmd.ProcessState.ExitCode()
-				if _, ok := err.(*exec.ExitError); !ok && err != nil {
-					results[i].stderr = err.Error()
-				}
-				results[i].out, results[i].stderr = out.String(), results[i].stderr+errb.String()
+				results[i], errs[i] = proctest.Run(bin, nil, "ingest", "--db", p.DSN, "--json", stream)
 			}()
 		}
 		wg.Wait()
 		for i, r := range results {
-			require.Equal(t, exitIngestMalformed, r.code, "ingest %d: %s", i+1, r.stderr)
-			s := decodeSummary(t, r.out)
-			require.Equal(t, int64(0), s.Failed, "ingest %d: %s", i+1, r.stderr)
+			require.NoError(t, errs[i], "ingest %d", i+1)
+			require.Equal(t, exitIngestMalformed, r.Code, "ingest %d: %s", i+1, r.Stderr)
+			s := decodeSummary(t, r.Stdout)
+			require.Equal(t, int64(0), s.Failed, "ingest %d: %s", i+1, r.Stderr)
 			require.Equal(t, int64(40), s.Persisted, "ingest %d", i+1)
-			require.NotContains(t, r.stderr, "declared shape")
-			require.NotContains(t, r.stderr, capture.Table+" cannot take")
+			require.NotContains(t, r.Stderr, "declared shape")
+			require.NotContains(t, r.Stderr, capture.Table+" cannot take")
 		}
 		require.Equal(t, want, subagentRows(t, p.Direct.DB))
 	})

@@ -6,16 +6,12 @@ import (
 	"fmt"
 	"time"
 
-	"ariga.io/atlas/sql/migrate"
-	"ariga.io/atlas/sql/postgres"
 	"ariga.io/atlas/sql/schema"
-	"ariga.io/atlas/sql/sqlclient"
-	"ariga.io/atlas/sql/sqlite"
 	"github.com/zclconf/go-cty/cty"
 
 	"github.com/schemastate/schemastate"
-	"github.com/schemastate/schemastate/dialect"
 	"github.com/schemastate/schemastate/internal/dsn"
+	"github.com/schemastate/schemastate/internal/readonly"
 )
 
 // The Atlas anchor: what `atlas schema apply --include task_session_subagents`
@@ -29,25 +25,12 @@ import (
 
 const subagents = "task_session_subagents"
 
-func atlasIs(d dialect.Dialect) string {
-	if d == dialect.Postgres {
-		return "Atlas Go API as `atlas schema apply` runs it: EvalHCLBytes(schema.hcl), InspectSchema, SchemaDiff, BeginTx, ApplyChanges, COMMIT"
-	}
-	return "Atlas Go API as `atlas schema apply` runs it: EvalHCLBytes(schema.hcl), InspectSchema, SchemaDiff, sqlite.OpenTx (foreign keys off, foreign_key_check of the whole database before and after), ApplyChanges, COMMIT"
-}
-
 // atlasDesired evaluates schema.hcl with Atlas alone and keeps the owned
 // table, bound to schema name.
-func atlasDesired(d dialect.Dialect, name string) (*schema.Schema, error) {
+func (b *bench) atlasDesired(name string) (*schema.Schema, error) {
 	var s schema.Schema
-	vars := map[string]cty.Value{"dialect": cty.StringVal(string(d))}
-	var err error
-	if d == dialect.Postgres {
-		err = postgres.EvalHCLBytes(schemastate.SchemaHCL, &s, vars)
-	} else {
-		err = sqlite.EvalHCLBytes(schemastate.SchemaHCL, &s, vars)
-	}
-	if err != nil {
+	vars := map[string]cty.Value{"dialect": cty.StringVal(string(b.d))}
+	if err := b.on.atlasEval(schemastate.SchemaHCL, &s, vars); err != nil {
 		return nil, err
 	}
 	t, ok := s.Table(subagents)
@@ -62,13 +45,6 @@ func atlasDesired(d dialect.Dialect, name string) (*schema.Schema, error) {
 	return &s, nil
 }
 
-func atlasOpen(d dialect.Dialect, q schema.ExecQuerier) (migrate.Driver, error) {
-	if d == dialect.Postgres {
-		return postgres.Open(q)
-	}
-	return sqlite.Open(q)
-}
-
 func (b *bench) atlasApply(ctx context.Context) (time.Duration, error) {
 	t, err := dsn.Parse(b.dsn)
 	if err != nil {
@@ -81,18 +57,16 @@ func (b *bench) atlasApply(ctx context.Context) (time.Duration, error) {
 	}
 	defer db.Close()
 	db.SetMaxOpenConns(1)
-	name := "main"
-	if b.d == dialect.Postgres {
-		if err := db.QueryRowContext(ctx, "SELECT current_schema()").Scan(&name); err != nil {
-			return 0, err
-		}
-	}
-	t0 := time.Now()
-	desired, err := atlasDesired(b.d, name)
+	name, err := readonly.SchemaName(ctx, db, b.d)
 	if err != nil {
 		return 0, err
 	}
-	drv, err := atlasOpen(b.d, db)
+	t0 := time.Now()
+	desired, err := b.atlasDesired(name)
+	if err != nil {
+		return 0, err
+	}
+	drv, err := b.on.atlasOpen(db)
 	if err != nil {
 		return 0, err
 	}
@@ -104,19 +78,11 @@ func (b *bench) atlasApply(ctx context.Context) (time.Duration, error) {
 	if err != nil {
 		return 0, err
 	}
-	var tx *sqlclient.Tx
-	if b.d == dialect.SQLite {
-		tx, err = sqlite.OpenTx(ctx, db, nil)
-	} else {
-		var stx *sql.Tx
-		if stx, err = db.BeginTx(ctx, nil); err == nil {
-			tx = &sqlclient.Tx{Tx: stx}
-		}
-	}
+	tx, err := b.on.atlasTx(ctx, db)
 	if err != nil {
 		return 0, err
 	}
-	tdrv, err := atlasOpen(b.d, tx)
+	tdrv, err := b.on.atlasOpen(tx)
 	if err != nil {
 		tx.Rollback() //nolint:errcheck
 		return 0, err
@@ -133,7 +99,7 @@ func (b *bench) atlasApply(ctx context.Context) (time.Duration, error) {
 
 // atlasInspect is Atlas's inspection of the owned table alone.
 func (b *bench) atlasInspect(ctx context.Context, name string) error {
-	drv, err := atlasOpen(b.d, b.db)
+	drv, err := b.on.atlasOpen(b.db)
 	if err != nil {
 		return err
 	}

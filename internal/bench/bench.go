@@ -95,7 +95,8 @@ type Config struct {
 	Frames int
 	// DiskMB is how much the disk-rate probe writes (default 256).
 	DiskMB int
-	// PoolerDSN, when set (PostgreSQL), reaches the same database through a
+	// PoolerDSN, when set (PostgreSQL stores only: the run fails on SQLite),
+	// reaches the same database through a
 	// connection pooler in transaction mode (PgBouncer): the rows family then
 	// also measures the boot, the steady-state boot and live capture through
 	// it beside the same direct (pooler.go).
@@ -281,7 +282,11 @@ func Run(ctx context.Context, stores Stores, cfg Config) (*Report, error) {
 	if err != nil {
 		return rep, fmt.Errorf("bench: %w", err)
 	}
-	b := &bench{cfg: cfg, quiet: slog.New(slog.NewTextHandler(io.Discard, nil)), stores: stores, legacyColumns: legacy}
+	on, err := dialects.For(stores.Dialect())
+	if err != nil {
+		return rep, fmt.Errorf("bench: %w", err)
+	}
+	b := &bench{cfg: cfg, quiet: slog.New(slog.NewTextHandler(io.Discard, nil)), stores: stores, legacyColumns: legacy, on: on}
 	if err := b.disk(rep); err != nil {
 		return rep, err
 	}
@@ -314,6 +319,8 @@ type bench struct {
 	dsn  string // what the CLI's --db takes
 	d    dialect.Dialect
 	keys keys.Set
+	// on is what the benchmark does differently on the stores' dialect.
+	on dialectBench
 }
 
 func (b *bench) say(format string, args ...any) {

@@ -4,10 +4,8 @@ import (
 	"context"
 	"database/sql"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -15,6 +13,7 @@ import (
 	"github.com/schemastate/schemastate/dialect"
 	"github.com/schemastate/schemastate/internal/bench"
 	"github.com/schemastate/schemastate/internal/dbtest"
+	"github.com/schemastate/schemastate/internal/proctest"
 	"github.com/schemastate/schemastate/reconcile"
 )
 
@@ -26,31 +25,8 @@ func tiny(exe string) bench.Config {
 	return bench.Config{Rows: []int{300, 1000}, Messages: []int{4000}, RowsStoreMB: 2, Runs: 1, Frames: 20, DiskMB: 8, Exe: exe}
 }
 
-var (
-	buildOnce sync.Once
-	exePath   string
-	buildErr  error
-)
-
-// binary builds the CLI once, so the runs time it as a child process.
-func binary(t *testing.T) string {
-	t.Helper()
-	buildOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "schemastate-bench-test-")
-		if err != nil {
-			buildErr = err
-			return
-		}
-		exePath = filepath.Join(dir, "schemastate")
-		out, err := exec.Command("go", "build", "-o", exePath, "github.com/schemastate/schemastate/cmd/schemastate").CombinedOutput()
-		if err != nil {
-			buildErr = err
-			exePath = string(out)
-		}
-	})
-	require.NoError(t, buildErr, exePath)
-	return exePath
-}
+// binary is the CLI, built once, so the runs time it as a child process.
+func binary(t *testing.T) string { return proctest.Binary(t) }
 
 func stores(t *testing.T, db *dbtest.DB) bench.Stores {
 	if db.Dialect == dialect.Postgres {

@@ -8,6 +8,7 @@ import (
 
 	"github.com/schemastate/schemastate/dialect"
 	"github.com/schemastate/schemastate/health"
+	"github.com/schemastate/schemastate/internal/readonly"
 	"github.com/schemastate/schemastate/keys"
 )
 
@@ -122,26 +123,20 @@ func (b *bench) health(ctx context.Context, rep *Report, n, messages int) error 
 // healthFloorQuery is the floor's statement for dialect d and its one bind
 // value, the capture_since boundary in the form the statement compares.
 func healthFloorQuery(d dialect.Dialect, captureSince string) (string, any, error) {
+	on, err := dialects.For(d)
+	if err != nil {
+		return "", nil, fmt.Errorf("bench: %w", err)
+	}
 	bound, err := keys.NewBoundary(captureSince)
 	if err != nil {
 		return "", nil, err
 	}
-	if d == dialect.Postgres {
-		return healthFloorPostgres, bound.Arg(), nil
-	}
-	t := bound.Time()
-	if tr := t.Truncate(time.Microsecond); !tr.Equal(t) {
-		t = tr.Add(time.Microsecond)
-	}
-	return healthFloorSQLite, keys.RowTime(dialect.SQLite, t), nil
+	q, arg := on.healthFloor(bound)
+	return q, arg, nil
 }
 
 func (b *bench) healthFloor(ctx context.Context, q string, arg any) (healthCounts, error) {
-	txo := &sql.TxOptions{ReadOnly: true}
-	if b.d == dialect.Postgres {
-		txo.Isolation = sql.LevelRepeatableRead
-	}
-	tx, err := b.db.BeginTx(ctx, txo)
+	tx, err := readonly.Begin(ctx, b.db, b.d)
 	if err != nil {
 		return healthCounts{}, err
 	}

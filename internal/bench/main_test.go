@@ -5,7 +5,9 @@ import (
 	"testing"
 
 	"github.com/schemastate/schemastate/internal/dbtest"
+	"github.com/schemastate/schemastate/internal/proctest"
 )
 
-// TestMain gives this package's PostgreSQL tests a database of their own.
-func TestMain(m *testing.M) { os.Exit(dbtest.Main(m)) }
+// TestMain gives this package's PostgreSQL tests a database of their own,
+// and removes the binary the runs timed.
+func TestMain(m *testing.M) { os.Exit(dbtest.Main(m, proctest.Cleanup)) }

@@ -109,6 +109,22 @@ func groups(rep *Report) [][2]string {
 	return out
 }
 
+// firstAnchors is each anchor of pts once, as it first appears, in the
+// order it first appears.
+func firstAnchors(pts []*Measurement) []Anchor {
+	var out []Anchor
+	seen := map[string]bool{}
+	for _, m := range pts {
+		for _, a := range m.Anchors {
+			if !seen[a.Name] {
+				seen[a.Name] = true
+				out = append(out, a)
+			}
+		}
+	}
+	return out
+}
+
 func (rep *Report) points(name, family string) []*Measurement {
 	var out []*Measurement
 	for i := range rep.Measurements {
@@ -162,17 +178,8 @@ func Charts(rep *Report) []NamedChart {
 		}
 		series("ours (in process)", func(m *Measurement) time.Duration { return m.Ours }, false)
 		series("floor", func(m *Measurement) time.Duration { return m.Floor }, false)
-		var anchors []string
-		seen := map[string]bool{}
-		for _, m := range pts {
-			for _, a := range m.Anchors {
-				if !seen[a.Name] {
-					seen[a.Name] = true
-					anchors = append(anchors, a.Name)
-				}
-			}
-		}
-		for _, an := range anchors {
+		for _, a := range firstAnchors(pts) {
+			an := a.Name
 			series(an, func(m *Measurement) time.Duration {
 				if a := m.Anchor(an); a != nil && a.Err == "" {
 					return a.Median
@@ -213,19 +220,13 @@ func Tables(rep *Report, imagePrefix string) []byte {
 		fmt.Fprintf(&b, "![%s, by %s (%s)](%s%s-%s-%s.svg)\n\n", titles[name], family, rep.Dialect, imagePrefix, rep.Dialect, name, family)
 		fmt.Fprintf(&b, "Ours: %s.  \nFloor: %s.\n", pts[0].OursIs, pts[0].FloorIs)
 		var anchors []string
-		seen := map[string]bool{}
-		for _, m := range pts {
-			for _, a := range m.Anchors {
-				if !seen[a.Name] {
-					seen[a.Name] = true
-					anchors = append(anchors, a.Name)
-					is := a.Is
-					if a.Name == AnchorPhysical {
-						is = "the rebuilt table and its indexes written once at the disk's sequential write rate, measured right before the size's runs (both per size below)"
-					}
-					fmt.Fprintf(&b, "Anchor *%s*: %s.\n", a.Name, is)
-				}
+		for _, a := range firstAnchors(pts) {
+			anchors = append(anchors, a.Name)
+			is := a.Is
+			if a.Name == AnchorPhysical {
+				is = "the rebuilt table and its indexes written once at the disk's sequential write rate, measured right before the size's runs (both per size below)"
 			}
+			fmt.Fprintf(&b, "Anchor *%s*: %s.\n", a.Name, is)
 		}
 		b.WriteString("\n| " + family + " | ours | floor | ours / floor | target |")
 		for _, a := range anchors {

@@ -75,32 +75,7 @@ func (b *bench) handMigration(ctx context.Context, stmts []string) (time.Duratio
 	}
 	defer conn.Close()
 	t0 := time.Now()
-	if b.d == dialect.SQLite {
-		if _, err := conn.ExecContext(ctx, "PRAGMA foreign_keys = OFF"); err != nil {
-			return 0, err
-		}
-		defer conn.ExecContext(context.Background(), "PRAGMA foreign_keys = ON") //nolint:errcheck
-		if _, err := conn.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
-			return 0, err
-		}
-		if err := execAll(ctx, conn, stmts); err != nil {
-			conn.ExecContext(context.Background(), "ROLLBACK") //nolint:errcheck
-			return 0, err
-		}
-		if _, err := conn.ExecContext(ctx, "COMMIT"); err != nil {
-			return 0, err
-		}
-		return time.Since(t0), nil
-	}
-	tx, err := conn.BeginTx(ctx, nil)
-	if err != nil {
-		return 0, err
-	}
-	if err := execAll(ctx, tx, stmts); err != nil {
-		tx.Rollback() //nolint:errcheck
-		return 0, err
-	}
-	if err := tx.Commit(); err != nil {
+	if err := b.on.handMigration(ctx, conn, stmts); err != nil {
 		return 0, err
 	}
 	return time.Since(t0), nil
@@ -157,12 +132,8 @@ func (b *bench) hostRecreate(ctx context.Context) (time.Duration, error) {
 // pages SQLite's dbstat counts for them, or PostgreSQL's
 // pg_total_relation_size.
 func (b *bench) tableBytes(ctx context.Context) (int64, error) {
-	q := `SELECT COALESCE(SUM(pgsize), 0) FROM dbstat WHERE name IN (SELECT name FROM sqlite_master WHERE tbl_name = 'task_session_subagents')`
-	if b.d == dialect.Postgres {
-		q = `SELECT pg_total_relation_size('task_session_subagents')`
-	}
 	var n int64
-	if err := b.db.QueryRowContext(ctx, q).Scan(&n); err != nil {
+	if err := b.db.QueryRowContext(ctx, b.on.tableBytes).Scan(&n); err != nil {
 		return 0, fmt.Errorf("bench: size of task_session_subagents: %w", err)
 	}
 	return n, nil

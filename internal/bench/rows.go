@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/schemastate/schemastate/dialect"
+	"github.com/schemastate/schemastate/internal/readonly"
 	"github.com/schemastate/schemastate/reconcile"
 )
 
@@ -32,7 +32,7 @@ func (b *bench) rowsFamily(ctx context.Context, rep *Report) error {
 		if err := b.rebuild(ctx, rep, n); err != nil {
 			return err
 		}
-		if b.d == dialect.Postgres && n <= 1_000_000 {
+		if n <= b.on.lockUpTo {
 			if err := b.lock(ctx, rep, n); err != nil {
 				return err
 			}
@@ -47,7 +47,7 @@ func (b *bench) rowsFamily(ctx context.Context, rep *Report) error {
 		if err := b.capture(ctx, rep, n); err != nil {
 			return err
 		}
-		if b.cfg.PoolerDSN != "" && b.d == dialect.Postgres {
+		if b.cfg.PoolerDSN != "" {
 			if err := b.pooler(ctx, rep, n); err != nil {
 				return err
 			}
@@ -60,16 +60,9 @@ func (b *bench) rowsFamily(ctx context.Context, rep *Report) error {
 // rebuild, or the PostgreSQL constraint swap, whole Reconcile in process —
 // against the hand-written migration on the same rows, with the anchors.
 func (b *bench) rebuild(ctx context.Context, rep *Report, n int) error {
-	m := Measurement{Name: Rebuild, Family: FamilyRows, N: n, Rows: n, Target: 1.15,
-		OursIs:  "reconcile.Reconcile on the legacy store, in process, wall time (lock, certificate check, declaration, inspect, plan, the rebuild with its row count — its foreign_key_check before and after skipped, as the legacy table keeps its foreign keys and nothing references it — execution_since, COMMIT)",
-		FloorIs: "the same create / copy / drop / rename / four CREATE INDEX on one connection, foreign keys off, inside BEGIN IMMEDIATE, timed with its COMMIT"}
-	floor := handRebuildSQLite(b.legacyColumns)
-	if b.d == dialect.Postgres {
-		m.Name, m.Target = ConstraintSwap, 0
-		m.OursIs = "reconcile.Reconcile on the legacy store, in process, wall time (lock, certificate check, declaration, inspect, plan, the shape and widen steps — one transaction under the online threshold (reconcile.WithOnlineAbove), the online phases at and above it: catalog-only exclusive locks, CONCURRENTLY index build, expand/contract widening — and execution_since)"
-		m.FloorIs = "one hand-written ALTER TABLE to the declared shape (drop constraint, widen the three metrics to bigint, add column, add constraint) in one transaction, timed with its COMMIT"
-		floor = handSwapPostgres
-	}
+	m := b.on.rebuild
+	m.Family, m.N, m.Rows = FamilyRows, n, n
+	floor := b.on.rebuildFloor(b.legacyColumns)
 	var shapeSteps, applies []time.Duration
 	var mem *Memory
 	ours := func(run int) (time.Duration, error) {
@@ -123,13 +116,13 @@ func (b *bench) rebuild(ctx context.Context, rep *Report, n int) error {
 	// Anchors in this order so the last run leaves ours (or the host's)
 	// end state behind.
 	var anchors []anchorRun
-	anchors = append(anchors, anchorRun{AnchorAtlas, atlasIs(b.d), func(int) (time.Duration, error) {
+	anchors = append(anchors, anchorRun{AnchorAtlas, b.on.atlasIs, func(int) (time.Duration, error) {
 		if err := b.restoreLegacy(ctx); err != nil {
 			return 0, err
 		}
 		return b.amended(ctx, n)(b.atlasApply(ctx))
 	}})
-	if b.d == dialect.SQLite {
+	if b.on.hostAnchor {
 		anchors = append(anchors, anchorRun{AnchorHost, hostIs, func(int) (time.Duration, error) {
 			if err := b.restoreLegacy(ctx); err != nil {
 				return 0, err
@@ -200,11 +193,9 @@ func (b *bench) fixedCosts(ctx context.Context) ([]Cost, error) {
 		out = append(out, Cost{Name: name, Median: d})
 		return nil
 	}
-	schema := "main"
-	if b.d == dialect.Postgres {
-		if err := b.db.QueryRowContext(ctx, "SELECT current_schema()").Scan(&schema); err != nil {
-			return nil, err
-		}
+	schema, err := readonly.SchemaName(ctx, b.db, b.d)
+	if err != nil {
+		return nil, err
 	}
 	if err := add("HCL evaluation (reconcile.LoadDeclaration)", func() error {
 		_, err := reconcile.LoadDeclaration("", b.d, schema)
@@ -221,9 +212,9 @@ func (b *bench) fixedCosts(ctx context.Context) ([]Cost, error) {
 	}); err != nil {
 		return nil, err
 	}
-	if b.d == dialect.SQLite {
+	if len(b.on.rebuildChecks) > 0 {
 		if err := add("foreign_key_check before and after, and the row count", func() error {
-			for _, q := range []string{"PRAGMA foreign_key_check(task_session_subagents)", "PRAGMA foreign_key_check(task_session_subagents)", "SELECT COUNT(*) FROM task_session_subagents"} {
+			for _, q := range b.on.rebuildChecks {
 				if err := drainQuery(ctx, b.db, q); err != nil {
 					return err
 				}

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/schemastate/schemastate/dialect"
 	"github.com/schemastate/schemastate/internal/fixtures"
 	"github.com/schemastate/schemastate/keys"
 )
@@ -56,10 +55,7 @@ func (b *bench) fill(ctx context.Context, n int) error {
 			exprs[i] = fmt.Sprintf("CASE WHEN k.i = 0 THEN r.%[1]s ELSE r.%[1]s || '~' || CAST(k.i AS TEXT) END", c)
 		}
 	}
-	series := "(WITH RECURSIVE s(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM s WHERE i + 1 < ?) SELECT i FROM s) k"
-	if b.d == dialect.Postgres {
-		series = "generate_series(0, $1::int - 1) AS k(i)"
-	}
+	series := b.on.series
 	cols := strings.Join(b.legacyColumns, ", ")
 	for _, q := range []struct {
 		sql  string
@@ -120,9 +116,5 @@ func (b *bench) restorePredating(ctx context.Context) error {
 // PostgreSQL the table analyzed (as autovacuum would have), on SQLite the
 // WAL checkpointed so no run pays for the previous one's pages.
 func (b *bench) settle(ctx context.Context) error {
-	q := "PRAGMA wal_checkpoint(TRUNCATE)"
-	if b.d == dialect.Postgres {
-		q = "ANALYZE task_session_subagents"
-	}
-	return drainQuery(ctx, b.db, q)
+	return drainQuery(ctx, b.db, b.on.settle)
 }

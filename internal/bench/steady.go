@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/schemastate/schemastate/dialect"
+	"github.com/schemastate/schemastate/internal/readonly"
 	"github.com/schemastate/schemastate/keys"
 	"github.com/schemastate/schemastate/reconcile"
 )
@@ -30,7 +31,7 @@ func (b *bench) steady(ctx context.Context, rep *Report, family string, n, messa
 	} else if r.Keys.ExecutionSince == nil {
 		return fmt.Errorf("%w: the store is not activated before the steady-state runs", errUnexpected)
 	}
-	name, err := currentSchema(ctx, b)
+	name, err := readonly.SchemaName(ctx, b.db, b.d)
 	if err != nil {
 		return err
 	}
@@ -125,15 +126,6 @@ func (b *bench) steady(ctx context.Context, rep *Report, family string, n, messa
 // averages.
 const steadyBoots = 100
 
-func currentSchema(ctx context.Context, b *bench) (string, error) {
-	if b.d == dialect.SQLite {
-		return "main", nil
-	}
-	var s string
-	err := b.db.QueryRowContext(ctx, "SELECT current_schema()").Scan(&s)
-	return s, err
-}
-
 func (b *bench) count(ctx context.Context, table string) (int, error) {
 	var n int
 	err := b.db.QueryRowContext(ctx, "SELECT COUNT(*) FROM "+dialect.QuoteIdent(table)).Scan(&n)
@@ -141,13 +133,8 @@ func (b *bench) count(ctx context.Context, table string) (int, error) {
 }
 
 func (b *bench) fingerprint(ctx context.Context) (string, error) {
-	q := "PRAGMA schema_version"
-	if b.d == dialect.Postgres {
-		q = `SELECT string_agg(c.oid::text || ':' || c.xmin::text, ',' ORDER BY c.oid)
-FROM pg_class c WHERE c.relnamespace = current_schema()::regnamespace`
-	}
 	var s string
-	err := b.db.QueryRowContext(ctx, q).Scan(&s)
+	err := b.db.QueryRowContext(ctx, b.on.fingerprint).Scan(&s)
 	return s, err
 }
 
@@ -208,10 +195,7 @@ func (b *bench) catalogFloor(ctx context.Context, owned, host []string) (time.Du
 	// A certified boot takes no lock (reconcile checks the certificate
 	// before taking one, in a deferred read transaction), so neither does
 	// the floor: the two reads, each in its own implicit read transaction.
-	catalog, args := floorCatalogPostgres, []any{strings.Join(owned, ","), strings.Join(host, ",")}
-	if b.d == dialect.SQLite {
-		catalog, args = fmt.Sprintf(floorCatalogSQLite, marks(len(owned)), marks(len(host))), append(anys(owned), anys(host)...)
-	}
+	catalog, args := b.on.floorCatalog(owned, host)
 	t0 := time.Now()
 	if err := readKeys(); err != nil {
 		return 0, "", err

@@ -3,11 +3,12 @@ package bench
 import (
 	"context"
 	"database/sql"
+	"fmt"
 
 	"github.com/schemastate/schemastate/dialect"
 	"github.com/schemastate/schemastate/internal/dsn"
 	"github.com/schemastate/schemastate/internal/gen"
-	"github.com/schemastate/schemastate/internal/redact"
+	"github.com/schemastate/schemastate/internal/perdialect"
 	"github.com/schemastate/schemastate/internal/store"
 
 	_ "github.com/schemastate/schemastate/drivers"
@@ -31,13 +32,28 @@ type Stores interface {
 // SQLiteStores keeps each store in the file at path, deleted and created
 // again for the next store.
 func SQLiteStores(path string) Stores {
-	return slotAt(dsn.Target{Dialect: dialect.SQLite, DriverName: "sqlite", Path: path, Display: "sqlite:" + path})
+	return slotAt(dsn.SQLiteTarget(path))
 }
 
 // PostgresStores keeps each store in the schema dsn's search_path names (or
 // its current schema); for the next store every table in it is dropped.
 func PostgresStores(url string) Stores {
-	return slotAt(dsn.Target{Dialect: dialect.Postgres, DriverName: "pgx", DSN: url, Display: redact.String(url, redact.Secrets(url)...)})
+	return slotAt(dsn.PostgresTarget(url))
+}
+
+// StoresAt is the stores at the --db target t: SQLiteStores of its file,
+// PostgresStores of its URL.
+func StoresAt(t dsn.Target) (Stores, error) {
+	at, err := storesAt.For(t.Dialect)
+	if err != nil {
+		return nil, fmt.Errorf("bench: %w", err)
+	}
+	return at(t), nil
+}
+
+var storesAt = perdialect.Of[func(dsn.Target) Stores]{
+	Postgres: func(t dsn.Target) Stores { return PostgresStores(t.DSN) },
+	SQLite:   func(t dsn.Target) Stores { return SQLiteStores(t.Path) },
 }
 
 // slotAt is the one empty-store builder's slot at t; its first store is

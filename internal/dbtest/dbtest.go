@@ -10,6 +10,7 @@ package dbtest
 import (
 	"context"
 	"database/sql"
+	"fmt"
 	"net/url"
 	"os"
 	"testing"
@@ -19,6 +20,7 @@ import (
 
 	"github.com/schemastate/schemastate/dialect"
 	"github.com/schemastate/schemastate/internal/fixtures"
+	"github.com/schemastate/schemastate/internal/perdialect"
 	"github.com/schemastate/schemastate/internal/store"
 
 	_ "github.com/schemastate/schemastate/drivers"
@@ -48,7 +50,7 @@ type DB struct {
 // fresh database.
 func Each(t *testing.T, fn func(t *testing.T, db *DB)) {
 	t.Helper()
-	for _, d := range []dialect.Dialect{dialect.SQLite, dialect.Postgres} {
+	for _, d := range perdialect.All() {
 		t.Run(string(d), func(t *testing.T) { fn(t, Open(t, d)) })
 	}
 }
@@ -56,8 +58,8 @@ func Each(t *testing.T, fn func(t *testing.T, db *DB)) {
 // Open returns a fresh, empty database of dialect d, cleaned up with the test.
 func Open(t testing.TB, d dialect.Dialect) *DB {
 	t.Helper()
-	server, ok := servers[d]
-	if !ok {
+	server, err := servers.For(d)
+	if err != nil {
 		t.Fatalf("dbtest: no test databases for dialect %q", d)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -85,10 +87,7 @@ func Open(t testing.TB, d dialect.Dialect) *DB {
 
 // servers names each dialect's scratch server: none for SQLite (a temporary
 // file), the test server for PostgreSQL (a schema of its own there).
-var servers = map[dialect.Dialect]func() string{
-	dialect.SQLite:   func() string { return "" },
-	dialect.Postgres: PostgresDSN,
-}
+var servers = perdialect.Of[func() string]{Postgres: PostgresDSN, SQLite: func() string { return "" }}
 
 // PostgresRequired reports whether a missing PostgreSQL server fails tests.
 func PostgresRequired() bool {
@@ -129,16 +128,19 @@ func (db *DB) Exec(t testing.TB, script string) {
 // task_session_messages, kandev_meta).
 func (db *DB) Host(t testing.TB) *DB {
 	t.Helper()
-	s, err := fixtures.HostFixture(string(db.Dialect))
-	require.NoError(t, err)
-	db.Exec(t, s)
-	return db
+	return db.fixture(t, fixtures.HostFixture)
 }
 
 // Legacy creates the pre-amendment task_session_subagents table (state 3).
 func (db *DB) Legacy(t testing.TB) *DB {
 	t.Helper()
-	s, err := fixtures.LegacyFixture(string(db.Dialect))
+	return db.fixture(t, fixtures.LegacyFixture)
+}
+
+// fixture runs the script get returns for the database's dialect.
+func (db *DB) fixture(t testing.TB, get func(dialect string) (string, error)) *DB {
+	t.Helper()
+	s, err := get(string(db.Dialect))
 	require.NoError(t, err)
 	db.Exec(t, s)
 	return db
@@ -148,7 +150,19 @@ func (db *DB) Legacy(t testing.TB) *DB {
 // row by row.
 func (db *DB) Strings(t testing.TB, q string, args ...any) []string {
 	t.Helper()
-	rows, err := db.DB.Query(db.Q(q), args...)
+	return StringsFrom(t, db.DB, db.Q(q), args...)
+}
+
+// Queryer is what StringsFrom reads through: a *sql.DB, *sql.Conn or *sql.Tx.
+type Queryer interface {
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+}
+
+// StringsFrom runs q as written (its placeholders are not rebound) on qr and
+// returns its one text column, row by row.
+func StringsFrom(t testing.TB, qr Queryer, q string, args ...any) []string {
+	t.Helper()
+	rows, err := qr.QueryContext(context.Background(), q, args...)
 	require.NoError(t, err)
 	defer rows.Close()
 	var out []string
@@ -156,6 +170,29 @@ func (db *DB) Strings(t testing.TB, q string, args ...any) []string {
 		var s string
 		require.NoError(t, rows.Scan(&s))
 		out = append(out, s)
+	}
+	require.NoError(t, rows.Err())
+	return out
+}
+
+// TextRows runs q as written (its placeholders are not rebound) on qr and
+// returns every row, each column scanned as a nullable string.
+func TextRows(t testing.TB, qr Queryer, q string, args ...any) [][]sql.NullString {
+	t.Helper()
+	rows, err := qr.QueryContext(context.Background(), q, args...)
+	require.NoError(t, err)
+	defer rows.Close()
+	cols, err := rows.Columns()
+	require.NoError(t, err)
+	var out [][]sql.NullString
+	for rows.Next() {
+		r := make([]sql.NullString, len(cols))
+		ptrs := make([]any, len(r))
+		for i := range r {
+			ptrs[i] = &r[i]
+		}
+		require.NoError(t, rows.Scan(ptrs...))
+		out = append(out, r)
 	}
 	require.NoError(t, rows.Err())
 	return out
@@ -172,11 +209,7 @@ func (db *DB) LockWrites(t testing.TB, table string) (release func()) {
 	t.Helper()
 	tx, err := db.DB.BeginTx(context.Background(), nil)
 	require.NoError(t, err)
-	q := `DELETE FROM ` + table + ` WHERE 1 = 0`
-	if db.Dialect == dialect.Postgres {
-		q = `LOCK TABLE ` + table + ` IN EXCLUSIVE MODE`
-	}
-	_, err = tx.Exec(q)
+	_, err = tx.Exec(fmt.Sprintf(writeLocks.Must(db.Dialect), table))
 	require.NoError(t, err)
 	released := false
 	release = func() {
@@ -189,19 +222,5 @@ func (db *DB) LockWrites(t testing.TB, table string) (release func()) {
 	return release
 }
 
-// RecreateSQLiteTable replaces a SQLite table by one created from its own
-// CREATE TABLE text as edit rewrites it (SQLite alters little in place), and
-// creates its indexes and triggers again. It copies no rows: it is for a
-// table the test has not filled.
-func (db *DB) RecreateSQLiteTable(t testing.TB, table string, edit func(create string) string) {
-	t.Helper()
-	require.Equal(t, dialect.SQLite, db.Dialect, "RecreateSQLiteTable is SQLite's")
-	var create string
-	require.NoError(t, db.DB.QueryRow(`SELECT sql FROM sqlite_master WHERE type = 'table' AND name = ?`, table).Scan(&create))
-	others := db.Strings(t, `SELECT sql FROM sqlite_master WHERE tbl_name = ? AND type IN ('index', 'trigger') AND sql IS NOT NULL`, table)
-	db.Exec(t, "DROP TABLE "+table)
-	db.Exec(t, edit(create))
-	for _, q := range others {
-		db.Exec(t, q)
-	}
-}
+// writeLocks are LockWrites' statements.
+var writeLocks = perdialect.Of[string]{Postgres: `LOCK TABLE %s IN EXCLUSIVE MODE`, SQLite: `DELETE FROM %s WHERE 1 = 0`}

@@ -34,10 +34,16 @@ const staleAfter = 6 * time.Hour
 // The database's URL is put in EnvDSN, so PostgresDSN and every child process
 // a test starts reach it. When the server is unreachable nothing is created
 // and each PostgreSQL test skips or fails as Open decides.
-func Main(m *testing.M) int {
+//
+// Each of after runs once the tests have run (a package's own clean-up: the
+// binary internal/proctest built, say).
+func Main(m *testing.M, after ...func()) int {
 	drop := ownDatabase()
 	code := m.Run()
 	drop()
+	for _, fn := range after {
+		fn()
+	}
 	return code
 }
 

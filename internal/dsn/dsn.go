@@ -8,13 +8,12 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"net/url"
 	"regexp"
-	"strconv"
 	"strings"
 	"time"
 
 	"github.com/schemastate/schemastate/dialect"
+	"github.com/schemastate/schemastate/internal/perdialect"
 	"github.com/schemastate/schemastate/internal/redact"
 )
 
@@ -34,19 +33,6 @@ type Target struct {
 	form sqliteForm
 	busy time.Duration
 }
-
-// sqliteForm is how a SQLite file is opened.
-type sqliteForm int
-
-const (
-	formWrite    sqliteForm = iota // SQLiteDSN
-	formReadOnly                   // SQLiteReadOnlyDSN
-	formNewStore                   // SQLiteNewStoreDSN
-)
-
-// DefaultBusyTimeout is how long a SQLite connection schemastate opens waits
-// for another connection's write lock before it fails with SQLITE_BUSY.
-const DefaultBusyTimeout = 10 * time.Second
 
 // ReadOnly is the target opened for reading only. On SQLite that is
 // SQLiteReadOnlyDSN: the file is never created, written or switched to
@@ -71,13 +57,12 @@ func (t Target) WithBusyTimeout(d time.Duration) Target {
 	return t.sqlite()
 }
 
-// sqlite rebuilds a SQLite target's DSN from its form and busy timeout.
-func (t Target) sqlite() Target {
-	if t.Dialect == dialect.SQLite {
-		t.DSN = sqliteDSN(t.Path, t.form, t.busy)
-	}
-	return t
-}
+// OnServer reports whether the target is a database on a server
+// (PostgreSQL) rather than a file (SQLite). It panics on a target of neither
+// dialect, which Parse never returns.
+func (t Target) OnServer() bool { return onServer.Must(t.Dialect) }
+
+var onServer = perdialect.Of[bool]{Postgres: true, SQLite: false}
 
 // DefaultDSN is the CLI's default database: an embedded SQLite file in the
 // working directory.
@@ -118,113 +103,7 @@ func Parse(dsn string) (Target, error) {
 	if path == "" {
 		return Target{}, errors.New("--db: sqlite: needs a file path")
 	}
-	return Target{Dialect: dialect.SQLite, DriverName: "sqlite", DSN: SQLiteDSN(path), Display: "sqlite:" + path, Path: path}, nil
-}
-
-func parsePostgres(dsn string) (Target, error) {
-	u, err := url.Parse(dsn)
-	if err != nil {
-		// url.Error quotes the whole URL, password included: keep only
-		// what is wrong with it.
-		var ue *url.Error
-		if errors.As(err, &ue) {
-			err = ue.Err
-		}
-		return Target{}, fmt.Errorf("--db: not a valid PostgreSQL URL: %s", redact.String(err.Error(), redact.Secrets(dsn)...))
-	}
-	if p := u.Port(); p != "" {
-		if n, err := strconv.Atoi(p); err != nil || n < 1 || n > 65535 {
-			return Target{}, fmt.Errorf("--db: not a valid PostgreSQL URL: port %q is not a number from 1 to 65535", p)
-		}
-	}
-	// pgx accepts only the lower-case schemes; the rest is passed as written.
-	lower := strings.ToLower(u.Scheme)
-	dsn = lower + dsn[len(lower):]
-	u.Scheme = lower
-	display := redact.String(u.Redacted())
-	if !u.Query().Has(ExecModeParam) {
-		dsn = withQueryParam(dsn, ExecModeParam, DefaultExecMode)
-	}
-	return Target{Dialect: dialect.Postgres, DriverName: "pgx", DSN: dsn, Display: display}, nil
-}
-
-// ExecModeParam is pgx's DSN parameter for how it sends a statement.
-const ExecModeParam = "default_query_exec_mode"
-
-// DefaultExecMode is the pgx mode the CLI opens PostgreSQL in when the URL
-// names none: each statement is one unnamed Parse, Bind and Execute,
-// parameters bound by the server, in one round trip. pgx's own default
-// (cache_statement) prepares every statement under a name derived from its
-// SQL, so behind a transaction-mode pooler (PgBouncer 1.18, or any without
-// prepared-statement tracking) two processes handed the same server
-// connection collide (42P05 "prepared statement … already exists") and a
-// statement prepared on one server connection is executed on another
-// (26000). simple_protocol works there too, but interpolates the values
-// into the SQL text on the client; the describe modes take two round trips,
-// which a transaction-mode pooler may send to two server connections.
-// Measured direct, exec is within the noise of the default for whole
-// commands (docs/poolers.md). A URL that names a mode keeps it.
-const DefaultExecMode = "exec"
-
-// withQueryParam is dsn with key=value added to its query, the rest of the
-// URL as written.
-func withQueryParam(dsn, key, value string) string {
-	base, frag, hasFrag := strings.Cut(dsn, "#")
-	sep := "?"
-	if strings.Contains(base, "?") {
-		sep = "&"
-		if strings.HasSuffix(base, "?") || strings.HasSuffix(base, "&") {
-			sep = ""
-		}
-	}
-	base += sep + url.QueryEscape(key) + "=" + url.QueryEscape(value)
-	if hasFrag {
-		base += "#" + frag
-	}
-	return base
-}
-
-// SQLiteDSN is the modernc DSN schemastate uses to write an existing SQLite
-// file (reconcile, ingest, transcript recover): foreign keys on (as the host
-// runs), a busy timeout (DefaultBusyTimeout) so replicas wait for each
-// other's write lock instead of failing, and BEGIN IMMEDIATE. It sets no
-// journal mode: the journal mode is persistent in the file and is the host's
-// choice, so opening the host's database never switches it (a
-// rollback-journal file stays one).
-func SQLiteDSN(path string) string { return sqliteDSN(path, formWrite, 0) }
-
-// SQLiteNewStoreDSN is SQLiteDSN for a store schemastate creates itself
-// (demo, generate, bench, tests): also WAL, so its readers are not blocked.
-func SQLiteNewStoreDSN(path string) string { return sqliteDSN(path, formNewStore, 0) }
-
-// SQLiteReadOnlyDSN opens a SQLite file for reading only (status, health,
-// plan, transcript ls): mode=ro, so the file is never created (a missing file
-// fails to open), written, given a header (a 0-byte file stays 0 bytes) or
-// switched to another journal mode, and a read-only file or directory reads
-// as sqlite3 reads it. The only pragma is busy_timeout, a setting of the
-// connection that writes nothing.
-func SQLiteReadOnlyDSN(path string) string { return sqliteDSN(path, formReadOnly, 0) }
-
-func sqliteDSN(path string, form sqliteForm, busy time.Duration) string {
-	if busy <= 0 {
-		busy = DefaultBusyTimeout
-	}
-	timeout := fmt.Sprintf("_pragma=busy_timeout(%d)", busy.Milliseconds())
-	uri := "file:" + sqliteURIPath(path)
-	switch form {
-	case formReadOnly:
-		return uri + "?mode=ro&" + timeout
-	case formNewStore:
-		return uri + "?_pragma=foreign_keys(1)&" + timeout + "&_txlock=immediate&_pragma=journal_mode(WAL)"
-	}
-	return uri + "?_pragma=foreign_keys(1)&" + timeout + "&_txlock=immediate"
-}
-
-// sqliteURIPath escapes a path for a file: URI. A '#', '?' or '%' left as it
-// is would make the driver open (and, writing, create) a file at a truncated
-// path.
-func sqliteURIPath(path string) string {
-	return strings.NewReplacer("%", "%25", "#", "%23", "?", "%3F").Replace(path)
+	return SQLiteTarget(path), nil
 }
 
 // Open opens and pings the target. The driver must be registered: import

@@ -131,3 +131,15 @@ func TestTarget_WithBusyTimeoutSetsTheConnectionsTimeout(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, pg.DSN, pg.WithBusyTimeout(time.Second).DSN, "PostgreSQL has no busy timeout")
 }
+
+// OnServer tells a server database from a file by the target's dialect; a
+// target of neither dialect is no file either, and fails loudly.
+func TestTarget_OnServer(t *testing.T) {
+	pg, err := dsn.Parse("postgres://u@h/db")
+	require.NoError(t, err)
+	require.True(t, pg.OnServer())
+	lite, err := dsn.Parse("sqlite:x.db")
+	require.NoError(t, err)
+	require.False(t, lite.OnServer())
+	require.Panics(t, func() { dsn.Target{Dialect: "mysql", Path: "x.db"}.OnServer() })
+}

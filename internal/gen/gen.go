@@ -23,6 +23,8 @@ import (
 	"github.com/schemastate/schemastate/dialect"
 	"github.com/schemastate/schemastate/internal/basestate"
 	"github.com/schemastate/schemastate/internal/owned"
+	"github.com/schemastate/schemastate/internal/perdialect"
+	"github.com/schemastate/schemastate/internal/readonly"
 	"github.com/schemastate/schemastate/keys"
 	"github.com/schemastate/schemastate/reconcile"
 )
@@ -139,6 +141,10 @@ func Generate(ctx context.Context, db *sql.DB, cfg Config) (*Summary, error) {
 	if err != nil {
 		return nil, err
 	}
+	st, err := stores.For(d)
+	if err != nil {
+		return nil, fmt.Errorf("gen: %w", err)
+	}
 	if err := requireEmpty(ctx, db, d); err != nil {
 		return nil, err
 	}
@@ -151,7 +157,7 @@ func Generate(ctx context.Context, db *sql.DB, cfg Config) (*Summary, error) {
 		return nil, err
 	}
 	defer conn.Close()
-	restore, err := tune(ctx, conn, d)
+	restore, err := st.tune(ctx, conn)
 	if err != nil {
 		return nil, err
 	}
@@ -163,7 +169,7 @@ func Generate(ctx context.Context, db *sql.DB, cfg Config) (*Summary, error) {
 	if err := g.run(ctx, conn); err != nil {
 		return nil, err
 	}
-	if err := finish(ctx, conn, d); err != nil {
+	if _, err := conn.ExecContext(ctx, st.finish); err != nil {
 		return nil, err
 	}
 	if g.sum.StoreBytes, err = StoreBytes(ctx, conn, d); err != nil {
@@ -178,13 +184,7 @@ func Generate(ctx context.Context, db *sql.DB, cfg Config) (*Summary, error) {
 
 func requireEmpty(ctx context.Context, db *sql.DB, d dialect.Dialect) error {
 	for _, t := range []string{"task_session_subagents", "task_session_messages"} {
-		var exists bool
-		var err error
-		if d == dialect.Postgres {
-			err = db.QueryRowContext(ctx, `SELECT to_regclass($1) IS NOT NULL`, t).Scan(&exists)
-		} else {
-			err = db.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?)`, t).Scan(&exists)
-		}
+		exists, err := readonly.TableExists(ctx, db, d, t)
 		if err != nil {
 			return err
 		}
@@ -205,55 +205,29 @@ func requireEmpty(ctx context.Context, db *sql.DB, d dialect.Dialect) error {
 	return nil
 }
 
-// tune sets the connection up for bulk writing and returns what undoes it.
-// On SQLite: a large page cache and no fsync per commit (a generated store
-// is rebuilt, not recovered); the pinned connection goes back to the pool
-// with the settings it came with.
-func tune(ctx context.Context, conn *sql.Conn, d dialect.Dialect) (func(), error) {
-	if d != dialect.SQLite {
-		return func() {}, nil
-	}
-	var cache, sync int64
-	if err := conn.QueryRowContext(ctx, "PRAGMA cache_size").Scan(&cache); err != nil {
-		return nil, err
-	}
-	if err := conn.QueryRowContext(ctx, "PRAGMA synchronous").Scan(&sync); err != nil {
-		return nil, err
-	}
-	for _, s := range []string{"PRAGMA cache_size = -131072", "PRAGMA synchronous = OFF"} {
-		if _, err := conn.ExecContext(ctx, s); err != nil {
-			return nil, err
-		}
-	}
-	return func() {
-		_, _ = conn.ExecContext(context.Background(), fmt.Sprintf("PRAGMA cache_size = %d", cache))
-		_, _ = conn.ExecContext(context.Background(), fmt.Sprintf("PRAGMA synchronous = %d", sync))
-	}, nil
+// storeSQL is how a dialect's store is set up for bulk writing and
+// measured (gen_<dialect>.go).
+type storeSQL struct {
+	// tune sets the connection up for bulk writing and returns what undoes
+	// it.
+	tune func(ctx context.Context, conn *sql.Conn) (func(), error)
+	// finish leaves the store as a running host would.
+	finish string
+	// bytes selects the size of the store.
+	bytes string
 }
 
-// finish leaves the store as a running host would: statistics gathered on
-// PostgreSQL, the WAL folded back into the file on SQLite.
-func finish(ctx context.Context, conn *sql.Conn, d dialect.Dialect) error {
-	q := "PRAGMA wal_checkpoint(TRUNCATE)"
-	if d == dialect.Postgres {
-		q = "ANALYZE"
-	}
-	_, err := conn.ExecContext(ctx, q)
-	return err
-}
+var stores = perdialect.Of[storeSQL]{Postgres: postgresStore, SQLite: sqliteStore}
 
 // StoreBytes is the size of the store behind q: the SQLite database's pages,
 // or every table of the current PostgreSQL schema with indexes and TOAST.
 func StoreBytes(ctx context.Context, q dialect.Querier, d dialect.Dialect) (int64, error) {
-	var n int64
-	var err error
-	if d == dialect.Postgres {
-		err = q.QueryRowContext(ctx, `SELECT COALESCE(SUM(pg_total_relation_size(c.oid)), 0)::bigint
-FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
-WHERE n.nspname = current_schema() AND c.relkind = 'r'`).Scan(&n)
-	} else {
-		err = q.QueryRowContext(ctx, `SELECT page_count * page_size FROM pragma_page_count(), pragma_page_size()`).Scan(&n)
+	st, err := stores.For(d)
+	if err != nil {
+		return 0, fmt.Errorf("gen: %w", err)
 	}
+	var n int64
+	err = q.QueryRowContext(ctx, st.bytes).Scan(&n)
 	return n, err
 }
 

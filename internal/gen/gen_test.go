@@ -349,3 +349,10 @@ func TestGenerate_RejectsAnUnknownState(t *testing.T) {
 	require.Error(t, err)
 	require.True(t, strings.Contains(err.Error(), "host-ddl"))
 }
+
+// A dialect other than the two gets neither dialect's store statements.
+func TestGen_UnknownDialectIsAnError(t *testing.T) {
+	db := dbtest.Open(t, dialect.SQLite)
+	_, err := gen.StoreBytes(context.Background(), db.DB, "mysql")
+	require.ErrorContains(t, err, `unsupported dialect "mysql"`)
+}

@@ -29,7 +29,7 @@ func cost(d dialect.Dialect, ph reconcile.Phase, tables []reconcile.TableChanges
 			return CostRows
 		}
 	}
-	if d == dialect.SQLite {
+	if rulesFor(d).altersCatalogOnly {
 		return CostCatalog
 	}
 	for _, tc := range tables {

@@ -6,9 +6,7 @@ import (
 	"regexp"
 	"strings"
 
-	"ariga.io/atlas/sql/postgres"
 	"ariga.io/atlas/sql/schema"
-	"ariga.io/atlas/sql/sqlite"
 
 	"github.com/schemastate/schemastate/dialect"
 	"github.com/schemastate/schemastate/reconcile"
@@ -116,11 +114,6 @@ func planHazards(d dialect.Dialect, state string, tables []reconcile.TableChange
 						Detail: "a new NOT NULL column without a DEFAULT: the reconcile fails on every installation whose table holds a row, every boot",
 						Advice: "declare a DEFAULT, or add the column nullable, fill it, and make it NOT NULL in a later release"})
 				}
-				if d == dialect.Postgres && volatileDefault(c.C) {
-					add(Hazard{Code: CodeTableRewrite, Level: LevelRewrite, Table: tc.Table, Column: c.C.Name, copiesRows: true,
-						Detail: fmt.Sprintf("ADD COLUMN with the volatile default %s rewrites the table under ACCESS EXCLUSIVE", exprText(c.C.Default)),
-						Advice: "add the column with a constant default (or none) and fill it in batches"})
-				}
 			case *schema.ModifyColumn:
 				// A primary-key column is exempt: only SQLite's non-INTEGER key
 				// declared without NOT NULL inspects as nullable (the host's
@@ -135,27 +128,8 @@ func planHazards(d dialect.Dialect, state string, tables []reconcile.TableChange
 						Detail: "a column made NOT NULL without a DEFAULT: the reconcile fails on every installation where a row holds NULL in it, every boot",
 						Advice: "declare a DEFAULT (the reconcile fills the NULLs with it), or fill them in the host first"})
 				}
-				if d != dialect.Postgres {
-					continue
-				}
-				if c.Change.Is(schema.ChangeType) && !catalogOnlyType(c.From.Type.Type, c.To.Type.Type) && !widenedOnline(phases, tc.Table) {
-					add(Hazard{Code: CodeTableRewrite, Level: LevelRewrite, Table: tc.Table, Column: c.To.Name, copiesRows: true,
-						Detail: fmt.Sprintf("ALTER COLUMN TYPE %s → %s rewrites the table under ACCESS EXCLUSIVE (a table above the online threshold is widened in expand/copy/contract phases instead, when the column allows it)", reconcile.TypeName(d, c.From.Type.Type), reconcile.TypeName(d, c.To.Type.Type)),
-						Advice: "ship it when the table is small, or make the column nullable, without default or index, so it is widened online"})
-				}
-				if c.Change.Is(schema.ChangeNull) && !c.To.Type.Null && !validatedNotNull(tc.Live, c.To.Name) {
-					add(Hazard{Code: CodeTableRewrite, Level: LevelRewrite, Table: tc.Table, Column: c.To.Name, copiesRows: true,
-						Detail: "SET NOT NULL without a validated CHECK (… IS NOT NULL) scans the whole table under ACCESS EXCLUSIVE",
-						Advice: "add CHECK (col IS NOT NULL) NOT VALID, VALIDATE it, then SET NOT NULL (catalog-only on PostgreSQL ≥ 12)"})
-				}
-			case *schema.AddIndex:
-				if d != dialect.Postgres || builtConcurrently(phases, tc.Table, c.I.Name) {
-					continue
-				}
-				add(Hazard{Code: CodeIndexNotConc, Level: LevelRewrite, Table: tc.Table, Index: c.I.Name, copiesRows: true,
-					Detail: fmt.Sprintf("index %s (%s) is built inside the reconcile's transaction, without CONCURRENTLY: writers wait for the whole build (tables at or above the online threshold build it CONCURRENTLY)", c.I.Name, indexColumns(c.I)),
-					Advice: "expected for a small table; on a large one confirm the online threshold (reconcile.WithOnlineAbove) sends it to the CONCURRENTLY path"})
 			}
+			rulesFor(d).lockHazards(d, tc, c, phases, add)
 		}
 	}
 	for _, ph := range phases {
@@ -365,11 +339,7 @@ func hostTableChange(d dialect.Dialect, from, to *schema.Table) string {
 	case to == nil:
 		return from.Name + " no longer declared"
 	}
-	differ := sqlite.DefaultDiff
-	if d == dialect.Postgres {
-		differ = postgres.DefaultDiff
-	}
-	changes, err := differ.TableDiff(from, to)
+	changes, err := rulesFor(d).differ.TableDiff(from, to)
 	if err != nil {
 		return "changed (" + err.Error() + ")"
 	}

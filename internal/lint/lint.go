@@ -26,6 +26,7 @@ import (
 	"github.com/schemastate/schemastate/dialect"
 	"github.com/schemastate/schemastate/internal/basestate"
 	"github.com/schemastate/schemastate/internal/dsn"
+	"github.com/schemastate/schemastate/internal/perdialect"
 	"github.com/schemastate/schemastate/internal/store"
 	"github.com/schemastate/schemastate/reconcile"
 )
@@ -153,7 +154,7 @@ var ErrEvaluate = errors.New("lint: evaluation failed")
 // creates and removes.
 func Lint(ctx context.Context, cfg Config) (rep *Report, err error) {
 	if len(cfg.Dialects) == 0 {
-		cfg.Dialects = []dialect.Dialect{dialect.SQLite, dialect.Postgres}
+		cfg.Dialects = perdialect.All()
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
@@ -193,6 +194,10 @@ func Lint(ctx context.Context, cfg Config) (rep *Report, err error) {
 		}
 	}
 	for _, d := range cfg.Dialects {
+		r, err := dialects.For(d)
+		if err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrEvaluate, err)
+		}
 		newDecl, err := reconcile.EvalDeclaration(cfg.New.text(), cfg.New.name(), d, "main")
 		if err != nil {
 			return nil, fmt.Errorf("%w: %w", ErrEvaluate, err)
@@ -207,9 +212,9 @@ func Lint(ctx context.Context, cfg Config) (rep *Report, err error) {
 			rep.Declaration = append(rep.Declaration, endStateHazard(d, false, es))
 		}
 		server := ""
-		if d == dialect.Postgres {
-			if real == nil || real.t.Dialect != dialect.Postgres {
-				rep.Skipped = append(rep.Skipped, "postgres: no PostgreSQL --db given, so no server to build its stores on: PostgreSQL was not linted")
+		if r.storesOnServer {
+			if real == nil || real.t.Dialect != d {
+				rep.Skipped = append(rep.Skipped, r.noServer)
 				continue
 			}
 			server = cfg.DB
@@ -327,11 +332,12 @@ type target struct {
 }
 
 func openReal(ctx context.Context, t dsn.Target) (*target, error) {
-	if t.Dialect == dialect.SQLite {
-		if _, err := os.Stat(t.Path); err != nil {
-			return nil, err
-		}
-		t = t.ReadOnly()
+	r, err := dialects.For(t.Dialect)
+	if err != nil {
+		return nil, err
+	}
+	if t, err = r.readOnly(t); err != nil {
+		return nil, err
 	}
 	db, err := t.Open(ctx)
 	if err != nil {

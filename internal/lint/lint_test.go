@@ -15,6 +15,7 @@ import (
 	"github.com/schemastate/schemastate/dialect"
 	"github.com/schemastate/schemastate/internal/basestate"
 	"github.com/schemastate/schemastate/internal/dbtest"
+	"github.com/schemastate/schemastate/internal/dsn"
 	"github.com/schemastate/schemastate/internal/store"
 	"github.com/schemastate/schemastate/reconcile"
 )
@@ -379,4 +380,14 @@ func TestLint_NoBase_EndStateStillChecked(t *testing.T) {
 	rep, err = Lint(context.Background(), Config{Dialects: []dialect.Dialect{dialect.SQLite}})
 	require.NoError(t, err)
 	require.Empty(t, rep.Declaration, "the built-in declaration reaches the end state")
+}
+
+// A dialect other than the two is refused before any store is built: it
+// takes neither dialect's rules.
+func TestLint_UnknownDialectIsAnError(t *testing.T) {
+	_, err := Lint(context.Background(), Config{Dialects: []dialect.Dialect{"mysql"}})
+	require.ErrorIs(t, err, ErrEvaluate)
+	require.ErrorContains(t, err, `unsupported dialect "mysql"`)
+	_, err = openReal(context.Background(), dsn.Target{Dialect: "mysql", Path: filepath.Join(t.TempDir(), "x.db")})
+	require.ErrorContains(t, err, `unsupported dialect "mysql"`)
 }

@@ -89,40 +89,19 @@ func compareTable(table string, w, g *Table) []Difference {
 	for _, p := range pair(w.Indexes, g.Indexes, Index.key, func(a, b Index) bool {
 		return a.Unique == b.Unique && slices.Equal(a.Columns, b.Columns) && a.Predicate == b.Predicate
 	}) {
-		want, got := absent, absent
-		if p.a != nil {
-			want = p.a.describe()
-		}
-		if p.b != nil {
-			got = p.b.describe()
-		}
-		if want != got {
+		if want, got := p.sides(Index.describe); want != got {
 			add("index", p.name, want, got)
 		}
 	}
 	for _, p := range pair(w.ForeignKeys, g.ForeignKeys, ForeignKey.key, func(a, b ForeignKey) bool {
 		return a.describe() == b.describe()
 	}) {
-		want, got := absent, absent
-		if p.a != nil {
-			want = p.a.describe()
-		}
-		if p.b != nil {
-			got = p.b.describe()
-		}
-		if want != got {
+		if want, got := p.sides(ForeignKey.describe); want != got {
 			add("foreign_key", p.name, want, got)
 		}
 	}
 	for _, p := range pair(w.Checks, g.Checks, Check.key, func(a, b Check) bool { return a.Expr == b.Expr }) {
-		want, got := absent, absent
-		if p.a != nil {
-			want = "CHECK " + p.a.Expr
-		}
-		if p.b != nil {
-			got = "CHECK " + p.b.Expr
-		}
-		if want != got {
+		if want, got := p.sides(func(c Check) string { return "CHECK " + c.Expr }); want != got {
 			add("check", p.name, want, got)
 		}
 	}
@@ -132,6 +111,18 @@ func compareTable(table string, w, g *Table) []Difference {
 type paired[T any] struct {
 	name string
 	a, b *T
+}
+
+// sides describes each side of p, absent for a missing one.
+func (p paired[T]) sides(describe func(T) string) (want, got string) {
+	want, got = absent, absent
+	if p.a != nil {
+		want = describe(*p.a)
+	}
+	if p.b != nil {
+		got = describe(*p.b)
+	}
+	return want, got
 }
 
 // pair matches elements by name; an element without a name of its own (a

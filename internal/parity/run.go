@@ -60,15 +60,11 @@ var ErrReconcile = errors.New("parity: reconcile failed")
 // Run builds a fresh, a pre-amendment and a host-DDL store, reconciles each,
 // and compares the other two with the fresh one.
 func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
-	sc, err := store.NewScratch(ctx, cfg.Server, "parity")
+	sc, ref, err := reference(ctx, cfg)
 	if err != nil {
 		return nil, err
 	}
 	defer func() { err = errors.Join(err, sc.Close()) }()
-	ref, err := build(ctx, sc, Reference, cfg)
-	if err != nil {
-		return nil, err
-	}
 	rep = &Report{Dialect: sc.Dialect(), Identical: true, Reference: ref}
 	for _, state := range compared {
 		got, err := build(ctx, sc, state, cfg)
@@ -93,23 +89,37 @@ func Against(ctx context.Context, live *sql.DB, cfg Config) (rep *Report, err er
 	if err != nil {
 		return nil, fmt.Errorf("read the live database: %w", err)
 	}
-	if d == dialect.SQLite {
+	in, err := inspectors.For(d)
+	if err != nil {
+		return nil, fmt.Errorf("parity: %w", err)
+	}
+	if !in.referenceOnServer {
 		cfg.Server = ""
 	} else if cfg.Server == "" {
 		return nil, errors.New("parity: a PostgreSQL database is compared with a fresh store built on a PostgreSQL server: Config.Server is empty")
 	}
-	sc, err := store.NewScratch(ctx, cfg.Server, "parity")
+	sc, ref, err := reference(ctx, cfg)
 	if err != nil {
 		return nil, err
 	}
 	defer func() { err = errors.Join(err, sc.Close()) }()
-	ref, err := build(ctx, sc, Reference, cfg)
-	if err != nil {
-		return nil, err
-	}
 	rep = &Report{Dialect: d, Identical: true, Reference: ref}
 	rep.add(Live, got)
 	return rep, nil
+}
+
+// reference builds the fresh store every comparison is against, in a
+// scratch area on cfg.Server that the caller closes.
+func reference(ctx context.Context, cfg Config) (*store.Scratch, *Snapshot, error) {
+	sc, err := store.NewScratch(ctx, cfg.Server, "parity")
+	if err != nil {
+		return nil, nil, err
+	}
+	ref, err := build(ctx, sc, Reference, cfg)
+	if err != nil {
+		return nil, nil, errors.Join(err, sc.Close())
+	}
+	return sc, ref, nil
 }
 
 func (r *Report) add(store string, got *Snapshot) {

@@ -20,6 +20,8 @@ import (
 	"ariga.io/atlas/sql/sqlite"
 
 	"github.com/schemastate/schemastate/dialect"
+	"github.com/schemastate/schemastate/internal/perdialect"
+	"github.com/schemastate/schemastate/internal/readonly"
 	"github.com/schemastate/schemastate/reconcile"
 )
 
@@ -100,22 +102,19 @@ func Read(ctx context.Context, db *sql.DB, schemaFile string) (*Snapshot, error)
 	if err != nil {
 		return nil, err
 	}
-	name := "main"
-	if d == dialect.Postgres {
-		if err := db.QueryRowContext(ctx, "SELECT current_schema()").Scan(&name); err != nil {
-			return nil, fmt.Errorf("read the current schema: %w", err)
-		}
+	in, err := inspectors.For(d)
+	if err != nil {
+		return nil, fmt.Errorf("parity: %w", err)
+	}
+	name, err := readonly.SchemaName(ctx, db, d)
+	if err != nil {
+		return nil, fmt.Errorf("read the current schema: %w", err)
 	}
 	decl, err := reconcile.LoadDeclaration(schemaFile, d, name)
 	if err != nil {
 		return nil, err
 	}
-	var drv migrate.Driver
-	if d == dialect.Postgres {
-		drv, err = postgres.Open(db)
-	} else {
-		drv, err = sqlite.Open(db)
-	}
+	drv, err := in.open(db)
 	if err != nil {
 		return nil, fmt.Errorf("open the inspector: %w", err)
 	}
@@ -129,14 +128,14 @@ func Read(ctx context.Context, db *sql.DB, schemaFile string) (*Snapshot, error)
 	}
 	s := &Snapshot{Dialect: d, Tables: map[string]*Table{}}
 	for _, t := range live.Tables {
-		if s.Tables[t.Name], err = readTable(d, t); err != nil {
+		if s.Tables[t.Name], err = readTable(in, t); err != nil {
 			return nil, fmt.Errorf("table %s: %w", t.Name, err)
 		}
 	}
 	return s, nil
 }
 
-func readTable(d dialect.Dialect, t *schema.Table) (*Table, error) {
+func readTable(in inspector, t *schema.Table) (*Table, error) {
 	out := &Table{Columns: []Column{}, PrimaryKey: []string{}, Indexes: []Index{}, ForeignKeys: []ForeignKey{}, Checks: []Check{}}
 	for _, a := range t.Attrs {
 		if c, ok := a.(*schema.Check); ok {
@@ -145,7 +144,7 @@ func readTable(d dialect.Dialect, t *schema.Table) (*Table, error) {
 	}
 	sort.Slice(out.Checks, func(i, j int) bool { return out.Checks[i].key() < out.Checks[j].key() })
 	for _, c := range t.Columns {
-		typ, err := formatType(d, c.Type)
+		typ, err := formatType(in, c.Type)
 		if err != nil {
 			return nil, fmt.Errorf("column %s: %w", c.Name, err)
 		}
@@ -167,26 +166,15 @@ func readTable(d dialect.Dialect, t *schema.Table) (*Table, error) {
 				x.Predicate = a.P
 			}
 		}
-		if d == dialect.SQLite && strings.HasPrefix(idx.Name, "sqlite_autoindex_") {
-			x.Name = ""
-		}
+		x.Name = in.indexName(idx.Name)
 		out.Indexes = append(out.Indexes, x)
 	}
 	sort.Slice(out.Indexes, func(i, j int) bool { return out.Indexes[i].key() < out.Indexes[j].key() })
 	for _, fk := range t.ForeignKeys {
-		f := ForeignKey{Name: fk.Symbol, OnUpdate: string(fk.OnUpdate), OnDelete: string(fk.OnDelete)}
-		if d == dialect.SQLite && strings.Trim(fk.Symbol, "0123456789") == "" {
-			// An unnamed SQLite constraint: Atlas numbers it by its position.
-			f.Name = ""
-		}
-		for _, c := range fk.Columns {
-			f.Columns = append(f.Columns, c.Name)
-		}
+		desc := reconcile.DescribeForeignKey(fk)
+		f := ForeignKey{Name: in.foreignKeyName(fk.Symbol), Columns: desc.Columns, RefColumns: desc.RefColumns, OnUpdate: desc.OnUpdate, OnDelete: desc.OnDelete}
 		if fk.RefTable != nil {
-			f.RefTable = fk.RefTable.Name
-		}
-		for _, c := range fk.RefColumns {
-			f.RefColumns = append(f.RefColumns, c.Name)
+			f.RefTable = desc.RefTable
 		}
 		out.ForeignKeys = append(out.ForeignKeys, f)
 	}
@@ -194,16 +182,28 @@ func readTable(d dialect.Dialect, t *schema.Table) (*Table, error) {
 	return out, nil
 }
 
-func formatType(d dialect.Dialect, ct *schema.ColumnType) (string, error) {
+func formatType(in inspector, ct *schema.ColumnType) (string, error) {
 	if ct == nil || ct.Type == nil {
 		return "", nil
 	}
-	if d == dialect.Postgres {
-		return postgres.FormatType(ct.Type)
-	}
-	s, err := sqlite.FormatType(ct.Type)
-	return strings.ToLower(s), err
+	return in.formatType(ct.Type)
 }
+
+// inspector is how Read reads one dialect's catalog (snapshot_<dialect>.go).
+type inspector struct {
+	// open is Atlas's inspector over db.
+	open func(db *sql.DB) (migrate.Driver, error)
+	// formatType spells a column type as the snapshot compares it.
+	formatType func(schema.Type) (string, error)
+	// indexName and foreignKeyName are the names compared: "" for a name
+	// the database made up rather than the DDL gave.
+	indexName, foreignKeyName func(string) string
+	// referenceOnServer: the fresh store Against compares with is built on
+	// Config.Server (else in a temporary file, and Server is not used).
+	referenceOnServer bool
+}
+
+var inspectors = perdialect.Of[inspector]{Postgres: postgresInspector, SQLite: sqliteInspector}
 
 func exprString(e schema.Expr) *string {
 	var s string

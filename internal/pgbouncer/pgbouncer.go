@@ -13,7 +13,6 @@
 package pgbouncer
 
 import (
-	"bytes"
 	"context"
 	"crypto/rand"
 	"database/sql"
@@ -27,7 +26,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -36,6 +34,7 @@ import (
 
 	"github.com/schemastate/schemastate/dialect"
 	"github.com/schemastate/schemastate/internal/dbtest"
+	"github.com/schemastate/schemastate/internal/proctest"
 
 	_ "github.com/schemastate/schemastate/drivers"
 )
@@ -87,11 +86,11 @@ type Pooler struct {
 	// Port is the loopback port PgBouncer listens on.
 	Port int
 
-	log *syncBuffer
+	log *proctest.Buffer
 }
 
 // Log is what PgBouncer has written so far (its log goes to stderr).
-func (p *Pooler) Log() string { return p.log.String() }
+func (p *Pooler) Log() string { return strings.TrimSpace(p.log.String()) }
 
 // Binary returns the pgbouncer binary to run, or "" when there is none (a
 // binary EnvBinary names that does not exist counts as none).
@@ -154,7 +153,7 @@ func Start(t testing.TB, opts Options) *Pooler {
 	writeFile(t, authFile, fmt.Sprintf("%q \"\"\n", login))
 
 	var cmd *exec.Cmd
-	var log *syncBuffer
+	var log *proctest.Buffer
 	var listen int
 	// A free port found by listening on :0 may be taken again before
 	// PgBouncer binds it: try another.
@@ -167,7 +166,7 @@ func Start(t testing.TB, opts Options) *Pooler {
 			// PgBouncer refuses to run as root.
 			args = append([]string{"-u", "postgres"}, args...)
 		}
-		log = &syncBuffer{}
+		log = &proctest.Buffer{}
 		cmd = exec.Command(bin, args...)
 		cmd.Stdout, cmd.Stderr = log, log
 		require.NoError(t, cmd.Start(), "start %s", bin)
@@ -180,7 +179,7 @@ func Start(t testing.TB, opts Options) *Pooler {
 		}
 		stop(cmd, exited)
 		if attempt == 2 {
-			t.Fatalf("pgbouncer did not start: %v\n%s", err, log.String())
+			t.Fatalf("pgbouncer did not start: %v\n%s", err, strings.TrimSpace(log.String()))
 		}
 	}
 
@@ -330,23 +329,4 @@ func stop(cmd *exec.Cmd, exited <-chan error) {
 		_ = cmd.Process.Kill()
 		<-exited
 	}
-}
-
-// syncBuffer is a bytes.Buffer written by the process's output copier and
-// read by the test.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return strings.TrimSpace(s.b.String())
 }

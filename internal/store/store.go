@@ -15,6 +15,7 @@ import (
 
 	"github.com/schemastate/schemastate/dialect"
 	"github.com/schemastate/schemastate/internal/dsn"
+	"github.com/schemastate/schemastate/internal/perdialect"
 
 	_ "github.com/schemastate/schemastate/drivers"
 )
@@ -92,17 +93,16 @@ func newArea(ctx context.Context, server, prefix string) (area, error) {
 	if err != nil {
 		return nil, err
 	}
-	newServerArea, ok := serverAreas[t.Dialect]
-	if !ok {
+	newServerArea, err := serverAreas.For(t.Dialect)
+	if err != nil || newServerArea == nil {
 		return nil, fmt.Errorf("store: a scratch server must be PostgreSQL, not %s", t.Display)
 	}
 	return newServerArea(ctx, t, prefix)
 }
 
-// serverAreas are the dialects whose stores live on a server.
-var serverAreas = map[dialect.Dialect]func(context.Context, dsn.Target, string) (area, error){
-	dialect.Postgres: newPostgresArea,
-}
+// serverAreas are the dialects whose stores live on a server (nil: not on
+// a server).
+var serverAreas = perdialect.Of[func(context.Context, dsn.Target, string) (area, error)]{Postgres: newPostgresArea}
 
 // Dialect is the dialect of the stores.
 func (sc *Scratch) Dialect() dialect.Dialect { return sc.area.dialect() }
@@ -176,17 +176,14 @@ type place interface {
 }
 
 // places are the dialects a Slot can hold.
-var places = map[dialect.Dialect]func(dsn.Target) place{
-	dialect.SQLite:   newSQLitePlace,
-	dialect.Postgres: newPostgresPlace,
-}
+var places = perdialect.Of[func(dsn.Target) place]{Postgres: newPostgresPlace, SQLite: newSQLitePlace}
 
 // NewSlot is a slot at t. Its first store is refused, with an error wrapping
 // notEmpty, when the location already holds tables. A target of a dialect
 // with no stores makes every Next fail.
 func NewSlot(t dsn.Target, notEmpty error) *Slot {
-	newPlace, ok := places[t.Dialect]
-	if !ok {
+	newPlace, err := places.For(t.Dialect)
+	if err != nil {
 		return &Slot{d: t.Dialect, err: fmt.Errorf("store: no stores for dialect %q", t.Dialect)}
 	}
 	return &Slot{d: t.Dialect, place: newPlace(t), notEmpty: notEmpty}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/schemastate/schemastate/dialect"
 	"github.com/schemastate/schemastate/internal/dsn"
+	"github.com/schemastate/schemastate/internal/readonly"
 )
 
 // postgresArea keeps temporary stores as schemas on one server.
@@ -81,20 +82,7 @@ func (p *postgresPlace) holds(ctx context.Context, db *sql.DB) (string, error) {
 }
 
 func (p *postgresPlace) tables(ctx context.Context, db *sql.DB) ([]string, error) {
-	rows, err := db.QueryContext(ctx, `SELECT quote_ident(schemaname) || '.' || quote_ident(tablename) FROM pg_tables WHERE schemaname = current_schema()`)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var tables []string
-	for rows.Next() {
-		var t string
-		if err := rows.Scan(&t); err != nil {
-			return nil, err
-		}
-		tables = append(tables, t)
-	}
-	return tables, rows.Err()
+	return readonly.Strings(ctx, db, `SELECT quote_ident(schemaname) || '.' || quote_ident(tablename) FROM pg_tables WHERE schemaname = current_schema()`)
 }
 
 func (p *postgresPlace) empty(ctx context.Context, st *Store) (*Store, error) {

@@ -15,7 +15,7 @@ import (
 // sqliteFile is the location of a SQLite store at path: WAL, as every store
 // schemastate creates.
 func sqliteFile(path string) location {
-	t := dsn.Target{Dialect: dialect.SQLite, DriverName: "sqlite", Path: path, Display: "sqlite:" + path}.NewStore()
+	t := dsn.SQLiteTarget(path).NewStore()
 	return location{target: t, cliDSN: t.Display, schema: "main"}
 }
 

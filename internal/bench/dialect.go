@@ -1,0 +1,59 @@
+package bench
+
+import (
+	"context"
+	"database/sql"
+
+	"ariga.io/atlas/sql/migrate"
+	"ariga.io/atlas/sql/schema"
+	"ariga.io/atlas/sql/sqlclient"
+	"github.com/zclconf/go-cty/cty"
+
+	"github.com/schemastate/schemastate/internal/perdialect"
+	"github.com/schemastate/schemastate/keys"
+)
+
+// dialectBench is what the benchmark does differently on each dialect
+// (dialect_<dialect>.go), chosen once per Run.
+type dialectBench struct {
+	// The Atlas anchor: what it is, how Atlas evaluates schema.hcl and
+	// opens its driver, and the transaction its client opens.
+	atlasIs   string
+	atlasEval func(src []byte, v any, vars map[string]cty.Value) error
+	atlasOpen func(q schema.ExecQuerier) (migrate.Driver, error)
+	atlasTx   func(ctx context.Context, db *sql.DB) (*sqlclient.Tx, error)
+
+	// rebuild is the rows family's boot measurement as described (name,
+	// target, what ours and the floor are), rebuildFloor the floor's
+	// hand-written statements, rebuildChecks the reads a rebuild makes
+	// besides (a fixed cost; none on a dialect that does not rebuild).
+	rebuild       Measurement
+	rebuildFloor  func(legacy []string) []string
+	rebuildChecks []string
+	// handMigration runs a hand-written migration's statements on conn the
+	// way a host would, committed.
+	handMigration func(ctx context.Context, conn *sql.Conn, stmts []string) error
+	// hostAnchor: the host's own recreate-table migration is an anchor.
+	hostAnchor bool
+	// lockUpTo is the largest table the lock measurement runs at (0: none).
+	lockUpTo int
+	// tableBytes selects the size of task_session_subagents with its
+	// indexes.
+	tableBytes string
+
+	// healthFloor is the health floor's statement and its one bind value
+	// for the capture_since boundary.
+	healthFloor func(bound keys.Boundary) (string, any)
+
+	// series is a FROM item k(i) of the integers from 0 below the one bind
+	// parameter; settle leaves a restored store as a running host's would.
+	series, settle string
+
+	// fingerprint selects a value that changes with any schema change;
+	// floorCatalog is the steady-state floor's catalog read of the owned
+	// and host tables, with its arguments.
+	fingerprint  string
+	floorCatalog func(owned, host []string) (string, []any)
+}
+
+var dialects = perdialect.Of[dialectBench]{Postgres: postgresBench, SQLite: sqliteBench}
