@@ -145,6 +145,11 @@ func TestPooler_EightConcurrentReconcilesOneApplies(t *testing.T) {
 				require.Equal(t, 1, applied, "exactly one replica applies the shape")
 				require.Equal(t, size.rows > 1000, online, "the path the size chooses")
 				requireReconciled(t, p.Direct)
+				code, out, stderr := cli(t, "status", "--db", p.DSN, "--json")
+				require.Equal(t, exitOK, code, stderr)
+				var st struct{ Lock string }
+				require.NoError(t, json.Unmarshal([]byte(out), &st), out)
+				require.Equal(t, reconcile.LockAdvisoryXact, st.Lock, "status names the lock")
 				require.Equal(t, before, metricRows(t, p.Direct), "every row and metric value intact")
 				require.Empty(t, advisoryLocks(t, p), "no advisory lock left")
 				requireDefaultLockTimeout(t, p)
