@@ -73,6 +73,12 @@ func (r *run) applyPhases(ctx context.Context, sess session, step string, phases
 			}
 			r.progress(step, "phase "+ph.ID())
 		}
+		if err := sess.holding(ctx); err != nil {
+			if len(ran) > 0 {
+				err = fmt.Errorf("before %s: %w (committed before it: %s)", g[0].ID(), err, strings.Join(ran, ", "))
+			}
+			return failed(err)
+		}
 		var did []bool
 		var err error
 		if g[0].Transactional {

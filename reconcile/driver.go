@@ -22,6 +22,8 @@ import (
 type driver interface {
 	dialect() dialect.Dialect
 
+	// lockMechanism names the session's cross-replica lock (Report.Lock).
+	lockMechanism() string
 	// open pins the connection a reconcile runs on (its session).
 	open(ctx context.Context, db *sql.DB, o *options) (session, error)
 	// schemaName is the schema a lock-free look (Plan, Observe) works in:

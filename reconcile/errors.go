@@ -22,6 +22,16 @@ var (
 	// (another replica) held the advisory lock; on SQLite the database's write
 	// lock was held, by another reconcile or by a host writer.
 	ErrLockHeld = errors.New("another reconcile holds the lock")
+	// ErrLockLost is the cause of a phase or step stopped before it ran
+	// because the reconcile no longer holds its lock (PostgreSQL: the lock's
+	// transaction ended, its connection lost or timed out by the server):
+	// another replica may hold it now, so this one runs nothing more.
+	ErrLockLost = errors.New("the reconcile lost its lock")
+	// ErrStatementPooler is the cause of a failed lock step behind a
+	// statement-mode pooler (PgBouncer pool_mode = statement), which refuses
+	// the transaction the PostgreSQL lock lives in: exclusion between
+	// replicas cannot be guaranteed there, so the reconcile changes nothing.
+	ErrStatementPooler = errors.New("a statement-mode connection pooler sits between the reconcile and PostgreSQL")
 	// ErrNullRow is wrapped by a SQLite rebuild refused because a row holds
 	// NULL in a column the declaration makes NOT NULL with no DEFAULT: the
 	// copy could not keep the row. The error names the row; give it a value

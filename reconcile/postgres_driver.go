@@ -23,6 +23,8 @@ type postgresDriver struct{}
 
 func (postgresDriver) dialect() dialect.Dialect { return dialect.Postgres }
 
+func (postgresDriver) lockMechanism() string { return LockAdvisoryXact }
+
 func (postgresDriver) open(ctx context.Context, db *sql.DB, o *options) (session, error) {
 	return openPostgres(ctx, db, o)
 }

@@ -107,9 +107,12 @@ type Step struct {
 
 // Report is what one Reconcile did.
 type Report struct {
-	Dialect  dialect.Dialect `json:"dialect"`
-	Steps    []Step          `json:"steps"`
-	EndState EndState        `json:"end_state"`
+	Dialect dialect.Dialect `json:"dialect"`
+	// Lock names the cross-replica lock the reconcile uses on this dialect:
+	// LockAdvisoryXact on PostgreSQL, LockWriteTransaction on SQLite.
+	Lock     string   `json:"lock"`
+	Steps    []Step   `json:"steps"`
+	EndState EndState `json:"end_state"`
 	// EndStateObserved is false when no step got as far as observing the
 	// end state (a lock not acquired, an unloadable declaration): EndState
 	// then says nothing, rather than "every clause false".
@@ -172,6 +175,10 @@ type querier = dialect.Querier
 type session interface {
 	// lock takes the cross-replica lock; until then the session only reads.
 	lock(ctx context.Context) error
+	// holding is the holder check, run before every phase and step once the
+	// lock is taken: an error (matching ErrLockLost) when the session no
+	// longer holds the lock.
+	holding(ctx context.Context) error
 	querier() querier
 	// schemaName is the schema the reconcile works in: main on SQLite, the
 	// connection's current_schema() on PostgreSQL.
@@ -212,7 +219,7 @@ func Reconcile(ctx context.Context, db *sql.DB, opts ...Option) (*Report, error)
 	if err != nil {
 		return &Report{}, err
 	}
-	r := &run{o: o, drv: drv, rep: &Report{Dialect: o.dialect}}
+	r := &run{o: o, drv: drv, rep: &Report{Dialect: o.dialect, Lock: drv.lockMechanism()}}
 	r.steps(ctx, db)
 	return r.rep, r.rep.Err()
 }
@@ -380,6 +387,10 @@ func (r *run) finish(ctx context.Context, db *sql.DB, sess session) {
 // step runs fn inside its own rollback scope and records the outcome.
 func (r *run) step(ctx context.Context, sess session, name string, fn func(context.Context, querier) Step) {
 	start := time.Now()
+	if err := sess.holding(ctx); err != nil {
+		r.record(Step{Name: name, Status: Failed, Detail: err.Error(), Err: err})
+		return
+	}
 	q, err := sess.begin(ctx, name)
 	if err != nil {
 		r.record(Step{Name: name, Status: Failed, Detail: err.Error(), Err: err})

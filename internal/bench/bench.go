@@ -95,6 +95,12 @@ type Config struct {
 	Frames int
 	// DiskMB is how much the disk-rate probe writes (default 256).
 	DiskMB int
+	// PoolerDSN, when set (PostgreSQL stores only: the run fails on SQLite),
+	// reaches the same database through a
+	// connection pooler in transaction mode (PgBouncer): the rows family then
+	// also measures the boot, the steady-state boot and live capture through
+	// it beside the same direct (pooler.go).
+	PoolerDSN string
 	// Exe is the schemastate binary timed through the CLI; empty skips
 	// those timings.
 	Exe string

@@ -47,6 +47,11 @@ func (b *bench) rowsFamily(ctx context.Context, rep *Report) error {
 		if err := b.capture(ctx, rep, n); err != nil {
 			return err
 		}
+		if b.cfg.PoolerDSN != "" {
+			if err := b.pooler(ctx, rep, n); err != nil {
+				return err
+			}
+		}
 	}
 	return nil
 }
