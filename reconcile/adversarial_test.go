@@ -299,31 +299,42 @@ func TestAdversarial_HostTablesMissingNamesTheSchema(t *testing.T) {
 	})
 }
 
-// The reconcile borrows one connection from the host's pool and must hand it
-// back as it found it. SQLite's busy timeout was raised to the lock wait (60s
-// by default) and never restored, so the host's own statements on that
+// The reconcile borrows connections from the host's pool and must hand them
+// back as it found them. SQLite's busy timeout was raised to the lock wait
+// (60s by default) and never restored, so the host's own statements on that
 // connection then waited a minute on any lock instead of their configured
-// 250ms. On PostgreSQL the session keeps its settings and holds no lock.
+// 250ms. On PostgreSQL (two connections: the steps' and the lock's
+// transaction's) every session keeps its settings and holds no lock.
 func TestAdversarial_PooledConnectionReturnedAsLent(t *testing.T) {
 	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
 		db.Host(t).Legacy(t)
 		seedLegacy(t, db)
 		dsn := db.DSN + "&_pragma=busy_timeout(250)"
+		n := 1
 		if db.Dialect == dialect.Postgres {
 			dsn = db.DSN + "&lock_timeout=250"
+			n = 2
 		}
 		pool, err := sql.Open(driverName(db.Dialect), dsn)
 		require.NoError(t, err)
 		defer pool.Close()
-		pool.SetMaxOpenConns(1)
-		settings := func() string {
-			var s string
+		pool.SetMaxOpenConns(n)
+		// settings reads every connection of the pool, all held at once.
+		settings := func() []string {
 			q := `SELECT (SELECT * FROM pragma_busy_timeout) || ' ' || (SELECT * FROM pragma_foreign_keys) || ' ' || (SELECT * FROM pragma_legacy_alter_table)`
 			if db.Dialect == dialect.Postgres {
-				q = `SELECT current_setting('lock_timeout') || ' ' || current_setting('statement_timeout') || ' ' || (SELECT COUNT(*) FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid())`
+				q = `SELECT current_setting('lock_timeout') || ' ' || current_setting('statement_timeout') || ' ' || current_setting('idle_in_transaction_session_timeout') || ' ' || (SELECT COUNT(*) FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid())`
 			}
-			require.NoError(t, pool.QueryRow(q).Scan(&s))
-			return s
+			var out []string
+			for range n {
+				c, err := pool.Conn(ctx)
+				require.NoError(t, err)
+				defer c.Close()
+				var s string
+				require.NoError(t, c.QueryRowContext(ctx, q).Scan(&s))
+				out = append(out, s)
+			}
+			return out
 		}
 		before := settings()
 		_, err = reconcile.Reconcile(ctx, pool)

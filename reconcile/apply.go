@@ -62,11 +62,22 @@ func (r *run) applyPhases(ctx context.Context, sess session, step string, phases
 	var ran, said, why []string
 	n := 0
 	for i, g := range groups {
+		if step == StepWiden {
+			if err := r.o.overBudget(); err != nil {
+				return inProgress(err, ran)
+			}
+		}
 		for j, ph := range g {
 			if (i == 0 && j == 0) || prevTable(groups, i, j) != ph.Table {
 				r.progress(step, "applying "+ph.Table)
 			}
 			r.progress(step, "phase "+ph.ID())
+		}
+		if err := sess.holding(ctx); err != nil {
+			if len(ran) > 0 {
+				err = fmt.Errorf("before %s: %w (committed before it: %s)", g[0].ID(), err, strings.Join(ran, ", "))
+			}
+			return failed(err)
 		}
 		var did []bool
 		var err error
@@ -102,6 +113,9 @@ func (r *run) applyPhases(ctx context.Context, sess session, step string, phases
 			}
 		}
 		if err != nil {
+			if errors.Is(err, ErrBudgetSpent) {
+				return inProgress(err, ran)
+			}
 			if len(ran) > 0 {
 				err = fmt.Errorf("%w (committed before it: %s)", err, strings.Join(ran, ", "))
 			}
@@ -121,6 +135,16 @@ func (r *run) applyPhases(ctx context.Context, sess session, step string, phases
 		detail += " (" + strings.Join(why, "; ") + ")"
 	}
 	return Step{Status: Applied, Statements: n, Phases: ran, Detail: detail}
+}
+
+// inProgress is the widen step stopped by the online budget: not a failure,
+// the upgrade is resumable from the catalog.
+func inProgress(err error, ran []string) Step {
+	detail := err.Error() + "; the upgrade is in progress, resumable: the next boot or another Reconcile call continues it"
+	if len(ran) > 0 {
+		detail += " (done this call: " + strings.Join(ran, ", ") + ")"
+	}
+	return Step{Status: InProgress, Phases: ran, Detail: detail}
 }
 
 // runGroup runs consecutive transactional phases in one transaction scope

@@ -22,6 +22,8 @@ import (
 type driver interface {
 	dialect() dialect.Dialect
 
+	// lockMechanism names the session's cross-replica lock (Report.Lock).
+	lockMechanism() string
 	// open pins the connection a reconcile runs on (its session).
 	open(ctx context.Context, db *sql.DB, o *options) (session, error)
 	// schemaName is the schema a lock-free look (Plan, Observe) works in:
@@ -83,6 +85,8 @@ type tableFacts struct {
 	invalid []string
 	// size is the live table's size, which chooses the path (PostgreSQL).
 	size tableSize
+	// rebuild is what the shadow-table rebuild needs to know (PostgreSQL).
+	rebuild *rebuildFacts
 	// triggers are the CREATE TRIGGER statements of the table's triggers,
 	// which a rebuild creates again (SQLite).
 	triggers []string

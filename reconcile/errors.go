@@ -22,6 +22,16 @@ var (
 	// (another replica) held the advisory lock; on SQLite the database's write
 	// lock was held, by another reconcile or by a host writer.
 	ErrLockHeld = errors.New("another reconcile holds the lock")
+	// ErrLockLost is the cause of a phase or step stopped before it ran
+	// because the reconcile no longer holds its lock (PostgreSQL: the lock's
+	// transaction ended, its connection lost or timed out by the server):
+	// another replica may hold it now, so this one runs nothing more.
+	ErrLockLost = errors.New("the reconcile lost its lock")
+	// ErrStatementPooler is the cause of a failed lock step behind a
+	// statement-mode pooler (PgBouncer pool_mode = statement), which refuses
+	// the transaction the PostgreSQL lock lives in: exclusion between
+	// replicas cannot be guaranteed there, so the reconcile changes nothing.
+	ErrStatementPooler = errors.New("a statement-mode connection pooler sits between the reconcile and PostgreSQL")
 	// ErrNullRow is wrapped by a SQLite rebuild refused because a row holds
 	// NULL in a column the declaration makes NOT NULL with no DEFAULT: the
 	// copy could not keep the row. The error names the row; give it a value
@@ -33,6 +43,10 @@ var (
 	// ErrPhaseBlocked is wrapped by a phase stopped before it ran by an
 	// object that would make it fail (a view over a column being replaced).
 	ErrPhaseBlocked = errors.New("blocked")
+	// ErrBudgetSpent stops an online phase between two batches once the
+	// boot's online budget is spent (WithOnlineBudget); the widen step is
+	// then InProgress, not failed.
+	ErrBudgetSpent = errors.New("online budget spent")
 	// ErrInvalidOption is returned, naming the option, by Reconcile, Plan and
 	// Observe when an option's value cannot be used; nothing runs.
 	ErrInvalidOption = errors.New("reconcile: invalid option")

@@ -26,11 +26,18 @@ import (
 // while the host reads and writes it: ours (the path the live table's size
 // chooses: the online phases above WithOnlineAbove), our single-transaction
 // path forced (ours_single), ours with the copy never resting between
-// batches (ours_nopause), and the naive anchor (the one ALTER TABLE the
-// host's own migration and Atlas's plan run, without the widening). For each
-// it reports the worst latency of a concurrent reader loop (SELECT by
-// session) and of a concurrent writer loop (single-row INSERTs of new rows),
-// the total time, and the ACCESS EXCLUSIVE windows polled from pg_locks.
+// batches (ours_nopause), the floor (widening_alter: the one transaction a
+// host would write to reach the declared shape — add the execution column,
+// widen the three metrics, swap the key) and a second anchor (naive_alter:
+// the same ALTER without the widening, essentially one unique-index build).
+// For each it reports the worst latency of a concurrent reader loop (SELECT
+// by session), of an inserting writer loop (single-row INSERTs of new rows)
+// and of an updating writer loop (the live capture's merge onto an existing
+// row: UPDATE … SET tool_status, model, updated_at), the total time, the
+// ACCESS EXCLUSIVE windows polled from pg_locks, the WAL written
+// (pg_current_wal_lsn before and after: the whole cluster's, so other
+// databases' writes count too), the table's heap and index sizes before and
+// after, and the rebuild copy's rows per second.
 //
 //	SCHEMASTATE_BENCH_ONLINE_ROWS=1000000,4000000 go test ./reconcile -run '^$' -bench OnlineUpgrade -benchtime 1x -timeout 60m
 //
@@ -45,7 +52,7 @@ func BenchmarkOnlineUpgrade(b *testing.B) {
 			sizes = append(sizes, n)
 		}
 	}
-	modes := []string{"ours", "naive_alter"}
+	modes := []string{"ours", "widening_alter", "naive_alter"}
 	if v := os.Getenv("SCHEMASTATE_BENCH_ONLINE_MODES"); v != "" {
 		modes = strings.Split(v, ",")
 	}
@@ -71,22 +78,43 @@ func benchUpgrade(b *testing.B, rows int, mode string) {
 	db.Exec(b, `ANALYZE task_session_subagents`)
 	var size string
 	require.NoError(b, db.QueryRow(`SELECT pg_size_pretty(pg_table_size('task_session_subagents'))`).Scan(&size))
+	sizes := func() (heap, indexes int64) {
+		require.NoError(b, db.QueryRow(`SELECT pg_table_size('task_session_subagents'), pg_indexes_size('task_session_subagents')`).Scan(&heap, &indexes))
+		return heap, indexes
+	}
+	heapBefore, indexesBefore := sizes()
+	var walBefore string
+	require.NoError(b, db.QueryRow(`SELECT pg_current_wal_lsn()::text`).Scan(&walBefore))
 
 	ctx, cancel := context.WithCancel(context.Background())
-	mon := startMonitors(b, ctx, db)
+	mon := startMonitors(b, ctx, db, rows)
 	time.Sleep(time.Second) // a baseline for the loops
 	start := time.Now()
 	b.StartTimer()
+	var copyRate float64
 	switch mode {
 	case "ours", "ours_single", "ours_nopause":
 		var last string
+		var copyStart time.Time
 		opts := []reconcile.Option{reconcile.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))),
 			reconcile.WithProgress(func(p reconcile.Progress) {
-				if msg := p.Step + ": " + p.Message; !strings.HasPrefix(p.Message, "copying") && msg != last {
+				switch {
+				case p.Message == "phase task_session_subagents.rebuild_copy":
+					copyStart = time.Now()
+				case strings.HasPrefix(p.Message, "copied task_session_subagents: ") && !copyStart.IsZero():
+					var n int64
+					fmt.Sscanf(strings.TrimPrefix(p.Message, "copied task_session_subagents: "), "%d", &n)
+					copyRate = float64(n) / time.Since(copyStart).Seconds()
+				}
+				if msg := p.Step + ": " + p.Message; !strings.HasPrefix(p.Message, "copying") && !strings.HasPrefix(p.Message, "replaying") && msg != last {
 					last = msg
 					fmt.Fprintf(os.Stderr, "%8.3fs %s\n", time.Since(start).Seconds(), msg)
 				}
 			})}
+		// The lock budget is raised so a loaded machine's long reads (20,000
+		// rows each at 4M) do not fail the run: each attempt still waits at
+		// most 50 ms for its lock, so the waits it causes are the default's.
+		opts = append(opts, reconcile.WithDDLLockTimeout(60*time.Second))
 		if mode == "ours_nopause" {
 			opts = append(opts, reconcile.WithCopyPause(0))
 		}
@@ -96,6 +124,12 @@ func benchUpgrade(b *testing.B, rows int, mode string) {
 		rep, err := reconcile.Reconcile(ctx, db.DB, opts...)
 		require.NoError(b, err, describe(rep))
 		b.Logf("%s: %s; widen: %s", mode, rep.Step(reconcile.StepShape).Detail, rep.Step(reconcile.StepWiden).Detail)
+	case "widening_alter":
+		_, err := db.DB.ExecContext(ctx, `ALTER TABLE task_session_subagents DROP CONSTRAINT task_session_subagents_task_session_id_tool_call_id_key,
+ ADD COLUMN agent_execution_id text NOT NULL DEFAULT 'unknown',
+ ALTER COLUMN total_tokens TYPE bigint, ALTER COLUMN tool_use_count TYPE bigint, ALTER COLUMN duration_ms TYPE bigint,
+ ADD CONSTRAINT task_session_subagents_session_execution_tool_call_key UNIQUE (task_session_id, agent_execution_id, tool_call_id)`)
+		require.NoError(b, err)
 	case "naive_alter":
 		_, err := db.DB.ExecContext(ctx, `ALTER TABLE task_session_subagents DROP CONSTRAINT task_session_subagents_task_session_id_tool_call_id_key,
  ADD COLUMN agent_execution_id text NOT NULL DEFAULT 'unknown',
@@ -106,9 +140,18 @@ func benchUpgrade(b *testing.B, rows int, mode string) {
 	}
 	b.StopTimer()
 	total := time.Since(start)
+	var wal int64
+	require.NoError(b, db.QueryRow(`SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), $1::pg_lsn)::bigint`, walBefore).Scan(&wal))
 	time.Sleep(500 * time.Millisecond)
 	cancel()
 	r := mon.wait()
+	heapAfter, indexesAfter := sizes()
+	b.ReportMetric(float64(r.updaterWorst.Microseconds())/1000, "updater_worst_ms")
+	b.ReportMetric(float64(r.updaterBase.Microseconds())/1000, "updater_median_ms")
+	b.ReportMetric(float64(wal)/(1<<20), "wal_MiB")
+	b.ReportMetric(float64(heapAfter)/(1<<20), "heap_after_MiB")
+	b.ReportMetric(float64(indexesAfter)/(1<<20), "indexes_after_MiB")
+	b.ReportMetric(copyRate, "copy_rows/s")
 	b.ReportMetric(float64(r.readerWorst.Microseconds())/1000, "reader_worst_ms")
 	b.ReportMetric(float64(r.writerWorst.Microseconds())/1000, "writer_worst_ms")
 	b.ReportMetric(float64(r.readerBase.Microseconds())/1000, "reader_median_ms")
@@ -121,13 +164,17 @@ func benchUpgrade(b *testing.B, rows int, mode string) {
 	fmt.Fprintf(os.Stderr, "%s rows=%d (%s): total %s, reader worst %s at %.3fs (median %s, %d reads), writer worst %s at %.3fs (median %s, %d writes), ACCESS EXCLUSIVE windows seen %d, longest %s at %.3fs",
 		mode, rows, size, total.Round(time.Millisecond), r.readerWorst, r.readerAt.Sub(start).Seconds(), r.readerBase, r.reads,
 		r.writerWorst, r.writerAt.Sub(start).Seconds(), r.writerBase, r.writes, r.exclusiveWindows, r.exclusiveWorst, r.exclusiveAt.Sub(start).Seconds())
-	fmt.Fprintf(os.Stderr, "  reader/writer statements running > 50 ms, by what they waited on (2 ms polls): %v\n\n", r.waits)
+	fmt.Fprintf(os.Stderr, ", updater worst %s at %.3fs (median %s, %d updates), WAL %.1f MiB, heap %.1f → %.1f MiB, indexes %.1f → %.1f MiB, copy %.0f rows/s\n",
+		r.updaterWorst, r.updaterAt.Sub(start).Seconds(), r.updaterBase, r.updates, float64(wal)/(1<<20),
+		float64(heapBefore)/(1<<20), float64(heapAfter)/(1<<20), float64(indexesBefore)/(1<<20), float64(indexesAfter)/(1<<20), copyRate)
+	fmt.Fprintf(os.Stderr, "  reader/writer/updater statements running > 50 ms, by what they waited on (2 ms polls): %v\n\n", r.waits)
 }
 
 type monitorResult struct {
 	readerWorst, writerWorst, readerBase, writerBase time.Duration
-	readerAt, writerAt, exclusiveAt                  time.Time // when each worst began
-	reads, writes                                    int
+	updaterWorst, updaterBase                        time.Duration
+	readerAt, writerAt, updaterAt, exclusiveAt       time.Time // when each worst began
+	reads, writes, updates                           int
 	exclusiveWindows                                 int
 	exclusiveWorst                                   time.Duration
 	// waits counts what the reader's and writer's backends were waiting on
@@ -142,6 +189,7 @@ type monitors struct {
 	res monitorResult
 	rl  []sample
 	wl  []sample
+	ul  []sample
 }
 
 type sample struct {
@@ -149,9 +197,10 @@ type sample struct {
 	d  time.Duration
 }
 
-// startMonitors runs, each on its own connection, a reader loop, a writer
-// loop and a pg_locks poller (every 2 ms) until ctx ends.
-func startMonitors(b *testing.B, ctx context.Context, db *dbtest.DB) *monitors {
+// startMonitors runs, each on its own connection, a reader loop, an
+// inserting writer loop, an updating writer loop (over the rows seeded r1 …
+// r<rows>) and a pg_locks poller (every 2 ms) until ctx ends.
+func startMonitors(b *testing.B, ctx context.Context, db *dbtest.DB, rows int) *monitors {
 	m := &monitors{}
 	open := func() *sql.DB {
 		d, err := sql.Open("pgx", db.DSN)
@@ -161,14 +210,14 @@ func startMonitors(b *testing.B, ctx context.Context, db *dbtest.DB) *monitors {
 		require.NoError(b, d.Ping())
 		return d
 	}
-	reader, writer, poller := open(), open(), open()
+	reader, writer, updater, poller := open(), open(), open(), open()
 	pid := func(d *sql.DB) int {
 		var p int
 		require.NoError(b, d.QueryRow(`SELECT pg_backend_pid()`).Scan(&p))
 		return p
 	}
 	m.res.waits = map[string]int{}
-	readerPID, writerPID := pid(reader), pid(writer)
+	readerPID, writerPID, updaterPID := pid(reader), pid(writer), pid(updater)
 	var seq atomic.Int64
 	loop := func(run func(i int) error, into *[]sample) {
 		m.wg.Add(1)
@@ -198,6 +247,12 @@ func startMonitors(b *testing.B, ctx context.Context, db *dbtest.DB) *monitors {
 		_, err := writer.ExecContext(context.Background(), `INSERT INTO task_session_subagents (id, task_session_id, task_id, tool_call_id, source, observed_at, updated_at) VALUES ($1, 's1', 'k1', $1, 'live', now(), now())`, id)
 		return err
 	}, &m.wl)
+	loop(func(i int) error {
+		// A prime stride, so successive updates land on rows far apart.
+		id := fmt.Sprintf("r%d", (i*7919)%max(rows, 1)+1)
+		_, err := updater.ExecContext(context.Background(), `UPDATE task_session_subagents SET tool_status = 'running', model = $2, updated_at = now() WHERE id = $1`, id, fmt.Sprintf("m%d", i))
+		return err
+	}, &m.ul)
 	m.wg.Add(1)
 	go func() {
 		defer m.wg.Done()
@@ -206,9 +261,9 @@ func startMonitors(b *testing.B, ctx context.Context, db *dbtest.DB) *monitors {
 			var held bool
 			var slow string
 			err := poller.QueryRowContext(context.Background(), `SELECT EXISTS (SELECT 1 FROM pg_locks WHERE relation = to_regclass($1) AND mode = 'AccessExclusiveLock' AND granted),
-  array_to_string(ARRAY(SELECT CASE pid WHEN $2 THEN 'reader ' ELSE 'writer ' END || coalesce(wait_event_type || ':' || wait_event, 'on CPU')
-        FROM pg_stat_activity WHERE pid IN ($2, $3) AND state = 'active' AND now() - query_start > interval '50 ms'), ',')`,
-				db.Schema+".task_session_subagents", readerPID, writerPID).Scan(&held, &slow)
+  array_to_string(ARRAY(SELECT CASE pid WHEN $2 THEN 'reader ' WHEN $3 THEN 'writer ' ELSE 'updater ' END || coalesce(wait_event_type || ':' || wait_event, 'on CPU')
+        FROM pg_stat_activity WHERE pid IN ($2, $3, $4) AND state = 'active' AND now() - query_start > interval '50 ms'), ',')`,
+				db.Schema+".task_session_subagents", readerPID, writerPID, updaterPID).Scan(&held, &slow)
 			if err != nil {
 				continue
 			}
@@ -240,7 +295,8 @@ func startMonitors(b *testing.B, ctx context.Context, db *dbtest.DB) *monitors {
 
 func (m *monitors) wait() monitorResult {
 	m.wg.Wait()
-	m.res.reads, m.res.writes = len(m.rl), len(m.wl)
+	m.res.reads, m.res.writes, m.res.updates = len(m.rl), len(m.wl), len(m.ul)
+	m.res.updaterWorst, m.res.updaterAt, m.res.updaterBase = worstAndMedian(m.ul)
 	m.res.readerWorst, m.res.readerAt, m.res.readerBase = worstAndMedian(m.rl)
 	m.res.writerWorst, m.res.writerAt, m.res.writerBase = worstAndMedian(m.wl)
 	return m.res

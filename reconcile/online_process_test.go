@@ -12,18 +12,19 @@ import (
 )
 
 // SIGKILL at every phase boundary of the online upgrade, and inside the
-// batched copy: the next boot — with default options, so a small table
+// batched copy and the replay (the child rewrites every row during the copy,
+// so the log has entries to replay): the next boot — with default options, so a small table
 // resumes online only because the catalog says an upgrade is in flight —
 // converges with every row and every metric value equal.
 func TestOnline_KilledAtEveryPhaseBoundaryConverges(t *testing.T) {
 	probe := openPostgres(t).Host(t).Legacy(t)
 	plan, err := reconcile.Plan(ctx, probe.DB, online...)
 	require.NoError(t, err)
-	points := []string{reconcile.FailpointCopyBatch}
+	points := []string{reconcile.FailpointCopyBatch, reconcile.FailpointReplayBatch}
 	for _, p := range plan.Phases() {
 		points = append(points, reconcile.FailpointAfterPhase(p.ID()))
 	}
-	require.Len(t, points, 8, "every phase of the legacy upgrade: %v", phaseIDs(plan.Phases()))
+	require.Len(t, points, 17, "every phase of the legacy upgrade: %v", phaseIDs(plan.Phases()))
 	for _, point := range points {
 		t.Run(point, func(t *testing.T) {
 			db := openPostgres(t).Host(t).Legacy(t)
@@ -48,6 +49,8 @@ func TestOnline_KilledAtEveryPhaseBoundaryConverges(t *testing.T) {
 			require.Zero(t, count(t, db, `SELECT COUNT(*) FROM pg_trigger WHERE tgrelid = 'task_session_subagents'::regclass AND NOT tgisinternal`))
 			require.Zero(t, count(t, db, `SELECT COUNT(*) FROM information_schema.columns WHERE table_schema = current_schema() AND column_name LIKE '%schemastate%'`))
 			require.Zero(t, count(t, db, `SELECT COUNT(*) FROM pg_index WHERE indrelid = 'task_session_subagents'::regclass AND NOT indisvalid`))
+			require.Zero(t, count(t, db, `SELECT COUNT(*) FROM pg_class WHERE relname LIKE 'schemastate%'`), "no rebuild table, log, state or index left")
+			require.Equal(t, 1, count(t, db, `SELECT COUNT(*) FROM pg_constraint WHERE conrelid = 'task_session_subagents'::regclass AND contype = 'f' AND convalidated`), "the foreign key carried and validated")
 			require.Nil(t, observe(t, db).Upgrade)
 		})
 	}

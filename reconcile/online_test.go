@@ -86,9 +86,15 @@ func TestOnline_PlanIsWhatReconcileRuns(t *testing.T) {
 		{"online phases", online,
 			[]string{"task_session_subagents.alter", "task_session_subagents.build_index." + subagentsKey, "task_session_subagents.swap_key",
 				"background_agent_log.create",
-				"task_session_subagents.widen_expand", "task_session_subagents.widen_copy", "task_session_subagents.widen_contract"},
+				"task_session_subagents.rebuild_prepare", "task_session_subagents.rebuild_copy", "task_session_subagents.rebuild_replay.copied",
+				"task_session_subagents.rebuild_index.idx_subagents_session_id", "task_session_subagents.rebuild_index.idx_subagents_task_id",
+				"task_session_subagents.rebuild_index.idx_subagents_turn_id", "task_session_subagents.rebuild_index.task_session_subagents_pkey",
+				"task_session_subagents.rebuild_index." + subagentsKey,
+				"task_session_subagents.rebuild_replay.indexed", "task_session_subagents.rebuild_swap", "task_session_subagents.rebuild_finish"},
 			[]reconcile.LockClass{reconcile.LockCatalog, reconcile.LockShareUpdateExclusive, reconcile.LockCatalog, reconcile.LockCatalog,
-				reconcile.LockCatalog, reconcile.LockRows, reconcile.LockCatalog},
+				reconcile.LockCatalog, reconcile.LockNone, reconcile.LockNone,
+				reconcile.LockNone, reconcile.LockNone, reconcile.LockNone, reconcile.LockNone, reconcile.LockNone,
+				reconcile.LockNone, reconcile.LockCatalog, reconcile.LockShareUpdateExclusive},
 			"at or above the online threshold 0 kB: online phases"},
 	}
 	for _, tc := range cases {
@@ -133,12 +139,12 @@ func TestOnline_PlanIsWhatReconcileRuns(t *testing.T) {
 			rep := mustReconcile(t, db, append(tc.opts, progress)...)
 			if tc.opts != nil {
 				// Progress of the long phases: the copy's rows, batch by batch
-				// (303 rows; r2 and r3 carry no metric, already equal as NULLs).
+				// (303 rows).
 				require.True(t, slices.ContainsFunc(said, func(m string) bool {
 					return strings.HasPrefix(m, "widen: copying task_session_subagents: ") && strings.Contains(m, " rows copied, page 1 of ")
 				}), "%v", said)
-				require.Contains(t, said, "widen: copied task_session_subagents: 301 rows")
-				require.Contains(t, said, "widen: phase task_session_subagents.widen_copy")
+				require.Contains(t, said, "widen: copied task_session_subagents: 303 rows")
+				require.Contains(t, said, "widen: phase task_session_subagents.rebuild_copy")
 			}
 			var ran []string
 			for _, s := range []string{reconcile.StepShape, reconcile.StepWiden} {
@@ -158,6 +164,7 @@ func TestOnline_PlanIsWhatReconcileRuns(t *testing.T) {
 			require.Empty(t, plan.Phases())
 			require.Zero(t, count(t, db, `SELECT COUNT(*) FROM pg_trigger WHERE tgrelid = 'task_session_subagents'::regclass AND NOT tgisinternal`))
 			require.Zero(t, count(t, db, `SELECT COUNT(*) FROM information_schema.columns WHERE table_schema = current_schema() AND column_name LIKE '%schemastate%'`))
+			require.Zero(t, count(t, db, `SELECT COUNT(*) FROM pg_class WHERE relname LIKE 'schemastate%'`), "no rebuild table, log, state or index left")
 			mustReconcile(t, db, tc.opts...)
 			require.Subset(t, snapshot(t, db), before)
 		})
@@ -165,16 +172,33 @@ func TestOnline_PlanIsWhatReconcileRuns(t *testing.T) {
 }
 
 // Values above 2^31 survive the widening, and so do host writes made while
-// it is in flight: between the copy and the contract only the trigger keeps
-// the shadows equal.
+// it is in flight, on both paths: after the rebuild's copy only the log and
+// its replay carry them to the new table; after the column copy only the
+// trigger keeps the shadows equal. (A view over the table's id sends the
+// widening to the column copy: a rename would leave the view on the old
+// table.)
 func TestOnline_ValuesAbove2e31Survive(t *testing.T) {
+	for _, path := range []struct{ name, after, view string }{
+		{"rebuild", "task_session_subagents.rebuild_copy", ""},
+		{"column copy", "task_session_subagents.widen_copy", "CREATE VIEW subagent_ids AS SELECT id FROM task_session_subagents"},
+	} {
+		t.Run(path.name, func(t *testing.T) { valuesAbove2e31Survive(t, path.after, path.view) })
+	}
+}
+
+func valuesAbove2e31Survive(t *testing.T, after, view string) {
 	db := openPostgres(t).Host(t).Legacy(t)
 	seedLegacy(t, db)
 	seedMany(t, db, 200)
+	if view != "" {
+		db.Exec(t, view)
+	}
+	reached := false
 	hostWrites := reconcile.WithFailpoint(func(p string) error {
-		if p != reconcile.FailpointAfterPhase("task_session_subagents.widen_copy") {
+		if p != reconcile.FailpointAfterPhase(after) {
 			return nil
 		}
+		reached = true
 		// In flight: the old column is still integer; a host write lands in both.
 		if typ := columnType(t, db, "total_tokens"); typ != "integer" {
 			return fmt.Errorf("total_tokens is %s mid-flight", typ)
@@ -185,7 +209,8 @@ func TestOnline_ValuesAbove2e31Survive(t *testing.T) {
 		}
 		return err
 	})
-	mustReconcile(t, db, append(online, hostWrites)...)
+	rep := mustReconcile(t, db, append(online, hostWrites)...)
+	require.True(t, reached, "took the path: %s", rep.Step(reconcile.StepWiden).Detail)
 	require.Equal(t, "bigint", columnType(t, db, "total_tokens"))
 	db.Exec(t, `UPDATE task_session_subagents SET total_tokens = 9007199254740993, tool_use_count = 4294967296 WHERE id = 'r1'`)
 	var tokens, uses, during, dur int64
@@ -290,6 +315,8 @@ func TestOnline_LongReaderDuringSwapFailsCleanlyThenSucceeds(t *testing.T) {
 	require.Contains(t, shape.Detail, fmt.Sprintf("pid %d (AccessShareLock", readerPID), "the reader is named")
 	require.Equal(t, reconcile.Skipped, rep.Step(reconcile.StepExecutionSince).Status)
 	require.Equal(t, reconcile.Skipped, rep.Step(reconcile.StepBackfill).Status)
+	require.Equal(t, reconcile.Skipped, rep.Step(reconcile.StepWiden).Status, "the widening waits for the shape it is planned for")
+	require.Zero(t, count(t, db, `SELECT COUNT(*) FROM pg_class WHERE relname LIKE 'schemastate%'`), "no rebuild begun")
 	obs := observe(t, db)
 	require.False(t, obs.EndState.TwoColumnUniqueAbsent, "the two-column key is still the key")
 	require.Nil(t, obs.Keys.ExecutionSince)
@@ -327,17 +354,24 @@ func TestOnline_WideningBlockedByViewIsNamedAndRetried(t *testing.T) {
 	}
 	requireBackfilledOnce(t, db)
 
-	// A view created after the expand phase: the contract is blocked instead,
-	// the shadow columns stay equal through the trigger, and it completes
-	// once the view is gone.
+	// A view created once a rebuild has begun: the rebuild no longer
+	// applies (the rename would leave the view on the old table), its
+	// abandonment and the column copy that replaces it are one transaction
+	// the view blocks, so the rebuild stays, its log kept by the trigger, and
+	// completes once the view is gone.
 	db.Exec(t, `DROP VIEW subagent_tokens`)
-	_, err := reconcile.Reconcile(ctx, db.DB, append(online, failAt(reconcile.FailpointAfterPhase("task_session_subagents.widen_expand")))...)
+	_, err := reconcile.Reconcile(ctx, db.DB, append(online, failAt(reconcile.FailpointAfterPhase("task_session_subagents.rebuild_prepare")))...)
 	require.ErrorIs(t, err, reconcile.ErrStepFailed)
 	db.Exec(t, `CREATE VIEW subagent_tokens AS SELECT task_session_id, SUM(total_tokens) AS tokens FROM task_session_subagents GROUP BY task_session_id`)
+	plan, err := reconcile.Plan(ctx, db.DB)
+	require.NoError(t, err)
+	require.Contains(t, phaseIDs(plan.Phases()), "task_session_subagents.rebuild_abandon")
+	require.Contains(t, phaseIDs(plan.Phases()), "task_session_subagents.widen_expand")
 	rep, err := reconcile.Reconcile(ctx, db.DB)
 	require.ErrorIs(t, err, reconcile.ErrStepFailed)
-	require.Contains(t, rep.Step(reconcile.StepWiden).Detail, "widen_contract")
+	require.Contains(t, rep.Step(reconcile.StepWiden).Detail, "widen_expand")
 	require.Contains(t, rep.Step(reconcile.StepWiden).Detail, "subagent_tokens")
+	require.Equal(t, 1, count(t, db, `SELECT COUNT(*) FROM pg_class WHERE relname = 'schemastate_new_task_session_subagents'`), "the rebuild stays")
 	db.Exec(t, `UPDATE task_session_subagents SET total_tokens = 5 WHERE id = 'r2'`)
 	db.Exec(t, `DROP VIEW subagent_tokens`)
 	mustReconcile(t, db)

@@ -30,12 +30,15 @@ type options struct {
 	onlineAbove    int64
 	copyBatchPages int
 	copyPause      float64
-	failpoint      func(string) error
-	progress       func(Progress)
-	prune          bool
-	execHook       func(string)
-	now            func() time.Time
-	observers      []Observer
+	onlineBudget   time.Duration
+	// started is when Reconcile began, which the online budget counts from.
+	started   time.Time
+	failpoint func(string) error
+	progress  func(Progress)
+	prune     bool
+	execHook  func(string)
+	now       func() time.Time
+	observers []Observer
 	// mu serializes every event (notify): an observer is never called
 	// concurrently, though a step and its progress watcher both report.
 	mu sync.Mutex
@@ -101,15 +104,29 @@ func WithConcurrentWait(d time.Duration) Option { return func(o *options) { o.co
 // transaction (default 256 KiB, where the single transaction's lock already nears 100 ms on a busy two-core machine; 0 takes the online phases for every table).
 func WithOnlineAbove(bytes int64) Option { return func(o *options) { o.onlineAbove = bytes } }
 
-// WithCopyPause sets how long the online widening's copy rests after each
-// batch, as a multiple of the time the batch took (default 1: the copy
-// works at most half the time, leaving the disk and CPU to the host's own
-// queries between batches; 0 copies flat out).
+// WithCopyPause sets how long the online widening's column copy (the path a
+// table the rebuild cannot carry takes) rests after each batch, as a
+// multiple of the time the batch took (default 1: the copy works at most
+// half the time, leaving the disk and CPU to the host's own queries between
+// batches; 0 copies flat out). The rebuild's copy does not rest: it takes no
+// row lock a host writer could wait on, and resting only lengthens the
+// window in which every write is logged twice.
 func WithCopyPause(ratio float64) Option { return func(o *options) { o.copyPause = ratio } }
 
 // WithCopyBatchPages sets how many heap pages one batch of the online
-// widening's copy covers (default 256, about 2 MB).
+// widening's copy (the rebuild's or the column copy's) covers (default 256,
+// about 2 MB).
 func WithCopyBatchPages(n int) Option { return func(o *options) { o.copyBatchPages = n } }
+
+// WithOnlineBudget bounds how long a Reconcile spends on PostgreSQL's online
+// widening (default 0: no bound; the CLI never sets one). Counted from the
+// start of Reconcile, it is checked between the copy's and the replay's
+// batches and before each later phase: once spent, Reconcile returns with the
+// widen step InProgress and the upgrade resumable from the catalog — the next
+// boot, or a Reconcile the host runs in its own goroutine, finishes it. The
+// key change, execution_since and the backfill are not bounded: they run
+// before the widening finishes, as AC-33c orders them.
+func WithOnlineBudget(d time.Duration) Option { return func(o *options) { o.onlineBudget = d } }
 
 // WithFailpoint installs fn, called at each named failpoint (an
 // EventFailpoint, as WithObserver sees it).
@@ -244,6 +261,7 @@ func newOptions(db *sql.DB, opts []Option) (*options, driver, error) {
 	if err := o.validate(); err != nil {
 		return nil, nil, err
 	}
+	o.started = time.Now()
 	if o.dialect == "" {
 		d, err := dialect.Detect(db)
 		if err != nil {
@@ -292,8 +310,20 @@ func (o *options) validate() error {
 	if o.copyPause < 0 || math.IsNaN(o.copyPause) || math.IsInf(o.copyPause, 0) {
 		bad("WithCopyPause(%v): must be a finite ratio, 0 or more", o.copyPause)
 	}
+	if o.onlineBudget < 0 {
+		bad("WithOnlineBudget(%s): must not be negative (0: no bound)", o.onlineBudget)
+	}
 	if o.copyBatchPages < 1 {
 		bad("WithCopyBatchPages(%d): must be at least 1", o.copyBatchPages)
 	}
 	return errors.Join(errs...)
+}
+
+// overBudget is ErrBudgetSpent once the online budget (WithOnlineBudget) is
+// spent.
+func (o *options) overBudget() error {
+	if o.onlineBudget > 0 && time.Since(o.started) >= o.onlineBudget {
+		return fmt.Errorf("%w (%s)", ErrBudgetSpent, o.onlineBudget)
+	}
+	return nil
 }

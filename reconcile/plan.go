@@ -36,6 +36,10 @@ const (
 	LockShareUpdateExclusive LockClass = "share_update_exclusive"
 	// LockRows is row locks only: the batched copy's short UPDATEs.
 	LockRows LockClass = "row_exclusive"
+	// LockNone is no lock a host's reader or writer waits on: the rebuild's
+	// copy and replay read the live table (ACCESS SHARE) and write only the
+	// rebuild's private tables; its index builds lock only those.
+	LockNone LockClass = "none"
 )
 
 // Phase names.
@@ -50,6 +54,15 @@ const (
 	PhaseWidenExpand   = "widen_expand"   // shadow columns and the trigger that keeps them equal
 	PhaseWidenCopy     = "widen_copy"     // batched copy into the shadow columns
 	PhaseWidenContract = "widen_contract" // drop the old columns, rename the shadows in their place
+
+	// The shadow-table rebuild (postgres_rebuild.go).
+	PhaseRebuildAbandon = "rebuild_abandon" // drop a rebuild's artefacts, to start again or take the column copy
+	PhaseRebuildPrepare = "rebuild_prepare" // the new table, the changed-id log and its trigger, the state row
+	PhaseRebuildCopy    = "rebuild_copy"    // INSERT … SELECT into the new table by ctid range, in batches
+	PhaseRebuildReplay  = "rebuild_replay"  // the logged ids deleted from the new table and copied again
+	PhaseRebuildIndex   = "rebuild_index"   // CREATE INDEX on the new, private table
+	PhaseRebuildSwap    = "rebuild_swap"    // replay the rest under the table's lock, drop it, rename the new one in
+	PhaseRebuildFinish  = "rebuild_finish"  // VALIDATE the carried foreign keys, ANALYZE, drop the state
 )
 
 // Phase is one unit of a plan.
@@ -144,7 +157,8 @@ func (p Phase) ID() string {
 // ID (Phase.ID) has committed or finished.
 func FailpointAfterPhase(id string) string { return "phase." + id + ".done" }
 
-// FailpointCopyBatch runs after each committed batch of a widen_copy phase.
+// FailpointCopyBatch runs after each committed batch of a widen_copy or
+// rebuild_copy phase.
 const FailpointCopyBatch = "widen.copy.batch"
 
 // Phases lists every phase the shape step, then the widen step, would run,

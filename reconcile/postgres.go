@@ -4,38 +4,73 @@ import (
 	"context"
 	"database/sql"
 	sqldriver "database/sql/driver"
+	"errors"
 	"fmt"
 	"hash/fnv"
+	"strings"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/schemastate/schemastate/dialect"
 )
 
-// PostgreSQL: the lock is a session advisory lock taken on the same pinned
-// connection that runs every step, so the lock can never starve the
-// reconcile's own transactions. Each step is its own transaction with a
-// lock_timeout: ALTER TABLE … ADD CONSTRAINT holds ACCESS EXCLUSIVE, and a
-// waiting ALTER queues every later reader behind it, so the wait is bounded
-// and a timeout fails the step (rolled back, retried next boot).
+// PostgreSQL: the lock is a transaction-level advisory lock
+// (pg_try_advisory_xact_lock) held by a transaction of its own, on a
+// connection of its own, open from the moment the lock is taken to the end
+// of the reconcile; the steps run on another connection. A transaction is
+// the one thing every pooler that allows transactions keeps on one server
+// connection, so the lock excludes whether the host reaches PostgreSQL
+// directly, through a session-mode pool or through a transaction-mode one
+// (PgBouncer, Supabase's pooler, Neon's pooled endpoint), where a session
+// advisory lock belongs to whichever server connection ran it. The lock
+// ends with its transaction: released by its rollback, and by the server
+// (or the pooler closing its server connection) when the process dies.
 //
-// Session advisory locks do not survive a transaction-mode connection pooler
-// (the session is not the client's); point the reconcile at the server or at
-// a session-mode pool.
+// The lock's transaction is READ COMMITTED and idle between its statements:
+// it holds no snapshot then, so CREATE INDEX CONCURRENTLY, which waits for
+// every transaction holding an older snapshot, does not wait for it (a
+// REPEATABLE READ holder would hold its snapshot and block the build for the
+// whole run). Before every phase and step the holder check asks the lock's
+// own transaction whether it still holds the lock: a replica whose lock
+// transaction was ended (its connection lost, the server's
+// idle_in_transaction_session_timeout) stops with ErrLockLost before it runs
+// anything more, rather than run beside the replica that took the lock next.
+//
+// Each step is its own transaction with a lock_timeout (SET LOCAL, so it
+// ends with the transaction): ALTER TABLE … ADD CONSTRAINT holds ACCESS
+// EXCLUSIVE, and a waiting ALTER queues every later reader behind it, so the
+// wait is bounded and a timeout fails the step (rolled back, retried next
+// boot). Nothing the reconcile sets outlives its transaction, so nothing is
+// left on a server connection another client of the pool is handed next.
+//
+// A statement-mode pooler refuses a transaction of more than one statement:
+// there the lock cannot be taken, exclusion cannot be guaranteed, and the
+// lock step fails with ErrStatementPooler, naming the pooler.
 //
 // The certificate is checked before the lock is taken, so a steady-state boot
 // never waits for another replica's reconcile; a boot with work takes the
 // lock and checks again under it.
 
+// LockAdvisoryXact names PostgreSQL's boot lock in Report.Lock: a
+// transaction-level advisory lock held by a transaction of its own.
+const LockAdvisoryXact = "advisory_xact"
+
 type pgSession struct {
 	conn   *sql.Conn
-	db     *sql.DB // for progress reports while conn builds an index
-	pid    int     // conn's backend
+	db     *sql.DB // for the lock's connection and progress reports
 	schema string  // current_schema(), where the reconcile works
 	ident  string  // database.schema, named when the lock is not acquired
 	key    int64
-	locked bool
-	tx     *sql.Tx
-	o      *options
+	// lockConn and lockTx hold the lock once taken: its transaction, open
+	// until release.
+	lockConn *sql.Conn
+	lockTx   *sql.Tx
+	// lockPID is the lock transaction's backend (a transaction stays on one
+	// server connection), never named as what a phase waited for.
+	lockPID int
+	tx      *sql.Tx
+	o       *options
 }
 
 func openPostgres(ctx context.Context, db *sql.DB, o *options) (*pgSession, error) {
@@ -45,7 +80,7 @@ func openPostgres(ctx context.Context, db *sql.DB, o *options) (*pgSession, erro
 	}
 	s := &pgSession{conn: conn, db: db, o: o}
 	var database string
-	if err := conn.QueryRowContext(ctx, `SELECT current_database(), current_schema(), pg_backend_pid()`).Scan(&database, &s.schema, &s.pid); err != nil {
+	if err := conn.QueryRowContext(ctx, `SELECT current_database(), current_schema()`).Scan(&database, &s.schema); err != nil {
 		conn.Close()
 		return nil, err
 	}
@@ -56,17 +91,36 @@ func openPostgres(ctx context.Context, db *sql.DB, o *options) (*pgSession, erro
 	return s, nil
 }
 
-// lock takes the advisory lock, polling for up to the lock wait.
+// lock takes the advisory lock in a transaction of its own, polling for up
+// to the lock wait, and then takes the connection the steps run on.
+//
+// The first attempt runs on the connection the certificate was read on,
+// which becomes the lock's. A replica that does not get the lock is a
+// waiter, and a waiter holds no connection between attempts: each later
+// attempt borrows one and, failing, discards it (closed, not returned to the
+// pool). Behind a session-mode pooler an open client connection is a server
+// connection, pool idle or not; were waiters to keep theirs, eight replicas
+// on a pool of four would leave the holder no server connection for its
+// steps, and every replica would wait out its lock wait.
 func (s *pgSession) lock(ctx context.Context) error {
+	if n := s.db.Stats().MaxOpenConnections; n == 1 {
+		return fmt.Errorf("the pool allows one connection (SetMaxOpenConns(%d)); the reconcile's lock holds a transaction on a connection of its own beside the one its steps run on: allow at least two", n)
+	}
+	s.lockConn, s.conn = s.conn, nil
 	deadline := time.Now().Add(s.o.lockWait)
+	pause := 50 * time.Millisecond
 	for {
-		var got bool
-		if err := s.conn.QueryRowContext(ctx, `SELECT pg_try_advisory_lock($1)`, s.key).Scan(&got); err != nil {
-			return err
+		got, err := s.tryLock(ctx)
+		if err != nil {
+			return pooled(fmt.Errorf("take the lock on %s: %w", s.ident, err))
 		}
 		if got {
-			s.locked = true
-			return nil
+			break
+		}
+		discard(s.lockConn)
+		s.lockConn = nil
+		if pause == 50*time.Millisecond {
+			s.o.logger.Info("reconcile lock: another reconcile holds it; waiting", "lock", s.ident, "lock_wait", s.o.lockWait)
 		}
 		if time.Now().After(deadline) {
 			return fmt.Errorf("%w on %s; gave up after %s", ErrLockHeld, s.ident, s.o.lockWait)
@@ -74,9 +128,106 @@ func (s *pgSession) lock(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
-		case <-time.After(50 * time.Millisecond):
+		case <-time.After(min(pause, time.Until(deadline)+time.Millisecond)):
+		}
+		pause = min(pause*3/2, 500*time.Millisecond)
+		if s.lockConn, err = s.db.Conn(ctx); err != nil {
+			return fmt.Errorf("open the lock's connection: %w", err)
 		}
 	}
+	conn, err := s.db.Conn(ctx)
+	if err != nil {
+		return fmt.Errorf("open the steps' connection: %w", err)
+	}
+	s.conn = conn
+	return nil
+}
+
+// discard closes conn rather than return it to the pool.
+func discard(conn *sql.Conn) {
+	_ = conn.Raw(func(any) error { return sqldriver.ErrBadConn })
+	conn.Close()
+}
+
+// tryLock is one attempt: a READ COMMITTED transaction that tries the lock
+// and is kept when it got it, rolled back (and the rollback checked) when
+// it did not.
+func (s *pgSession) tryLock(ctx context.Context) (bool, error) {
+	tx, err := s.lockConn.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
+	if err != nil {
+		return false, err
+	}
+	var got bool
+	if err := tx.QueryRowContext(ctx, `SELECT pg_try_advisory_xact_lock($1), pg_backend_pid()`, s.key).Scan(&got, &s.lockPID); err != nil {
+		_ = tx.Rollback()
+		return false, err
+	}
+	if !got {
+		if err := tx.Rollback(); err != nil {
+			return false, fmt.Errorf("end the attempt's transaction: %w", err)
+		}
+		return false, nil
+	}
+	s.lockTx = tx
+	if err := s.idle(ctx); err != nil {
+		return false, err
+	}
+	return true, nil
+}
+
+// idle leaves the lock's transaction holding no snapshot. Over the extended
+// protocol (pgx's modes, most drivers' parameterized queries) a SELECT's
+// portal stays open, holding the snapshot it ran under, until the next
+// statement replaces it or the transaction ends: an idle READ COMMITTED
+// transaction whose last statement was a SELECT still has an xmin, and
+// CREATE INDEX CONCURRENTLY waits for it — for the whole run, since that
+// transaction is the lock. A SET LOCAL takes no snapshot and replaces the
+// portal, so after it the transaction waits with no xmin. The one it sets
+// is of use too: the server's idle_in_transaction_session_timeout would end
+// the lock's transaction (idle while a long phase runs on the other
+// connection) part way through the run; it is switched off for this
+// transaction alone. The lock still ends with its process: the server ends
+// the transaction when the connection closes.
+func (s *pgSession) idle(ctx context.Context) error {
+	_, err := s.lockTx.ExecContext(ctx, `SET LOCAL idle_in_transaction_session_timeout = 0`)
+	return err
+}
+
+// holding is the holder check: the lock's transaction is alive and holds
+// the lock. It asks that transaction itself, so behind any pooler it is the
+// server connection the lock lives on that answers.
+func (s *pgSession) holding(ctx context.Context) error {
+	if s.lockTx == nil {
+		return nil
+	}
+	var held bool
+	err := s.lockTx.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid()
+ AND granted AND classid::int8 = $1::int8 AND objid::int8 = $2::int8 AND objsubid = 1)`,
+		int64(uint32(uint64(s.key)>>32)), int64(uint32(s.key))).Scan(&held)
+	switch {
+	case err != nil && ctx.Err() != nil:
+		return err
+	case err != nil:
+		return fmt.Errorf("%w on %s: its transaction is gone: %w", ErrLockLost, s.ident, pooled(err))
+	case !held:
+		return fmt.Errorf("%w on %s: its transaction no longer holds it", ErrLockLost, s.ident)
+	}
+	if err := s.idle(ctx); err != nil {
+		return fmt.Errorf("%w on %s: its transaction is gone: %w", ErrLockLost, s.ident, err)
+	}
+	return nil
+}
+
+// pooled names a statement-mode pooler when err is its refusal of a
+// transaction (PgBouncer: SQLSTATE 08P01, "transaction blocks not allowed
+// in statement pooling mode").
+func pooled(err error) error {
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) && strings.Contains(pe.Message, "statement pooling") ||
+		strings.Contains(err.Error(), "transaction blocks not allowed in statement pooling mode") {
+		return fmt.Errorf("%w: it refused the transaction that holds the boot lock, so replicas could not exclude each other and nothing was changed; point the reconcile at the server, or at a transaction- or session-mode pool: %w", ErrStatementPooler, err)
+	}
+	return err
 }
 
 func (s *pgSession) querier() dialect.Querier { return s.conn }
@@ -106,12 +257,10 @@ func (s *pgSession) end(ctx context.Context, ok bool) error {
 }
 
 // close releases the lock. Every step has already committed or rolled back
-// in its own transaction, so nothing here can undo a step: a failed unlock is
-// not a step failure. The connection is then discarded rather than returned to
-// the pool — the server drops a session's advisory locks with the session, so
-// the lock can never outlive this reconcile on a pooled connection.
-func (s *pgSession) close(ctx context.Context) error {
-	s.unlock()
+// in its own transaction, so nothing here can undo a step: a failed release
+// is not a step failure.
+func (s *pgSession) close(context.Context) error {
+	s.release()
 	return nil
 }
 
@@ -119,17 +268,31 @@ func (s *pgSession) abort() {
 	if s.tx != nil {
 		s.tx.Rollback()
 	}
-	s.unlock()
+	s.release()
 }
 
-func (s *pgSession) unlock() {
-	if !s.locked {
-		s.conn.Close()
+// release ends the lock's transaction, which releases the lock, and checks
+// that it ended. When the rollback fails the lock's connection is discarded
+// rather than returned to the pool: closing it ends the transaction on the
+// server (through a pooler: the pooler closes a server connection whose
+// client left mid-transaction).
+func (s *pgSession) release() {
+	if s.conn != nil {
+		defer s.conn.Close()
+	}
+	if s.lockConn == nil {
 		return
 	}
-	if _, err := s.conn.ExecContext(context.Background(), `SELECT pg_advisory_unlock($1)`, s.key); err != nil {
-		s.o.logger.Warn("reconcile lock: unlock failed; connection discarded, which releases the lock", "error", err)
-		_ = s.conn.Raw(func(any) error { return sqldriver.ErrBadConn })
+	if s.lockTx == nil {
+		s.lockConn.Close()
+		return
 	}
-	s.conn.Close()
+	err := s.lockTx.Rollback()
+	s.lockTx = nil
+	if err == nil || errors.Is(err, sql.ErrTxDone) { // ErrTxDone: database/sql rolled it back when the reconcile's context ended
+		s.lockConn.Close()
+		return
+	}
+	s.o.logger.Warn("reconcile lock: its transaction did not end cleanly; its connection is discarded, which ends it on the server", "lock", s.ident, "error", err)
+	discard(s.lockConn)
 }

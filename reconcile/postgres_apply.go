@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -36,8 +37,13 @@ func (s *pgSession) transact(ctx context.Context, _ string, table string, fn fun
 // alone applies a non-transactional phase: the batched copy, or CREATE or
 // DROP INDEX CONCURRENTLY.
 func (s *pgSession) alone(ctx context.Context, ph Phase, h phaseHooks) error {
-	if ph.Name == PhaseWidenCopy {
+	switch ph.Name {
+	case PhaseWidenCopy:
 		return s.copyBatches(ctx, ph, h)
+	case PhaseRebuildCopy:
+		return s.rebuildCopy(ctx, ph, h)
+	case PhaseRebuildReplay:
+		return s.replayLog(ctx, ph, h)
 	}
 	return s.concurrently(ctx, ph, h)
 }
@@ -64,19 +70,22 @@ func (s *pgSession) inTx(ctx context.Context, timeout time.Duration, fn func(*sq
 // writers, so they wait for it — and for the transactions the build must
 // outlast — in one attempt of up to WithConcurrentWait. A failure part way runs
 // the phase's Cleanup (the INVALID index it left) before it is reported.
+//
+// The wait is bounded on the client side (boundWait), not by a session
+// lock_timeout: a statement outside a transaction has no SET LOCAL, and a
+// session SET … RESET pair can land on two server connections behind a
+// transaction-mode pooler, leaving the setting on another client's.
 func (s *pgSession) concurrently(ctx context.Context, ph Phase, h phaseHooks) error {
-	defer s.conn.ExecContext(context.WithoutCancel(ctx), "RESET lock_timeout")
 	for _, stmt := range ph.SQL {
-		if _, err := s.conn.ExecContext(ctx, fmt.Sprintf("SET lock_timeout = '%dms'", max(s.o.concurrentWait.Milliseconds(), 1))); err != nil {
-			return err
-		}
 		stop := s.watchIndexBuild(ctx, ph, h.progress)
+		waited, release := s.boundWait(ctx, stmt)
 		_, err := s.conn.ExecContext(ctx, stmt)
+		release()
 		stop()
 		if err == nil {
 			h.executed(stmt)
 		}
-		if isLockTimeout(err) {
+		if err != nil && waited() {
 			err = fmt.Errorf("%w: %s: waited %s%s: %w", ErrLockNotAcquired, ph.Table, s.o.concurrentWait, s.holders(ctx, ph.Table), err)
 		}
 		if err != nil {
@@ -85,7 +94,11 @@ func (s *pgSession) concurrently(ctx context.Context, ph Phase, h phaseHooks) er
 				err = fmt.Errorf("%w; duplicated keys: %s", err, dup)
 			}
 			for _, c := range ph.Cleanup {
-				if _, cerr := s.conn.ExecContext(context.WithoutCancel(ctx), c); cerr != nil {
+				cctx := context.WithoutCancel(ctx)
+				_, release := s.boundWait(cctx, c)
+				_, cerr := s.conn.ExecContext(cctx, c)
+				release()
+				if cerr != nil {
 					err = fmt.Errorf("%w (cleanup %s: %v)", err, c, cerr)
 				}
 			}
@@ -95,8 +108,58 @@ func (s *pgSession) concurrently(ctx context.Context, ph Phase, h phaseHooks) er
 	return nil
 }
 
-// watchIndexBuild reports pg_stat_progress_create_index for this session's
-// backend while a build runs, from another pooled connection.
+// boundWait watches, from another pooled connection, the backend running
+// stmt (found by its text in pg_stat_activity, so behind a pooler too), and
+// cancels it (pg_cancel_backend, a statement any server connection can run)
+// once it has waited for a lock — the table's, or a transaction the build
+// must outlast — for longer than WithConcurrentWait without a break: the
+// bound lock_timeout put on each wait, kept by the client. The build itself
+// runs as long as it needs. waited reports whether it cancelled the
+// statement; release stops the watch.
+func (s *pgSession) boundWait(ctx context.Context, stmt string) (waited func() bool, release func()) {
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	var cancelled atomic.Bool
+	poll := min(max(s.o.concurrentWait/20, 10*time.Millisecond), 250*time.Millisecond)
+	go func() {
+		defer close(done)
+		t := time.NewTicker(poll)
+		defer t.Stop()
+		var since time.Time // the current wait began, as first seen
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			var pid int
+			var waiting bool
+			err := s.db.QueryRowContext(ctx, `SELECT pid, wait_event_type IS NOT DISTINCT FROM 'Lock' FROM pg_stat_activity
+ WHERE query = $1 AND state = 'active' AND pid <> pg_backend_pid() ORDER BY query_start DESC LIMIT 1`, stmt).Scan(&pid, &waiting)
+			if err != nil || !waiting {
+				since = time.Time{}
+				continue
+			}
+			if since.IsZero() {
+				since = time.Now().Add(-poll / 2)
+				continue
+			}
+			if time.Since(since) < s.o.concurrentWait {
+				continue
+			}
+			cancelled.Store(true)
+			var sent bool
+			if err := s.db.QueryRowContext(ctx, `SELECT pg_cancel_backend($1)`, pid).Scan(&sent); err != nil || !sent {
+				s.o.logger.Warn("reconcile: could not cancel a concurrent index build past its wait", "pid", pid, "error", err)
+			}
+			return
+		}
+	}()
+	return cancelled.Load, func() { cancel(); <-done }
+}
+
+// watchIndexBuild reports pg_stat_progress_create_index for the build on
+// the phase's table while it runs, from another pooled connection.
 func (s *pgSession) watchIndexBuild(ctx context.Context, ph Phase, say func(string)) func() {
 	if ph.Name != PhaseBuildIndex || say == nil || s.db == nil {
 		return func() {}
@@ -116,7 +179,7 @@ func (s *pgSession) watchIndexBuild(ctx context.Context, ph Phase, say func(stri
 			var phase string
 			var blocksDone, blocksTotal, tuplesDone, tuplesTotal int64
 			err := s.db.QueryRowContext(ctx, `SELECT phase, blocks_done, blocks_total, tuples_done, tuples_total
- FROM pg_stat_progress_create_index WHERE pid = $1`, s.pid).Scan(&phase, &blocksDone, &blocksTotal, &tuplesDone, &tuplesTotal)
+ FROM pg_stat_progress_create_index WHERE relid = to_regclass($1) LIMIT 1`, qualified(s.schema, ph.Table)).Scan(&phase, &blocksDone, &blocksTotal, &tuplesDone, &tuplesTotal)
 			if err != nil {
 				continue
 			}
@@ -147,6 +210,9 @@ func (s *pgSession) copyBatches(ctx context.Context, ph Phase, h phaseHooks) err
 	batch := int64(max(s.o.copyBatchPages, 1))
 	var rows int64
 	for from := int64(0); from < pages; from += batch {
+		if err := s.o.overBudget(); err != nil {
+			return err
+		}
 		began := time.Now()
 		err := s.withLockRetry(ctx, ph.Table, func(timeout time.Duration) error {
 			return s.inTx(ctx, timeout, func(tx *sql.Tx) error {
@@ -222,8 +288,8 @@ func isLockTimeout(err error) bool {
 }
 
 // holders names the other sessions holding a lock on the table (or, when
-// none does, the oldest open transaction, which a concurrent index build
-// waits for).
+// none does, the database's oldest open transaction, which a concurrent
+// index build waits for: it waits for no other database's).
 func (s *pgSession) holders(ctx context.Context, table string) string {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
 	defer cancel()
@@ -235,7 +301,8 @@ func (s *pgSession) holders(ctx context.Context, table string) string {
 		list, err = queryStrings(ctx, s.conn, `SELECT format('pid %s (oldest open transaction, %s, open %s s: %s)', pid, state,
   round(extract(epoch FROM now() - xact_start)::numeric, 1), left(regexp_replace(query, '\s+', ' ', 'g'), 60))
  FROM pg_stat_activity WHERE xact_start IS NOT NULL AND pid <> pg_backend_pid() AND backend_type = 'client backend'
- ORDER BY xact_start LIMIT 1`)
+   AND datname = current_database() AND pid <> $1
+ ORDER BY xact_start LIMIT 1`, s.lockPID)
 	}
 	if err != nil || len(list) == 0 {
 		return ""

@@ -23,6 +23,8 @@ type postgresDriver struct{}
 
 func (postgresDriver) dialect() dialect.Dialect { return dialect.Postgres }
 
+func (postgresDriver) lockMechanism() string { return LockAdvisoryXact }
+
 func (postgresDriver) open(ctx context.Context, db *sql.DB, o *options) (session, error) {
 	return openPostgres(ctx, db, o)
 }
@@ -104,6 +106,9 @@ func (postgresDriver) facts(ctx context.Context, q querier, schemaName string, l
 	}
 	if f.size, err = readTableSize(ctx, q, schemaName, live.Name); err != nil {
 		return f, fmt.Errorf("read the size of %s: %w", live.Name, err)
+	}
+	if f.rebuild, err = readRebuildFacts(ctx, q, schemaName, live.Name); err != nil {
+		return f, err
 	}
 	return f, nil
 }

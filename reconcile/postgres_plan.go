@@ -3,6 +3,7 @@ package reconcile
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 
 	"ariga.io/atlas/sql/postgres"
@@ -47,6 +48,14 @@ type inflight struct {
 	notes []string
 	// invalid names INVALID indexes (a build that crashed or failed).
 	invalid map[string]bool
+	// shadows: a column copy's shadow columns are in flight.
+	shadows bool
+	// rebuild is the catalog's view of a shadow-table rebuild, in flight
+	// or not (nil when not read).
+	rebuild *rebuildFacts
+	// renamed maps a live unique constraint the shape step renames to its
+	// declared name (renameEquivalentUniques).
+	renamed map[string]string
 }
 
 func (f *inflight) any() bool { return f != nil && len(f.notes) > 0 }
@@ -62,6 +71,7 @@ func resumeOnline(live, want *schema.Table, invalid []string) *inflight {
 	for _, c := range live.Columns {
 		if base, ok := strings.CutSuffix(c.Name, shadowSuffix); ok {
 			f.notes = append(f.notes, fmt.Sprintf("shadow column %s (widening of %s in flight)", c.Name, base))
+			f.shadows = true
 			continue
 		}
 		cols = append(cols, c)
@@ -159,8 +169,21 @@ func (postgresDriver) planTable(pc *planContext, tp *tablePlan, f tableFacts) er
 		return nil
 	}
 	tp.Inflight = resumeOnline(tp.Live, tp.Want, f.invalid)
+	if tp.Inflight.rebuild = f.rebuild; f.rebuild.inflight() {
+		tp.Inflight.notes = append(tp.Inflight.notes, f.rebuild.notes(tp.Table)...)
+	}
 	pre := prelude{replaced: replaceDeferrableKeys(pc.schema, tp.Live, tp.Want, f.deferrable)}
+	names := make([]string, len(tp.Live.Indexes))
+	for i, idx := range tp.Live.Indexes {
+		names[i] = idx.Name
+	}
 	pre.renames = renameEquivalentUniques(pc.schema, tp.Live, tp.Want, f.deferrable)
+	tp.Inflight.renamed = map[string]string{}
+	for i, idx := range tp.Live.Indexes {
+		if i < len(names) && names[i] != idx.Name {
+			tp.Inflight.renamed[names[i]] = idx.Name
+		}
+	}
 	changes, _, err := pc.diff(tp)
 	if err != nil || len(tp.Refused) > 0 {
 		return err
@@ -349,10 +372,125 @@ func planOnline(pc *planContext, tp *tablePlan, pre prelude, why string) error {
 		tp.Phases = append(tp.Phases, Phase{Step: StepWiden, Name: PhaseWiden, Table: tp.Table, SQL: stmts, Transactional: true, Lock: LockRewrite,
 			Detail: why + "; these columns have no online widening (indexed, defaulted or NOT NULL)"})
 	}
-	if len(widenOnline) > 0 {
-		tp.Phases = append(tp.Phases, widenPhases(schemaName, tp.Table, widenOnline, why)...)
-	}
+	tp.Phases = append(tp.Phases, onlineWidening(schemaName, tp, widenOnline, afterShape(schemaName, tp, builds, dropKeys, dropIndexes), why)...)
 	return nil
+}
+
+// pgIdent quotes an identifier as PostgreSQL's quote_ident does for the
+// names a declaration uses (bare when lower-case and not reserved), so the
+// dry run prints the index definitions pg_get_indexdef will read back.
+func pgIdent(name string) string {
+	plain := name != ""
+	for i, r := range name {
+		if !(r == '_' || r >= 'a' && r <= 'z' || i > 0 && r >= '0' && r <= '9') {
+			plain = false
+		}
+	}
+	if !plain || reservedWords[name] {
+		return dialect.QuoteIdent(name)
+	}
+	return name
+}
+
+// reservedWords are PostgreSQL's reserved key words (quote_ident quotes them).
+var reservedWords = func() map[string]bool {
+	m := map[string]bool{}
+	for _, w := range strings.Fields(`all analyse analyze and any array as asc asymmetric authorization binary both case cast check collate collation
+ column concurrently constraint create cross current_catalog current_date current_role current_schema current_time current_timestamp
+ current_user default deferrable desc distinct do else end except false fetch for foreign freeze from full grant group having ilike in
+ initially inner intersect into is isnull join lateral leading left like limit localtime localtimestamp natural not notnull null offset
+ on only or order outer overlaps placing primary references returning right select session_user similar some symmetric system_user table
+ tablesample then to trailing true union unique user using variadic verbose when where window with`) {
+		m[w] = true
+	}
+	return m
+}()
+
+// afterShape is the live table's index set as the shape phases leave it —
+// what the rebuild then carries. (Reconcile plans the widening again once
+// the shape step has applied, from the catalog; this keeps the dry run's
+// phases the ones it runs.)
+func afterShape(schemaName string, tp *tablePlan, builds, dropKeys, dropIndexes []*schema.Index) []liveIndex {
+	rb := tp.Inflight.rebuild
+	if rb == nil {
+		return nil
+	}
+	gone := map[string]bool{}
+	for _, idx := range append(append([]*schema.Index(nil), dropKeys...), dropIndexes...) {
+		gone[idx.Name] = true
+	}
+	var out []liveIndex
+	for _, ix := range rb.indexes {
+		if to, ok := tp.Inflight.renamed[ix.name]; ok {
+			ix.name, ix.constraintName = to, to
+		}
+		if !gone[ix.name] {
+			out = append(out, ix)
+		}
+	}
+	for _, idx := range builds {
+		ix := liveIndex{name: idx.Name, prefix: "INDEX " + dialect.QuoteIdent(idx.Name) + " ON " + qualified(schemaName, tp.Table) + " "}
+		unique := ""
+		if idx.Unique {
+			unique = "UNIQUE "
+		}
+		cols := make([]string, len(idx.Parts))
+		for i, part := range idx.Parts {
+			cols[i] = pgIdent(part.C.Name)
+			if part.Desc {
+				cols[i] += " DESC"
+			}
+		}
+		ix.def = "CREATE " + unique + ix.prefix + "USING btree (" + strings.Join(cols, ", ") + ")"
+		if isUniqueConstraint(idx) {
+			ix.contype, ix.constraintName = "u", idx.Name
+		}
+		out = append(out, ix)
+	}
+	slices.SortFunc(out, func(a, b liveIndex) int { return strings.Compare(a.name, b.name) })
+	return out
+}
+
+// onlineWidening chooses between the shadow-table rebuild and the column
+// copy for the columns, and plans what a rebuild in flight needs: its last
+// phase after a swap, or its abandonment when its table changed under it or
+// the rebuild no longer applies.
+func onlineWidening(schemaName string, tp *tablePlan, cols []*schema.Column, indexes []liveIndex, why string) []Phase {
+	rb := tp.Inflight.rebuild
+	if rb == nil {
+		rb = &rebuildFacts{}
+	}
+	if rb.state.swapped {
+		return []Phase{finishPhase(schemaName, tp.Table, rb.state.validate, why)}
+	}
+	var phases []Phase
+	if len(cols) == 0 {
+		if rb.inflight() {
+			phases = append(phases, abandonPhase(schemaName, tp.Table, why+"; nothing left to widen"))
+		}
+		return phases
+	}
+	reason := ""
+	switch {
+	case tp.Inflight.shadows:
+		reason = "a column copy is in flight"
+	case rebuildable(tp.Live) != "":
+		reason = rebuildable(tp.Live)
+	case len(rb.blockers) > 0:
+		reason = strings.Join(rb.blockers, "; ")
+	}
+	if rb.inflight() {
+		switch {
+		case reason != "":
+			phases = append(phases, abandonPhase(schemaName, tp.Table, why+"; the rebuild no longer applies: "+reason))
+		case !rb.stateExists || rb.state.fingerprint != rb.fingerprint:
+			phases = append(phases, abandonPhase(schemaName, tp.Table, why+"; the table changed since its rebuild began: starting again"))
+		}
+	}
+	if reason != "" {
+		return append(phases, widenPhases(schemaName, tp.Table, cols, why+"; not rebuilt ("+reason+"): column copy")...)
+	}
+	return append(phases, rebuildPhases(schemaName, tp.Live, tp.Want, cols, rb, indexes, why)...)
 }
 
 // widenPhases are expand, copy and contract for the columns.
@@ -360,10 +498,9 @@ func widenPhases(schemaName, table string, cols []*schema.Column, why string) []
 	qt := dialect.QuoteIdent(schemaName) + "." + dialect.QuoteIdent(table)
 	fn := dialect.QuoteIdent(schemaName) + "." + dialect.QuoteIdent(widenTrigger(table))
 	trig := dialect.QuoteIdent(widenTrigger(table))
-	var adds, assigns, sets, differ, drops, renames, names, shadows, quoted []string
+	var adds, assigns, sets, differ, drops, renames, names, shadows []string
 	for _, c := range cols {
 		col, sh := dialect.QuoteIdent(c.Name), dialect.QuoteIdent(c.Name+shadowSuffix)
-		quoted = append(quoted, col)
 		adds = append(adds, "ADD COLUMN IF NOT EXISTS "+sh+" bigint")
 		assigns = append(assigns, fmt.Sprintf("NEW.%s := NEW.%s;", sh, col))
 		sets = append(sets, sh+" = "+col)
@@ -387,11 +524,15 @@ func widenPhases(schemaName, table string, cols []*schema.Column, why string) []
 			SQL: []string{
 				"ALTER TABLE " + qt + " " + strings.Join(adds, ", "),
 				fmt.Sprintf("CREATE OR REPLACE FUNCTION %s() RETURNS trigger LANGUAGE plpgsql AS $schemastate$ BEGIN %s RETURN NEW; END $schemastate$", fn, strings.Join(assigns, " ")),
-				// UPDATE OF the originals only: the copy's own UPDATEs, which
-				// set the shadows alone, do not fire it.
-				fmt.Sprintf("CREATE OR REPLACE TRIGGER %s BEFORE INSERT OR UPDATE OF %s ON %s FOR EACH ROW EXECUTE FUNCTION %s()", trig, strings.Join(quoted, ", "), qt, fn),
+				// Every INSERT and every UPDATE, whatever columns it sets: an
+				// update of any column writes a new tuple, possibly at a ctid
+				// past the pages the copy walks, and only the trigger can
+				// keep that tuple's shadows equal. (An earlier trigger fired
+				// on UPDATE OF the originals alone; its DoneWhen below is
+				// false, so a resumed boot replaces it.)
+				fmt.Sprintf("CREATE OR REPLACE TRIGGER %s BEFORE INSERT OR UPDATE ON %s FOR EACH ROW EXECUTE FUNCTION %s()", trig, qt, fn),
 			},
-			DoneWhen: fmt.Sprintf("SELECT %s = %d AND EXISTS (SELECT 1 FROM pg_trigger WHERE tgrelid = to_regclass(%s) AND tgname = %s)",
+			DoneWhen: fmt.Sprintf("SELECT %s = %d AND EXISTS (SELECT 1 FROM pg_trigger WHERE tgrelid = to_regclass(%s) AND tgname = %s AND tgattr::text = '')",
 				hasShadows, len(cols), tbl, literal(widenTrigger(table))),
 			BlockedBy: blocked, Detail: detail},
 		{Step: StepWiden, Name: PhaseWidenCopy, Table: table, Lock: LockRows,

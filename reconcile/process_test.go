@@ -50,7 +50,16 @@ func childReconcile() int {
 	}
 	defer db.Close()
 	pause := os.Getenv(envPauseAt)
+	wrote := false
 	opts := []reconcile.Option{reconcile.WithFailpoint(func(p string) error {
+		if p == reconcile.FailpointCopyBatch && os.Getenv(envOnline) == "1" && !wrote {
+			// A host write during the copy: every row gets a new tuple (its
+			// values unchanged), which the online path must carry.
+			wrote = true
+			if _, err := db.Exec(`UPDATE task_session_subagents SET tool_status = tool_status`); err != nil {
+				return err
+			}
+		}
 		if p == pause {
 			fmt.Printf("PAUSED %s\n", p)
 			select {}

@@ -84,6 +84,10 @@ const (
 	Unchanged Status = "unchanged"
 	Skipped   Status = "skipped"
 	Failed    Status = "failed"
+	// InProgress is the widen step stopped by the online budget
+	// (WithOnlineBudget) with its upgrade left resumable: the next boot, or
+	// another Reconcile call, continues it from the catalog.
+	InProgress Status = "in_progress"
 )
 
 // Step is one step's outcome.
@@ -103,9 +107,12 @@ type Step struct {
 
 // Report is what one Reconcile did.
 type Report struct {
-	Dialect  dialect.Dialect `json:"dialect"`
-	Steps    []Step          `json:"steps"`
-	EndState EndState        `json:"end_state"`
+	Dialect dialect.Dialect `json:"dialect"`
+	// Lock names the cross-replica lock the reconcile uses on this dialect:
+	// LockAdvisoryXact on PostgreSQL, LockWriteTransaction on SQLite.
+	Lock     string   `json:"lock"`
+	Steps    []Step   `json:"steps"`
+	EndState EndState `json:"end_state"`
 	// EndStateObserved is false when no step got as far as observing the
 	// end state (a lock not acquired, an unloadable declaration): EndState
 	// then says nothing, rather than "every clause false".
@@ -168,6 +175,10 @@ type querier = dialect.Querier
 type session interface {
 	// lock takes the cross-replica lock; until then the session only reads.
 	lock(ctx context.Context) error
+	// holding is the holder check, run before every phase and step once the
+	// lock is taken: an error (matching ErrLockLost) when the session no
+	// longer holds the lock.
+	holding(ctx context.Context) error
 	querier() querier
 	// schemaName is the schema the reconcile works in: main on SQLite, the
 	// connection's current_schema() on PostgreSQL.
@@ -208,7 +219,7 @@ func Reconcile(ctx context.Context, db *sql.DB, opts ...Option) (*Report, error)
 	if err != nil {
 		return &Report{}, err
 	}
-	r := &run{o: o, drv: drv, rep: &Report{Dialect: o.dialect}}
+	r := &run{o: o, drv: drv, rep: &Report{Dialect: o.dialect, Lock: drv.lockMechanism()}}
 	r.steps(ctx, db)
 	return r.rep, r.rep.Err()
 }
@@ -227,7 +238,7 @@ func (r *run) steps(ctx context.Context, db *sql.DB) {
 	}
 	plan, clean := r.shape(ctx, sess, decl)
 	r.refuse(plan)
-	r.widen(ctx, sess, plan)
+	r.widen(ctx, sess, decl, plan)
 	es := r.executionSince(ctx, sess, decl, clean)
 	r.backfill(ctx, sess, es)
 	r.finish(ctx, db, sess)
@@ -329,10 +340,26 @@ func (r *run) refuse(plan *ShapePlan) {
 }
 
 // widen applies the widen step's phases (PostgreSQL's type widenings), when
-// the plan has any.
-func (r *run) widen(ctx context.Context, sess session, plan *ShapePlan) {
-	if plan == nil {
+// the plan has any. When the shape step changed the catalog, the widening is
+// planned again from it: the rebuild carries the table's indexes and
+// constraints as they are once the key is swapped, not as they were.
+func (r *run) widen(ctx context.Context, sess session, decl *Declaration, plan *ShapePlan) {
+	if plan == nil || len(plan.stepPhases(StepWiden)) == 0 {
 		return
+	}
+	s := r.rep.Step(StepShape)
+	if s != nil && s.Status == Failed {
+		// The widening is planned for the shape the shape step leaves: a
+		// rebuild begun from the old shape would copy into the wrong one.
+		r.record(Step{Name: StepWiden, Status: Skipped, Detail: "the shape step failed; the widening follows it (retried next boot)"})
+		return
+	}
+	if s != nil && s.Status == Applied {
+		var err error
+		if plan, err = planShape(ctx, r.drv, sess.querier(), decl, sess.schemaName(), r.o); err != nil {
+			r.record(Step{Name: StepWiden, Status: Failed, Detail: "plan again after the shape step: " + err.Error(), Err: err})
+			return
+		}
 	}
 	if phases := plan.stepPhases(StepWiden); len(phases) > 0 {
 		r.stepOwnTx(ctx, StepWiden, func(ctx context.Context) Step { return r.applyPhases(ctx, sess, StepWiden, phases) })
@@ -360,6 +387,10 @@ func (r *run) finish(ctx context.Context, db *sql.DB, sess session) {
 // step runs fn inside its own rollback scope and records the outcome.
 func (r *run) step(ctx context.Context, sess session, name string, fn func(context.Context, querier) Step) {
 	start := time.Now()
+	if err := sess.holding(ctx); err != nil {
+		r.record(Step{Name: name, Status: Failed, Detail: err.Error(), Err: err})
+		return
+	}
 	q, err := sess.begin(ctx, name)
 	if err != nil {
 		r.record(Step{Name: name, Status: Failed, Detail: err.Error(), Err: err})

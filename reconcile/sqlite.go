@@ -59,6 +59,16 @@ func openSQLite(ctx context.Context, db *sql.DB, o *options) (*sqliteSession, er
 	return &sqliteSession{conn: conn, lockWait: o.lockWait}, nil
 }
 
+// LockWriteTransaction names SQLite's boot lock in Report.Lock: the
+// database's write lock, held by the reconcile's one BEGIN IMMEDIATE
+// transaction.
+const LockWriteTransaction = "write_transaction"
+
+// holding: every step runs inside the transaction that holds the write
+// lock, so a step cannot outlive the lock; a lost connection fails the step
+// itself.
+func (s *sqliteSession) holding(context.Context) error { return nil }
+
 // lock switches foreign keys off (verified) and the busy timeout to the
 // lock wait, and takes the write lock, waiting up to the lock wait.
 func (s *sqliteSession) lock(ctx context.Context) error {

@@ -21,6 +21,8 @@ type sqliteDriver struct{}
 
 func (sqliteDriver) dialect() dialect.Dialect { return dialect.SQLite }
 
+func (sqliteDriver) lockMechanism() string { return LockWriteTransaction }
+
 func (sqliteDriver) open(ctx context.Context, db *sql.DB, o *options) (session, error) {
 	return openSQLite(ctx, db, o)
 }

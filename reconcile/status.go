@@ -13,7 +13,10 @@ import (
 // status` prints and what CI compares between a fresh and a migrated store.
 type Observation struct {
 	Dialect dialect.Dialect `json:"dialect"`
-	Keys    keys.Set        `json:"keys"`
+	// Lock names the cross-replica lock a reconcile takes on this dialect
+	// (Report.Lock).
+	Lock string   `json:"lock"`
+	Keys keys.Set `json:"keys"`
 	// KeysRead is false when kandev_meta is missing: the keys were not read.
 	KeysRead bool `json:"keys_read"`
 	// State is the AC-24c classification.
@@ -51,7 +54,7 @@ func Observe(ctx context.Context, db *sql.DB, opts ...Option) (*Observation, err
 	if err != nil {
 		return nil, err
 	}
-	obs := &Observation{Dialect: o.dialect, Indexes: map[string][]string{}, HostTables: decl.HostTables()}
+	obs := &Observation{Dialect: o.dialect, Lock: drv.lockMechanism(), Indexes: map[string][]string{}, HostTables: decl.HostTables()}
 	if obs.MissingHostTables, err = missingTables(ctx, drv, db, decl.HostTables()); err != nil {
 		return nil, err
 	}

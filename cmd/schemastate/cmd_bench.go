@@ -20,7 +20,7 @@ import (
 const exitBenchFailed = 1 // a measurement could not be taken
 
 func runBench(ctx context.Context, e *env, args []string) int {
-	fs := flags(e, "bench", "[--db DSN] [--rows N,…] [--messages N,…] [--runs N] [--large-runs N] [--frames N] [--only NAME,…] [--out DIR] [--json]")
+	fs := flags(e, "bench", "[--db DSN] [--rows N,…] [--messages N,…] [--runs N] [--large-runs N] [--frames N] [--only NAME,…] [--pooler URL] [--out DIR] [--json]")
 	dbArg := dbFlag(fs)
 	rowsFlag := fs.String("rows", "", "task_session_subagents sizes of the rebuild/steady/capture curves (default 1000,10000,100000,300000,1000000; PostgreSQL also 4000000; 0 for none)")
 	msgsFlag := fs.String("messages", "", "task_session_messages sizes of the backfill/health/steady curves (default 100000,600000,2000000; 0 for none)")
@@ -34,6 +34,7 @@ func runBench(ctx context.Context, e *env, args []string) int {
 	images := fs.String("images", "bench/", "tables.md links the charts as this prefix + file name (the path from docs/benchmarks.md to --out)")
 	render := fs.String("render", "", "read a report.json an earlier run wrote and write its files into --out again; measures nothing")
 	only := fs.String("only", "", "take only these measurements, comma-separated ("+strings.Join(bench.Names(), ", ")+"; default all)")
+	poolerArg := fs.String("pooler", "", "PostgreSQL: the same database reached through PgBouncer in transaction mode (no search_path in --db); also measures the boot, the steady-state boot and live capture through it beside direct")
 	noCLI := fs.Bool("no-cli", false, "do not time the operations through the CLI")
 	asJSON := fs.Bool("json", false, "print the report as one JSON object and no progress")
 	if code, ok := parseArgs(e, fs, args, 0, ""); !ok {
@@ -91,6 +92,15 @@ func runBench(ctx context.Context, e *env, args []string) int {
 		}
 		db.Close()
 	}
+	var poolerDSN string
+	if *poolerArg != "" {
+		pt, err := dsn.Parse(*poolerArg)
+		if pooled := (perdialect.Of[bool]{Postgres: true}); err != nil || !pooled.Must(pt.Dialect) || !pooled.Must(t.Dialect) {
+			fmt.Fprintf(e.stderr, "schemastate: --pooler takes a PostgreSQL URL, with a PostgreSQL --db (%v)\n", err)
+			return exitUsage
+		}
+		poolerDSN = pt.DSN
+	}
 	stores, err := bench.StoresAt(t)
 	if err != nil {
 		fmt.Fprintf(e.stderr, "schemastate: %v\n", err)
@@ -98,7 +108,7 @@ func runBench(ctx context.Context, e *env, args []string) int {
 	}
 	defer stores.Close()
 	cfg := bench.Config{Rows: rows, Messages: msgs, RowsStoreMB: *rowsStore, Seed: *seed, Runs: *runs, LargeRuns: *largeRuns,
-		Frames: *frames, DiskMB: *diskMB, Only: onlyNames, Skipped: skipped}
+		Frames: *frames, DiskMB: *diskMB, Only: onlyNames, Skipped: skipped, PoolerDSN: poolerDSN}
 	if !*noCLI {
 		if cfg.Exe, err = os.Executable(); err != nil {
 			fmt.Fprintf(e.stderr, "schemastate: bench: cannot find its own binary for the CLI timings (use --no-cli): %v\n", err)

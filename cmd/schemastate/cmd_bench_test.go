@@ -111,7 +111,7 @@ func TestCLI_Bench_OnlyTakesTheNamedMeasurements(t *testing.T) {
 	require.Equal(t, exitUsage, code)
 	require.Contains(t, stderr, `"no_such_bench"`)
 	require.NotContains(t, stderr, `"backfill"`, "a valid name is not reported unknown")
-	require.Contains(t, stderr, "valid: sqlite_rebuild, postgres_constraint_swap, steady_state_boot, live_capture, live_capture_8_writers, health_queries, backfill")
+	require.Contains(t, stderr, "valid: sqlite_rebuild, postgres_constraint_swap, steady_state_boot, live_capture, live_capture_8_writers, health_queries, backfill, pooler_boot, pooler_steady_state_boot, pooler_live_capture, pooler_live_capture_8_writers")
 
 	code, out, stderr := cli(t, "bench", "--db", db.CLIDSN, "--rows", "300", "--messages", "3000", "--rows-store-mb", "2",
 		"--runs", "1", "--disk-mb", "4", "--no-cli", "--only", "backfill", "--json")

@@ -38,6 +38,7 @@ func runReconcile(ctx context.Context, e *env, args []string) int {
 		return exitUsage
 	}
 	opts := append(sf.options(), reconcile.WithLogger(e.logger), reconcile.WithLockWait(*lockWait))
+	opts = append(opts, testHooks()...)
 	if *prune {
 		opts = append(opts, reconcile.WithPrune())
 	}
@@ -102,6 +103,7 @@ func (f shapeFlags) options() []reconcile.Option {
 }
 
 func printReport(e *env, rep *reconcile.Report) {
+	fmt.Fprintf(e.stdout, "boot lock: %s\n", rep.Lock)
 	for _, s := range rep.Steps {
 		fmt.Fprintf(e.stdout, "%-16s %-9s %3d stmt  %s\n", s.Name, s.Status, s.Statements, s.Detail)
 	}
@@ -286,7 +288,7 @@ func runStatus(ctx context.Context, e *env, args []string) int {
 		}{obs, counts})
 		return exitOK
 	}
-	fmt.Fprintf(e.stdout, "dialect: %s\n", obs.Dialect)
+	fmt.Fprintf(e.stdout, "dialect: %s (boot lock: %s)\n", obs.Dialect, obs.Lock)
 	if len(obs.MissingHostTables) > 0 {
 		fmt.Fprintf(e.stdout, "host tables missing: %s\n", strings.Join(obs.MissingHostTables, ", "))
 	}

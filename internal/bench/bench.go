@@ -56,7 +56,8 @@ const (
 
 // Names lists every measurement name, in the order a run takes them.
 func Names() []string {
-	return []string{Rebuild, ConstraintSwap, SteadyState, Capture, CaptureConcurrent, Health, Backfill}
+	return []string{Rebuild, ConstraintSwap, SteadyState, Capture, CaptureConcurrent, Health, Backfill,
+		PoolerBoot, PoolerSteady, PoolerCapture, PoolerCaptureConcurrent}
 }
 
 // CheckOnly returns an error naming every name of only that is not a
@@ -117,6 +118,12 @@ type Config struct {
 	Frames int
 	// DiskMB is how much the disk-rate probe writes (default 256).
 	DiskMB int
+	// PoolerDSN, when set (PostgreSQL stores only: the run fails on SQLite),
+	// reaches the same database through a
+	// connection pooler in transaction mode (PgBouncer): the rows family then
+	// also measures the boot, the steady-state boot and live capture through
+	// it beside the same direct (pooler.go).
+	PoolerDSN string
 	// Exe is the schemastate binary timed through the CLI; empty skips
 	// those timings.
 	Exe string
@@ -325,7 +332,8 @@ func Run(ctx context.Context, stores Stores, cfg Config) (*Report, error) {
 	if err := b.disk(rep); err != nil {
 		return rep, err
 	}
-	if len(cfg.Rows) > 0 && cfg.wants(Rebuild, ConstraintSwap, SteadyState, Capture, CaptureConcurrent) {
+	if len(cfg.Rows) > 0 && cfg.wants(Rebuild, ConstraintSwap, SteadyState, Capture, CaptureConcurrent,
+		PoolerBoot, PoolerSteady, PoolerCapture, PoolerCaptureConcurrent) {
 		if err := b.rowsFamily(ctx, rep); err != nil {
 			return rep, err
 		}

@@ -143,6 +143,11 @@ var titles = map[string]string{
 	Capture:           "live capture rate",
 	CaptureConcurrent: "live capture rate, 8 concurrent writers",
 	Health:            "health evaluation",
+
+	PoolerBoot:              "boot from the legacy state, through PgBouncer (transaction mode) vs direct",
+	PoolerSteady:            "steady-state boot, through PgBouncer (transaction mode) vs direct",
+	PoolerCapture:           "live capture rate, through PgBouncer (transaction mode) vs direct",
+	PoolerCaptureConcurrent: "live capture rate, 8 concurrent writers, through PgBouncer (transaction mode) vs direct",
 }
 
 // Charts builds one chart per measurement and family, and one of memory per family.
@@ -340,7 +345,9 @@ func Tables(rep *Report, imagePrefix string) []byte {
 }
 
 // isRate says whether a measurement is reported as a rate (Count per run).
-func isRate(name string) bool { return name == Capture || name == CaptureConcurrent }
+func isRate(name string) bool {
+	return name == Capture || name == CaptureConcurrent || name == PoolerCapture || name == PoolerCaptureConcurrent
+}
 
 func cell(m *Measurement, d time.Duration) string {
 	if isRate(m.Name) && d > 0 {

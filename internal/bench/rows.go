@@ -53,6 +53,11 @@ func (b *bench) rowsFamily(ctx context.Context, rep *Report) error {
 				return err
 			}
 		}
+		if b.cfg.PoolerDSN != "" && b.cfg.wants(PoolerBoot, PoolerSteady, PoolerCapture, PoolerCaptureConcurrent) {
+			if err := b.pooler(ctx, rep, n); err != nil {
+				return err
+			}
+		}
 	}
 	return nil
 }

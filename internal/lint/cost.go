@@ -16,11 +16,12 @@ import (
 // fills, builds or checks something row by row.
 func cost(d dialect.Dialect, ph reconcile.Phase, tables []reconcile.TableChanges) string {
 	switch ph.Name {
-	case reconcile.PhaseCreate, reconcile.PhaseSwapKey, reconcile.PhaseDropIndex, reconcile.PhaseWidenExpand, reconcile.PhaseWidenContract:
+	case reconcile.PhaseCreate, reconcile.PhaseSwapKey, reconcile.PhaseDropIndex, reconcile.PhaseWidenExpand, reconcile.PhaseWidenContract,
+		reconcile.PhaseRebuildAbandon, reconcile.PhaseRebuildPrepare, reconcile.PhaseRebuildSwap:
 		return CostCatalog
 	case reconcile.PhaseAlter:
 	default:
-		return CostRows // rebuild, build_index, widen, widen_copy
+		return CostRows // rebuild, build_index, widen, widen_copy, rebuild_copy, _replay, _index, _finish
 	}
 	for _, s := range ph.SQL {
 		u := strings.ToUpper(s)

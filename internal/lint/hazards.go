@@ -187,11 +187,12 @@ func precision(t *schema.TimeType) int {
 	return *t.Precision
 }
 
-// widenedOnline reports a table whose widening the plan makes in the online
-// expand/copy/contract phases (no exclusive rewrite).
+// widenedOnline reports a table whose widening the plan makes online — the
+// shadow-table rebuild or the expand/copy/contract phases (no exclusive
+// rewrite).
 func widenedOnline(phases []reconcile.Phase, table string) bool {
 	for _, ph := range phases {
-		if ph.Table == table && ph.Name == reconcile.PhaseWidenCopy {
+		if ph.Table == table && (ph.Name == reconcile.PhaseWidenCopy || ph.Name == reconcile.PhaseRebuildCopy) {
 			return true
 		}
 	}
