@@ -104,7 +104,7 @@ func statementsFor(d dialect.Dialect) statements {
 // CTE, every field is then read by a jsonb_each pass walking the blob
 // (jsonfield.SQLiteBinary). A json_each pass over the text parses it again:
 // about twenty parses per candidate, a quarter of the scan's CPU time on
-// candidates (docs/benchmarks.md).
+// candidates (docs/backfill-speed.md).
 func sqliteStatements() statements {
 	meta := `CASE WHEN json_valid(m.metadata) THEN ` +
 		`CASE WHEN json_type(m.metadata) = 'object' THEN jsonb(m.metadata) ELSE jsonb('{}') END ` +
@@ -285,7 +285,8 @@ func integer(written string) func(jsonPath) string {
 // (AC-21b orders by created_at first). The CTEs of that scan:
 //   - msg: the candidate messages (a plain text test first, see
 //     fragments.candidate), metadata normalized (AC-23b), materialized so
-//     the normalization runs once per row;
+//     the normalization runs once per row; then the dialect's stages, if any
+//     (SQLite: the normalized and subagent_task objects), each materialized;
 //   - src: those whose metadata.normalized.kind is 'subagent_task', with every
 //     AC-21 column source extracted;
 //   - qualifying: src minus messages missing session id, task id or
