@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"hash/fnv"
 	"log/slog"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -250,4 +251,65 @@ func TestLock_ConcurrentWaitBoundedWithoutSessionState(t *testing.T) {
 	require.NoError(t, old.Rollback())
 	mustReconcile(t, db, online...)
 	requireAC33(t, db, freshIndexSet(t, db.Dialect))
+}
+
+// A replica that loses its lock inside the rebuild's long phases stops
+// before its next batch of the copy, or its next chunk of the replay, with
+// ErrLockLost — not only before the next phase — and the next boot
+// converges with every row and value.
+func TestLock_LostLockStopsTheRebuildBeforeItsNextBatch(t *testing.T) {
+	for _, point := range []string{reconcile.FailpointCopyBatch, reconcile.FailpointReplayBatch} {
+		t.Run(point, func(t *testing.T) {
+			db := openPostgres(t).Host(t).Legacy(t)
+			seedLegacy(t, db)
+			seedMany(t, db, 2500)
+			metrics := `SELECT id || ':' || COALESCE(total_tokens::text, 'NULL') || ':' || COALESCE(tool_use_count::text, 'NULL') || ':' || COALESCE(duration_ms::text, 'NULL') FROM task_session_subagents ORDER BY id`
+			before := db.Strings(t, metrics)
+			var hits []string
+			opts := append(append([]reconcile.Option{}, online...), reconcile.WithFailpoint(func(p string) error {
+				if p != reconcile.FailpointCopyBatch && p != reconcile.FailpointReplayBatch {
+					return nil
+				}
+				hits = append(hits, p)
+				if p == reconcile.FailpointCopyBatch && len(hits) == 1 {
+					// Every row changes during the copy: the replay's first
+					// chunk (at least replayShort ids) asks for another.
+					db.Exec(t, `UPDATE task_session_subagents SET tool_status = 'moved'`)
+				}
+				if p != point || slices.Contains(hits[:len(hits)-1], point) {
+					return nil
+				}
+				if p == reconcile.FailpointReplayBatch {
+					// Entries the next chunk would replay, were it to run.
+					db.Exec(t, `UPDATE task_session_subagents SET tool_status = 'again'`)
+				}
+				pid := lockHolder(t, db)
+				require.NotZero(t, pid)
+				var ok bool
+				require.NoError(t, db.QueryRow(`SELECT pg_terminate_backend($1, 5000)`, pid).Scan(&ok))
+				require.True(t, ok)
+				return nil
+			}))
+			rep, err := reconcile.Reconcile(ctx, db.DB, opts...)
+			require.ErrorIs(t, err, reconcile.ErrLockLost, describe(rep))
+			widen := rep.Step(reconcile.StepWiden)
+			require.Equal(t, reconcile.Failed, widen.Status, describe(rep))
+			require.ErrorIs(t, widen.Err, reconcile.ErrLockLost)
+			require.Equal(t, point, hits[len(hits)-1], "no batch ran after the lock was lost: %v", hits)
+			switch point {
+			case reconcile.FailpointCopyBatch:
+				require.Equal(t, 1, count(t, db, `SELECT next_page FROM schemastate_state_task_session_subagents`), "one batch copied")
+			case reconcile.FailpointReplayBatch:
+				require.Equal(t, count(t, db, `SELECT COUNT(*) FROM task_session_subagents`), count(t, db, `SELECT COUNT(*) FROM schemastate_log_task_session_subagents`),
+					"the second chunk did not run: the log holds every row's entry")
+			}
+			require.Nil(t, readKeys(t, db).ExecutionSince)
+
+			mustReconcile(t, db)
+			requireAC33(t, db, freshIndexSet(t, db.Dialect))
+			require.Nil(t, observe(t, db).Upgrade)
+			require.Subset(t, db.Strings(t, metrics), before, "every row, every metric value")
+			require.Zero(t, count(t, db, `SELECT COUNT(*) FROM pg_class WHERE relname LIKE 'schemastate%'`))
+		})
+	}
 }

@@ -513,6 +513,12 @@ func (s *pgSession) rebuildCopy(ctx context.Context, ph Phase, h phaseHooks) err
 			return err
 		}
 		to := min(from+batch, pages)
+		// The holder check before every batch, as before every phase: a
+		// replica that lost its lock part way through a long copy stops
+		// before it writes another batch beside the replica that took it.
+		if err := s.holding(ctx); err != nil {
+			return fmt.Errorf("before pages %d–%d (%d rows copied): %w", from, to, rows, err)
+		}
 		var n int64
 		err := s.withLockRetry(ctx, ph.Table, func(timeout time.Duration) error {
 			return s.inTx(ctx, timeout, func(tx *sql.Tx) error {
@@ -554,6 +560,10 @@ func (s *pgSession) replayLog(ctx context.Context, ph Phase, h phaseHooks) error
 	for round := 0; ; round++ {
 		if err := s.o.overBudget(); err != nil {
 			return err
+		}
+		// The holder check before every chunk (see rebuildCopy).
+		if err := s.holding(ctx); err != nil {
+			return fmt.Errorf("before replaying more (%d changed rows replayed): %w", total, err)
 		}
 		var n int64
 		err := func() error {
