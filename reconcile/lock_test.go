@@ -258,7 +258,7 @@ func TestLock_ConcurrentWaitBoundedWithoutSessionState(t *testing.T) {
 // ErrLockLost — not only before the next phase — and the next boot
 // converges with every row and value.
 func TestLock_LostLockStopsTheRebuildBeforeItsNextBatch(t *testing.T) {
-	for _, point := range []string{reconcile.FailpointCopyBatch, reconcile.FailpointReplayBatch} {
+	for _, point := range []string{reconcile.FailpointCopyBatch, reconcile.FailpointReplayBatch, reconcile.FailpointRebuildIndexBuilt} {
 		t.Run(point, func(t *testing.T) {
 			db := openPostgres(t).Host(t).Legacy(t)
 			seedLegacy(t, db)
@@ -267,7 +267,7 @@ func TestLock_LostLockStopsTheRebuildBeforeItsNextBatch(t *testing.T) {
 			before := db.Strings(t, metrics)
 			var hits []string
 			opts := append(append([]reconcile.Option{}, online...), reconcile.WithFailpoint(func(p string) error {
-				if p != reconcile.FailpointCopyBatch && p != reconcile.FailpointReplayBatch {
+				if p != reconcile.FailpointCopyBatch && p != reconcile.FailpointReplayBatch && p != reconcile.FailpointRebuildIndexBuilt {
 					return nil
 				}
 				hits = append(hits, p)
@@ -302,6 +302,10 @@ func TestLock_LostLockStopsTheRebuildBeforeItsNextBatch(t *testing.T) {
 			case reconcile.FailpointReplayBatch:
 				require.Equal(t, count(t, db, `SELECT COUNT(*) FROM task_session_subagents`), count(t, db, `SELECT COUNT(*) FROM schemastate_log_task_session_subagents`),
 					"the second chunk did not run: the log holds every row's entry")
+			case reconcile.FailpointRebuildIndexBuilt:
+				// The build that committed, and at most the one already
+				// running beside it: no build started after the lock was lost.
+				require.LessOrEqual(t, count(t, db, `SELECT COUNT(*) FROM pg_index WHERE indrelid = 'schemastate_new_task_session_subagents'::regclass`), 2)
 			}
 			require.Nil(t, readKeys(t, db).ExecutionSince)
 

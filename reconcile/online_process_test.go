@@ -20,11 +20,11 @@ func TestOnline_KilledAtEveryPhaseBoundaryConverges(t *testing.T) {
 	probe := openPostgres(t).Host(t).Legacy(t)
 	plan, err := reconcile.Plan(ctx, probe.DB, online...)
 	require.NoError(t, err)
-	points := []string{reconcile.FailpointCopyBatch, reconcile.FailpointReplayBatch}
+	points := []string{reconcile.FailpointCopyBatch, reconcile.FailpointReplayBatch, reconcile.FailpointRebuildIndexBuilt}
 	for _, p := range plan.Phases() {
 		points = append(points, reconcile.FailpointAfterPhase(p.ID()))
 	}
-	require.Len(t, points, 17, "every phase of the legacy upgrade: %v", phaseIDs(plan.Phases()))
+	require.Len(t, points, 14, "every phase of the legacy upgrade: %v", phaseIDs(plan.Phases()))
 	for _, point := range points {
 		t.Run(point, func(t *testing.T) {
 			db := openPostgres(t).Host(t).Legacy(t)

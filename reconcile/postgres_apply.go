@@ -44,6 +44,8 @@ func (s *pgSession) alone(ctx context.Context, ph Phase, h phaseHooks) error {
 		return s.rebuildCopy(ctx, ph, h)
 	case PhaseRebuildReplay:
 		return s.replayLog(ctx, ph, h)
+	case PhaseRebuildIndex:
+		return s.rebuildIndexes(ctx, ph, h)
 	}
 	return s.concurrently(ctx, ph, h)
 }

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"ariga.io/atlas/sql/schema"
@@ -32,8 +33,9 @@ import (
 //	rebuild_replay   the logged ids: delete them from the new table, copy them
 //	                 again from the live one, forget them — which also
 //	                 removes the duplicates a row moved during the copy left
-//	rebuild_index    each index, plain CREATE INDEX on the private table; then
-//	                 ANALYZE it
+//	rebuild_index    every index, plain CREATE INDEX on the private table,
+//	                 two builds at a time, each in a transaction of its own;
+//	                 then ANALYZE it
 //	rebuild_replay   again, on the indexed table, until the log is short
 //	rebuild_swap     LOCK the live table, check the fingerprint, replay the
 //	                 remainder, drop the live table, rename the new one in its
@@ -71,6 +73,10 @@ func rebuildTempIndex(name string) string {
 // FailpointReplayBatch runs after each committed batch of a rebuild_replay
 // phase (FailpointCopyBatch after each batch of rebuild_copy).
 const FailpointReplayBatch = "widen.replay.batch"
+
+// FailpointRebuildIndexBuilt runs after each committed index build of the
+// rebuild_index phase.
+const FailpointRebuildIndexBuilt = "widen.rebuild_index.built"
 
 // replayChunk is how many logged ids one replay transaction takes, and
 // replayShort the log length at which the replay leaves the rest to the swap.
@@ -390,18 +396,17 @@ func rebuildPhases(schemaName string, live, want *schema.Table, cols []*schema.C
 		fmt.Sprintf("DROP TRIGGER %s ON %s", trig, qt),
 		fmt.Sprintf("DROP FUNCTION %s()", fn),
 	)
-	var attach, validate []string
+	var attach, validate, builds, built []string
 	for _, ix := range indexes {
 		tmp := rebuildTempIndex(ix.name)
 		qtmp := qualified(schemaName, tmp)
-		// readRebuildFacts made sure the definition reads this way.
+		// readRebuildFacts made sure the definition reads this way. IF NOT
+		// EXISTS: each build commits on its own, so a resumed phase skips
+		// the builds that already committed (a plain CREATE INDEX in a
+		// transaction leaves no invalid index behind).
 		at := strings.Index(ix.def, ix.prefix)
-		def := ix.def[:at] + "INDEX " + dialect.QuoteIdent(tmp) + " ON " + qn + " " + ix.def[at+len(ix.prefix):]
-		phases = append(phases, Phase{Step: StepWiden, Name: PhaseRebuildIndex, Table: table, Object: ix.name, Lock: LockNone,
-			SQL:      []string{def},
-			DoneWhen: fmt.Sprintf("SELECT EXISTS (SELECT 1 FROM pg_index WHERE indexrelid = to_regclass(%s) AND indisvalid)", literal(qtmp)),
-			Cleanup:  []string{"DROP INDEX IF EXISTS " + qtmp},
-			Detail:   detail})
+		builds = append(builds, ix.def[:at]+"INDEX IF NOT EXISTS "+dialect.QuoteIdent(tmp)+" ON "+qn+" "+ix.def[at+len(ix.prefix):])
+		built = append(built, fmt.Sprintf("EXISTS (SELECT 1 FROM pg_index WHERE indexrelid = to_regclass(%s) AND indisvalid)", literal(qtmp)))
 		switch ix.contype {
 		case "p":
 			attach = append(attach, fmt.Sprintf("ALTER TABLE %s ADD CONSTRAINT %s PRIMARY KEY USING INDEX %s", qt, dialect.QuoteIdent(ix.constraintName), dialect.QuoteIdent(tmp)))
@@ -419,12 +424,17 @@ func rebuildPhases(schemaName string, live, want *schema.Table, cols []*schema.C
 		}
 		attach = append(attach, fmt.Sprintf("ALTER TABLE %s ADD CONSTRAINT %s %s", qt, dialect.QuoteIdent(fk.name), def))
 	}
-	// Statistics for the new table once it is indexed: the replay that
-	// follows then finds its ids by index, not by a scan of the whole table,
-	// and the table is swapped in with them (ANALYZE samples; it does not
-	// read every row).
-	if last := &phases[len(phases)-1]; last.Name == PhaseRebuildIndex {
-		last.SQL = append(last.SQL, "ANALYZE "+qn)
+	// The index builds, the longest first, run over rebuildIndexConns
+	// connections (rebuildIndexes); then statistics for the new table once
+	// it is indexed: the replay that follows then finds its ids by index,
+	// not by a scan of the whole table, and the table is swapped in with
+	// them (ANALYZE samples; it does not read every row).
+	if len(builds) > 0 {
+		slices.SortStableFunc(builds, func(a, b string) int { return buildWeight(b) - buildWeight(a) })
+		phases = append(phases, Phase{Step: StepWiden, Name: PhaseRebuildIndex, Table: table, Lock: LockNone,
+			SQL:      append(builds, "ANALYZE "+qn),
+			DoneWhen: "SELECT " + strings.Join(built, " AND "),
+			Detail:   detail})
 	}
 	phases = append(phases, replayPhase(table, "indexed", qn, ql, qt, qid, colList, detail))
 	var validated []string
@@ -476,6 +486,16 @@ func replayPhase(table, after, qn, ql, qt, qid, colList, detail string) Phase {
 			fmt.Sprintf("DELETE FROM %s WHERE n <= $1", ql),
 		},
 		Detail: detail}
+}
+
+// buildWeight ranks an index build by its likely cost: a unique build
+// checks every key, and each key column adds to every comparison.
+func buildWeight(def string) int {
+	w := 1 + strings.Count(def[strings.LastIndex(def, "("):], ",")
+	if strings.HasPrefix(def, "CREATE UNIQUE ") {
+		w++
+	}
+	return w
 }
 
 // rebuildRowKey is the column the log records: the primary key's, which
@@ -609,4 +629,98 @@ func (s *pgSession) replayLog(ctx context.Context, ph Phase, h phaseHooks) error
 			return nil
 		}
 	}
+}
+
+// rebuildIndexConns is how many of the new table's indexes build at once:
+// the table is private to the reconcile until the swap, so its builds wait
+// for nothing and nobody waits for them. Two, measured on two cores under
+// the host's traffic (docs/benchmarks.md): each build already sorts with
+// its parallel workers, so more connections only queue for the same CPUs.
+const rebuildIndexConns = 2
+
+// rebuildIndexes builds the new table's indexes (every statement of the
+// phase but the last, its ANALYZE) over up to rebuildIndexConns
+// connections, each build in a transaction of its own — the steps'
+// connection and others borrowed from the pool for the phase. Every build
+// is CREATE INDEX IF NOT EXISTS, so a phase resumed after a crash skips
+// what committed. The holder check runs before each build; the first error
+// stops the others from starting and is the phase's.
+func (s *pgSession) rebuildIndexes(ctx context.Context, ph Phase, h phaseHooks) error {
+	builds, analyze := ph.SQL[:len(ph.SQL)-1], ph.SQL[len(ph.SQL)-1]
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	next := make(chan string, len(builds))
+	for _, b := range builds {
+		next <- b
+	}
+	close(next)
+	var mu sync.Mutex
+	done := 0
+	worker := func(conn *sql.Conn) {
+		for stmt := range next {
+			if ctx.Err() != nil {
+				return
+			}
+			mu.Lock() // the lock's transaction is one connection: one check at a time
+			err := s.holding(ctx)
+			mu.Unlock()
+			if err == nil {
+				err = buildIn(ctx, conn, stmt)
+			}
+			if err != nil {
+				cancel(fmt.Errorf("%s: %w", firstLine(stmt), withDetail(err)))
+				return
+			}
+			mu.Lock()
+			done++
+			h.executed(stmt)
+			h.progress(fmt.Sprintf("rebuilding %s: %d of %d indexes built", ph.Table, done, len(builds)))
+			err = h.fail(FailpointRebuildIndexBuilt)
+			mu.Unlock()
+			if err != nil {
+				cancel(err)
+				return
+			}
+		}
+	}
+	var wg sync.WaitGroup
+	for i := 1; i < min(rebuildIndexConns, len(builds)); i++ {
+		// A pool with none to lend soon (SetMaxOpenConns(2): the lock's and
+		// the steps') builds on the steps' connection alone.
+		actx, stop := context.WithTimeout(ctx, time.Second)
+		conn, err := s.db.Conn(actx)
+		stop()
+		if err != nil {
+			break
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer conn.Close()
+			worker(conn)
+		}()
+	}
+	worker(s.conn)
+	wg.Wait()
+	if err := context.Cause(ctx); err != nil {
+		return err
+	}
+	if _, err := s.conn.ExecContext(ctx, analyze); err != nil {
+		return fmt.Errorf("%s: %w", analyze, err)
+	}
+	h.executed(analyze)
+	return nil
+}
+
+// buildIn runs one index build in a transaction of its own on conn.
+func buildIn(ctx context.Context, conn *sql.Conn, stmt string) error {
+	tx, err := conn.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback()
+	if _, err := tx.ExecContext(ctx, stmt); err != nil {
+		return err
+	}
+	return tx.Commit()
 }
