@@ -397,3 +397,42 @@ func TestOnline_ConcurrentReconcilesConverge(t *testing.T) {
 	requireBackfilledOnceAmong(t, db, 300)
 	require.Subset(t, snapshot(t, db), before)
 }
+
+// The replay after the copy, on the unindexed new table where each chunk
+// scans it whole, replays what was logged up to its start — every row the
+// copy may have seen twice — and leaves what writers log meanwhile to the
+// indexed replay; the upgrade still ends with every row and value.
+func TestOnline_ReplayAfterCopyStopsAtTheLogAsItBegan(t *testing.T) {
+	db := openPostgres(t).Host(t).Legacy(t)
+	seedLegacy(t, db)
+	seedMany(t, db, 2500)
+	metrics := `SELECT id || ':' || COALESCE(total_tokens::text, 'NULL') || ':' || COALESCE(tool_use_count::text, 'NULL') || ':' || COALESCE(duration_ms::text, 'NULL') || ':' || COALESCE(tool_status, 'NULL') FROM task_session_subagents ORDER BY id`
+	var moved, replayed bool
+	left := -1
+	hook := reconcile.WithFailpoint(func(p string) error {
+		switch {
+		case p == reconcile.FailpointCopyBatch && !moved:
+			moved = true // more than replayShort entries before the copy ends
+			_, err := db.DB.Exec(`UPDATE task_session_subagents SET tool_status = 'moved'`)
+			return err
+		case p == reconcile.FailpointReplayBatch && !replayed:
+			replayed = true // as many again, logged after the replay began
+			_, err := db.DB.Exec(`UPDATE task_session_subagents SET tool_status = 'again'`)
+			return err
+		case p == reconcile.FailpointAfterPhase("task_session_subagents.rebuild_replay.copied"):
+			left = count(t, db, `SELECT COUNT(*) FROM schemastate_log_task_session_subagents`)
+		}
+		return nil
+	})
+	rep, err := reconcile.Reconcile(ctx, db.DB, append(append([]reconcile.Option{}, online...), hook)...)
+	require.NoError(t, err, describe(rep))
+	require.True(t, replayed)
+	require.Equal(t, count(t, db, `SELECT COUNT(*) FROM task_session_subagents`), left, "the entries logged after the replay began are left to the indexed replay")
+	requireAC33(t, db, freshIndexSet(t, db.Dialect))
+	require.Equal(t, "bigint", columnType(t, db, "total_tokens"))
+	got := db.Strings(t, metrics)
+	require.Len(t, got, 2503)
+	for _, r := range got {
+		require.True(t, strings.HasSuffix(r, ":again"), "every row as last written: %s", r)
+	}
+}

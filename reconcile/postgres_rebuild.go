@@ -575,8 +575,20 @@ func (s *pgSession) rebuildCopy(ctx context.Context, ph Phase, h phaseHooks) err
 // the log entries that snapshot saw are forgotten — an entry a writer commits
 // meanwhile stays for the next chunk. It stops once a chunk finds the log
 // short; the swap replays the rest under its lock.
+//
+// The replay after the copy (Object "copied") runs on the unindexed table,
+// where every chunk's DELETE scans it whole. Its one duty there is to remove
+// the duplicates the copy left, and every row the copy saw twice was logged
+// before the copy ended: it replays up to the log's last entry as it begins
+// and stops, leaving what writers log meanwhile to the indexed replay.
 func (s *pgSession) replayLog(ctx context.Context, ph Phase, h phaseHooks) error {
 	var total int64
+	target := int64(-1) // no bound: replay until the log is short
+	if ph.Object == "copied" {
+		if err := s.conn.QueryRowContext(ctx, "SELECT coalesce(max(n), 0) FROM "+qualified(s.schema, rebuildLog(ph.Table))).Scan(&target); err != nil {
+			return fmt.Errorf("read the end of the log: %w", err)
+		}
+	}
 	for round := 0; ; round++ {
 		if err := s.o.overBudget(); err != nil {
 			return err
@@ -585,7 +597,7 @@ func (s *pgSession) replayLog(ctx context.Context, ph Phase, h phaseHooks) error
 		if err := s.holding(ctx); err != nil {
 			return fmt.Errorf("before replaying more (%d changed rows replayed): %w", total, err)
 		}
-		var n int64
+		var n, upTo int64
 		err := func() error {
 			tx, err := s.conn.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelRepeatableRead})
 			if err != nil {
@@ -594,7 +606,6 @@ func (s *pgSession) replayLog(ctx context.Context, ph Phase, h phaseHooks) error
 			defer tx.Rollback()
 			// An empty log replays nothing: every statement still runs
 			// (up to entry 0), so the phase runs the statements it prints.
-			var upTo int64
 			if err := tx.QueryRowContext(ctx, ph.SQL[0]).Scan(&upTo); err != nil {
 				return err
 			}
@@ -625,7 +636,7 @@ func (s *pgSession) replayLog(ctx context.Context, ph Phase, h phaseHooks) error
 				return err
 			}
 		}
-		if n < replayShort {
+		if n < replayShort || target >= 0 && upTo >= target {
 			return nil
 		}
 	}
