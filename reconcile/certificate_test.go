@@ -58,10 +58,10 @@ func TestReconcile_SteadyStateCertifiedBootWritesNothing(t *testing.T) {
 	})
 }
 
-func metaSnapshot(t *testing.T, db *dbtest.DB) string {
-	var s string
-	require.NoError(t, db.QueryRow(`SELECT COALESCE(MAX(key || '=' || value), '') || ':' || COUNT(*) FROM kandev_meta`).Scan(&s))
-	return s
+// metaSnapshot is every kandev_meta row, key and value.
+func metaSnapshot(t *testing.T, db *dbtest.DB) []string {
+	t.Helper()
+	return db.Strings(t, `SELECT key || '=' || COALESCE(value, '(null)') FROM kandev_meta ORDER BY key`)
 }
 
 // Any live change after certification is seen: the fast path falls back to
