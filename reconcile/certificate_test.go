@@ -16,6 +16,7 @@ import (
 	"github.com/schemastate/schemastate/dialect"
 	"github.com/schemastate/schemastate/internal/dbtest"
 	"github.com/schemastate/schemastate/internal/dsn"
+	"github.com/schemastate/schemastate/internal/replicatest"
 	"github.com/schemastate/schemastate/reconcile"
 )
 
@@ -294,35 +295,10 @@ func TestReconcile_BootThatWaitedForTheLockRechecksTheCertificate(t *testing.T) 
 	})
 }
 
-// replicaHoldingTheLock starts a reconcile (with opts) that stops inside its
-// shape step, holding the lock, and returns once it does; finish lets it go on
-// and returns its report and error.
+// replicaHoldingTheLock is another replica's reconcile (with opts) stopped
+// inside its shape step, holding the lock; finish lets it go on and returns
+// its report and error.
 func replicaHoldingTheLock(t *testing.T, db *dbtest.DB, opts ...reconcile.Option) (finish func() (*reconcile.Report, error)) {
 	t.Helper()
-	holding, release := make(chan struct{}), make(chan struct{})
-	type result struct {
-		rep *reconcile.Report
-		err error
-	}
-	done := make(chan result, 1)
-	opts = append(opts, reconcile.WithFailpoint(func(p string) error {
-		if p == reconcile.FailpointShapeApplied {
-			close(holding)
-			<-release
-		}
-		return nil
-	}))
-	go func() {
-		rep, err := reconcile.Reconcile(ctx, db.DB, opts...)
-		done <- result{rep, err}
-	}()
-	<-holding
-	var once sync.Once
-	t.Cleanup(func() { once.Do(func() { close(release) }) }) // a failed test lets it go too
-	finish = func() (*reconcile.Report, error) {
-		once.Do(func() { close(release) })
-		r := <-done
-		return r.rep, r.err
-	}
-	return finish
+	return replicatest.HoldingTheLock(t, db.DB, reconcile.FailpointShapeApplied, opts...)
 }
