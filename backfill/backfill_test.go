@@ -533,9 +533,10 @@ func TestBackfill_AC24d_FailureAtEveryPointLeavesNothing(t *testing.T) {
 	}
 }
 
-// AC-11: the backfill settles on exactly the live writer's terminal set (it
-// builds its SQL from capture.TerminalToolStatuses); pinned here against the
-// classifier itself so the list and the function cannot drift apart.
+// AC-11: the backfill settles on exactly the live writer's terminal set (its
+// SQL is built from toolstatus.SQLList, the list capture.TerminalToolStatuses
+// is); pinned here against the classifier itself so the list and the
+// function cannot drift apart.
 func TestBackfill_AC11_TerminalSetIsTheLiveWritersSet(t *testing.T) {
 	require.ElementsMatch(t, []string{"complete", "completed", "success", "error", "failed", "cancelled"}, capture.TerminalToolStatuses)
 	for _, s := range capture.TerminalToolStatuses {
