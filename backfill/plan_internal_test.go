@@ -41,7 +41,7 @@ func TestBackfill_PostgresScanCanRunInParallel(t *testing.T) {
 		_, err := tx.ExecContext(ctx, s)
 		require.NoError(t, err)
 	}
-	st := statementsFor(dialect.Postgres)
+	st := postgresStatements()
 	for name, stmt := range map[string]string{"the plain cast's scan": st.fast} {
 		rows, err := tx.QueryContext(ctx, "EXPLAIN "+stmt)
 		require.NoError(t, err)
