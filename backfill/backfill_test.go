@@ -744,3 +744,12 @@ func TestBackfill_AC31_SentinelWrittenWhateverTheColumnDefault(t *testing.T) {
 		}
 	})
 }
+
+// A dialect other than the two is refused before anything is read or
+// written: it takes neither dialect's statements.
+func TestBackfill_UnknownDialectIsAnError(t *testing.T) {
+	db := dbtest.Open(t, dialect.SQLite).Host(t)
+	res, err := backfill.Run(context.Background(), db.DB, "mysql")
+	require.ErrorContains(t, err, `unsupported dialect "mysql"`)
+	require.False(t, res.Ran)
+}
