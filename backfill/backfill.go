@@ -130,6 +130,10 @@ func Run(ctx context.Context, q dialect.Querier, d dialect.Dialect, opts ...Opti
 	// AC-24d: the guard is BOTH keys. A partial pair from an older build
 	// (capture_since without backfill_through, or the mirror) runs again: the
 	// INSERT is a no-op replay and only the missing key is written.
+	statementsOf, err := dialects.For(d)
+	if err != nil {
+		return res, fmt.Errorf("backfill: %w", err)
+	}
 	ks, err := keys.Read(ctx, q, d)
 	if err != nil {
 		return res, err
@@ -140,7 +144,7 @@ func Run(ctx context.Context, q dialect.Querier, d dialect.Dialect, opts ...Opti
 	}
 	res.Ran = true
 
-	stmts := statementsFor(d)
+	stmts := statementsOf()
 	// AC-23a: one unbounded scan, no LIMIT, no batching. It reads every
 	// message once, in one statement and so over one snapshot, and keeps the
 	// winner of each (task_session_id, tool_call_id) with every column derived.

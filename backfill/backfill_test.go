@@ -533,9 +533,10 @@ func TestBackfill_AC24d_FailureAtEveryPointLeavesNothing(t *testing.T) {
 	}
 }
 
-// AC-11: the backfill settles on exactly the live writer's terminal set (it
-// builds its SQL from capture.TerminalToolStatuses); pinned here against the
-// classifier itself so the list and the function cannot drift apart.
+// AC-11: the backfill settles on exactly the live writer's terminal set (its
+// SQL is built from toolstatus.SQLList, the list capture.TerminalToolStatuses
+// is); pinned here against the classifier itself so the list and the
+// function cannot drift apart.
 func TestBackfill_AC11_TerminalSetIsTheLiveWritersSet(t *testing.T) {
 	require.ElementsMatch(t, []string{"complete", "completed", "success", "error", "failed", "cancelled"}, capture.TerminalToolStatuses)
 	for _, s := range capture.TerminalToolStatuses {
@@ -742,4 +743,13 @@ func TestBackfill_AC31_SentinelWrittenWhateverTheColumnDefault(t *testing.T) {
 			require.Equal(t, "unknown", r.get("agent_execution_id"), key)
 		}
 	})
+}
+
+// A dialect other than the two is refused before anything is read or
+// written: it takes neither dialect's statements.
+func TestBackfill_UnknownDialectIsAnError(t *testing.T) {
+	db := dbtest.Open(t, dialect.SQLite).Host(t)
+	res, err := backfill.Run(context.Background(), db.DB, "mysql")
+	require.ErrorContains(t, err, `unsupported dialect "mysql"`)
+	require.False(t, res.Ran)
 }

@@ -41,17 +41,9 @@ func TestBackfill_PostgresScanCanRunInParallel(t *testing.T) {
 		_, err := tx.ExecContext(ctx, s)
 		require.NoError(t, err)
 	}
-	st := statementsFor(dialect.Postgres)
+	st := postgresStatements()
 	for name, stmt := range map[string]string{"the plain cast's scan": st.fast} {
-		rows, err := tx.QueryContext(ctx, "EXPLAIN "+stmt)
-		require.NoError(t, err)
-		var plan []string
-		for rows.Next() {
-			var line string
-			require.NoError(t, rows.Scan(&line))
-			plan = append(plan, line)
-		}
-		require.NoError(t, rows.Err())
+		plan := dbtest.StringsFrom(t, tx, "EXPLAIN "+stmt)
 		require.Contains(t, strings.Join(plan, "\n"), "Parallel Seq Scan on task_session_messages", "%s:\n%s", name, strings.Join(plan, "\n"))
 	}
 }

@@ -200,8 +200,7 @@ func TestMsgCTE_MetadataNormalizationMatchesParser(t *testing.T) {
 		}
 		b, err := keys.NewBoundary(keys.Format(since))
 		require.NoError(t, err)
-		rows, err := db.QueryContext(ctx, q.msgCTE+"\nSELECT msg.task_id, "+metaText+" FROM msg WHERE "+keys.AtOrAfter(db.Dialect, "msg.created_at", q.param), b.Arg())
-		got := metaByTask(t, rows, err)
+		got := metaByTask(t, db.DB, q.msgCTE+"\nSELECT msg.task_id, "+metaText+" FROM msg WHERE "+keys.AtOrAfter(db.Dialect, "msg.created_at", q.param), b.Arg())
 		require.Less(t, len(got), len(corpus), "the text test must leave rows out")
 
 		accepted := requireReadAsParsed(t, ctx, db, corpus, got, "msg CTE gave", db.Dialect == dialect.Postgres)
@@ -279,9 +278,8 @@ func TestEvalCTE_PostgresDecidesExactlyAsTheParser(t *testing.T) {
 	excluded, readable, err := postgresReadable(ctx, tx, bad)
 	require.NoError(t, err)
 	require.NotEmpty(t, readable, "the corpus holds documents refused only for an escape")
-	rows, err := tx.QueryContext(ctx, postgresEvalCTE()+`
+	got := metaByTask(t, tx, postgresEvalCTE()+`
 SELECT c.task_id, m.meta::text FROM msg m JOIN candidate c ON c.task_session_id = m.task_session_id AND c.task_id = m.task_id`, b.Arg(), excluded, readable)
-	got := metaByTask(t, rows, err)
 	require.NoError(t, tx.Commit())
 
 	accepted := requireReadAsParsed(t, ctx, db, corpus, got, "evaluation read", false)
@@ -289,19 +287,15 @@ SELECT c.task_id, m.meta::text FROM msg m JOIN candidate c ON c.task_session_id 
 	require.Less(t, accepted, len(corpus)-100)
 }
 
-// metaByTask reads the (task id, meta) rows a query returned (its error
-// is err) into a map by task id.
-func metaByTask(t *testing.T, rows *sql.Rows, err error) map[string]string {
+// metaByTask runs q on qr and reads its (task id, meta) rows into a map by
+// task id; neither column may be NULL.
+func metaByTask(t *testing.T, qr dbtest.Queryer, q string, args ...any) map[string]string {
 	t.Helper()
-	require.NoError(t, err)
-	defer rows.Close()
 	got := map[string]string{}
-	for rows.Next() {
-		var id, m string
-		require.NoError(t, rows.Scan(&id, &m))
-		got[id] = m
+	for _, r := range dbtest.TextRows(t, qr, q, args...) {
+		require.True(t, r[0].Valid && r[1].Valid, "a NULL task id or meta: %v", r)
+		got[r[0].String] = r[1].String
 	}
-	require.NoError(t, rows.Err())
 	return got
 }
 

@@ -16,6 +16,7 @@ import (
 	"github.com/schemastate/schemastate/dialect"
 	"github.com/schemastate/schemastate/internal/dbtest"
 	"github.com/schemastate/schemastate/internal/dsn"
+	"github.com/schemastate/schemastate/internal/replicatest"
 	"github.com/schemastate/schemastate/reconcile"
 )
 
@@ -58,10 +59,10 @@ func TestReconcile_SteadyStateCertifiedBootWritesNothing(t *testing.T) {
 	})
 }
 
-func metaSnapshot(t *testing.T, db *dbtest.DB) string {
-	var s string
-	require.NoError(t, db.QueryRow(`SELECT COALESCE(MAX(key || '=' || value), '') || ':' || COUNT(*) FROM kandev_meta`).Scan(&s))
-	return s
+// metaSnapshot is every kandev_meta row, key and value.
+func metaSnapshot(t *testing.T, db *dbtest.DB) []string {
+	t.Helper()
+	return db.Strings(t, `SELECT key || '=' || COALESCE(value, '(null)') FROM kandev_meta ORDER BY key`)
 }
 
 // Any live change after certification is seen: the fast path falls back to
@@ -294,35 +295,10 @@ func TestReconcile_BootThatWaitedForTheLockRechecksTheCertificate(t *testing.T) 
 	})
 }
 
-// replicaHoldingTheLock starts a reconcile (with opts) that stops inside its
-// shape step, holding the lock, and returns once it does; finish lets it go on
-// and returns its report and error.
+// replicaHoldingTheLock is another replica's reconcile (with opts) stopped
+// inside its shape step, holding the lock; finish lets it go on and returns
+// its report and error.
 func replicaHoldingTheLock(t *testing.T, db *dbtest.DB, opts ...reconcile.Option) (finish func() (*reconcile.Report, error)) {
 	t.Helper()
-	holding, release := make(chan struct{}), make(chan struct{})
-	type result struct {
-		rep *reconcile.Report
-		err error
-	}
-	done := make(chan result, 1)
-	opts = append(opts, reconcile.WithFailpoint(func(p string) error {
-		if p == reconcile.FailpointShapeApplied {
-			close(holding)
-			<-release
-		}
-		return nil
-	}))
-	go func() {
-		rep, err := reconcile.Reconcile(ctx, db.DB, opts...)
-		done <- result{rep, err}
-	}()
-	<-holding
-	var once sync.Once
-	t.Cleanup(func() { once.Do(func() { close(release) }) }) // a failed test lets it go too
-	finish = func() (*reconcile.Report, error) {
-		once.Do(func() { close(release) })
-		r := <-done
-		return r.rep, r.err
-	}
-	return finish
+	return replicatest.HoldingTheLock(t, db.DB, reconcile.FailpointShapeApplied, opts...)
 }

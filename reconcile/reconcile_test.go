@@ -52,10 +52,11 @@ INSERT INTO task_session_messages (id, task_session_id, task_id, turn_id, conten
 	})
 }
 
-func messageSnapshot(t *testing.T, db *dbtest.DB) string {
-	var s string
-	q := "SELECT id || '|' || metadata || '|' || created_at FROM task_session_messages ORDER BY id"
-	require.NoError(t, db.QueryRow(q).Scan(&s))
+// messageSnapshot is every host message's id, metadata and created_at.
+func messageSnapshot(t *testing.T, db *dbtest.DB) []string {
+	t.Helper()
+	s := db.Strings(t, "SELECT id || '|' || metadata || '|' || created_at FROM task_session_messages ORDER BY id")
+	require.NotEmpty(t, s, "the host has messages to keep")
 	return s
 }
 

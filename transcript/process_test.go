@@ -37,6 +37,19 @@ func TestMain(m *testing.M) {
 	os.Exit(dbtest.Main(m))
 }
 
+// printOutcome prints, for the parent to read, how a role's call ended: ok
+// when err is nil, known when err is target, and the error otherwise.
+func printOutcome(err error, ok string, target error, known string) {
+	switch {
+	case err == nil:
+		fmt.Println(ok)
+	case errors.Is(err, target):
+		fmt.Println(known)
+	default:
+		fmt.Println("error:", err)
+	}
+}
+
 func playRole(role string) int {
 	s, err := transcript.NewStore(os.Getenv(envRoot))
 	if err != nil {
@@ -57,14 +70,7 @@ func playRole(role string) int {
 			time.Sleep(50 * time.Microsecond)
 		}
 		err := s.Finish(ctx, sess, agent, transcript.End{Status: transcript.Status(status), Error: "by " + status})
-		switch {
-		case err == nil:
-			fmt.Println("finished")
-		case errors.Is(err, transcript.ErrFinished):
-			fmt.Println("already")
-		default:
-			fmt.Println("error:", err)
-		}
+		printOutcome(err, "finished", transcript.ErrFinished, "already")
 		return 0
 	case "append-fsize":
 		// arg is a file-size limit in bytes: appends past it fail with EFBIG
@@ -81,14 +87,7 @@ func playRole(role string) int {
 			transcript.Event{Type: transcript.AssistantMessage, Text: "batch-1 " + pad},
 			transcript.Event{Type: transcript.AssistantMessage, Text: "batch-2 " + pad},
 			transcript.Event{Type: transcript.AssistantMessage, Text: "batch-3 " + pad})
-		switch {
-		case err == nil:
-			fmt.Println("appended")
-		case errors.Is(err, syscall.EFBIG):
-			fmt.Println("efbig")
-		default:
-			fmt.Println("error:", err)
-		}
+		printOutcome(err, "appended", syscall.EFBIG, "efbig")
 		return 0
 	case "finish-db":
 		// arg is a database DSN: finish as completed with the lifecycle in

@@ -38,6 +38,14 @@ type pairedCall struct {
 // included.
 func TestTranscript_AT4_EveryProviderFixtureYieldsTheSameContract(t *testing.T) {
 	const prompt = "Count the Go files under ./keys and tell me whether `go vet ./keys` passes."
+	// One OpenCode run, carried by its SSE stream and its /global/event
+	// stream alike; `opencode run` gives the same final answer.
+	const opencodeFinal = "There are 2 Go files under ./keys (instant.go, keys.go), and `go vet ./keys` passes."
+	opencodeCalls := []pairedCall{
+		{Name: "glob", Input: `{"pattern":"keys/*.go"}`, Output: "/work/main/keys/instant.go\n/work/main/keys/keys.go"},
+		{Name: "read", Input: `{"filePath":"/work/main/keys/doc.go"}`, IsError: true, Error: "Error: File not found: /work/main/keys/doc.go"},
+		{Name: "bash", Input: `{"command":"go vet ./keys","description":"Vet the keys package"}`},
+	}
 	cases := []struct {
 		provider, fixture string
 		hostPrompt        bool // the stream does not echo the prompt; the host appends it
@@ -57,29 +65,19 @@ func TestTranscript_AT4_EveryProviderFixtureYieldsTheSameContract(t *testing.T) 
 		},
 		{
 			provider: transcript.ProviderOpenCode, fixture: "opencode_success.jsonl", model: "claude-sonnet-4-5",
-			final: "There are 2 Go files under ./keys (instant.go, keys.go), and `go vet ./keys` passes.",
-			calls: []pairedCall{
-				{Name: "glob", Input: `{"pattern":"keys/*.go"}`, Output: "/work/main/keys/instant.go\n/work/main/keys/keys.go"},
-				{Name: "read", Input: `{"filePath":"/work/main/keys/doc.go"}`, IsError: true, Error: "Error: File not found: /work/main/keys/doc.go"},
-				{Name: "bash", Input: `{"command":"go vet ./keys","description":"Vet the keys package"}`},
-			},
+			final: opencodeFinal, calls: opencodeCalls,
 		},
 		{
 			// The same run as the server's /global/event stream: every bus
 			// event wrapped as {"directory":…,"payload":{…}}.
 			provider: transcript.ProviderOpenCode, fixture: "opencode_global_event.jsonl", model: "claude-sonnet-4-5",
-			final: "There are 2 Go files under ./keys (instant.go, keys.go), and `go vet ./keys` passes.",
-			calls: []pairedCall{
-				{Name: "glob", Input: `{"pattern":"keys/*.go"}`, Output: "/work/main/keys/instant.go\n/work/main/keys/keys.go"},
-				{Name: "read", Input: `{"filePath":"/work/main/keys/doc.go"}`, IsError: true, Error: "Error: File not found: /work/main/keys/doc.go"},
-				{Name: "bash", Input: `{"command":"go vet ./keys","description":"Vet the keys package"}`},
-			},
+			final: opencodeFinal, calls: opencodeCalls,
 		},
 		{
 			// `opencode run --format json`: the transport users run from a
 			// shell. It does not echo the prompt, nor name the model.
 			provider: transcript.ProviderOpenCode, fixture: "opencode_run_success.jsonl", hostPrompt: true,
-			final: "There are 2 Go files under ./keys (instant.go, keys.go), and `go vet ./keys` passes.",
+			final: opencodeFinal,
 			calls: []pairedCall{
 				{Name: "glob", Input: `{"pattern":"keys/*.go"}`, Output: "/work/main/keys/instant.go\n/work/main/keys/keys.go"},
 				{Name: "bash", Input: `{"command":"go vet ./keys","description":"Vet the keys package"}`},

@@ -13,6 +13,7 @@ import (
 
 	"github.com/schemastate/schemastate/capture"
 	"github.com/schemastate/schemastate/internal/dbtest"
+	"github.com/schemastate/schemastate/internal/replicatest"
 	"github.com/schemastate/schemastate/reconcile"
 )
 
@@ -44,19 +45,8 @@ func TestCLI_Reconcile_LockTimeoutSaysKeysNotRead(t *testing.T) {
 	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
 		db.Host(t)
 		// Another replica holds the lock, stopped inside its shape step.
-		holding, release, done := make(chan struct{}), make(chan struct{}), make(chan error, 1)
-		go func() {
-			_, err := reconcile.Reconcile(context.Background(), db.DB, reconcile.WithFailpoint(func(p string) error {
-				if p == reconcile.FailpointShapeApplied {
-					close(holding)
-					<-release
-				}
-				return nil
-			}))
-			done <- err
-		}()
-		<-holding
-		defer func() { close(release); require.NoError(t, <-done) }()
+		finish := replicatest.HoldingTheLock(t, db.DB, reconcile.FailpointShapeApplied)
+		defer func() { _, err := finish(); require.NoError(t, err) }()
 
 		code, out, errOut := cli(t, "reconcile", "--db", db.CLIDSN, "--lock-wait", "100ms")
 		require.Equal(t, exitStepFailed, code, errOut)

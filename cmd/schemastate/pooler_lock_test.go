@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -16,35 +15,18 @@ import (
 
 	"github.com/schemastate/schemastate/internal/dbtest"
 	"github.com/schemastate/schemastate/internal/pgbouncer"
+	"github.com/schemastate/schemastate/internal/proctest"
 	"github.com/schemastate/schemastate/reconcile"
 )
 
 // The boot lock behind a real PgBouncer (1.18) in transaction and session
 // mode, driven as a host's replicas drive it: separate CLI processes.
 
-var (
-	hookedOnce sync.Once
-	hookedPath string
-	hookedErr  error
-)
-
-// hookedBinary builds the CLI with the schemastate_testhooks tag
+// hookedBinary is the CLI built with the schemastate_testhooks tag
 // (testhooks_on.go): a binary that can SIGKILL itself at a failpoint.
 func hookedBinary(t *testing.T) string {
 	t.Helper()
-	hookedOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "schemastate-hooked-")
-		if err != nil {
-			hookedErr = err
-			return
-		}
-		hookedPath = filepath.Join(dir, "schemastate")
-		if out, err := exec.Command("go", "build", "-tags", "schemastate_testhooks", "-o", hookedPath, ".").CombinedOutput(); err != nil {
-			hookedErr = fmt.Errorf("%w: %s", err, out)
-		}
-	})
-	require.NoError(t, hookedErr)
-	return hookedPath
+	return proctest.BinaryWithTags(t, "schemastate_testhooks")
 }
 
 // seedSubagents fills the pre-amendment table with n rows over many heap

@@ -8,7 +8,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/schemastate/schemastate/dialect"
 	"github.com/schemastate/schemastate/internal/gen"
 	"github.com/schemastate/schemastate/reconcile"
 )
@@ -38,31 +37,10 @@ const floorWinners = "bench_floor_winners"
 
 // floorBackfillSQL returns the floor's statements, in order: the scan into
 // the winners, the MAX, the INSERT, the drop.
-func floorBackfillSQL(d dialect.Dialect) (winners, max, insert, drop string) {
-	var get, num, flag, where, from, temp string
-	if d == dialect.Postgres {
-		get = "j #>> '{%s}'"
-		num = "(j #>> '{%s}')::bigint"
-		flag = "CASE WHEN j #>> '{%s}' = 'true' THEN 1 ELSE 0 END"
-		from = `(SELECT m.*, CASE WHEN m.metadata IS NULL OR m.metadata IN ('', 'null') THEN NULL ELSE m.metadata::jsonb END AS j FROM task_session_messages m
-	WHERE strpos(m.metadata, 'subagent_task') > 0 OR (strpos(m.metadata, '\u00') > 0 AND m.metadata ~ '\\u00[5-7]')) m`
-		where = "j #>> '{normalized,kind}' = 'subagent_task'"
-		temp = "CREATE TEMP TABLE " + floorWinners + " AS"
-	} else {
-		get = "json_extract(m.metadata, '$.%s')"
-		num = get
-		flag = "COALESCE(json_extract(m.metadata, '$.%s'), 0)"
-		from = "task_session_messages m"
-		where = `(instr(m.metadata, 'subagent_task') > 0 OR (instr(m.metadata, '\u00') > 0 AND m.metadata GLOB '*\u00[5-7]*'))
-	AND CASE WHEN json_valid(m.metadata) THEN json_extract(m.metadata, '$.normalized.kind') END = 'subagent_task'`
-		temp = "CREATE TEMP TABLE " + floorWinners + " AS"
-	}
-	path := func(f string, p ...string) string {
-		if d == dialect.Postgres {
-			return fmt.Sprintf(f, strings.Join(p, ","))
-		}
-		return fmt.Sprintf(f, strings.Join(p, "."))
-	}
+func floorBackfillSQL(j floorJSON) (winners, max, insert, drop string) {
+	get, num, flag, where, from := j.get, j.num, j.flag, j.where, j.from
+	temp := "CREATE TEMP TABLE " + floorWinners + " AS"
+	path := func(f string, p ...string) string { return fmt.Sprintf(f, strings.Join(p, j.pathSep)) }
 	st := func(f, field string) string { return path(f, "normalized", "subagent_task", field) }
 	winners = temp + `
 SELECT * FROM (
@@ -197,10 +175,10 @@ func (b *bench) backfill(ctx context.Context, rep *Report, n int, sum *gen.Summa
 // checkpoint empties SQLite's WAL so a run does not pay for the previous
 // run's pages (nothing on PostgreSQL).
 func (b *bench) checkpoint(ctx context.Context) error {
-	if b.d != dialect.SQLite {
+	if b.on.checkpoint == "" {
 		return nil
 	}
-	return drainQuery(ctx, b.db, "PRAGMA wal_checkpoint(TRUNCATE)")
+	return drainQuery(ctx, b.db, b.on.checkpoint)
 }
 
 // floorInsert runs the floor's statements in the transaction shape the
@@ -213,13 +191,9 @@ func (b *bench) floorInsert(ctx context.Context) (time.Duration, int64, error) {
 		return 0, 0, err
 	}
 	defer conn.Close()
-	winners, max, insert, drop := floorBackfillSQL(b.d)
-	begin := "BEGIN"
-	if b.d == dialect.SQLite {
-		begin = "BEGIN IMMEDIATE"
-	}
+	winners, max, insert, drop := floorBackfillSQL(b.on.floorJSON)
 	tBegin := time.Now()
-	if _, err := conn.ExecContext(ctx, begin); err != nil {
+	if _, err := conn.ExecContext(ctx, b.on.floorBegin); err != nil {
 		return 0, 0, err
 	}
 	var n int64
@@ -247,13 +221,13 @@ func (b *bench) floorInsert(ctx context.Context) (time.Duration, int64, error) {
 		conn.ExecContext(context.Background(), "ROLLBACK") //nolint:errcheck
 		return 0, 0, err
 	}
-	if b.d == dialect.SQLite {
+	if !b.on.floorTimesCommit {
 		el = time.Since(t0)
 	}
 	if _, err := conn.ExecContext(ctx, "COMMIT"); err != nil {
 		return 0, 0, err
 	}
-	if b.d == dialect.Postgres {
+	if b.on.floorTimesCommit {
 		el = time.Since(tBegin)
 	}
 	return el, n, nil

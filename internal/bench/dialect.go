@@ -49,11 +49,30 @@ type dialectBench struct {
 	// parameter; settle leaves a restored store as a running host's would.
 	series, settle string
 
+	// floorJSON is how the backfill floor reads a metadata field;
+	// floorBegin opens its transaction, as the backfill step's is opened;
+	// floorTimesCommit: the step's time includes its own COMMIT (else the
+	// reconcile commits every step at once, outside the step's time).
+	// checkpoint empties the journal between runs ("": nothing to empty).
+	floorJSON        floorJSON
+	floorBegin       string
+	floorTimesCommit bool
+	checkpoint       string
+
 	// fingerprint selects a value that changes with any schema change;
 	// floorCatalog is the steady-state floor's catalog read of the owned
 	// and host tables, with its arguments.
 	fingerprint  string
 	floorCatalog func(owned, host []string) (string, []any)
+}
+
+// floorJSON is how the backfill floor reads the metadata: get, num and
+// flag a text, number and boolean field at the path (a %s the path's parts
+// fill, joined by pathSep), from the candidate messages with their document,
+// where the subagent ones.
+type floorJSON struct {
+	get, num, flag, pathSep string
+	from, where             string
 }
 
 var dialects = perdialect.Of[dialectBench]{Postgres: postgresBench, SQLite: sqliteBench}

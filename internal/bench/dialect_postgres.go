@@ -38,6 +38,18 @@ var postgresBench = dialectBench{
 	series: "generate_series(0, $1::int - 1) AS k(i)",
 	settle: "ANALYZE task_session_subagents",
 
+	floorJSON: floorJSON{
+		get:     "j #>> '{%s}'",
+		num:     "(j #>> '{%s}')::bigint",
+		flag:    "CASE WHEN j #>> '{%s}' = 'true' THEN 1 ELSE 0 END",
+		pathSep: ",",
+		from: `(SELECT m.*, CASE WHEN m.metadata IS NULL OR m.metadata IN ('', 'null') THEN NULL ELSE m.metadata::jsonb END AS j FROM task_session_messages m
+	WHERE strpos(m.metadata, 'subagent_task') > 0 OR (strpos(m.metadata, '\u00') > 0 AND m.metadata ~ '\\u00[5-7]')) m`,
+		where: "j #>> '{normalized,kind}' = 'subagent_task'",
+	},
+	floorBegin:       "BEGIN",
+	floorTimesCommit: true,
+
 	fingerprint: `SELECT string_agg(c.oid::text || ':' || c.xmin::text, ',' ORDER BY c.oid)
 FROM pg_class c WHERE c.relnamespace = current_schema()::regnamespace`,
 	floorCatalog: func(owned, host []string) (string, []any) {

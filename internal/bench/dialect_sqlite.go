@@ -42,6 +42,18 @@ var sqliteBench = dialectBench{
 	series: "(WITH RECURSIVE s(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM s WHERE i + 1 < ?) SELECT i FROM s) k",
 	settle: "PRAGMA wal_checkpoint(TRUNCATE)",
 
+	floorJSON: floorJSON{
+		get:     "json_extract(m.metadata, '$.%s')",
+		num:     "json_extract(m.metadata, '$.%s')",
+		flag:    "COALESCE(json_extract(m.metadata, '$.%s'), 0)",
+		pathSep: ".",
+		from:    "task_session_messages m",
+		where: `(instr(m.metadata, 'subagent_task') > 0 OR (instr(m.metadata, '\u00') > 0 AND m.metadata GLOB '*\u00[5-7]*'))
+	AND CASE WHEN json_valid(m.metadata) THEN json_extract(m.metadata, '$.normalized.kind') END = 'subagent_task'`,
+	},
+	floorBegin: "BEGIN IMMEDIATE",
+	checkpoint: "PRAGMA wal_checkpoint(TRUNCATE)",
+
 	fingerprint: "PRAGMA schema_version",
 	floorCatalog: func(owned, host []string) (string, []any) {
 		return fmt.Sprintf(floorCatalogSQLite, marks(len(owned)), marks(len(host))), append(anys(owned), anys(host)...)

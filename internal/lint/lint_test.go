@@ -63,19 +63,43 @@ const noteAfter = `  column "updated_at" {
 
 var certificate = map[string][]string{"sqlite/declaration": {"certificate *"}, "postgres/declaration": {"certificate *"}}
 
-func with(m map[string][]string, more map[string][]string) map[string][]string {
+// with is m overlaid with each of more in turn; a later map's state wins.
+func with(m map[string][]string, more ...map[string][]string) map[string][]string {
 	out := map[string][]string{}
 	for k, v := range m {
 		out[k] = v
 	}
-	for k, v := range more {
-		out[k] = v
+	for _, o := range more {
+		for k, v := range o {
+			out[k] = v
+		}
 	}
 	return out
 }
 
 func plus(key string, extra ...string) []string {
 	return append(append([]string(nil), baseline[key]...), extra...)
+}
+
+// onPostgres is an edit's hazards found on every PostgreSQL installed base:
+// beside the baseline's where it has one, alone on the old shape.
+func onPostgres(found ...string) map[string][]string {
+	return map[string][]string{
+		"postgres/pre-amendment": plus("postgres/pre-amendment", found...),
+		"postgres/host-ddl":      plus("postgres/host-ddl", found...),
+		"postgres/old-shape":     found,
+	}
+}
+
+// sqliteRebuild is an edit SQLite can only make by rebuilding the table:
+// its hazards on every SQLite installed base, and the old shape, which the
+// baseline leaves alone, rebuilt too.
+func sqliteRebuild(found ...string) map[string][]string {
+	return map[string][]string{
+		"sqlite/pre-amendment": plus("sqlite/pre-amendment", found...),
+		"sqlite/host-ddl":      plus("sqlite/host-ddl", found...),
+		"sqlite/old-shape":     append(append([]string(nil), found...), "sqlite-rebuild "+subagents),
+	}
 }
 
 var edits = []edit{
@@ -85,22 +109,13 @@ var edits = []edit{
 	{name: "add a NOT NULL column with a default", old: noteAfter, new: noteAfter + "  column \"note\" {\n    type    = local.text\n    null    = false\n    default = \"\"\n  }\n",
 		want: certificate, exit: 0},
 	{name: "add a NOT NULL column without a default", old: noteAfter, new: noteAfter + "  column \"note\" {\n    type = local.text\n    null = false\n  }\n",
-		want: with(certificate, map[string][]string{
-			// SQLite cannot ADD COLUMN … NOT NULL without a default: rebuild.
-			"sqlite/pre-amendment":   plus("sqlite/pre-amendment", "not-null-no-default "+subagents+".note"),
-			"sqlite/host-ddl":        {"not-null-no-default " + subagents + ".note", "sqlite-rebuild " + subagents},
-			"sqlite/old-shape":       {"not-null-no-default " + subagents + ".note", "sqlite-rebuild " + subagents},
-			"postgres/pre-amendment": plus("postgres/pre-amendment", "not-null-no-default "+subagents+".note"),
-			"postgres/host-ddl":      plus("postgres/host-ddl", "not-null-no-default "+subagents+".note"),
-			"postgres/old-shape":     {"not-null-no-default " + subagents + ".note"},
-		}), exit: 1},
+		// SQLite cannot ADD COLUMN … NOT NULL without a default: rebuild.
+		want: with(certificate,
+			sqliteRebuild("not-null-no-default "+subagents+".note"),
+			onPostgres("not-null-no-default "+subagents+".note")), exit: 1},
 	{name: "widen a type", old: "  column \"is_async\" {\n    type    = local.int\n", new: "  column \"is_async\" {\n    type    = local.int64\n",
 		// integer and bigint are one type class on SQLite: no change there.
-		want: with(certificate, map[string][]string{
-			"postgres/pre-amendment": plus("postgres/pre-amendment", "table-rewrite "+subagents+".is_async"),
-			"postgres/host-ddl":      plus("postgres/host-ddl", "table-rewrite "+subagents+".is_async"),
-			"postgres/old-shape":     {"table-rewrite " + subagents + ".is_async"},
-		}), exit: 0},
+		want: with(certificate, onPostgres("table-rewrite "+subagents+".is_async")), exit: 0},
 	{name: "narrow a type", old: "  column \"total_tokens\" {\n    type = local.int64\n", new: "  column \"total_tokens\" {\n    type = sql(\"smallint\")\n",
 		// A refused table is left exactly as it is: its other changes go too.
 		want: with(certificate, map[string][]string{
@@ -120,23 +135,11 @@ var edits = []edit{
 			"postgres/old-shape":     {"drop-column " + subagents + ".model"},
 		}), exit: 1},
 	{name: "add an index", old: "  index \"idx_subagents_turn_id\" {", new: "  index \"idx_subagents_model\" {\n    columns = [column.model]\n  }\n  index \"idx_subagents_turn_id\" {",
-		want: with(certificate, map[string][]string{
-			"postgres/pre-amendment": plus("postgres/pre-amendment", "index-not-concurrent "+subagents+" index idx_subagents_model"),
-			"postgres/host-ddl":      plus("postgres/host-ddl", "index-not-concurrent "+subagents+" index idx_subagents_model"),
-			"postgres/old-shape":     {"index-not-concurrent " + subagents + " index idx_subagents_model"},
-		}), exit: 0},
+		want: with(certificate, onPostgres("index-not-concurrent "+subagents+" index idx_subagents_model")), exit: 0},
 	{name: "add a unique", old: "  index \"idx_subagents_turn_id\" {", new: "  index \"task_session_subagents_agent_id_key\" {\n    unique  = true\n    columns = [column.agent_id]\n  }\n  index \"idx_subagents_turn_id\" {",
-		want: with(certificate, map[string][]string{
-			"postgres/pre-amendment": plus("postgres/pre-amendment", "index-not-concurrent "+subagents+" index task_session_subagents_agent_id_key"),
-			"postgres/host-ddl":      plus("postgres/host-ddl", "index-not-concurrent "+subagents+" index task_session_subagents_agent_id_key"),
-			"postgres/old-shape":     {"index-not-concurrent " + subagents + " index task_session_subagents_agent_id_key"},
-		}), exit: 0},
+		want: with(certificate, onPostgres("index-not-concurrent "+subagents+" index task_session_subagents_agent_id_key")), exit: 0},
 	{name: "rename an index", old: `index "idx_subagents_task_id" {`, new: `index "idx_subagents_task" {`,
-		want: with(certificate, map[string][]string{
-			"postgres/pre-amendment": plus("postgres/pre-amendment", "index-not-concurrent "+subagents+" index idx_subagents_task"),
-			"postgres/host-ddl":      plus("postgres/host-ddl", "index-not-concurrent "+subagents+" index idx_subagents_task"),
-			"postgres/old-shape":     {"index-not-concurrent " + subagents + " index idx_subagents_task"},
-		}), exit: 0},
+		want: with(certificate, onPostgres("index-not-concurrent "+subagents+" index idx_subagents_task")), exit: 0},
 	{name: "edit a host table", old: "  comment = \"host: parent of task_session_subagents (FK target only)\"\n", new: "  comment = \"host: parent of task_session_subagents (FK target only)\"\n  column \"title\" {\n    type = local.text\n    null = true\n  }\n",
 		want: with(certificate, map[string][]string{
 			"sqlite/declaration":   {"certificate *", "host-table task_sessions"},
@@ -144,23 +147,12 @@ var edits = []edit{
 		}), exit: 1},
 	{name: "tighten a column to NOT NULL", old: "  column \"turn_id\" {\n    type = local.text\n    null = true\n  }\n", new: "  column \"turn_id\" {\n    type = local.text\n    null = false\n  }\n",
 		// The host's own row holds a NULL turn_id: the tightening fails there.
-		want: with(certificate, map[string][]string{
-			"sqlite/pre-amendment":   plus("sqlite/pre-amendment", "not-null-no-default "+subagents+".turn_id"),
-			"sqlite/host-ddl":        {"not-null-no-default " + subagents + ".turn_id", "sqlite-rebuild " + subagents},
-			"sqlite/old-shape":       {"not-null-no-default " + subagents + ".turn_id", "sqlite-rebuild " + subagents},
-			"postgres/pre-amendment": plus("postgres/pre-amendment", "not-null-no-default "+subagents+".turn_id", "table-rewrite "+subagents+".turn_id"),
-			"postgres/host-ddl":      plus("postgres/host-ddl", "not-null-no-default "+subagents+".turn_id", "table-rewrite "+subagents+".turn_id"),
-			"postgres/old-shape":     {"not-null-no-default " + subagents + ".turn_id", "table-rewrite " + subagents + ".turn_id"},
-		}), exit: 1},
+		want: with(certificate,
+			sqliteRebuild("not-null-no-default "+subagents+".turn_id"),
+			onPostgres("not-null-no-default "+subagents+".turn_id", "table-rewrite "+subagents+".turn_id")), exit: 1},
 	{name: "add a column with a volatile default", old: noteAfter, new: noteAfter + "  column \"nonce\" {\n    type    = local.text\n    null    = true\n    default = local.pg ? sql(\"gen_random_uuid()\") : sql(\"(lower(hex(randomblob(16))))\")\n  }\n",
 		// SQLite cannot ADD COLUMN with a non-constant default: rebuild.
-		want: with(certificate, map[string][]string{
-			"sqlite/host-ddl":        {"sqlite-rebuild " + subagents},
-			"sqlite/old-shape":       {"sqlite-rebuild " + subagents},
-			"postgres/pre-amendment": plus("postgres/pre-amendment", "table-rewrite "+subagents+".nonce"),
-			"postgres/host-ddl":      plus("postgres/host-ddl", "table-rewrite "+subagents+".nonce"),
-			"postgres/old-shape":     {"table-rewrite " + subagents + ".nonce"},
-		}), exit: 0},
+		want: with(certificate, sqliteRebuild(), onPostgres("table-rewrite "+subagents+".nonce")), exit: 0},
 	{name: "retire the upsert key", old: "  index \"task_session_subagents_session_execution_tool_call_key\" {\n    unique  = true\n", new: "  index \"task_session_subagents_session_execution_tool_call_key\" {\n    unique  = false\n",
 		// The key becomes a plain index: rebuilt on SQLite, built beside the
 		// host's own unique constraint (kept as undeclared) on PostgreSQL.

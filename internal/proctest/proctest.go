@@ -7,9 +7,11 @@ package proctest
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 
@@ -19,11 +21,17 @@ import (
 // cliPackage is the import path the binary is built from.
 const cliPackage = "github.com/schemastate/schemastate/cmd/schemastate"
 
+// build is one build of the binary, made at most once per test binary.
+type build struct {
+	once      sync.Once
+	dir, path string
+	err       error
+}
+
+// builds holds a build per set of build tags ("" for none).
 var (
-	buildOnce sync.Once
-	buildDir  string
-	buildPath string
-	buildErr  error
+	buildsMu sync.Mutex
+	builds   = map[string]*build{}
 )
 
 // Binary builds the schemastate binary once per test binary and returns its
@@ -31,26 +39,51 @@ var (
 // from TestMain, removes it.
 func Binary(t testing.TB) string {
 	t.Helper()
-	buildOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "schemastate-bin-")
-		if err != nil {
-			buildErr = err
-			return
-		}
-		buildDir, buildPath = dir, filepath.Join(dir, "schemastate")
-		if out, err := exec.Command("go", "build", "-o", buildPath, cliPackage).CombinedOutput(); err != nil {
-			buildErr, buildPath = err, string(out)
-		}
-	})
-	require.NoError(t, buildErr, buildPath)
-	return buildPath
+	return BinaryWithTags(t)
 }
 
-// Cleanup removes the binary Binary built, if any: one per run of a package,
-// tens of MiB each, would otherwise pile up in the temporary directory.
+// BinaryWithTags is Binary built with the given build tags (such as
+// schemastate_testhooks, for a binary with failpoints): each set of tags is
+// built once per test binary, and Cleanup removes every one.
+func BinaryWithTags(t testing.TB, tags ...string) string {
+	t.Helper()
+	key := strings.Join(tags, ",")
+	buildsMu.Lock()
+	b := builds[key]
+	if b == nil {
+		b = &build{}
+		builds[key] = b
+	}
+	buildsMu.Unlock()
+	b.once.Do(func() {
+		dir, err := os.MkdirTemp("", "schemastate-bin-")
+		if err != nil {
+			b.err = err
+			return
+		}
+		b.dir, b.path = dir, filepath.Join(dir, "schemastate")
+		args := []string{"build"}
+		if key != "" {
+			args = append(args, "-tags", key)
+		}
+		if out, err := exec.Command("go", append(args, "-o", b.path, cliPackage)...).CombinedOutput(); err != nil {
+			b.err = fmt.Errorf("go %s: %w: %s", strings.Join(args, " "), err, out)
+		}
+	})
+	require.NoError(t, b.err)
+	return b.path
+}
+
+// Cleanup removes every binary Binary and BinaryWithTags built: one per run
+// of a package, tens of MiB each, would otherwise pile up in the temporary
+// directory.
 func Cleanup() {
-	if buildDir != "" {
-		os.RemoveAll(buildDir)
+	buildsMu.Lock()
+	defer buildsMu.Unlock()
+	for _, b := range builds {
+		if b.dir != "" {
+			os.RemoveAll(b.dir)
+		}
 	}
 }
 
