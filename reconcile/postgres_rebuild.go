@@ -658,18 +658,33 @@ const rebuildIndexConns = 2
 // stops the others from starting and is the phase's.
 func (s *pgSession) rebuildIndexes(ctx context.Context, ph Phase, h phaseHooks) error {
 	builds, analyze := ph.SQL[:len(ph.SQL)-1], ph.SQL[len(ph.SQL)-1]
-	ctx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
 	next := make(chan string, len(builds))
 	for _, b := range builds {
 		next <- b
 	}
 	close(next)
-	var mu sync.Mutex
+	// A failure stops the other worker from starting another build; the
+	// one it is running finishes (or fails) on its own. It is not cancelled:
+	// a statement cancelled mid-flight can leave its connection unusable,
+	// and one of the two is the steps' connection.
+	var mu, fmu sync.Mutex
+	var first error
+	stop := func(err error) {
+		fmu.Lock()
+		defer fmu.Unlock()
+		if first == nil {
+			first = err
+		}
+	}
+	stopped := func() bool {
+		fmu.Lock()
+		defer fmu.Unlock()
+		return first != nil || ctx.Err() != nil
+	}
 	done := 0
 	worker := func(conn *sql.Conn) {
 		for stmt := range next {
-			if ctx.Err() != nil {
+			if stopped() {
 				return
 			}
 			mu.Lock() // the lock's transaction is one connection: one check at a time
@@ -679,7 +694,7 @@ func (s *pgSession) rebuildIndexes(ctx context.Context, ph Phase, h phaseHooks) 
 				err = buildIn(ctx, conn, stmt)
 			}
 			if err != nil {
-				cancel(fmt.Errorf("%s: %w", firstLine(stmt), withDetail(err)))
+				stop(fmt.Errorf("%s: %w", firstLine(stmt), withDetail(err)))
 				return
 			}
 			mu.Lock()
@@ -689,7 +704,7 @@ func (s *pgSession) rebuildIndexes(ctx context.Context, ph Phase, h phaseHooks) 
 			err = h.fail(FailpointRebuildIndexBuilt)
 			mu.Unlock()
 			if err != nil {
-				cancel(err)
+				stop(err)
 				return
 			}
 		}
@@ -713,7 +728,10 @@ func (s *pgSession) rebuildIndexes(ctx context.Context, ph Phase, h phaseHooks) 
 	}
 	worker(s.conn)
 	wg.Wait()
-	if err := context.Cause(ctx); err != nil {
+	if first != nil {
+		return first
+	}
+	if err := ctx.Err(); err != nil {
 		return err
 	}
 	if _, err := s.conn.ExecContext(ctx, analyze); err != nil {
