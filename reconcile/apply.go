@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/schemastate/schemastate/internal/readonly"
 )
 
 // The applier: one for both dialects.
@@ -379,20 +381,7 @@ func prevTable(groups [][]Phase, i, j int) string {
 
 // queryStrings returns the one text column of every row of query.
 func queryStrings(ctx context.Context, q querier, query string, args ...any) ([]string, error) {
-	rows, err := q.QueryContext(ctx, query, args...)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var out []string
-	for rows.Next() {
-		var s string
-		if err := rows.Scan(&s); err != nil {
-			return nil, err
-		}
-		out = append(out, s)
-	}
-	return out, rows.Err()
+	return readonly.Strings(ctx, q, query, args...)
 }
 
 // firstLine is a statement as an error names it.
