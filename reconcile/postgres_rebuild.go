@@ -682,6 +682,7 @@ func (s *pgSession) rebuildIndexes(ctx context.Context, ph Phase, h phaseHooks) 
 		return first != nil || ctx.Err() != nil
 	}
 	done := 0
+	built := make(map[string]bool, len(builds))
 	worker := func(conn *sql.Conn) {
 		for stmt := range next {
 			if stopped() {
@@ -699,7 +700,7 @@ func (s *pgSession) rebuildIndexes(ctx context.Context, ph Phase, h phaseHooks) 
 			}
 			mu.Lock()
 			done++
-			h.executed(stmt)
+			built[stmt] = true
 			h.progress(fmt.Sprintf("rebuilding %s: %d of %d indexes built", ph.Table, done, len(builds)))
 			err = h.fail(FailpointRebuildIndexBuilt)
 			mu.Unlock()
@@ -728,6 +729,13 @@ func (s *pgSession) rebuildIndexes(ctx context.Context, ph Phase, h phaseHooks) 
 	}
 	worker(s.conn)
 	wg.Wait()
+	// The builds finish in any order; the exec hook is told those that
+	// committed in the plan's order, so what ran reads as the plan printed it.
+	for _, b := range builds {
+		if built[b] {
+			h.executed(b)
+		}
+	}
 	if first != nil {
 		return first
 	}
