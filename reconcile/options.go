@@ -147,7 +147,9 @@ func WithProgress(fn func(Progress)) Option { return func(o *options) { o.progre
 // reconcile ran against the plan that printed it (Phase.SQL). A statement of
 // a PostgreSQL transaction that was retried for its lock is reported once,
 // from the attempt that committed; a widen_copy phase's batch statement is
-// reported once, however many batches ran. A transactional phase's
+// reported once, however many batches ran; a rebuild_index phase's builds,
+// which run two at a time, are reported in the plan's order once they ran.
+// A transactional phase's
 // statements are reported once the transaction scope that ran them succeeded
 // (apply.go); SQLite commits every step at the end of the reconcile, so a
 // statement reported there is still undone if that commit fails.
