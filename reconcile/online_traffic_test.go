@@ -102,6 +102,11 @@ func TestOnline_UnderLiveUpdatesDeletesInserts(t *testing.T) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var burst atomic.Bool
+	// The writer is stopped between rounds, never cancelled mid-statement:
+	// a statement cancelled in flight may still have committed, and the
+	// checks below must know exactly what the writer did.
+	var stopped atomic.Bool
+	stop := make(chan struct{})
 	keyed := make(chan struct{}) // the three-column key is in place: the writer may upsert on it
 	var once sync.Once
 	var failures []error
@@ -112,11 +117,11 @@ func TestOnline_UnderLiveUpdatesDeletesInserts(t *testing.T) {
 		defer wg.Done()
 		select {
 		case <-keyed:
-		case <-ctx.Done():
+		case <-stop:
 			return
 		}
-		for n := 0; ctx.Err() == nil; n++ {
-			if err := traffic.step(ctx, n, rows); err != nil && ctx.Err() == nil {
+		for n := 0; !stopped.Load(); n++ {
+			if err := traffic.step(context.Background(), n, rows); err != nil {
 				fmu.Lock()
 				failures = append(failures, err)
 				fmu.Unlock()
@@ -148,7 +153,8 @@ func TestOnline_UnderLiveUpdatesDeletesInserts(t *testing.T) {
 		defer fmu.Unlock()
 		return traffic.updates.Load() >= atReturn+3 || len(failures) > 0
 	}, time.Minute, 5*time.Millisecond)
-	cancel()
+	stopped.Store(true)
+	close(stop)
 	wg.Wait()
 	require.NoError(t, err, describe(rep))
 	require.Empty(t, failures, "the live writer never fails")
