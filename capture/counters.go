@@ -35,27 +35,21 @@ type outcome struct {
 
 func (c *Counters) add(o outcome) {
 	c.Attempted++
-	if o.skipped {
-		c.SkippedNoIdentity++
+	c.SkippedNoIdentity += one(o.skipped)
+	c.Persisted += one(o.persisted)
+	c.Failed += one(o.failed)
+	c.AnomalousValue += one(o.anomalous)
+	c.UnstorableText += one(o.unstorable)
+	c.UnknownExecution += one(o.unknown)
+	c.Retried += one(o.retried)
+}
+
+// one is what a flag of an outcome adds to its counter: 1 when set.
+func one(flag bool) int64 {
+	if flag {
+		return 1
 	}
-	if o.persisted {
-		c.Persisted++
-	}
-	if o.failed {
-		c.Failed++
-	}
-	if o.anomalous {
-		c.AnomalousValue++
-	}
-	if o.unstorable {
-		c.UnstorableText++
-	}
-	if o.unknown {
-		c.UnknownExecution++
-	}
-	if o.retried {
-		c.Retried++
-	}
+	return 0
 }
 
 // counterSet is a mutex-guarded Counters, so a snapshot never shows a frame's
