@@ -14,18 +14,16 @@ import (
 	"github.com/schemastate/schemastate/internal/dbtest"
 	"github.com/schemastate/schemastate/keys"
 	"github.com/schemastate/schemastate/reconcile"
+	"github.com/schemastate/schemastate/toolstatus"
 )
 
-// AC-11: the spec's six terminal values, pinned to the function and the
-// exported list, so neither can drift from the contract.
+// AC-11: capture's exported list and function are toolstatus's (whose test
+// pins them to the spec's six values), so neither can drift from the
+// contract.
 func TestIsTerminalToolStatus_AC11_PinsSpecList(t *testing.T) {
-	spec := []string{"complete", "completed", "success", "error", "failed", "cancelled"}
-	require.ElementsMatch(t, spec, capture.TerminalToolStatuses)
-	for _, s := range spec {
-		require.True(t, capture.IsTerminalToolStatus(s), s)
-	}
-	for _, s := range []string{"", "pending", "in_progress", "async_launched", "started", "Completed", "canceled", "done"} {
-		require.False(t, capture.IsTerminalToolStatus(s), s)
+	require.Equal(t, toolstatus.Terminal, capture.TerminalToolStatuses)
+	for _, s := range append([]string{"", "pending", "in_progress", "async_launched", "started", "Completed", "canceled", "done"}, toolstatus.Terminal...) {
+		require.Equal(t, toolstatus.IsTerminal(s), capture.IsTerminalToolStatus(s), s)
 	}
 }
 

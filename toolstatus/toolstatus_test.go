@@ -15,7 +15,7 @@ func TestTerminal_AC11_PinsSpecList(t *testing.T) {
 	for _, s := range spec {
 		require.True(t, toolstatus.IsTerminal(s), s)
 	}
-	for _, s := range []string{"", "in_progress", "pending", "Completed", "completed ", "cancelled_by_user", "done"} {
+	for _, s := range []string{"", "in_progress", "pending", "async_launched", "started", "Completed", "completed ", "canceled", "cancelled_by_user", "done"} {
 		require.False(t, toolstatus.IsTerminal(s), s)
 	}
 	require.Equal(t, "'complete', 'completed', 'success', 'error', 'failed', 'cancelled'", toolstatus.SQLList())
