@@ -141,10 +141,7 @@ func Generate(ctx context.Context, db *sql.DB, cfg Config) (*Summary, error) {
 	if err != nil {
 		return nil, err
 	}
-	st, err := stores.For(d)
-	if err != nil {
-		return nil, fmt.Errorf("gen: %w", err)
-	}
+	st := stores.Must(d) // Detect returns only the two dialects
 	if err := requireEmpty(ctx, db, d); err != nil {
 		return nil, err
 	}
