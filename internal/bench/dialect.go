@@ -28,7 +28,7 @@ type dialectBench struct {
 	// hand-written statements, rebuildChecks the reads a rebuild makes
 	// besides (a fixed cost; none on a dialect that does not rebuild).
 	rebuild       Measurement
-	rebuildFloor  func(legacy []string) []string
+	rebuildFloor  func(legacy []string) ([]string, error)
 	rebuildChecks []string
 	// handMigration runs a hand-written migration's statements on conn the
 	// way a host would, committed.

@@ -28,7 +28,7 @@ var postgresBench = dialectBench{
 	rebuild: Measurement{Name: ConstraintSwap,
 		OursIs:  "reconcile.Reconcile on the legacy store, in process, wall time (lock, certificate check, declaration, inspect, plan, the shape and widen steps — one transaction under the online threshold (reconcile.WithOnlineAbove), the online phases at and above it: catalog-only exclusive locks, CONCURRENTLY index build, expand/contract widening — and execution_since)",
 		FloorIs: "one hand-written ALTER TABLE to the declared shape (drop constraint, widen the three metrics to bigint, add column, add constraint) in one transaction, timed with its COMMIT"},
-	rebuildFloor:  func([]string) []string { return handSwapPostgres },
+	rebuildFloor:  func([]string) ([]string, error) { return handSwapPostgres, nil },
 	handMigration: handMigrationPostgres,
 	lockUpTo:      1_000_000,
 	tableBytes:    `SELECT pg_total_relation_size('task_session_subagents')`,

@@ -7,51 +7,52 @@ import (
 	"time"
 
 	"github.com/schemastate/schemastate/dialect"
+	"github.com/schemastate/schemastate/internal/fixtures"
 )
 
 // The hand-written migrations: exactly the end state the declaration asks
 // for, written by someone who knows the starting shape.
-const (
-	amendedSQLite = `CREATE TABLE schemastate_bench_new (
-	id TEXT NOT NULL PRIMARY KEY,
-	task_session_id TEXT NOT NULL REFERENCES task_sessions (id) ON DELETE CASCADE,
-	task_id TEXT NOT NULL,
-	turn_id TEXT,
-	agent_execution_id TEXT NOT NULL DEFAULT 'unknown',
-	tool_call_id TEXT NOT NULL,
-	parent_tool_call_id TEXT,
-	subagent_type TEXT,
-	description TEXT,
-	agent_id TEXT,
-	child_session_id TEXT,
-	model TEXT,
-	agent_status TEXT,
-	tool_status TEXT,
-	is_async INTEGER NOT NULL DEFAULT 0,
-	total_tokens INTEGER,
-	tool_use_count INTEGER,
-	duration_ms INTEGER,
-	source TEXT NOT NULL DEFAULT 'live',
-	observed_at TIMESTAMP NOT NULL,
-	settled_at TIMESTAMP,
-	updated_at TIMESTAMP NOT NULL
-)`
-	amendedIndexes = `CREATE UNIQUE INDEX task_session_subagents_session_execution_tool_call_key ON task_session_subagents (task_session_id, agent_execution_id, tool_call_id);
-CREATE INDEX idx_subagents_session_id ON task_session_subagents (task_session_id);
-CREATE INDEX idx_subagents_task_id ON task_session_subagents (task_id);
-CREATE INDEX idx_subagents_turn_id ON task_session_subagents (turn_id)`
-)
 
-// handRebuildSQLite copies the pre-amendment table's columns (legacy) into
-// the amended table.
-func handRebuildSQLite(legacy []string) []string {
+// amendedKey is the declared unique index over the amended key, which the
+// declaration names and the host's inline UNIQUE leaves unnamed.
+const amendedKey = "CREATE UNIQUE INDEX task_session_subagents_session_execution_tool_call_key ON task_session_subagents (task_session_id, agent_execution_id, tool_call_id)"
+
+// handRebuildSQLite creates the amended table as the host's own DDL writes
+// it (fixtures.HostAmendedFixture) brought to the declared shape — a NOT
+// NULL primary key, the key as the declared unique index instead of an
+// inline UNIQUE — under a new name, copies the pre-amendment table's columns
+// (legacy) into it, drops the old table, renames the new one into place and
+// creates the key and the host's three indexes.
+func handRebuildSQLite(legacy []string) ([]string, error) {
+	script, err := fixtures.HostAmendedFixture(string(dialect.SQLite))
+	if err != nil {
+		return nil, err
+	}
+	var create string
+	var indexes []string
+	for _, s := range fixtures.SplitSQL(script) {
+		switch {
+		case strings.HasPrefix(s, "CREATE TABLE"):
+			create = s
+		case strings.HasPrefix(s, "CREATE INDEX"):
+			indexes = append(indexes, s)
+		}
+	}
+	create, err = fixtures.Rewrite(create,
+		"CREATE TABLE IF NOT EXISTS task_session_subagents (", "CREATE TABLE schemastate_bench_new (",
+		"    id TEXT PRIMARY KEY,", "    id TEXT NOT NULL PRIMARY KEY,",
+		",\n    UNIQUE (task_session_id, agent_execution_id, tool_call_id)", "")
+	if err != nil {
+		return nil, fmt.Errorf("bench: the hand-written rebuild: %w", err)
+	}
 	cols := strings.Join(legacy, ", ")
 	return append([]string{
-		amendedSQLite,
+		create,
 		"INSERT INTO schemastate_bench_new (" + cols + ") SELECT " + cols + " FROM task_session_subagents",
 		"DROP TABLE task_session_subagents",
 		"ALTER TABLE schemastate_bench_new RENAME TO task_session_subagents",
-	}, strings.Split(amendedIndexes, ";\n")...)
+		amendedKey,
+	}, indexes...), nil
 }
 
 var handSwapPostgres = []string{
@@ -107,7 +108,11 @@ func (b *bench) hostRecreate(ctx context.Context) (time.Duration, error) {
 	if err := drainQuery(ctx, tx, `SELECT type, sql FROM sqlite_master WHERE tbl_name = 'task_session_subagents' AND type IN ('index', 'trigger') AND sql IS NOT NULL`); err != nil {
 		return 0, err
 	}
-	if err := execAll(ctx, tx, handRebuildSQLite(b.legacyColumns)); err != nil {
+	stmts, err := handRebuildSQLite(b.legacyColumns)
+	if err != nil {
+		return 0, err
+	}
+	if err := execAll(ctx, tx, stmts); err != nil {
 		return 0, err
 	}
 	rows, err := tx.QueryContext(ctx, "PRAGMA foreign_key_check")

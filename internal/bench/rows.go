@@ -68,7 +68,10 @@ func (b *bench) rowsFamily(ctx context.Context, rep *Report) error {
 func (b *bench) rebuild(ctx context.Context, rep *Report, n int) error {
 	m := b.on.rebuild
 	m.Family, m.N, m.Rows = FamilyRows, n, n
-	floor := b.on.rebuildFloor(b.legacyColumns)
+	floor, err := b.on.rebuildFloor(b.legacyColumns)
+	if err != nil {
+		return err
+	}
 	var shapeSteps, applies []time.Duration
 	var mem *Memory
 	ours := func(run int) (time.Duration, error) {
