@@ -100,17 +100,10 @@ func (b *bench) backfill(ctx context.Context, rep *Report, n int, sum *gen.Summa
 				tScan = time.Now()
 			}
 		}
-		var r *reconcile.Report
-		var err error
-		el, sample := b.sampled(run == 0, func() {
-			r, err = reconcile.Reconcile(ctx, b.db, reconcile.WithLogger(b.quiet), reconcile.WithFailpoint(fp), reconcile.WithProgress(progress))
-		})
+		el, r, err := b.sampledReconcile(ctx, run, &mem, FamilyMessages, n, "reconcile of the predating store (table created, full backfill)",
+			reconcile.WithFailpoint(fp), reconcile.WithProgress(progress))
 		if err != nil {
 			return 0, err
-		}
-		if sample != nil {
-			sample.Family, sample.N, sample.Operation = FamilyMessages, n, "reconcile of the predating store (table created, full backfill)"
-			mem = sample
 		}
 		s := r.Step(reconcile.StepBackfill)
 		if s.Status != reconcile.Applied || s.Rows == nil {

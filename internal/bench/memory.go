@@ -2,6 +2,7 @@ package bench
 
 import (
 	"bufio"
+	"context"
 	"os"
 	"runtime"
 	"runtime/metrics"
@@ -9,6 +10,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/schemastate/schemastate/reconcile"
 )
 
 // heapMetric is the bytes of live and not-yet-swept heap objects; reading
@@ -58,6 +61,26 @@ func (b *bench) sampled(sample bool, fn func()) (time.Duration, *Memory) {
 	wg.Wait()
 	m.RSSPeak = procStatus("VmHWM")
 	return el, m
+}
+
+// sampledReconcile is one in-process Reconcile of run with the quiet logger
+// and opts, timed by sampled: on the first run (0) its memory is sampled
+// too, labelled with the family, n and operation it measures, and kept in
+// *mem.
+func (b *bench) sampledReconcile(ctx context.Context, run int, mem **Memory, family string, n int, operation string, opts ...reconcile.Option) (time.Duration, *reconcile.Report, error) {
+	var r *reconcile.Report
+	var err error
+	el, sample := b.sampled(run == 0, func() {
+		r, err = reconcile.Reconcile(ctx, b.db, append([]reconcile.Option{reconcile.WithLogger(b.quiet)}, opts...)...)
+	})
+	if err != nil {
+		return 0, nil, err
+	}
+	if sample != nil {
+		sample.Family, sample.N, sample.Operation = family, n, operation
+		*mem = sample
+	}
+	return el, r, nil
 }
 
 func resetPeakRSS() {

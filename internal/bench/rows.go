@@ -90,17 +90,9 @@ func (b *bench) rebuild(ctx context.Context, rep *Report, n int) error {
 			}
 			return nil
 		}
-		var r *reconcile.Report
-		var err error
-		el, sample := b.sampled(run == 0, func() {
-			r, err = reconcile.Reconcile(ctx, b.db, reconcile.WithLogger(b.quiet), reconcile.WithProgress(progress), reconcile.WithFailpoint(fp))
-		})
+		el, r, err := b.sampledReconcile(ctx, run, &mem, FamilyRows, n, m.Name, reconcile.WithProgress(progress), reconcile.WithFailpoint(fp))
 		if err != nil {
 			return 0, err
-		}
-		if sample != nil {
-			sample.Family, sample.N, sample.Operation = FamilyRows, n, m.Name
-			mem = sample
 		}
 		s := r.Step(reconcile.StepShape)
 		if s == nil || s.Status != reconcile.Applied {
