@@ -78,7 +78,7 @@ func (b *bench) atlasApply(ctx context.Context) (time.Duration, error) {
 	if err != nil {
 		return 0, err
 	}
-	tx, err := b.on.atlasTx(ctx, db)
+	tx, err := b.on.atlasTx(ctx, db, nil)
 	if err != nil {
 		return 0, err
 	}

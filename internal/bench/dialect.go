@@ -21,7 +21,7 @@ type dialectBench struct {
 	atlasIs   string
 	atlasEval func(src []byte, v any, vars map[string]cty.Value) error
 	atlasOpen func(q schema.ExecQuerier) (migrate.Driver, error)
-	atlasTx   func(ctx context.Context, db *sql.DB) (*sqlclient.Tx, error)
+	atlasTx   func(ctx context.Context, db *sql.DB, opts *sql.TxOptions) (*sqlclient.Tx, error)
 
 	// rebuild is the rows family's boot measurement as described (name,
 	// target, what ours and the floor are), rebuildFloor the floor's

@@ -5,9 +5,7 @@ import (
 	"database/sql"
 	"strings"
 
-	"ariga.io/atlas/sql/migrate"
 	"ariga.io/atlas/sql/postgres"
-	"ariga.io/atlas/sql/schema"
 	"ariga.io/atlas/sql/sqlclient"
 
 	"github.com/schemastate/schemastate/keys"
@@ -16,9 +14,9 @@ import (
 var postgresBench = dialectBench{
 	atlasIs:   "Atlas Go API as `atlas schema apply` runs it: EvalHCLBytes(schema.hcl), InspectSchema, SchemaDiff, BeginTx, ApplyChanges, COMMIT",
 	atlasEval: postgres.EvalHCLBytes,
-	atlasOpen: func(q schema.ExecQuerier) (migrate.Driver, error) { return postgres.Open(q) },
-	atlasTx: func(ctx context.Context, db *sql.DB) (*sqlclient.Tx, error) {
-		tx, err := db.BeginTx(ctx, nil)
+	atlasOpen: postgres.Open,
+	atlasTx: func(ctx context.Context, db *sql.DB, opts *sql.TxOptions) (*sqlclient.Tx, error) {
+		tx, err := db.BeginTx(ctx, opts)
 		if err != nil {
 			return nil, err
 		}

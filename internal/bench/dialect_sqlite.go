@@ -6,9 +6,6 @@ import (
 	"fmt"
 	"time"
 
-	"ariga.io/atlas/sql/migrate"
-	"ariga.io/atlas/sql/schema"
-	"ariga.io/atlas/sql/sqlclient"
 	"ariga.io/atlas/sql/sqlite"
 
 	"github.com/schemastate/schemastate/dialect"
@@ -18,8 +15,8 @@ import (
 var sqliteBench = dialectBench{
 	atlasIs:   "Atlas Go API as `atlas schema apply` runs it: EvalHCLBytes(schema.hcl), InspectSchema, SchemaDiff, sqlite.OpenTx (foreign keys off, foreign_key_check of the whole database before and after), ApplyChanges, COMMIT",
 	atlasEval: sqlite.EvalHCLBytes,
-	atlasOpen: func(q schema.ExecQuerier) (migrate.Driver, error) { return sqlite.Open(q) },
-	atlasTx:   func(ctx context.Context, db *sql.DB) (*sqlclient.Tx, error) { return sqlite.OpenTx(ctx, db, nil) },
+	atlasOpen: sqlite.Open,
+	atlasTx:   sqlite.OpenTx,
 
 	rebuild: Measurement{Name: Rebuild, Target: 1.15,
 		OursIs:  "reconcile.Reconcile on the legacy store, in process, wall time (lock, certificate check, declaration, inspect, plan, the rebuild with its row count — its foreign_key_check before and after skipped, as the legacy table keeps its foreign keys and nothing references it — execution_since, COMMIT)",
