@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"strings"
 	"testing"
 	"time"
@@ -24,8 +23,7 @@ import (
 // normalized.subagent_task.status, which differ here so conflating them fails,
 // and turn_id from the message's own column.
 func TestBackfill_AC21_EveryColumnFromItsNamedSource(t *testing.T) {
-	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
-		declared(t, db)
+	eachDeclared(t, func(t *testing.T, db *dbtest.DB) {
 		created, updated := base, base.Add(90*time.Second+123456*time.Microsecond)
 		seed(t, db, message{
 			ID: "m1", Session: "s1", Task: "task-1", Turn: "turn-7", Created: created, Updated: updated,
@@ -76,8 +74,7 @@ func TestBackfill_AC23a_SettledOnlyOnTerminalToolStatus(t *testing.T) {
 	cases["capitalised is not terminal"] = tc{top: map[string]any{"status": "Completed"}}
 	cases["status of wrong type"] = tc{top: map[string]any{"status": 1}}
 
-	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
-		declared(t, db)
+	eachDeclared(t, func(t *testing.T, db *dbtest.DB) {
 		i := 0
 		want := map[string]bool{}
 		for name, c := range cases {
@@ -106,8 +103,7 @@ func TestBackfill_AC23a_SettledOnlyOnTerminalToolStatus(t *testing.T) {
 // AC-21a: a qualifying message missing the session id, the task id or
 // metadata.tool_call_id is skipped, and the statement does not fail.
 func TestBackfill_AC21a_SkipsMessagesMissingAnIdentity(t *testing.T) {
-	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
-		declared(t, db)
+	eachDeclared(t, func(t *testing.T, db *dbtest.DB) {
 		seed(t, db,
 			message{ID: "ok", Session: "s1", Task: "task-1", Turn: "t", Created: base, Meta: subagent("toolu_ok", nil, nil)},
 			message{ID: "no-session", Session: "", Task: "task-1", Turn: "t", Created: base, Meta: subagent("toolu_a", nil, nil)},
@@ -134,8 +130,7 @@ func TestBackfill_AC21a_SkipsMessagesMissingAnIdentity(t *testing.T) {
 // AC-21b: one row per (task_session_id, tool_call_id), from the newest
 // created_at compared as a timestamp, then the greatest id.
 func TestBackfill_AC21b_NewestMessageWins(t *testing.T) {
-	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
-		declared(t, db)
+	eachDeclared(t, func(t *testing.T, db *dbtest.DB) {
 		model := func(m string) string { return subagent("toolu_1", nil, map[string]any{"model": m}) }
 		tie := func(m string) string { return subagent("toolu_tie", nil, map[string]any{"model": m}) }
 		seed(t, db,
@@ -182,8 +177,7 @@ func TestBackfill_AC21b_NewestMessageWins(t *testing.T) {
 // 'unknown' sentinel makes a legacy live row and a replay collide), a row
 // captured live WITH an execution id coexists, and a replay inserts nothing.
 func TestBackfill_AC22_ExistingRowsUntouchedAndReplayIsNoOp(t *testing.T) {
-	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
-		declared(t, db)
+	eachDeclared(t, func(t *testing.T, db *dbtest.DB) {
 		seed(t, db,
 			message{ID: "m1", Session: "s1", Task: "task-1", Turn: "t", Created: base, Meta: subagent("toolu_live", map[string]any{"status": "completed"}, map[string]any{"model": "from-message", "total_tokens": 10})},
 			message{ID: "m2", Session: "s1", Task: "task-1", Turn: "t", Created: base, Meta: subagent("toolu_exec", nil, map[string]any{"model": "from-message"})},
@@ -238,8 +232,7 @@ func TestBackfill_AC23_NullsZeroesAndAbsence(t *testing.T) {
 			map[string]any{"total_tokens": "9223372036854775807"}},
 		{"is_async false", map[string]any{"is_async": false}, map[string]any{"is_async": "0"}},
 	}
-	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
-		declared(t, db)
+	eachDeclared(t, func(t *testing.T, db *dbtest.DB) {
 		for i, c := range cases {
 			seed(t, db, message{ID: fmt.Sprint("m", i), Session: "s1", Task: "task-1", Turn: "t", Created: base,
 				Meta: subagent(fmt.Sprint("toolu_", i), map[string]any{"status": ""}, c.task)})
@@ -269,8 +262,7 @@ func (json9223372036854775808) MarshalJSON() ([]byte, error) {
 // object never aborts the statement on either dialect; such rows simply do not
 // qualify — for the INSERT and for the backfill_through MAX alike.
 func TestBackfill_AC23b_MalformedMetadataNeverAborts(t *testing.T) {
-	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
-		declared(t, db)
+	eachDeclared(t, func(t *testing.T, db *dbtest.DB) {
 		later := base.Add(time.Hour) // every malformed row is newer than the good one
 		bad := []string{"", "null", "{bad", `{"tool_call_id":"x",`, "[1]", `"x"`, "5", "true",
 			`{"normalized":5,"tool_call_id":"x"}`, `{"normalized":{"kind":["subagent_task"]},"tool_call_id":"x"}`,
@@ -318,8 +310,7 @@ func TestBackfill_AC21_EveryEscapedSpellingOfTheKindQualifies(t *testing.T) {
 			docs = append(docs, spelled)
 		}
 	}
-	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
-		declared(t, db)
+	eachDeclared(t, func(t *testing.T, db *dbtest.DB) {
 		for i, spelled := range docs {
 			seed(t, db, message{ID: fmt.Sprint("esc", i), Session: "s1", Task: "task-1", Turn: "t", Created: base,
 				// No subagent_task payload key: the escaped kind is the only spelling in the document.
@@ -347,8 +338,7 @@ func TestBackfill_AC21_EveryEscapedSpellingOfTheKindQualifies(t *testing.T) {
 // AC-24f: nothing qualifying → backfill_through is the ” sentinel, which is
 // never parsed as an instant; capture_since is still written.
 func TestBackfill_AC24f_EmptySentinelWhenNothingMatched(t *testing.T) {
-	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
-		declared(t, db)
+	eachDeclared(t, func(t *testing.T, db *dbtest.DB) {
 		seed(t, db, message{ID: "plain", Session: "s1", Task: "task-1", Turn: "t", Created: base, Meta: `{"normalized":{"kind":"text"}}`})
 		res := mustRun(t, db)
 		require.True(t, res.Ran)
@@ -370,8 +360,7 @@ func TestBackfill_AC24f_EmptySentinelWhenNothingMatched(t *testing.T) {
 // failpoints after the INSERT and after the first key write, and its reading
 // is the key), and both are the fixed nine-digit form.
 func TestBackfill_AC24_KeyValuesAndSamplingOrder(t *testing.T) {
-	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
-		declared(t, db)
+	eachDeclared(t, func(t *testing.T, db *dbtest.DB) {
 		newest := base.Add(3*time.Hour + 7*time.Microsecond)
 		seed(t, db,
 			message{ID: "a", Session: "s1", Task: "task-1", Turn: "t", Created: base, Meta: subagent("toolu_a", nil, nil)},
@@ -403,8 +392,7 @@ func TestBackfill_AC24_KeyValuesAndSamplingOrder(t *testing.T) {
 // AC-24d: the guard is BOTH keys. With both present nothing runs, even with
 // unbackfilled qualifying messages.
 func TestBackfill_AC24d_GuardIsBothKeys(t *testing.T) {
-	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
-		declared(t, db)
+	eachDeclared(t, func(t *testing.T, db *dbtest.DB) {
 		seed(t, db, message{ID: "a", Session: "s1", Task: "task-1", Turn: "t", Created: base, Meta: subagent("toolu_a", nil, nil)})
 		ctx := context.Background()
 		for _, k := range []string{keys.CaptureSince, keys.BackfillThrough} {
@@ -422,8 +410,7 @@ func TestBackfill_AC24d_GuardIsBothKeys(t *testing.T) {
 // a NEWER qualifying message during the INSERT; had the MAX been taken after
 // the INSERT it would name that message.
 func TestBackfill_AC24d_MaxIsTakenBeforeTheInsert(t *testing.T) {
-	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
-		declared(t, db)
+	eachDeclared(t, func(t *testing.T, db *dbtest.DB) {
 		seed(t, db, message{ID: "a", Session: "s1", Task: "task-1", Turn: "t", Created: base, Meta: subagent("toolu_a", nil, nil)})
 		late := keys.RowTime(db.Dialect, base.Add(24*time.Hour))
 		meta := subagent("toolu_late", nil, nil)
@@ -513,8 +500,7 @@ func TestBackfill_AC23a_OneScanOfTheMessages(t *testing.T) {
 func TestBackfill_AC24d_FailureAtEveryPointLeavesNothing(t *testing.T) {
 	for _, point := range []string{backfill.PointMaxTaken, backfill.PointInserted, backfill.PointFirstKeyWritten} {
 		t.Run(point, func(t *testing.T) {
-			dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
-				declared(t, db)
+			eachDeclared(t, func(t *testing.T, db *dbtest.DB) {
 				seed(t, db, message{ID: "a", Session: "s1", Task: "task-1", Turn: "t", Created: base, Meta: subagent("toolu_a", nil, nil)})
 				boom := errors.New("boom")
 				_, err := run(t, db, backfill.WithFailpoint(func(p string) error {
@@ -552,8 +538,7 @@ func TestBackfill_AC11_TerminalSetIsTheLiveWritersSet(t *testing.T) {
 // the same session (a pooled connection, with pgx's statement cache) must
 // find the new ones, not a stale plan, and none may outlive its run.
 func TestBackfill_RepeatedRunsOnOneSession(t *testing.T) {
-	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
-		declared(t, db)
+	eachDeclared(t, func(t *testing.T, db *dbtest.DB) {
 		conn, err := db.DB.Conn(context.Background())
 		require.NoError(t, err)
 		defer conn.Close()
@@ -604,8 +589,7 @@ func TestBackfill_AC21_DuplicatedMemberLastWinsOnBothDialects(t *testing.T) {
 		// A later non-string identity: the message has no tool_call_id (AC-21a).
 		"m-id-null": `{"tool_call_id":"tc-null","tool_call_id":null,` + task + `}`,
 	}
-	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
-		declared(t, db)
+	eachDeclared(t, func(t *testing.T, db *dbtest.DB) {
 		for id, doc := range docs {
 			seed(t, db, message{ID: id, Session: "s1", Task: "task-1", Turn: "t", Created: base, Meta: doc})
 		}
@@ -669,9 +653,7 @@ func TestBackfill_AC21_UnreadableCreatedAtIsCountedNotDropped(t *testing.T) {
 	_, err = db.DB.Exec(`DELETE FROM task_session_subagents`)
 	require.NoError(t, err)
 	clearKeys(t, db, keys.CaptureSince, keys.BackfillThrough)
-	rep, err := reconcile.Reconcile(context.Background(), db.DB, reconcile.WithLogger(slog.New(slog.DiscardHandler)))
-	require.NoError(t, err)
-	step := rep.Step(reconcile.StepBackfill)
+	step := reconcileQuietly(t, db).Step(reconcile.StepBackfill)
 	require.NotNil(t, step)
 	require.Contains(t, step.Detail, "6 qualifying messages skipped: created_at is not a time (first: m-bad1)")
 }
@@ -721,8 +703,7 @@ func TestBackfill_PostgresGuardedCastOnlyForMalformedCandidates(t *testing.T) {
 // dialects. The default is changed after the reconcile, as a host would, and
 // the backfill is run directly: a reconcile would restore the default first.
 func TestBackfill_AC31_SentinelWrittenWhateverTheColumnDefault(t *testing.T) {
-	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
-		declared(t, db)
+	eachDeclared(t, func(t *testing.T, db *dbtest.DB) {
 		if db.Dialect == dialect.SQLite {
 			db.RecreateSQLiteTable(t, "task_session_subagents", func(create string) string {
 				out := strings.Replace(create, "DEFAULT 'unknown'", "DEFAULT 'not-the-sentinel'", 1)

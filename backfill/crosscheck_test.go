@@ -21,8 +21,7 @@ import (
 // (AC-24a). SQLite's json_valid rejects it; PostgreSQL's cast raises
 // "stack depth limit exceeded" (54001), not a data_exception.
 func TestCrosscheck_AC23b_DeeplyNestedMetadataIsSkipped(t *testing.T) {
-	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
-		declared(t, db)
+	eachDeclared(t, func(t *testing.T, db *dbtest.DB) {
 		deep := `{"tool_call_id":"tc-deep","d":` + strings.Repeat("[", 100000) + strings.Repeat("]", 100000) +
 			`,"normalized":{"kind":"subagent_task","subagent_task":{}}}`
 		seed(t, db,
@@ -66,8 +65,7 @@ func TestCrosscheck_AC7_AC9_AC23_MetricEdgesAgree(t *testing.T) {
 		{`"12"`, nil, nil, nil},
 		{"null", nil, nil, nil},
 	}
-	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
-		declared(t, db)
+	eachDeclared(t, func(t *testing.T, db *dbtest.DB) {
 		w := capture.NewWriter(db.DB, db.Dialect)
 		rejected := map[string]string{}
 		for i, c := range cases {
@@ -118,8 +116,7 @@ func TestCrosscheck_AC7_AC9_AC23_MetricEdgesAgree(t *testing.T) {
 // observed_at stay the backfill's, and both paths store the same instant in
 // the same form (the host's storage form on SQLite).
 func TestCrosscheck_AC1_AC11_AC12_BackfilledRowMergedLive(t *testing.T) {
-	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
-		declared(t, db)
+	eachDeclared(t, func(t *testing.T, db *dbtest.DB) {
 		seed(t, db,
 			message{ID: "m1", Session: "s1", Task: "task-s1", Turn: "turn-1", Created: base, Updated: base.Add(time.Second),
 				Meta: subagent("tc-settled", map[string]any{"status": "completed"}, map[string]any{"status": "completed"})},
@@ -176,8 +173,7 @@ func TestCrosscheck_AC19_UnstorableEscapeCostsOnlyItsMember(t *testing.T) {
 		{"not-escapes", doc("tc-not-escapes", `"raw_output":"\\u0000 \ud83d\ude00",`, `\\ud800`)}, // plain text, a pair
 		{"id-nul", doc(`tc-id\u0000`, "", "d")},
 	}
-	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
-		declared(t, db)
+	eachDeclared(t, func(t *testing.T, db *dbtest.DB) {
 		for i, m := range msgs {
 			seed(t, db, message{ID: m.id, Session: "s1", Task: "task-s1", Turn: "turn-1", Created: base.Add(time.Duration(i) * time.Second), Meta: m.meta})
 		}

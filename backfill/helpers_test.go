@@ -28,9 +28,24 @@ var base = time.Date(2026, 7, 30, 1, 39, 37, 271235000, time.UTC)
 func declared(t testing.TB, db *dbtest.DB) {
 	t.Helper()
 	db.Host(t)
-	_, err := reconcile.Reconcile(context.Background(), db.DB, reconcile.WithLogger(slog.New(slog.DiscardHandler)))
-	require.NoError(t, err)
+	reconcileQuietly(t, db)
 	clearKeys(t, db, keys.CaptureSince, keys.BackfillThrough)
+}
+
+// reconcileQuietly runs a whole reconcile of db, its log discarded.
+func reconcileQuietly(t testing.TB, db *dbtest.DB) *reconcile.Report {
+	t.Helper()
+	rep, err := reconcile.Reconcile(context.Background(), db.DB, reconcile.WithLogger(slog.New(slog.DiscardHandler)))
+	require.NoError(t, err)
+	return rep
+}
+
+// eachDeclared runs fn on each dialect against a declared store (declared).
+func eachDeclared(t *testing.T, fn func(t *testing.T, db *dbtest.DB)) {
+	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
+		declared(t, db)
+		fn(t, db)
+	})
 }
 
 func clearKeys(t testing.TB, db *dbtest.DB, names ...string) {
