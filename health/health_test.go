@@ -20,9 +20,7 @@ import (
 // AC-28/AC-29, the banked-excess test: a cross-execution collision (two rows,
 // one message) must not absorb the first missed write.
 func TestHealth_AC28_AC29_BankedExcessDivergesOnFirstMiss(t *testing.T) {
-	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
-		s := newStore(t, db)
-		s.activate(k)
+	eachActivated(t, func(t *testing.T, s *store) {
 		s.captured("s1", "tc-a", k.Add(time.Second))
 		s.message("s1", "tc-collide", k.Add(2*time.Second))
 		s.row("s1", "exec-1", "tc-collide", "live", k.Add(2*time.Second))
@@ -40,9 +38,7 @@ func TestHealth_AC28_AC29_BankedExcessDivergesOnFirstMiss(t *testing.T) {
 // AC-28, the two-direction test: a standing excess (a row whose message write
 // failed) and a stopped writer; the shortfall goes non-zero on the first miss.
 func TestHealth_AC28_TwoDirectionsNeverNetted(t *testing.T) {
-	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
-		s := newStore(t, db)
-		s.activate(k)
+	eachActivated(t, func(t *testing.T, s *store) {
 		s.captured("s1", "tc-a", k.Add(time.Second))
 		s.row("s1", "exec-1", "tc-message-write-failed", "live", k.Add(2*time.Second))
 		require.Equal(t, counts{health.Healthy, 0, 1, 0}, countsOf(s.eval()))
@@ -55,9 +51,7 @@ func TestHealth_AC28_TwoDirectionsNeverNetted(t *testing.T) {
 
 // AC-28, excess does not alarm: standing excess, healthy writer.
 func TestHealth_AC28_ExcessDoesNotAlarm(t *testing.T) {
-	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
-		s := newStore(t, db)
-		s.activate(k)
+	eachActivated(t, func(t *testing.T, s *store) {
 		s.captured("s1", "tc-a", k.Add(time.Second))
 		s.captured("s1", "tc-b", k.Add(2*time.Second))
 		s.row("s1", "exec-1", "tc-orphan-1", "live", k.Add(3*time.Second))
@@ -73,9 +67,7 @@ func TestHealth_AC28_ExcessDoesNotAlarm(t *testing.T) {
 
 // AC-28 / AC-21b: two messages describing one subagent collapse to one key.
 func TestHealth_AC28_AC21b_DuplicateMessagesNoShortfall(t *testing.T) {
-	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
-		s := newStore(t, db)
-		s.activate(k)
+	eachActivated(t, func(t *testing.T, s *store) {
 		s.message("s1", "tc-dup", k.Add(time.Second))
 		s.message("s1", "tc-dup", k.Add(2*time.Second))
 		s.row("s1", "exec-1", "tc-dup", "live", k.Add(time.Second))
@@ -88,9 +80,7 @@ func TestHealth_AC28_AC21b_DuplicateMessagesNoShortfall(t *testing.T) {
 // the excess side subtracts the widest message set, so a row whose message has
 // an empty task_id column is accounted for.
 func TestHealth_AC28_AC2SkippedMessagesNoFalseAlarm(t *testing.T) {
-	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
-		s := newStore(t, db)
-		s.activate(k)
+	eachActivated(t, func(t *testing.T, s *store) {
 		s.session("")
 		at := s.ts(k.Add(time.Second))
 		s.captured("s1", "tc-ok", k.Add(time.Second))
@@ -117,9 +107,7 @@ func TestHealth_AC28_AC2SkippedMessagesNoFalseAlarm(t *testing.T) {
 // non-object JSON are counts, not errors, on both dialects — including a
 // truncated document that names subagent_task.
 func TestHealth_AC28_MalformedMetadataIsCountedNotRaised(t *testing.T) {
-	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
-		s := newStore(t, db)
-		s.activate(k)
+	eachActivated(t, func(t *testing.T, s *store) {
 		at := s.ts(k.Add(time.Second))
 		for _, m := range []any{
 			nil, "", "null", "{bad", "[1]", `"text"`, "42", "true", `{}`, `{"normalized":"subagent_task"}`,
@@ -141,13 +129,13 @@ func TestHealth_AC28_MalformedMetadataIsCountedNotRaised(t *testing.T) {
 		// refuses the document; it is read as SQLite reads it, issue 22 §3).
 		require.Equal(t, counts{health.Shortfall, 3, 0, 0}, countsOf(r))
 
-		if db.Dialect == dialect.SQLite {
+		if s.db.Dialect == dialect.SQLite {
 			// On PostgreSQL the floor casts every candidate and raises on the
 			// malformed ones: it measures, it does not check.
 			var n int64
 			b, err := keys.NewBoundary(keys.Format(k))
 			require.NoError(t, err)
-			require.NoError(t, db.QueryRowContext(s.ctx, health.FloorQuery(db.Dialect), b.Arg()).Scan(&n))
+			require.NoError(t, s.db.QueryRowContext(s.ctx, health.FloorQuery(s.db.Dialect), b.Arg()).Scan(&n))
 			require.Equal(t, int64(4), n, "floor: every qualifying message")
 		}
 	})
@@ -156,9 +144,7 @@ func TestHealth_AC28_MalformedMetadataIsCountedNotRaised(t *testing.T) {
 // AC-28 / AC-19: the statements Queries returns parse and run verbatim on both
 // dialects, with one bind value, and give Evaluate's numbers.
 func TestHealth_AC28_AC19_QueriesRunVerbatim(t *testing.T) {
-	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
-		s := newStore(t, db)
-		s.activate(k)
+	eachActivated(t, func(t *testing.T, s *store) {
 		s.captured("s1", "tc-a", k.Add(time.Second))
 		s.row("s1", "exec-2", "tc-a", "live", k.Add(2*time.Second))
 		s.row("s1", "exec-1", "tc-orphan", "live", k.Add(3*time.Second))
@@ -166,7 +152,7 @@ func TestHealth_AC28_AC19_QueriesRunVerbatim(t *testing.T) {
 		r := s.eval()
 		require.Equal(t, counts{health.Shortfall, 1, 1, 1}, countsOf(r))
 
-		st := health.Queries(db.Dialect)
+		st := health.Queries(s.db.Dialect)
 		b, err := keys.NewBoundary(*r.CaptureSince)
 		require.NoError(t, err)
 		for name, c := range map[string]struct {
@@ -174,11 +160,11 @@ func TestHealth_AC28_AC19_QueriesRunVerbatim(t *testing.T) {
 			want int64
 		}{"shortfall": {st.Shortfall, 1}, "excess": {st.Excess, 1}, "collisions": {st.Collisions, 1}} {
 			var n int64
-			require.NoError(t, db.QueryRowContext(s.ctx, c.q, b.Arg()).Scan(&n), name)
+			require.NoError(t, s.db.QueryRowContext(s.ctx, c.q, b.Arg()).Scan(&n), name)
 			require.Equal(t, c.want, n, name)
 		}
 		var last sql.NullString
-		require.NoError(t, db.QueryRowContext(s.ctx, st.LastObservedAt, b.Arg()).Scan(&last))
+		require.NoError(t, s.db.QueryRowContext(s.ctx, st.LastObservedAt, b.Arg()).Scan(&last))
 		v, err := keys.FromColumn(last.String)
 		require.NoError(t, err)
 		require.Equal(t, *r.LastObservedAt, v)
@@ -257,9 +243,7 @@ func TestHealth_AC28_EvaluateEqualsTheNormativeQueries(t *testing.T) {
 // capture_since is outside the window; exactly at it is inside. Applies to the
 // shortfall, the excess, the collision count and the scoped MAX.
 func TestHealth_AC24e_OneMicrosecondBoundary(t *testing.T) {
-	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
-		s := newStore(t, db)
-		s.activate(k)
+	eachActivated(t, func(t *testing.T, s *store) {
 		before := k.Add(-time.Microsecond)
 		s.message("s1", "tc-msg-before", before)
 		s.row("s1", "exec-1", "tc-row-before", "live", before)
@@ -363,9 +347,7 @@ func TestHealth_AC24e_OffsetsAndSessionTimeZone(t *testing.T) {
 // unscoped MAX would be non-NULL) and nothing observed since activation, the
 // scoped MAX is NULL and reads "nothing produced since activation".
 func TestHealth_AC29_NothingSinceActivation(t *testing.T) {
-	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
-		s := newStore(t, db)
-		s.activate(k)
+	eachActivated(t, func(t *testing.T, s *store) {
 		s.message("s1", "tc-old-1", k.Add(-48*time.Hour))
 		s.row("s1", "unknown", "tc-old-1", "backfill", k.Add(-48*time.Hour))
 		s.message("s1", "tc-old-2", k.Add(-time.Hour))
@@ -373,7 +355,7 @@ func TestHealth_AC29_NothingSinceActivation(t *testing.T) {
 		s.row("s1", "unknown", "tc-legacy", "live", k.Add(-time.Millisecond))
 
 		var unscoped sql.NullString
-		require.NoError(t, db.QueryRowContext(s.ctx, `SELECT MAX(observed_at) FROM task_session_subagents`).Scan(&unscoped))
+		require.NoError(t, s.db.QueryRowContext(s.ctx, `SELECT MAX(observed_at) FROM task_session_subagents`).Scan(&unscoped))
 		require.True(t, unscoped.Valid, "the seed must make an unscoped MAX non-NULL")
 
 		r := s.eval()
@@ -474,9 +456,7 @@ func TestHealth_MissingTablesAreNamed(t *testing.T) {
 // call b, so b's row accounts for it and no key a is expected; a later kind
 // decides whether the message is a subagent message at all.
 func TestHealth_AC28_DuplicatedMemberLastWinsOnBothDialects(t *testing.T) {
-	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
-		s := newStore(t, db)
-		s.activate(k)
+	eachActivated(t, func(t *testing.T, s *store) {
 		at := s.ts(k.Add(time.Second))
 		s.rawMessage("s1", "task-s1", `{"tool_call_id":"a","normalized":{"kind":"subagent_task"},"tool_call_id":"b"}`, at)
 		s.row("s1", "exec-1", "b", "live", k.Add(time.Second))
@@ -497,9 +477,7 @@ func TestHealth_AC28_DuplicatedMemberLastWinsOnBothDialects(t *testing.T) {
 // transactions are read-only by default, as on a replica: nothing is
 // created.
 func TestHealth_AC28_LargeDocumentsAreDecidedExactly(t *testing.T) {
-	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
-		s := newStore(t, db)
-		s.activate(k)
+	eachActivated(t, func(t *testing.T, s *store) {
 		at := k.Add(time.Second)
 		// A tool call's file list and line offsets: ~200 KB of ordinary JSON.
 		big := func(toolCallID string) string {
@@ -527,9 +505,9 @@ func TestHealth_AC28_LargeDocumentsAreDecidedExactly(t *testing.T) {
 		s.captured("s1", "tc-40", at)
 		s.message("s1", "tc-missed", at)
 
-		evalDB := db.DB
-		if db.Dialect == dialect.Postgres {
-			ro, err := sql.Open("pgx", db.DSN+"&default_transaction_read_only=on")
+		evalDB := s.db.DB
+		if s.db.Dialect == dialect.Postgres {
+			ro, err := sql.Open("pgx", s.db.DSN+"&default_transaction_read_only=on")
 			require.NoError(t, err)
 			t.Cleanup(func() { ro.Close() })
 			var mode string

@@ -43,6 +43,16 @@ func newStore(t *testing.T, db *dbtest.DB) *store {
 	return s
 }
 
+// eachActivated runs fn on each dialect against a new store (newStore)
+// whose capture_since is k.
+func eachActivated(t *testing.T, fn func(t *testing.T, s *store)) {
+	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
+		s := newStore(t, db)
+		s.activate(k)
+		fn(t, s)
+	})
+}
+
 func (s *store) exec(q string, args ...any) {
 	s.t.Helper()
 	_, err := s.db.ExecContext(s.ctx, s.db.Q(q), args...)
