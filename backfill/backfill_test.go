@@ -704,15 +704,7 @@ func TestBackfill_PostgresGuardedCastOnlyForMalformedCandidates(t *testing.T) {
 // the backfill is run directly: a reconcile would restore the default first.
 func TestBackfill_AC31_SentinelWrittenWhateverTheColumnDefault(t *testing.T) {
 	eachDeclared(t, func(t *testing.T, db *dbtest.DB) {
-		if db.Dialect == dialect.SQLite {
-			db.RecreateSQLiteTable(t, "task_session_subagents", func(create string) string {
-				out := strings.Replace(create, "DEFAULT 'unknown'", "DEFAULT 'not-the-sentinel'", 1)
-				require.NotEqual(t, create, out)
-				return out
-			})
-		} else {
-			db.Exec(t, `ALTER TABLE task_session_subagents ALTER COLUMN agent_execution_id SET DEFAULT 'not-the-sentinel'`)
-		}
+		db.SetColumnDefault(t, "task_session_subagents", "agent_execution_id", "'not-the-sentinel'")
 		seed(t, db,
 			message{ID: "m1", Session: "s1", Task: "k1", Turn: "t1", Created: base, Meta: subagent("toolu_1", nil, map[string]any{"model": "m"})},
 			message{ID: "m2", Session: "s1", Task: "k1", Turn: "t1", Created: base.Add(time.Second), Meta: subagent("toolu_2", nil, nil)})

@@ -3,14 +3,12 @@ package capture_test
 import (
 	"context"
 	"log/slog"
-	"regexp"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/schemastate/schemastate/capture"
-	"github.com/schemastate/schemastate/dialect"
 	"github.com/schemastate/schemastate/internal/dbtest"
 	"github.com/schemastate/schemastate/keys"
 	"github.com/schemastate/schemastate/reconcile"
@@ -157,7 +155,7 @@ func TestRecord_AC31_EmptyExecutionWritesUnknown(t *testing.T) {
 func TestRecord_AC31_InsertNamesExecutionIDWithoutTheDefault(t *testing.T) {
 	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
 		s := newStore(t, db)
-		dropExecutionDefault(t, db)
+		db.SetColumnDefault(t, "task_session_subagents", "agent_execution_id", "")
 		s.record(t,
 			frame("toolu_nodefault_u", at(0), func(f *capture.Frame) { f.ExecutionID = "" }),
 			frame("toolu_nodefault_e", at(0)))
@@ -165,25 +163,6 @@ func TestRecord_AC31_InsertNamesExecutionIDWithoutTheDefault(t *testing.T) {
 		require.Equal(t, execE, s.one(t, execE, "toolu_nodefault_e").AgentExecutionID)
 		require.Equal(t, capture.Counters{Attempted: 2, Persisted: 2, UnknownExecution: 1}, s.w.Counters())
 	})
-}
-
-// dropExecutionDefault removes agent_execution_id's DEFAULT, keeping NOT NULL
-// and every index. SQLite cannot alter a default: the (still empty) table is
-// created again from its stored SQL without it.
-func dropExecutionDefault(t *testing.T, db *dbtest.DB) {
-	t.Helper()
-	if db.Dialect == dialect.Postgres {
-		db.Exec(t, `ALTER TABLE task_session_subagents ALTER COLUMN agent_execution_id DROP DEFAULT`)
-		return
-	}
-	def := regexp.MustCompile("(?i)([`\"]?agent_execution_id[`\"]?\\s+\\w+\\s+NOT NULL)\\s+DEFAULT\\s+\\(?'unknown'\\)?")
-	db.RecreateSQLiteTable(t, "task_session_subagents", func(create string) string {
-		require.Regexp(t, def, create)
-		return def.ReplaceAllString(create, "$1")
-	})
-	var after string
-	require.NoError(t, db.QueryRow(`SELECT sql FROM sqlite_master WHERE type = 'table' AND name = 'task_session_subagents'`).Scan(&after))
-	require.NotRegexp(t, `(?i)DEFAULT\s+\(?'unknown'`, after)
 }
 
 // AC-2a: a stored NULL turn is filled forward; between two non-empty turns
