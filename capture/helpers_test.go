@@ -188,3 +188,43 @@ func (b *logBuffer) records(t *testing.T) []map[string]any {
 	}
 	return out
 }
+
+// holdSQLiteLock takes the write lock of db's file on its own connection and
+// releases it after d, or earlier when release is called. It returns once the
+// lock is held.
+func holdSQLiteLock(t *testing.T, db *dbtest.DB, d time.Duration) (released <-chan struct{}, release func()) {
+	t.Helper()
+	holder, err := sql.Open("sqlite", db.DSN)
+	require.NoError(t, err)
+	t.Cleanup(func() { holder.Close() })
+	conn, err := holder.Conn(context.Background())
+	require.NoError(t, err)
+	_, err = conn.ExecContext(context.Background(), `BEGIN IMMEDIATE`)
+	require.NoError(t, err)
+	done, stop := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		select {
+		case <-time.After(d):
+		case <-stop:
+		}
+		_, _ = conn.ExecContext(context.Background(), `COMMIT`)
+		conn.Close()
+	}()
+	var once sync.Once
+	release = func() { once.Do(func() { close(stop) }) }
+	t.Cleanup(func() { release(); <-done })
+	return done, release
+}
+
+// sqliteWithBusyTimeout opens the store's file again with a shorter busy
+// timeout, so a test can hold the lock past it in little time.
+func sqliteWithBusyTimeout(t *testing.T, db *dbtest.DB, ms int) *sql.DB {
+	t.Helper()
+	dsn := strings.Replace(db.DSN, "busy_timeout(10000)", fmt.Sprintf("busy_timeout(%d)", ms), 1)
+	require.NotEqual(t, db.DSN, dsn)
+	short, err := sql.Open("sqlite", dsn)
+	require.NoError(t, err)
+	t.Cleanup(func() { short.Close() })
+	return short
+}
