@@ -13,8 +13,6 @@ import (
 	"fmt"
 	"net/url"
 	"os"
-	"regexp"
-	"strings"
 	"testing"
 	"time"
 
@@ -226,33 +224,3 @@ func (db *DB) LockWrites(t testing.TB, table string) (release func()) {
 
 // writeLocks are LockWrites' statements.
 var writeLocks = perdialect.Of[string]{Postgres: `LOCK TABLE %s IN EXCLUSIVE MODE`, SQLite: `DELETE FROM %s WHERE 1 = 0`}
-
-// SetColumnDefault makes value (a SQL literal; "" for none) the DEFAULT of
-// column on table, whose DEFAULT now is a quoted literal, keeping its type,
-// NOT NULL and every index: ALTER COLUMN on PostgreSQL; on SQLite, which
-// cannot alter a default, the (still empty) table is created again from its
-// stored SQL with the column's DEFAULT rewritten (RecreateSQLiteTable), and
-// the default it then has is checked.
-func (db *DB) SetColumnDefault(t testing.TB, table, column, value string) {
-	t.Helper()
-	if db.Dialect == dialect.Postgres {
-		set := "DROP DEFAULT"
-		if value != "" {
-			set = "SET DEFAULT " + value
-		}
-		db.Exec(t, fmt.Sprintf("ALTER TABLE %s ALTER COLUMN %s %s", table, column, set))
-		return
-	}
-	def := regexp.MustCompile("(?i)([`\"]?" + regexp.QuoteMeta(column) + "[`\"]?\\s+\\w+(?:\\s+NOT NULL)?)\\s+DEFAULT\\s+\\(?'[^']*'\\)?")
-	with := "${1}"
-	if value != "" {
-		with += " DEFAULT " + strings.ReplaceAll(value, "$", "$$")
-	}
-	db.RecreateSQLiteTable(t, table, func(create string) string {
-		require.Regexp(t, def, create)
-		return def.ReplaceAllString(create, with)
-	})
-	var got sql.NullString
-	require.NoError(t, db.DB.QueryRow(`SELECT dflt_value FROM pragma_table_info(?) WHERE name = ?`, table, column).Scan(&got))
-	require.Equal(t, sql.NullString{String: value, Valid: value != ""}, got, "the DEFAULT of %s.%s", table, column)
-}
