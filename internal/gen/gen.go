@@ -14,7 +14,6 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"math/rand/v2"
 	"slices"
@@ -135,7 +134,7 @@ func Generate(ctx context.Context, db *sql.DB, cfg Config) (*Summary, error) {
 		return nil, fmt.Errorf("gen: the generator does not write the %s state (want predating, legacy or amended)", cfg.State)
 	}
 	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	d, err := dialect.Detect(db)
 	if err != nil {
