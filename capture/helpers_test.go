@@ -17,6 +17,7 @@ import (
 	"github.com/schemastate/schemastate/internal/dbtest"
 	"github.com/schemastate/schemastate/internal/owned"
 	"github.com/schemastate/schemastate/internal/proctest"
+	"github.com/schemastate/schemastate/keys"
 	"github.com/schemastate/schemastate/reconcile"
 )
 
@@ -169,6 +170,9 @@ func (s *store) count(t *testing.T, where string, args ...any) int {
 	require.NoError(t, s.DB.QueryRow(s.Q(`SELECT COUNT(*) FROM task_session_subagents WHERE `+where), args...).Scan(&n))
 	return n
 }
+
+// ts is at as the host writes a timestamp column on the store's dialect.
+func (s *store) ts(at time.Time) any { return keys.RowTime(s.Dialect, at) }
 
 func ptr[T any](v T) *T { return &v }
 

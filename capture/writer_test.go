@@ -10,7 +10,6 @@ import (
 
 	"github.com/schemastate/schemastate/capture"
 	"github.com/schemastate/schemastate/internal/dbtest"
-	"github.com/schemastate/schemastate/keys"
 	"github.com/schemastate/schemastate/reconcile"
 	"github.com/schemastate/schemastate/toolstatus"
 )
@@ -67,7 +66,7 @@ func TestRecord_AC1_MergeOntoBackfilledRowKeepsProvenance(t *testing.T) {
 			(id, task_session_id, task_id, turn_id, agent_execution_id, tool_call_id, subagent_type,
 			 agent_status, tool_status, source, observed_at, settled_at, updated_at)
 			VALUES ('bf-1', ?, ?, ?, 'unknown', 'toolu_bf', 'reviewer', 'completed', 'completed', 'backfill', ?, ?, ?)`),
-			sessA, taskA, turn1, keys.RowTime(db.Dialect, backfilled), keys.RowTime(db.Dialect, backfilled), keys.RowTime(db.Dialect, backfilled))
+			sessA, taskA, turn1, s.ts(backfilled), s.ts(backfilled), s.ts(backfilled))
 		require.NoError(t, err)
 
 		s.record(t, frame("toolu_bf", at(0), func(f *capture.Frame) {
@@ -502,7 +501,7 @@ func TestRecord_AC16_SessionDeleteCascades(t *testing.T) {
 func TestRecord_FailureMode_TurnDeletedRowsSurvive(t *testing.T) {
 	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
 		s := newStore(t, db)
-		ts := keys.RowTime(db.Dialect, at(0))
+		ts := s.ts(at(0))
 		_, err := db.DB.Exec(db.Q(`INSERT INTO task_session_turns (id, task_session_id, task_id, started_at, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?)`),
 			turn1, sessA, taskA, ts, ts, ts)
 		require.NoError(t, err)
