@@ -16,16 +16,24 @@ import (
 	"github.com/schemastate/schemastate/internal/pgbouncer"
 )
 
+// lockedSQLite is a SQLite store with a writer (opts) whose busy timeout is
+// busyMS, and the store file's write lock held by another connection for
+// hold (holdSQLiteLock: released closes when it goes, release lets it go).
+func lockedSQLite(t *testing.T, busyMS int, hold time.Duration, opts ...capture.Option) (s *store, w *capture.Writer, released <-chan struct{}, release func()) {
+	t.Helper()
+	db := dbtest.Open(t, dialect.SQLite)
+	s = newStore(t, db)
+	w = capture.NewWriter(sqliteWithBusyTimeout(t, db, busyMS), db.Dialect, append([]capture.Option{s.logger()}, opts...)...)
+	released, release = holdSQLiteLock(t, db, hold)
+	return s, w, released, release
+}
+
 // A SQLite write lock held 2 s past the busy timeout: eight concurrent
 // Records wait it out through retries and every frame persists (before, each
 // was counted failed and lost when the busy timeout ran out).
 func TestRecord_RetriesThroughSQLiteLockHeldPastBusyTimeout(t *testing.T) {
-	db := dbtest.Open(t, dialect.SQLite)
-	s := newStore(t, db)
 	const busy = 300
-	w := capture.NewWriter(sqliteWithBusyTimeout(t, db, busy), db.Dialect, s.logger())
-
-	released, _ := holdSQLiteLock(t, db, busy*time.Millisecond+2*time.Second)
+	s, w, released, _ := lockedSQLite(t, busy, busy*time.Millisecond+2*time.Second)
 	errs := recordAll(w, numbered(8))
 	<-released
 	for _, err := range errs {
@@ -49,12 +57,8 @@ func TestRecord_RetriesThroughSQLiteLockHeldPastBusyTimeout(t *testing.T) {
 // while the lock is still held — only the budget can have ended it (without
 // it, Record waits the lock out and succeeds).
 func TestRecord_RetryBudgetBoundsTheLivePath(t *testing.T) {
-	db := dbtest.Open(t, dialect.SQLite)
-	s := newStore(t, db)
-	w := capture.NewWriter(sqliteWithBusyTimeout(t, db, 200), db.Dialect, s.logger(),
+	s, w, released, release := lockedSQLite(t, 200, time.Minute,
 		capture.WithRetry(capture.RetryPolicy{Attempts: 1 << 20, Budget: 1500 * time.Millisecond}))
-
-	released, release := holdSQLiteLock(t, db, time.Minute)
 	err := w.Record(context.Background(), frame("toolu_1", at(0)))
 	require.Error(t, err)
 	select {
