@@ -2,7 +2,6 @@ package jsonfield_test
 
 import (
 	"context"
-	"os"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -11,8 +10,6 @@ import (
 	"github.com/schemastate/schemastate/internal/dbtest"
 	"github.com/schemastate/schemastate/internal/jsonfield"
 )
-
-func TestMain(m *testing.M) { os.Exit(dbtest.Main(m)) }
 
 // The unstorable-escape rule on each dialect's own parser: on PostgreSQL,
 // PostgresReadable turns a document jsonb refuses only for \u0000 or a lone
