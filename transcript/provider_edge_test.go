@@ -20,18 +20,26 @@ func feed(t *testing.T, provider string, lines ...string) (*transcript.Transcrip
 // feedTo is feed through a normalizer the caller built (with options).
 func feedTo(t *testing.T, provider string, n transcript.Normalizer, lines ...string) (*transcript.Transcript, transcript.Outcome) {
 	t.Helper()
-	s := newStore(t)
-	require.NoError(t, s.Create(ctx, header("sess-edge", "agent-"+provider, transcript.KindRunInBackground)))
+	s, h := created(t, "sess-edge", "agent-"+provider, transcript.KindRunInBackground)
+	out := appendStream(t, s, h, n, lines)
+	tr, err := s.Load(h.ParentSessionID, h.AgentID)
+	require.NoError(t, err)
+	return tr, out
+}
+
+// appendStream feeds lines through n and appends the events it makes to h's
+// transcript in s, then what n's Close makes, as a recording does; it
+// returns the stream's outcome.
+func appendStream(t *testing.T, s *transcript.Store, h transcript.Header, n transcript.Normalizer, lines []string) transcript.Outcome {
+	t.Helper()
 	for i, l := range lines {
 		evs, err := n.Feed([]byte(l))
 		require.NoError(t, err, "line %d", i+1)
-		require.NoError(t, s.Append(ctx, "sess-edge", "agent-"+provider, evs...))
+		require.NoError(t, s.Append(ctx, h.ParentSessionID, h.AgentID, evs...))
 	}
 	rest, out := n.Close()
-	require.NoError(t, s.Append(ctx, "sess-edge", "agent-"+provider, rest...))
-	tr, err := s.Load("sess-edge", "agent-"+provider)
-	require.NoError(t, err)
-	return tr, out
+	require.NoError(t, s.Append(ctx, h.ParentSessionID, h.AgentID, rest...))
+	return out
 }
 
 // Codex reports a command the approval policy refused as status "declined"
