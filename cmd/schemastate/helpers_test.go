@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -14,6 +15,15 @@ import (
 
 	"github.com/schemastate/schemastate/internal/proctest"
 )
+
+// tempFile writes data to a file named name in a new temporary directory
+// and returns its path.
+func tempFile(t *testing.T, name string, data []byte) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), name)
+	require.NoError(t, os.WriteFile(path, data, 0o644))
+	return path
+}
 
 // cli runs the schemastate CLI in-process with no stdin and returns its exit
 // code, stdout and stderr.

@@ -21,8 +21,7 @@ import (
 // (exit 2) before any step runs — not a failed host_tables step with every
 // key printed as absent.
 func TestCLI_Reconcile_BadSchemaIsUsageError(t *testing.T) {
-	bad := filepath.Join(t.TempDir(), "bad.hcl")
-	require.NoError(t, os.WriteFile(bad, []byte("table \"x\" {"), 0o644))
+	bad := tempFile(t, "bad.hcl", []byte("table \"x\" {"))
 	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
 		db.Host(t)
 		for _, path := range []string{filepath.Join(t.TempDir(), "nonexistent.hcl"), bad} {
@@ -82,8 +81,7 @@ func TestCLI_Reconcile_ReportSaysKeysRead(t *testing.T) {
 func TestCLI_FlagsAnywhereAndUnexpectedArgumentsNamed(t *testing.T) {
 	db := dbtest.Open(t, "sqlite")
 	ingestStore(t, db, map[string]string{"s1": "t1"})
-	frames := filepath.Join(t.TempDir(), "f.ndjson")
-	require.NoError(t, os.WriteFile(frames, []byte(`{"session_id":"s1","task_id":"t1","execution_id":"e1","tool_call_id":"c1","subagent_task":{}}`+"\n"), 0o644))
+	frames := tempFile(t, "f.ndjson", []byte(`{"session_id":"s1","task_id":"t1","execution_id":"e1","tool_call_id":"c1","subagent_task":{}}`+"\n"))
 
 	code, out, errOut := cli(t, "ingest", frames, "--db", db.CLIDSN, "--json")
 	require.Equal(t, exitOK, code, errOut)
