@@ -35,8 +35,7 @@ func TestTranscript_AppendFailingMidBatchLeavesNoneOfIt(t *testing.T) {
 	if !canLimitFileSize {
 		t.Skip("no per-process file-size limit on this OS to make a write fail")
 	}
-	s := newStore(t)
-	require.NoError(t, s.Create(ctx, header("sess-efbig", "agent-efbig", transcript.KindRunInBackground)))
+	s, _ := created(t, "sess-efbig", "agent-efbig", transcript.KindRunInBackground)
 	require.NoError(t, s.Append(ctx, "sess-efbig", "agent-efbig", msg(transcript.UserMessage, "before")))
 	p, _ := s.PathsFor("sess-efbig", "agent-efbig")
 	fi, err := os.Stat(p.Log)

@@ -320,8 +320,7 @@ func TestLifecycle_RecoverFinishesOnlyDeadRunningTranscripts(t *testing.T) {
 func TestLifecycle_RecoverNamesRowsInWorkspaceOrder(t *testing.T) {
 	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
 		l := lifecycleDB(t, db)
-		s := newStore(t)
-		require.NoError(t, s.Create(ctx, header("sess-o", "agent-o", transcript.KindRunInBackground)))
+		s, _ := created(t, "sess-o", "agent-o", transcript.KindRunInBackground)
 		for _, e := range []struct{ ws, status string }{{"/ws-b", "completed"}, {"/ws-a", "failed"}} {
 			require.NoError(t, l.Start(ctx, transcript.Entry{WorkspacePath: e.ws, SessionID: "sess-o", AgentID: "agent-o",
 				Kind: string(transcript.KindRunInBackground), Status: e.status, StartedAt: time.Now()}))

@@ -70,8 +70,7 @@ func TestTranscript_CodexDeclinedCommandIsAFailedToolResult(t *testing.T) {
 // finished) still pairs them: the call carries the result and no unpaired
 // result is left over; the call keeps its own place in the order.
 func TestTranscript_ResultAppendedBeforeItsCallIsStillPaired(t *testing.T) {
-	s := newStore(t)
-	require.NoError(t, s.Create(ctx, header("sess-ooo", "agent-ooo", transcript.KindRunInBackground)))
+	s, _ := created(t, "sess-ooo", "agent-ooo", transcript.KindRunInBackground)
 	require.NoError(t, s.Append(ctx, "sess-ooo", "agent-ooo", msg(transcript.UserMessage, "go")))
 	require.NoError(t, s.Append(ctx, "sess-ooo", "agent-ooo", result("c1", "42 files", false, "")))
 	require.NoError(t, s.Append(ctx, "sess-ooo", "agent-ooo", call("c1", "Glob", `{"pattern":"**"}`), msg(transcript.AssistantMessage, "42")))

@@ -191,9 +191,7 @@ func TestTranscript_ProviderFailureFixtures(t *testing.T) {
 			require.Contains(t, out.Error, c.errContains)
 			require.False(t, strings.HasPrefix(out.Error, "success"), out.Error)
 
-			s := newStore(t)
-			h := header("sess-fail", "agent-"+c.provider, transcript.KindScheduled)
-			require.NoError(t, s.Create(ctx, h))
+			s, h := created(t, "sess-fail", "agent-"+c.provider, transcript.KindScheduled)
 			require.NoError(t, s.Append(ctx, h.ParentSessionID, h.AgentID, evs...))
 			require.NoError(t, s.Finish(ctx, h.ParentSessionID, h.AgentID, transcript.End{Status: out.Status, Error: out.Error}))
 			tr, err := s.Load(h.ParentSessionID, h.AgentID)
