@@ -379,18 +379,24 @@ func transcriptRecord(ctx context.Context, e *env, args []string) int {
 	case errors.Is(err, transcript.ErrExists):
 		return exitFoundWrong
 	}
-	note := ""
-	switch {
-	case res.Lost && res.Finished:
-		note = " (transcript incomplete: see the errors above)"
-	case res.Lost:
-		note = " (transcript NOT written: see the errors above)"
-	}
-	fmt.Fprintf(e.stdout, "%s %s%s\n", res.End.Status, res.Paths.Transcript, note)
+	fmt.Fprintf(e.stdout, "%s %s%s\n", res.End.Status, res.Paths.Transcript, lostNote(res))
 	if err != nil {
 		return exitFoundWrong
 	}
 	return exitOK
+}
+
+// lostNote is what record's line adds when persistence failed, so that a
+// transcript not written, or written without some events, never reads as
+// there and whole.
+func lostNote(res transcript.RecordResult) string {
+	switch {
+	case res.Lost && res.Finished:
+		return " (transcript incomplete: see the errors above)"
+	case res.Lost:
+		return " (transcript NOT written: see the errors above)"
+	}
+	return ""
 }
 
 // failures lists the failures Record joined, one to print per line.
