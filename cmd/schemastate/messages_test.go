@@ -80,7 +80,7 @@ func TestCLI_Reconcile_ReportSaysKeysRead(t *testing.T) {
 // is not understood is named.
 func TestCLI_FlagsAnywhereAndUnexpectedArgumentsNamed(t *testing.T) {
 	db := dbtest.Open(t, "sqlite")
-	ingestStore(t, db, map[string]string{"s1": "t1"})
+	sessionStore(t, db, map[string]string{"s1": "t1"})
 	frames := tempFile(t, "f.ndjson", []byte(`{"session_id":"s1","task_id":"t1","execution_id":"e1","tool_call_id":"c1","subagent_task":{}}`+"\n"))
 
 	code, out, errOut := cli(t, "ingest", frames, "--db", db.CLIDSN, "--json")
@@ -206,7 +206,7 @@ func TestCLI_MessagesWithoutGoTypesOrDoubledPrefixes(t *testing.T) {
 		require.Equal(t, exitUsage, code)
 		require.Contains(t, out, `"missing_host_tables"`)
 
-		ingestStore(t, db, map[string]string{"s1": "t1"})
+		sessionStore(t, db, map[string]string{"s1": "t1"})
 		lines := strings.Join([]string{`[1]`, `"frame"`, `{"subagent_task":5}`, `{"session_id":7,"subagent_task":{}}`,
 			`{"subagent_task":{"tool_use_count":"x"}}`, `{"subagent_task":{"is_async":1}}`}, "\n") + "\n"
 		code, _, errOut = ingestCLI(t, lines, "--db", db.CLIDSN)
