@@ -113,8 +113,8 @@ type ForeignKeyDescription struct {
 	RefTable   string   `json:"ref_table"`
 	RefColumns []string `json:"ref_columns"`
 	// OnUpdate and OnDelete are as inspected: empty is NO ACTION.
-	OnUpdate string `json:"on_update,omitempty"`
-	OnDelete string `json:"on_delete,omitempty"`
+	OnUpdate string `json:"on_update"`
+	OnDelete string `json:"on_delete"`
 }
 
 // DescribeForeignKey describes fk.
