@@ -11,7 +11,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
-	"sort"
+	"slices"
 	"strings"
 
 	"ariga.io/atlas/sql/migrate"
@@ -134,7 +134,7 @@ func readTable(in inspector, t *schema.Table) (*Table, error) {
 			out.Checks = append(out.Checks, Check{Name: c.Name, Expr: c.Expr})
 		}
 	}
-	sort.Slice(out.Checks, func(i, j int) bool { return out.Checks[i].key() < out.Checks[j].key() })
+	sortBy(out.Checks, Check.key)
 	for _, c := range t.Columns {
 		typ, err := formatType(in, c.Type)
 		if err != nil {
@@ -142,7 +142,7 @@ func readTable(in inspector, t *schema.Table) (*Table, error) {
 		}
 		out.Columns = append(out.Columns, Column{Name: c.Name, Type: typ, Nullable: c.Type.Null, Default: exprString(c.Default)})
 	}
-	sort.Slice(out.Columns, func(i, j int) bool { return out.Columns[i].Name < out.Columns[j].Name })
+	sortBy(out.Columns, func(c Column) string { return c.Name })
 	if t.PrimaryKey != nil {
 		out.PrimaryKey = reconcile.DescribeIndex(t.PrimaryKey).Parts
 	}
@@ -150,7 +150,7 @@ func readTable(in inspector, t *schema.Table) (*Table, error) {
 		desc := reconcile.DescribeIndex(idx)
 		out.Indexes = append(out.Indexes, Index{Name: in.indexName(idx.Name), Unique: desc.Unique, Constraint: desc.Constraint, Columns: desc.Parts, Predicate: desc.Predicate})
 	}
-	sort.Slice(out.Indexes, func(i, j int) bool { return out.Indexes[i].key() < out.Indexes[j].key() })
+	sortBy(out.Indexes, Index.key)
 	for _, fk := range t.ForeignKeys {
 		f := ForeignKey(reconcile.DescribeForeignKey(fk))
 		f.Name = in.foreignKeyName(fk.Symbol)
@@ -160,8 +160,14 @@ func readTable(in inspector, t *schema.Table) (*Table, error) {
 		}
 		out.ForeignKeys = append(out.ForeignKeys, f)
 	}
-	sort.Slice(out.ForeignKeys, func(i, j int) bool { return out.ForeignKeys[i].key() < out.ForeignKeys[j].key() })
+	sortBy(out.ForeignKeys, ForeignKey.key)
 	return out, nil
+}
+
+// sortBy sorts s by key: each list of a Table is in key order, so that two
+// snapshots compare element by element.
+func sortBy[T any](s []T, key func(T) string) {
+	slices.SortFunc(s, func(a, b T) int { return strings.Compare(key(a), key(b)) })
 }
 
 func formatType(in inspector, ct *schema.ColumnType) (string, error) {
