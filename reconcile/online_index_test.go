@@ -26,11 +26,7 @@ import (
 // waits for that worker to stop (its connection, returned to a pool that
 // keeps none idle, ends), and only then lets the other build go on.
 func TestOnline_FailedIndexBuildLeavesTheStepsConnectionUsable(t *testing.T) {
-	db := openPostgres(t).Host(t).Legacy(t)
-	seedLegacy(t, db)
-	seedMany(t, db, 300)
-	seedHistory(t, db)
-	before := snapshot(t, db)
+	db, before := seededOnlineStore(t)
 
 	// The reconcile's own pool, named so its backends can be told apart;
 	// a connection returned to it is closed.

@@ -261,11 +261,7 @@ SELECT setval('op_seq', 42)`)
 // upgrade in flight; a later Reconcile (default options: the catalog says an
 // upgrade is in flight) finishes it.
 func TestOnline_BudgetReturnsInProgressThenALaterCallFinishes(t *testing.T) {
-	db := openPostgres(t).Host(t).Legacy(t)
-	seedLegacy(t, db)
-	seedMany(t, db, 300)
-	seedHistory(t, db)
-	before := snapshot(t, db)
+	db, before := seededOnlineStore(t)
 	const budget = 400 * time.Millisecond
 	start := time.Now()
 	// The first batch lasts until the budget is spent: the copy is
