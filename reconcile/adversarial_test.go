@@ -76,8 +76,7 @@ func TestAdversarial_AC33_NamedTwoColumnIndexKeepsHostTrigger(t *testing.T) {
 			require.NotContains(t, strings.ToUpper(s), "PRAGMA FOREIGN_KEYS", "Atlas's own copy path planned: %s", s)
 		}
 
-		mustReconcile(t, db)
-		requireAC33(t, db, freshIndexSet(t, db.Dialect))
+		reconcileToAC33(t, db)
 		require.Equal(t, before, snapshot(t, db))
 		insertAmendedRow(t, db, "r9")
 		require.Equal(t, 1, count(t, db, `SELECT COUNT(*) FROM subagent_audit WHERE subagent_id = 'r9'`), "the host's trigger survived the change")
@@ -135,8 +134,7 @@ func TestAdversarial_AC33b_PartialThreeColumnUniqueIsNotClause2(t *testing.T) {
 		require.Equal(t, reconcile.Skipped, rep.Step(reconcile.StepBackfill).Status, "AC-33c")
 		require.Equal(t, keys.Inactive, readKeys(t, db).State())
 
-		mustReconcile(t, db)
-		requireAC33(t, db, freshIndexSet(t, db.Dialect))
+		reconcileToAC33(t, db)
 	})
 }
 
@@ -191,8 +189,7 @@ func TestAdversarial_AC33_TimestampPrecisionWideningApplied(t *testing.T) {
 		plan, err := reconcile.Plan(ctx, db.DB)
 		require.NoError(t, err)
 		require.Empty(t, plan.Refused())
-		mustReconcile(t, db)
-		requireAC33(t, db, freshIndexSet(t, db.Dialect))
+		reconcileToAC33(t, db)
 		require.Equal(t, before, snapshot(t, db), "every timestamp survives byte for byte")
 	})
 }
@@ -247,8 +244,7 @@ func TestAdversarial_AC33a_ViewOverMetricsIsNamed(t *testing.T) {
 		require.Contains(t, rep.Step(reconcile.StepWiden).Detail, "subagent_tokens", "the blocking view is named")
 		require.Equal(t, reconcile.Applied, rep.Step(reconcile.StepExecutionSince).Status)
 		require.Equal(t, reconcile.Applied, rep.Step(reconcile.StepBackfill).Status)
-		obs := observe(t, db)
-		require.True(t, obs.EndState.KeyBearing())
+		observeKeyBearing(t, db)
 		require.Equal(t, before, snapshot(t, db))
 		var typ string
 		require.NoError(t, db.QueryRow(`SELECT data_type FROM information_schema.columns WHERE table_schema = current_schema() AND table_name = 'task_session_subagents' AND column_name = 'total_tokens'`).Scan(&typ))
@@ -482,8 +478,7 @@ func TestAdversarial_AC33b_ReorderedThreeColumnUniqueIsNotClause2(t *testing.T) 
 		require.Equal(t, reconcile.Skipped, rep.Step(reconcile.StepExecutionSince).Status, describe(rep))
 		require.Nil(t, readKeys(t, db).ExecutionSince)
 
-		mustReconcile(t, db)
-		requireAC33(t, db, freshIndexSet(t, db.Dialect))
+		reconcileToAC33(t, db)
 	})
 }
 
@@ -502,8 +497,7 @@ func TestAdversarial_AC33_NullableExecutionColumnFilledWithSentinel(t *testing.T
 		db.Exec(t, `UPDATE task_session_subagents SET agent_execution_id = '6f1c2a9e-0000-4000-8000-000000000002' WHERE id = 'r3'`)
 		before := snapshot(t, db)
 
-		mustReconcile(t, db)
-		requireAC33(t, db, freshIndexSet(t, db.Dialect))
+		reconcileToAC33(t, db)
 		require.Equal(t, before, snapshot(t, db))
 		require.Equal(t, 2, count(t, db, `SELECT COUNT(*) FROM task_session_subagents WHERE id IN ('r1', 'r2') AND agent_execution_id = 'unknown'`))
 		require.Equal(t, 1, count(t, db, `SELECT COUNT(*) FROM task_session_subagents WHERE id = 'r3' AND agent_execution_id = '6f1c2a9e-0000-4000-8000-000000000002'`))

@@ -98,8 +98,7 @@ func TestReconcile_CertificateNeverMasksALiveChange(t *testing.T) {
 				db.Exec(t, stmt)
 				rep, _ := reconcile.Reconcile(ctx, db.DB)
 				require.NotContains(t, rep.Step(reconcile.StepShape).Detail, certifiedDetail, describe(rep))
-				obs := observe(t, db)
-				require.True(t, obs.EndState.KeyBearing())
+				obs := observeKeyBearing(t, db)
 				require.NotNil(t, obs.Keys.ExecutionSince)
 			})
 		})
@@ -111,8 +110,7 @@ func TestReconcile_CertificateBoundToTheDeclaration(t *testing.T) {
 	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
 		db.Host(t)
 		settle(t, db)
-		path := filepath.Join(t.TempDir(), "edited.hcl")
-		require.NoError(t, os.WriteFile(path, append(append([]byte{}, schemastate.SchemaHCL...), "\n# an edit\n"...), 0o644))
+		path := editedDeclaration(t)
 		rep := mustReconcile(t, db, reconcile.WithSchemaFile(path))
 		require.NotContains(t, rep.Step(reconcile.StepShape).Detail, certifiedDetail)
 		settle(t, db, reconcile.WithSchemaFile(path))
@@ -136,8 +134,7 @@ func TestReconcile_PostgresRenamesAutoNamedKeyInsteadOfRebuildingIt(t *testing.T
 	require.NotContains(t, joined, "ADD CONSTRAINT")
 
 	mustReconcile(t, db)
-	obs := observe(t, db)
-	require.True(t, obs.EndState.KeyBearing())
+	obs := observeKeyBearing(t, db)
 	require.Equal(t, freshIndexSet(t, db.Dialect), obs.Indexes["task_session_subagents"])
 	settle(t, db)
 }

@@ -134,6 +134,22 @@ func requireAC33(t *testing.T, db *dbtest.DB, freshIndexes []string) {
 	require.NotNil(t, obs.Keys.ExecutionSince, "clause 6")
 }
 
+// reconcileToAC33 runs a reconcile that must succeed, then asserts AC-33's end
+// state (requireAC33) against a fresh database of db's dialect.
+func reconcileToAC33(t *testing.T, db *dbtest.DB) {
+	t.Helper()
+	mustReconcile(t, db)
+	requireAC33(t, db, freshIndexSet(t, db.Dialect))
+}
+
+// observeKeyBearing observes db and requires AC-33 clauses 1–3 (KeyBearing).
+func observeKeyBearing(t *testing.T, db *dbtest.DB) *reconcile.Observation {
+	t.Helper()
+	obs := observe(t, db)
+	require.True(t, obs.EndState.KeyBearing())
+	return obs
+}
+
 // freshIndexSet reconciles a brand-new database of the same dialect and
 // returns its index set.
 func freshIndexSet(t *testing.T, d dialect.Dialect) []string {

@@ -123,8 +123,7 @@ func TestLock_LostLockStopsBeforeTheNextPhase(t *testing.T) {
 	require.ErrorIs(t, rep.Step(reconcile.StepExecutionSince).Err, reconcile.ErrLockLost)
 	require.Nil(t, readKeys(t, db).ExecutionSince)
 
-	mustReconcile(t, db)
-	requireAC33(t, db, freshIndexSet(t, db.Dialect))
+	reconcileToAC33(t, db)
 }
 
 // A reconcile waiting for the lock (it tried, found it held, and said so)
@@ -312,8 +311,7 @@ func TestLock_LostLockStopsTheRebuildBeforeItsNextBatch(t *testing.T) {
 			}
 			require.Nil(t, readKeys(t, db).ExecutionSince)
 
-			mustReconcile(t, db)
-			requireAC33(t, db, freshIndexSet(t, db.Dialect))
+			reconcileToAC33(t, db)
 			require.Nil(t, observe(t, db).Upgrade)
 			require.Subset(t, db.Strings(t, metrics), before, "every row, every metric value")
 			require.Zero(t, count(t, db, `SELECT COUNT(*) FROM pg_class WHERE relname LIKE 'schemastate%'`))

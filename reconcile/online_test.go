@@ -220,8 +220,7 @@ UPDATE pg_index SET indisvalid = false WHERE indexrelid = '`+subagentsKey+`'::re
 	require.NotNil(t, obs.Upgrade)
 	require.Equal(t, "task_session_subagents.build_index."+subagentsKey, obs.Upgrade.Next)
 
-	mustReconcile(t, db)
-	requireAC33(t, db, freshIndexSet(t, db.Dialect))
+	reconcileToAC33(t, db)
 	require.Zero(t, count(t, db, `SELECT COUNT(*) FROM pg_index WHERE indrelid = 'task_session_subagents'::regclass AND NOT indisvalid`))
 	require.Equal(t, before, snapshot(t, db))
 	require.Nil(t, observe(t, db).Upgrade)

@@ -78,8 +78,7 @@ func TestCrash_KilledReconcileRecovers(t *testing.T) {
 					require.Nil(t, obs.Keys.ExecutionSince, "no key for a rebuild that never committed")
 				}
 
-				mustReconcile(t, db)
-				requireAC33(t, db, freshIndexSet(t, db.Dialect))
+				reconcileToAC33(t, db)
 				requireBackfilledOnce(t, db)
 				after := snapshot(t, db)
 				require.Subset(t, after, before, "original rows survive byte for byte")

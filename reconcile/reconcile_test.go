@@ -34,8 +34,7 @@ func TestReconcile_AC17_AC33b_FreshDatabase(t *testing.T) {
 		require.NotNil(t, ks.ExecutionSince)
 		_, err := keys.Parse(*ks.ExecutionSince)
 		require.NoError(t, err)
-		obs := observe(t, db)
-		require.True(t, obs.EndState.KeyBearing())
+		obs := observeKeyBearing(t, db)
 		require.True(t, obs.EndState.IndexesMatchDeclaration)
 	})
 }
@@ -129,8 +128,7 @@ func TestReconcile_AC33a_FailedRebuildLeavesLegacyShape(t *testing.T) {
 		require.Contains(t, logs.String(), "level=WARN")
 		require.Contains(t, logs.String(), "step=shape")
 
-		mustReconcile(t, db)
-		requireAC33(t, db, freshIndexSet(t, db.Dialect))
+		reconcileToAC33(t, db)
 		require.Equal(t, before, snapshot(t, db))
 	})
 }
@@ -208,8 +206,7 @@ func TestReconcile_AC33a_RealFailureRollsBack(t *testing.T) {
 		requireLegacyIntact(t, db, before)
 
 		undo()
-		mustReconcile(t, db)
-		requireAC33(t, db, freshIndexSet(t, db.Dialect))
+		reconcileToAC33(t, db)
 	})
 }
 
