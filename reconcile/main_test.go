@@ -123,10 +123,8 @@ func runChildren(t *testing.T, db *dbtest.DB, n int, env ...string) []reconcile.
 	reports := make([]reconcile.Report, n)
 	errs := make([]error, n)
 	var wg sync.WaitGroup
-	for i := 0; i < n; i++ {
-		wg.Add(1)
-		go func(i int) {
-			defer wg.Done()
+	for i := range n {
+		wg.Go(func() {
 			out, err := childCmd(db, "", env...).Output()
 			if err == nil {
 				err = json.Unmarshal(out, &reports[i])
@@ -134,7 +132,7 @@ func runChildren(t *testing.T, db *dbtest.DB, n int, env ...string) []reconcile.
 			if err != nil {
 				errs[i] = fmt.Errorf("child %d: %w: %s", i, err, out)
 			}
-		}(i)
+		})
 	}
 	wg.Wait()
 	for _, err := range errs {
