@@ -101,8 +101,7 @@ CREATE TRIGGER trg_session_cancelled AFTER UPDATE OF state ON task_sessions FOR 
 // never reached AC-33 and never got execution_since or its backfill.
 func TestAdversarial_AC33_RebuildWithViewAndForeignTrigger(t *testing.T) {
 	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
-		db.Host(t).Legacy(t)
-		seedLegacy(t, db)
+		seedLegacyStore(t, db)
 		db.Exec(t, dependents(db.Dialect))
 		before := snapshot(t, db)
 
@@ -148,8 +147,7 @@ func TestAdversarial_AC33b_PartialThreeColumnUniqueIsNotClause2(t *testing.T) {
 // The lock is released either way: the next reconcile in this process runs.
 func TestAdversarial_AC20_CancelledReconcileReportsWhatWasKept(t *testing.T) {
 	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
-		db.Host(t).Legacy(t)
-		seedLegacy(t, db)
+		seedLegacyStore(t, db)
 		before := snapshot(t, db)
 		cctx, cancel := context.WithCancel(ctx)
 		defer cancel()
@@ -222,8 +220,7 @@ func TestAdversarial_RefusalNamesTypesInSQL(t *testing.T) {
 // not take the constraint swap down with it.
 func TestAdversarial_AC33a_ViewOverMetricsIsNamed(t *testing.T) {
 	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
-		db.Host(t).Legacy(t)
-		seedLegacy(t, db)
+		seedLegacyStore(t, db)
 		db.Exec(t, `CREATE VIEW subagent_tokens AS SELECT task_session_id, SUM(total_tokens) AS tokens FROM task_session_subagents GROUP BY task_session_id`)
 		before := snapshot(t, db)
 
@@ -303,8 +300,7 @@ func TestAdversarial_HostTablesMissingNamesTheSchema(t *testing.T) {
 // transaction's) every session keeps its settings and holds no lock.
 func TestAdversarial_PooledConnectionReturnedAsLent(t *testing.T) {
 	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
-		db.Host(t).Legacy(t)
-		seedLegacy(t, db)
+		seedLegacyStore(t, db)
 		dsn := db.DSN + "&_pragma=busy_timeout(250)"
 		n := 1
 		if db.Dialect == dialect.Postgres {

@@ -41,8 +41,7 @@ func settle(t *testing.T, db *dbtest.DB, opts ...reconcile.Option) *reconcile.Re
 // the full end state and the keys.
 func TestReconcile_SteadyStateCertifiedBootWritesNothing(t *testing.T) {
 	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
-		db.Host(t).Legacy(t)
-		seedLegacy(t, db)
+		seedLegacyStore(t, db)
 		settle(t, db)
 		before, meta := catalogVersion(t, db), metaSnapshot(t, db)
 		rep := mustReconcile(t, db)

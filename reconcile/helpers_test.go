@@ -38,6 +38,14 @@ INSERT INTO task_session_subagents (id, task_session_id, task_id, turn_id, tool_
  VALUES ('r3', 's2', 'k2', NULL, 'toolu_3', 'toolu_1', 'ses_child', 'started', 'in_progress', 'live', '2026-07-30 23:59:59.999999+00:00', '2026-07-30 23:59:59.999999+00:00')`)
 }
 
+// seedLegacyStore lays down the host tables and the pre-amendment table on
+// db and fills it (seedLegacy): the installed base most tests upgrade.
+func seedLegacyStore(t *testing.T, db *dbtest.DB) {
+	t.Helper()
+	db.Host(t).Legacy(t)
+	seedLegacy(t, db)
+}
+
 // snapshot renders every legacy column of every row exactly: on SQLite with
 // quote(), which shows the storage class and the bytes; on PostgreSQL as text.
 func snapshot(t *testing.T, db *dbtest.DB) []string {
@@ -179,6 +187,25 @@ func cancelAt(point string, cancel context.CancelFunc) reconcile.Option {
 		}
 		return nil
 	})
+}
+
+// catalogVersion changes whenever DDL touches the schema: SQLite's
+// schema_version; on PostgreSQL, the xmin of every catalog row of the
+// schema's relations, constraints and columns.
+func catalogVersion(t *testing.T, db *dbtest.DB) string {
+	if db.Dialect == dialect.SQLite {
+		var v int
+		require.NoError(t, db.QueryRow(`PRAGMA schema_version`).Scan(&v))
+		return fmt.Sprint(v)
+	}
+	var s string
+	require.NoError(t, db.QueryRow(`
+SELECT string_agg(x, ',' ORDER BY x) FROM (
+  SELECT c.relname || ':' || c.xmin::text AS x FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = current_schema()
+  UNION ALL SELECT con.conname || ':' || con.xmin::text FROM pg_constraint con JOIN pg_namespace n ON n.oid = con.connamespace WHERE n.nspname = current_schema()
+  UNION ALL SELECT c.relname || '.' || a.attname || ':' || a.xmin::text FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = current_schema() AND a.attnum > 0
+) s`).Scan(&s))
+	return s
 }
 
 // requireNoDDL requires a further reconcile to run no statement in any step

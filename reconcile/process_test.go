@@ -59,8 +59,7 @@ func TestCrash_KilledReconcileRecovers(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
-				db.Host(t).Legacy(t)
-				seedLegacy(t, db)
+				seedLegacyStore(t, db)
 				seedHistory(t, db)
 				before := snapshot(t, db)
 
@@ -91,8 +90,7 @@ func TestCrash_KilledReconcileRecovers(t *testing.T) {
 // exit cleanly, exactly one performs the change and exactly one backfills.
 func TestConcurrency_EightProcessesOneChange(t *testing.T) {
 	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
-		db.Host(t).Legacy(t)
-		seedLegacy(t, db)
+		seedLegacyStore(t, db)
 		seedHistory(t, db)
 		before := snapshot(t, db)
 		reports := runChildren(t, db, 8)
