@@ -87,8 +87,8 @@ func seedMany(t *testing.T, db *dbtest.DB, n int) {
 // snapshot.
 func seededOnlineStore(t *testing.T) (db *dbtest.DB, before []string) {
 	t.Helper()
-	db = openPostgres(t).Host(t).Legacy(t)
-	seedLegacy(t, db)
+	db = openPostgres(t)
+	seedLegacyStore(t, db)
 	seedMany(t, db, 300)
 	seedHistory(t, db)
 	return db, snapshot(t, db)
