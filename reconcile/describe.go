@@ -13,7 +13,8 @@ import (
 // The describer: one reading of an inspected index or foreign key, which
 // every comparison and every text of this package that names one is made of
 // — drift's definitions, the AC-33 clause 4 comparison and IndexSet, the
-// planner's equivalences and a rebuild's foreign-key check.
+// planner's equivalences and a rebuild's foreign-key check — and that
+// internal/parity's snapshot reads indexes and foreign keys with too.
 
 // IndexDescription is an index as the module compares it.
 type IndexDescription struct {
