@@ -76,8 +76,7 @@ func TestAdversarial_AC33_NamedTwoColumnIndexKeepsHostTrigger(t *testing.T) {
 			require.NotContains(t, strings.ToUpper(s), "PRAGMA FOREIGN_KEYS", "Atlas's own copy path planned: %s", s)
 		}
 
-		mustReconcile(t, db)
-		requireAC33(t, db, freshIndexSet(t, db.Dialect))
+		reconcileToAC33(t, db)
 		require.Equal(t, before, snapshot(t, db))
 		insertAmendedRow(t, db, "r9")
 		require.Equal(t, 1, count(t, db, `SELECT COUNT(*) FROM subagent_audit WHERE subagent_id = 'r9'`), "the host's trigger survived the change")
@@ -102,8 +101,7 @@ CREATE TRIGGER trg_session_cancelled AFTER UPDATE OF state ON task_sessions FOR 
 // never reached AC-33 and never got execution_since or its backfill.
 func TestAdversarial_AC33_RebuildWithViewAndForeignTrigger(t *testing.T) {
 	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
-		db.Host(t).Legacy(t)
-		seedLegacy(t, db)
+		seedLegacyStore(t, db)
 		db.Exec(t, dependents(db.Dialect))
 		before := snapshot(t, db)
 
@@ -135,8 +133,7 @@ func TestAdversarial_AC33b_PartialThreeColumnUniqueIsNotClause2(t *testing.T) {
 		require.Equal(t, reconcile.Skipped, rep.Step(reconcile.StepBackfill).Status, "AC-33c")
 		require.Equal(t, keys.Inactive, readKeys(t, db).State())
 
-		mustReconcile(t, db)
-		requireAC33(t, db, freshIndexSet(t, db.Dialect))
+		reconcileToAC33(t, db)
 	})
 }
 
@@ -150,8 +147,7 @@ func TestAdversarial_AC33b_PartialThreeColumnUniqueIsNotClause2(t *testing.T) {
 // The lock is released either way: the next reconcile in this process runs.
 func TestAdversarial_AC20_CancelledReconcileReportsWhatWasKept(t *testing.T) {
 	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
-		db.Host(t).Legacy(t)
-		seedLegacy(t, db)
+		seedLegacyStore(t, db)
 		before := snapshot(t, db)
 		cctx, cancel := context.WithCancel(ctx)
 		defer cancel()
@@ -191,8 +187,7 @@ func TestAdversarial_AC33_TimestampPrecisionWideningApplied(t *testing.T) {
 		plan, err := reconcile.Plan(ctx, db.DB)
 		require.NoError(t, err)
 		require.Empty(t, plan.Refused())
-		mustReconcile(t, db)
-		requireAC33(t, db, freshIndexSet(t, db.Dialect))
+		reconcileToAC33(t, db)
 		require.Equal(t, before, snapshot(t, db), "every timestamp survives byte for byte")
 	})
 }
@@ -225,8 +220,7 @@ func TestAdversarial_RefusalNamesTypesInSQL(t *testing.T) {
 // not take the constraint swap down with it.
 func TestAdversarial_AC33a_ViewOverMetricsIsNamed(t *testing.T) {
 	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
-		db.Host(t).Legacy(t)
-		seedLegacy(t, db)
+		seedLegacyStore(t, db)
 		db.Exec(t, `CREATE VIEW subagent_tokens AS SELECT task_session_id, SUM(total_tokens) AS tokens FROM task_session_subagents GROUP BY task_session_id`)
 		before := snapshot(t, db)
 
@@ -247,8 +241,7 @@ func TestAdversarial_AC33a_ViewOverMetricsIsNamed(t *testing.T) {
 		require.Contains(t, rep.Step(reconcile.StepWiden).Detail, "subagent_tokens", "the blocking view is named")
 		require.Equal(t, reconcile.Applied, rep.Step(reconcile.StepExecutionSince).Status)
 		require.Equal(t, reconcile.Applied, rep.Step(reconcile.StepBackfill).Status)
-		obs := observe(t, db)
-		require.True(t, obs.EndState.KeyBearing())
+		observeKeyBearing(t, db)
 		require.Equal(t, before, snapshot(t, db))
 		var typ string
 		require.NoError(t, db.QueryRow(`SELECT data_type FROM information_schema.columns WHERE table_schema = current_schema() AND table_name = 'task_session_subagents' AND column_name = 'total_tokens'`).Scan(&typ))
@@ -307,8 +300,7 @@ func TestAdversarial_HostTablesMissingNamesTheSchema(t *testing.T) {
 // transaction's) every session keeps its settings and holds no lock.
 func TestAdversarial_PooledConnectionReturnedAsLent(t *testing.T) {
 	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
-		db.Host(t).Legacy(t)
-		seedLegacy(t, db)
+		seedLegacyStore(t, db)
 		dsn := db.DSN + "&_pragma=busy_timeout(250)"
 		n := 1
 		if db.Dialect == dialect.Postgres {
@@ -482,8 +474,7 @@ func TestAdversarial_AC33b_ReorderedThreeColumnUniqueIsNotClause2(t *testing.T) 
 		require.Equal(t, reconcile.Skipped, rep.Step(reconcile.StepExecutionSince).Status, describe(rep))
 		require.Nil(t, readKeys(t, db).ExecutionSince)
 
-		mustReconcile(t, db)
-		requireAC33(t, db, freshIndexSet(t, db.Dialect))
+		reconcileToAC33(t, db)
 	})
 }
 
@@ -502,8 +493,7 @@ func TestAdversarial_AC33_NullableExecutionColumnFilledWithSentinel(t *testing.T
 		db.Exec(t, `UPDATE task_session_subagents SET agent_execution_id = '6f1c2a9e-0000-4000-8000-000000000002' WHERE id = 'r3'`)
 		before := snapshot(t, db)
 
-		mustReconcile(t, db)
-		requireAC33(t, db, freshIndexSet(t, db.Dialect))
+		reconcileToAC33(t, db)
 		require.Equal(t, before, snapshot(t, db))
 		require.Equal(t, 2, count(t, db, `SELECT COUNT(*) FROM task_session_subagents WHERE id IN ('r1', 'r2') AND agent_execution_id = 'unknown'`))
 		require.Equal(t, 1, count(t, db, `SELECT COUNT(*) FROM task_session_subagents WHERE id = 'r3' AND agent_execution_id = '6f1c2a9e-0000-4000-8000-000000000002'`))

@@ -13,7 +13,8 @@ import (
 // The describer: one reading of an inspected index or foreign key, which
 // every comparison and every text of this package that names one is made of
 // — drift's definitions, the AC-33 clause 4 comparison and IndexSet, the
-// planner's equivalences and a rebuild's foreign-key check.
+// planner's equivalences and a rebuild's foreign-key check — and that
+// internal/parity's snapshot reads indexes and foreign keys with too.
 
 // IndexDescription is an index as the module compares it.
 type IndexDescription struct {
@@ -113,8 +114,8 @@ type ForeignKeyDescription struct {
 	RefTable   string   `json:"ref_table"`
 	RefColumns []string `json:"ref_columns"`
 	// OnUpdate and OnDelete are as inspected: empty is NO ACTION.
-	OnUpdate string `json:"on_update,omitempty"`
-	OnDelete string `json:"on_delete,omitempty"`
+	OnUpdate string `json:"on_update"`
+	OnDelete string `json:"on_delete"`
 }
 
 // DescribeForeignKey describes fk.

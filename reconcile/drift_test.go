@@ -146,8 +146,7 @@ INSERT INTO task_session_turns (id, task_session_id, task_id, started_at, create
 		require.Equal(t, driftNames, names(rep.Drift), describe(rep))
 		require.Equal(t, before, hostObjects(t, db))
 		require.Equal(t, rows, snapshot(t, db))
-		obs := observe(t, db)
-		require.True(t, obs.EndState.KeyBearing())
+		obs := observeKeyBearing(t, db)
 		require.True(t, obs.EndState.IndexesMatchDeclaration)
 		require.NotContains(t, strings.Join(obs.Indexes["task_session_subagents"], "\n"), "unique(task_session_id, tool_call_id)", "the retired key is still replaced")
 

@@ -38,8 +38,7 @@ func TestReconcile_StepErrorKeepsDatabaseError(t *testing.T) {
 			seedLegacy(t, db)
 			db.Exec(t, `INSERT INTO task_session_subagents (id, task_session_id, task_id, tool_call_id, observed_at, updated_at) VALUES ('r1-again', 's1', 'k1', 'toolu_1', '2026-07-30 01:00:00+00:00', '2026-07-30 01:00:00+00:00')`)
 		} else {
-			db.Host(t).Legacy(t)
-			seedLegacy(t, db)
+			seedLegacyStore(t, db)
 			failShape(t, db)
 		}
 		rep, err := reconcile.Reconcile(ctx, db.DB, reconcile.WithDDLLockTimeout(200*time.Millisecond))
@@ -66,8 +65,7 @@ func TestReconcile_StepErrorKeepsDatabaseError(t *testing.T) {
 // of a step.
 func TestReconcile_StepErrorKeepsContextCanceled(t *testing.T) {
 	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
-		db.Host(t).Legacy(t)
-		seedLegacy(t, db)
+		seedLegacyStore(t, db)
 
 		before, cancel := context.WithCancel(ctx)
 		cancel()
@@ -95,8 +93,7 @@ func TestReconcile_StepErrorKeepsContextCanceled(t *testing.T) {
 // connection, modernc as context.Canceled).
 func TestReconcile_CancelledWhilePlanningFailsTheShapeStep(t *testing.T) {
 	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
-		db.Host(t).Legacy(t)
-		seedLegacy(t, db)
+		seedLegacyStore(t, db)
 		during, cancel := context.WithCancel(ctx)
 		defer cancel()
 		logger := slog.New(cancelOnStep{step: reconcile.StepHostTables, cancel: cancel})
@@ -151,8 +148,7 @@ func failedSteps(t *testing.T, err error) []string {
 // and each keeps its own cause.
 func TestReconcile_SeveralFailedStepsAreJoined(t *testing.T) {
 	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
-		db.Host(t).Legacy(t)
-		seedLegacy(t, db)
+		seedLegacyStore(t, db)
 		db.Exec(t, `CREATE TABLE background_agent_log (workspace_path TEXT NOT NULL, session_id TEXT NOT NULL, agent_id TEXT NOT NULL, execution_id TEXT, kind TEXT NOT NULL, provider TEXT, model TEXT, status TEXT NOT NULL, started_at TIMESTAMP NOT NULL, completed_at TIMESTAMP, error TEXT, host_only_note TEXT, PRIMARY KEY (workspace_path, session_id, agent_id))`)
 		forced := errors.New("forced backfill failure")
 		rep, err := reconcile.Reconcile(ctx, db.DB, reconcile.WithFailpoint(func(p string) error {
@@ -254,8 +250,7 @@ func TestReconcile_InvalidOptionIsNamedAndNothingRuns(t *testing.T) {
 // in order) and each failpoint, where its error fails the step.
 func TestReconcile_DeclarationValueAndObserver(t *testing.T) {
 	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
-		db.Host(t).Legacy(t)
-		seedLegacy(t, db)
+		seedLegacyStore(t, db)
 		path := editedDeclaration(t)
 		src, err := os.ReadFile(path)
 		require.NoError(t, err)

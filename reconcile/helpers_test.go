@@ -6,9 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"sync"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -19,22 +17,6 @@ import (
 )
 
 var ctx = context.Background()
-
-// tickingClock is a clock for reconcile.WithClock that moves on an hour at
-// every reading, from the real time: a key sampled from it before a reading
-// the test took is at least an hour earlier than that reading, and a key
-// sampled from any other clock (time.Now, the database's) precedes every
-// reading — no sleep is needed to tell the instants apart.
-func tickingClock() func() time.Time {
-	var mu sync.Mutex
-	now := time.Now()
-	return func() time.Time {
-		mu.Lock()
-		defer mu.Unlock()
-		now = now.Add(time.Hour)
-		return now
-	}
-}
 
 // legacyColumns are the pre-amendment table's columns.
 var legacyColumns = []string{"id", "task_session_id", "task_id", "turn_id", "tool_call_id", "parent_tool_call_id",
@@ -56,6 +38,14 @@ INSERT INTO task_session_subagents (id, task_session_id, task_id, turn_id, tool_
  VALUES ('r3', 's2', 'k2', NULL, 'toolu_3', 'toolu_1', 'ses_child', 'started', 'in_progress', 'live', '2026-07-30 23:59:59.999999+00:00', '2026-07-30 23:59:59.999999+00:00')`)
 }
 
+// seedLegacyStore lays down the host tables and the pre-amendment table on
+// db and fills it (seedLegacy): the installed base most tests upgrade.
+func seedLegacyStore(t *testing.T, db *dbtest.DB) {
+	t.Helper()
+	db.Host(t).Legacy(t)
+	seedLegacy(t, db)
+}
+
 // snapshot renders every legacy column of every row exactly: on SQLite with
 // quote(), which shows the storage class and the bytes; on PostgreSQL as text.
 func snapshot(t *testing.T, db *dbtest.DB) []string {
@@ -69,6 +59,39 @@ func snapshot(t *testing.T, db *dbtest.DB) []string {
 		}
 	}
 	return db.Strings(t, "SELECT "+strings.Join(exprs, " || '|' || ")+" FROM task_session_subagents ORDER BY id")
+}
+
+// online forces the online phases on the tiny test tables and copies one
+// page per batch, so the copy takes several batches.
+var online = []reconcile.Option{reconcile.WithOnlineAbove(0), reconcile.WithCopyBatchPages(1)}
+
+func openPostgres(t *testing.T) *dbtest.DB {
+	t.Helper()
+	return dbtest.Open(t, dialect.Postgres)
+}
+
+// seedMany adds n legacy rows over several heap pages, with metrics that
+// exercise NULL, zero and the integer maximum.
+func seedMany(t *testing.T, db *dbtest.DB, n int) {
+	t.Helper()
+	db.Exec(t, fmt.Sprintf(`INSERT INTO task_session_subagents (id, task_session_id, task_id, tool_call_id, description, is_async, total_tokens, tool_use_count, duration_ms, source, observed_at, updated_at)
+ SELECT 'g' || i, CASE WHEN i %% 2 = 0 THEN 's1' ELSE 's2' END, 'k1', 'toolu_g' || i, repeat('x', 200),
+   i %% 2, CASE WHEN i %% 7 = 0 THEN NULL ELSE i * 1000 END, CASE WHEN i %% 5 = 0 THEN 0 ELSE i END, CASE WHEN i = 1 THEN 2147483647 ELSE i END,
+   'live', timestamp '2026-07-30 00:00:00' + i * interval '1 ms', timestamp '2026-07-30 00:00:00' + i * interval '1 ms'
+ FROM generate_series(1, %d) i`, n))
+}
+
+// seededOnlineStore is the PostgreSQL pre-amendment store the online upgrade
+// tests start from: seedLegacy's rows, 300 more over several heap pages
+// (seedMany) and message history to backfill (seedHistory). before is its
+// snapshot.
+func seededOnlineStore(t *testing.T) (db *dbtest.DB, before []string) {
+	t.Helper()
+	db = openPostgres(t)
+	seedLegacyStore(t, db)
+	seedMany(t, db, 300)
+	seedHistory(t, db)
+	return db, snapshot(t, db)
 }
 
 func count(t *testing.T, db *dbtest.DB, q string, args ...any) int {
@@ -119,6 +142,22 @@ func requireAC33(t *testing.T, db *dbtest.DB, freshIndexes []string) {
 	require.NotNil(t, obs.Keys.ExecutionSince, "clause 6")
 }
 
+// reconcileToAC33 runs a reconcile that must succeed, then asserts AC-33's end
+// state (requireAC33) against a fresh database of db's dialect.
+func reconcileToAC33(t *testing.T, db *dbtest.DB) {
+	t.Helper()
+	mustReconcile(t, db)
+	requireAC33(t, db, freshIndexSet(t, db.Dialect))
+}
+
+// observeKeyBearing observes db and requires AC-33 clauses 1–3 (KeyBearing).
+func observeKeyBearing(t *testing.T, db *dbtest.DB) *reconcile.Observation {
+	t.Helper()
+	obs := observe(t, db)
+	require.True(t, obs.EndState.KeyBearing())
+	return obs
+}
+
 // freshIndexSet reconciles a brand-new database of the same dialect and
 // returns its index set.
 func freshIndexSet(t *testing.T, d dialect.Dialect) []string {
@@ -150,19 +189,23 @@ func cancelAt(point string, cancel context.CancelFunc) reconcile.Option {
 	})
 }
 
-// clockAt is the options of a reconcile whose clock is a tickingClock and
-// whose failpoints read that clock at each of points: read[point] is what
-// the clock said there.
-func clockAt(points ...string) (opts []reconcile.Option, read map[string]time.Time) {
-	clock, read := tickingClock(), map[string]time.Time{}
-	return []reconcile.Option{reconcile.WithClock(clock), reconcile.WithFailpoint(func(p string) error {
-		for _, want := range points {
-			if p == want {
-				read[p] = clock()
-			}
-		}
-		return nil
-	})}, read
+// catalogVersion changes whenever DDL touches the schema: SQLite's
+// schema_version; on PostgreSQL, the xmin of every catalog row of the
+// schema's relations, constraints and columns.
+func catalogVersion(t *testing.T, db *dbtest.DB) string {
+	if db.Dialect == dialect.SQLite {
+		var v int
+		require.NoError(t, db.QueryRow(`PRAGMA schema_version`).Scan(&v))
+		return fmt.Sprint(v)
+	}
+	var s string
+	require.NoError(t, db.QueryRow(`
+SELECT string_agg(x, ',' ORDER BY x) FROM (
+  SELECT c.relname || ':' || c.xmin::text AS x FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = current_schema()
+  UNION ALL SELECT con.conname || ':' || con.xmin::text FROM pg_constraint con JOIN pg_namespace n ON n.oid = con.connamespace WHERE n.nspname = current_schema()
+  UNION ALL SELECT c.relname || '.' || a.attname || ':' || a.xmin::text FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = current_schema() AND a.attnum > 0
+) s`).Scan(&s))
+	return s
 }
 
 // requireNoDDL requires a further reconcile to run no statement in any step

@@ -44,6 +44,17 @@ func lockHolder(t *testing.T, db *dbtest.DB) int {
 	return int(pid.Int64)
 }
 
+// killLockHolder terminates the backend holding the reconcile's lock (it
+// must have one), waiting up to 5 s for it to exit: the lock is lost.
+func killLockHolder(t *testing.T, db *dbtest.DB) {
+	t.Helper()
+	pid := lockHolder(t, db)
+	require.NotZero(t, pid)
+	var ok bool
+	require.NoError(t, db.QueryRow(`SELECT pg_terminate_backend($1, 5000)`, pid).Scan(&ok))
+	require.True(t, ok)
+}
+
 // The report and the status name the lock each dialect uses.
 func TestLock_ReportAndStatusNameTheMechanism(t *testing.T) {
 	want := map[dialect.Dialect]string{dialect.Postgres: reconcile.LockAdvisoryXact, dialect.SQLite: reconcile.LockWriteTransaction}
@@ -95,11 +106,7 @@ func TestLock_LostLockStopsBeforeTheNextPhase(t *testing.T) {
 			return nil
 		}
 		first = p
-		pid := lockHolder(t, db)
-		require.NotZero(t, pid)
-		var ok bool
-		require.NoError(t, db.QueryRow(`SELECT pg_terminate_backend($1, 5000)`, pid).Scan(&ok))
-		require.True(t, ok)
+		killLockHolder(t, db)
 		return nil
 	}), reconcile.WithExecHook(func(stmt string) {
 		if first != "" {
@@ -116,8 +123,7 @@ func TestLock_LostLockStopsBeforeTheNextPhase(t *testing.T) {
 	require.ErrorIs(t, rep.Step(reconcile.StepExecutionSince).Err, reconcile.ErrLockLost)
 	require.Nil(t, readKeys(t, db).ExecutionSince)
 
-	mustReconcile(t, db)
-	requireAC33(t, db, freshIndexSet(t, db.Dialect))
+	reconcileToAC33(t, db)
 }
 
 // A reconcile waiting for the lock (it tried, found it held, and said so)
@@ -283,11 +289,7 @@ func TestLock_LostLockStopsTheRebuildBeforeItsNextBatch(t *testing.T) {
 					// Entries the next chunk would replay, were it to run.
 					db.Exec(t, `UPDATE task_session_subagents SET tool_status = 'again'`)
 				}
-				pid := lockHolder(t, db)
-				require.NotZero(t, pid)
-				var ok bool
-				require.NoError(t, db.QueryRow(`SELECT pg_terminate_backend($1, 5000)`, pid).Scan(&ok))
-				require.True(t, ok)
+				killLockHolder(t, db)
 				return nil
 			}))
 			rep, err := reconcile.Reconcile(ctx, db.DB, opts...)
@@ -309,8 +311,7 @@ func TestLock_LostLockStopsTheRebuildBeforeItsNextBatch(t *testing.T) {
 			}
 			require.Nil(t, readKeys(t, db).ExecutionSince)
 
-			mustReconcile(t, db)
-			requireAC33(t, db, freshIndexSet(t, db.Dialect))
+			reconcileToAC33(t, db)
 			require.Nil(t, observe(t, db).Upgrade)
 			require.Subset(t, db.Strings(t, metrics), before, "every row, every metric value")
 			require.Zero(t, count(t, db, `SELECT COUNT(*) FROM pg_class WHERE relname LIKE 'schemastate%'`))

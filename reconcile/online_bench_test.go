@@ -56,18 +56,39 @@ func BenchmarkOnlineUpgrade(b *testing.B) {
 	if v := os.Getenv("SCHEMASTATE_BENCH_ONLINE_MODES"); v != "" {
 		modes = strings.Split(v, ",")
 	}
+	traffics := []string{"closed"}
+	if v := os.Getenv("SCHEMASTATE_BENCH_ONLINE_TRAFFIC"); v != "" {
+		traffics = strings.Split(v, ",")
+	}
 	for _, rows := range sizes {
-		for _, mode := range modes {
-			b.Run(fmt.Sprintf("rows=%d/%s", rows, mode), func(b *testing.B) {
-				for i := 0; i < b.N; i++ {
-					benchUpgrade(b, rows, mode)
-				}
-			})
+		for _, traffic := range traffics {
+			for _, mode := range modes {
+				b.Run(fmt.Sprintf("rows=%d/traffic=%s/%s", rows, traffic, mode), func(b *testing.B) {
+					for i := 0; i < b.N; i++ {
+						benchUpgrade(b, rows, traffic, mode)
+					}
+				})
+			}
 		}
 	}
 }
 
-func benchUpgrade(b *testing.B, rows int, mode string) {
+// The host's traffic during an upgrade, one of:
+//
+//	closed  each loop runs its next statement as soon as the last returns:
+//	        the reader alone keeps a core busy (a read counts one session's
+//	        rows, 5,000 at 1M), which the blocking ALTER gets back for free
+//	paced   a fixed offered load, the same for every mode: 5 reads, 100
+//	        inserts and 100 updates a second, each loop falling behind (never
+//	        bursting) when a statement takes longer than its period
+//	none    no reader or writer, only the pg_locks poller: the upgrade's own
+//	        cost against the ALTER's
+var trafficPeriods = map[string][3]time.Duration{ // reader, writer, updater
+	"closed": {0, 0, 0},
+	"paced":  {200 * time.Millisecond, 10 * time.Millisecond, 10 * time.Millisecond},
+}
+
+func benchUpgrade(b *testing.B, rows int, traffic, mode string) {
 	b.StopTimer()
 	db := dbtest.Open(b, dialect.Postgres).Host(b).Legacy(b)
 	db.Exec(b, `INSERT INTO task_sessions (id, task_id) SELECT 's' || i, 'k' || i FROM generate_series(1, 200) i`)
@@ -87,7 +108,11 @@ func benchUpgrade(b *testing.B, rows int, mode string) {
 	require.NoError(b, db.QueryRow(`SELECT pg_current_wal_lsn()::text`).Scan(&walBefore))
 
 	ctx, cancel := context.WithCancel(context.Background())
-	mon := startMonitors(b, ctx, db, rows)
+	periods, ok := trafficPeriods[traffic]
+	if !ok && traffic != "none" {
+		b.Fatalf("unknown traffic %q (closed, paced or none)", traffic)
+	}
+	mon := startMonitors(b, ctx, db, rows, periods, traffic != "none")
 	time.Sleep(time.Second) // a baseline for the loops
 	start := time.Now()
 	b.StartTimer()
@@ -161,11 +186,18 @@ func benchUpgrade(b *testing.B, rows int, mode string) {
 	b.ReportMetric(float64(r.exclusiveWindows), "excl_windows")
 	b.ReportMetric(float64(r.reads), "reads")
 	b.ReportMetric(float64(r.writes), "writes")
-	fmt.Fprintf(os.Stderr, "%s rows=%d (%s): total %s, reader worst %s at %.3fs (median %s, %d reads), writer worst %s at %.3fs (median %s, %d writes), ACCESS EXCLUSIVE windows seen %d, longest %s at %.3fs",
-		mode, rows, size, total.Round(time.Millisecond), r.readerWorst, r.readerAt.Sub(start).Seconds(), r.readerBase, r.reads,
-		r.writerWorst, r.writerAt.Sub(start).Seconds(), r.writerBase, r.writes, r.exclusiveWindows, r.exclusiveWorst, r.exclusiveAt.Sub(start).Seconds())
-	fmt.Fprintf(os.Stderr, ", updater worst %s at %.3fs (median %s, %d updates), WAL %.1f MiB, heap %.1f → %.1f MiB, indexes %.1f → %.1f MiB, copy %.0f rows/s\n",
-		r.updaterWorst, r.updaterAt.Sub(start).Seconds(), r.updaterBase, r.updates, float64(wal)/(1<<20),
+	// worst says a loop's worst statement, when it began and its median.
+	worst := func(d time.Duration, at time.Time, median time.Duration, n int, what string) string {
+		if n == 0 {
+			return "no " + what
+		}
+		return fmt.Sprintf("worst %s at %.3fs (median %s, %d %s)", d, at.Sub(start).Seconds(), median, n, what)
+	}
+	fmt.Fprintf(os.Stderr, "%s traffic=%s rows=%d (%s): total %s, reader %s, writer %s, ACCESS EXCLUSIVE windows seen %d, longest %s at %.3fs",
+		mode, traffic, rows, size, total.Round(time.Millisecond), worst(r.readerWorst, r.readerAt, r.readerBase, r.reads, "reads"),
+		worst(r.writerWorst, r.writerAt, r.writerBase, r.writes, "writes"), r.exclusiveWindows, r.exclusiveWorst, r.exclusiveAt.Sub(start).Seconds())
+	fmt.Fprintf(os.Stderr, ", updater %s, WAL %.1f MiB, heap %.1f → %.1f MiB, indexes %.1f → %.1f MiB, copy %.0f rows/s\n",
+		worst(r.updaterWorst, r.updaterAt, r.updaterBase, r.updates, "updates"), float64(wal)/(1<<20),
 		float64(heapBefore)/(1<<20), float64(heapAfter)/(1<<20), float64(indexesBefore)/(1<<20), float64(indexesAfter)/(1<<20), copyRate)
 	fmt.Fprintf(os.Stderr, "  reader/writer/updater statements running > 50 ms, by what they waited on (2 ms polls): %v\n\n", r.waits)
 }
@@ -199,8 +231,10 @@ type sample struct {
 
 // startMonitors runs, each on its own connection, a reader loop, an
 // inserting writer loop, an updating writer loop (over the rows seeded r1 …
-// r<rows>) and a pg_locks poller (every 2 ms) until ctx ends.
-func startMonitors(b *testing.B, ctx context.Context, db *dbtest.DB, rows int) *monitors {
+// r<rows>), each starting a statement at most once a period (0: back to
+// back), and a pg_locks poller (every 2 ms) until ctx ends; with traffic
+// false, the poller alone.
+func startMonitors(b *testing.B, ctx context.Context, db *dbtest.DB, rows int, periods [3]time.Duration, traffic bool) *monitors {
 	m := &monitors{}
 	open := func() *sql.DB {
 		d, err := sql.Open("pgx", db.DSN)
@@ -219,12 +253,24 @@ func startMonitors(b *testing.B, ctx context.Context, db *dbtest.DB, rows int) *
 	m.res.waits = map[string]int{}
 	readerPID, writerPID, updaterPID := pid(reader), pid(writer), pid(updater)
 	var seq atomic.Int64
-	loop := func(run func(i int) error, into *[]sample) {
+	loop := func(period time.Duration, run func(i int) error, into *[]sample) {
+		if !traffic {
+			return
+		}
 		m.wg.Add(1)
 		go func() {
 			defer m.wg.Done()
+			next := time.Now()
 			for i := 0; ctx.Err() == nil; i++ {
+				if wait := time.Until(next); wait > 0 {
+					select {
+					case <-ctx.Done():
+						return
+					case <-time.After(wait):
+					}
+				}
 				t0 := time.Now()
+				next = t0.Add(period)
 				if err := run(i); err != nil {
 					if ctx.Err() == nil {
 						b.Errorf("monitor: %v", err)
@@ -238,16 +284,16 @@ func startMonitors(b *testing.B, ctx context.Context, db *dbtest.DB, rows int) *
 			}
 		}()
 	}
-	loop(func(i int) error {
+	loop(periods[0], func(i int) error {
 		var n int
 		return reader.QueryRowContext(context.Background(), `SELECT count(*) FROM task_session_subagents WHERE task_session_id = $1`, fmt.Sprintf("s%d", i%200+1)).Scan(&n)
 	}, &m.rl)
-	loop(func(i int) error {
+	loop(periods[1], func(i int) error {
 		id := fmt.Sprintf("w%d", seq.Add(1))
 		_, err := writer.ExecContext(context.Background(), `INSERT INTO task_session_subagents (id, task_session_id, task_id, tool_call_id, source, observed_at, updated_at) VALUES ($1, 's1', 'k1', $1, 'live', now(), now())`, id)
 		return err
 	}, &m.wl)
-	loop(func(i int) error {
+	loop(periods[2], func(i int) error {
 		// A prime stride, so successive updates land on rows far apart.
 		id := fmt.Sprintf("r%d", (i*7919)%max(rows, 1)+1)
 		_, err := updater.ExecContext(context.Background(), `UPDATE task_session_subagents SET tool_status = 'running', model = $2, updated_at = now() WHERE id = $1`, id, fmt.Sprintf("m%d", i))

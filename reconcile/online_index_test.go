@@ -6,12 +6,14 @@ import (
 	"fmt"
 	"regexp"
 	"slices"
+	"strconv"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/schemastate/schemastate/internal/dbtest"
+	"github.com/schemastate/schemastate/internal/readonly"
 	"github.com/schemastate/schemastate/reconcile"
 )
 
@@ -26,11 +28,7 @@ import (
 // waits for that worker to stop (its connection, returned to a pool that
 // keeps none idle, ends), and only then lets the other build go on.
 func TestOnline_FailedIndexBuildLeavesTheStepsConnectionUsable(t *testing.T) {
-	db := openPostgres(t).Host(t).Legacy(t)
-	seedLegacy(t, db)
-	seedMany(t, db, 300)
-	seedHistory(t, db)
-	before := snapshot(t, db)
+	db, before := seededOnlineStore(t)
 
 	// The reconcile's own pool, named so its backends can be told apart;
 	// a connection returned to it is closed.
@@ -144,21 +142,19 @@ func interfere(db *dbtest.DB, app string, stepsPID int, lock *sql.Tx, cancelled 
 	return lock.Rollback()
 }
 
+// pidsOf lists the backends q selects, one pid a row.
 func pidsOf(db *dbtest.DB, q string, args ...any) ([]int, error) {
-	rows, err := db.Query(q, args...)
+	texts, err := readonly.Strings(ctx, db.DB, q, args...)
 	if err != nil {
 		return nil, err
 	}
-	defer rows.Close()
-	var pids []int
-	for rows.Next() {
-		var pid int
-		if err := rows.Scan(&pid); err != nil {
+	pids := make([]int, len(texts))
+	for i, s := range texts {
+		if pids[i], err = strconv.Atoi(s); err != nil {
 			return nil, err
 		}
-		pids = append(pids, pid)
 	}
-	return pids, rows.Err()
+	return pids, nil
 }
 
 // poll checks cond until it holds, for up to 30 s.

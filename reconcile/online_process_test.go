@@ -1,9 +1,6 @@
 package reconcile_test
 
 import (
-	"encoding/json"
-	"fmt"
-	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -27,11 +24,7 @@ func TestOnline_KilledAtEveryPhaseBoundaryConverges(t *testing.T) {
 	require.Len(t, points, 14, "every phase of the legacy upgrade: %v", phaseIDs(plan.Phases()))
 	for _, point := range points {
 		t.Run(point, func(t *testing.T) {
-			db := openPostgres(t).Host(t).Legacy(t)
-			seedLegacy(t, db)
-			seedMany(t, db, 300)
-			seedHistory(t, db)
-			before := snapshot(t, db)
+			db, before := seededOnlineStore(t)
 
 			killAt(t, db, point, envOnline+"=1")
 
@@ -59,32 +52,10 @@ func TestOnline_KilledAtEveryPhaseBoundaryConverges(t *testing.T) {
 // Eight replicas (processes) boot at once on the online path: all exit 0,
 // one performs the change, one backfills.
 func TestOnline_EightProcessesOneChange(t *testing.T) {
-	db := openPostgres(t).Host(t).Legacy(t)
-	seedLegacy(t, db)
-	seedMany(t, db, 300)
-	seedHistory(t, db)
-	before := snapshot(t, db)
-	const n = 8
-	reports := make([]reconcile.Report, n)
-	errs := make([]error, n)
-	var wg sync.WaitGroup
-	for i := 0; i < n; i++ {
-		wg.Add(1)
-		go func(i int) {
-			defer wg.Done()
-			out, err := childCmd(db, "", envOnline+"=1").Output()
-			if err == nil {
-				err = json.Unmarshal(out, &reports[i])
-			}
-			if err != nil {
-				errs[i] = fmt.Errorf("child %d: %w: %s", i, err, out)
-			}
-		}(i)
-	}
-	wg.Wait()
+	db, before := seededOnlineStore(t)
+	reports := runChildren(t, db, 8, envOnline+"=1")
 	shapes, widens, backfills := 0, 0, 0
-	for i, r := range reports {
-		require.NoError(t, errs[i])
+	for _, r := range reports {
 		if r.Step(reconcile.StepShape).Status == reconcile.Applied {
 			shapes++
 		}

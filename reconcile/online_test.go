@@ -5,39 +5,17 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/schemastate/schemastate/dialect"
 	"github.com/schemastate/schemastate/internal/dbtest"
 	"github.com/schemastate/schemastate/reconcile"
 )
 
 // The online PostgreSQL upgrade (issue 10): phases whose every exclusive lock
 // is catalog-only, each resumable from the live catalog.
-
-// online forces the online phases on the tiny test tables and copies one
-// page per batch, so the copy takes several batches.
-var online = []reconcile.Option{reconcile.WithOnlineAbove(0), reconcile.WithCopyBatchPages(1)}
-
-func openPostgres(t *testing.T) *dbtest.DB {
-	t.Helper()
-	return dbtest.Open(t, dialect.Postgres)
-}
-
-// seedMany adds n legacy rows over several heap pages, with metrics that
-// exercise NULL, zero and the integer maximum.
-func seedMany(t *testing.T, db *dbtest.DB, n int) {
-	t.Helper()
-	db.Exec(t, fmt.Sprintf(`INSERT INTO task_session_subagents (id, task_session_id, task_id, tool_call_id, description, is_async, total_tokens, tool_use_count, duration_ms, source, observed_at, updated_at)
- SELECT 'g' || i, CASE WHEN i %% 2 = 0 THEN 's1' ELSE 's2' END, 'k1', 'toolu_g' || i, repeat('x', 200),
-   i %% 2, CASE WHEN i %% 7 = 0 THEN NULL ELSE i * 1000 END, CASE WHEN i %% 5 = 0 THEN 0 ELSE i END, CASE WHEN i = 1 THEN 2147483647 ELSE i END,
-   'live', timestamp '2026-07-30 00:00:00' + i * interval '1 ms', timestamp '2026-07-30 00:00:00' + i * interval '1 ms'
- FROM generate_series(1, %d) i`, n))
-}
 
 // requireBackfilledOnceAmong is requireBackfilledOnce on a table that also
 // holds extra seeded rows.
@@ -97,11 +75,7 @@ func TestOnline_PlanIsWhatReconcileRuns(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			db := openPostgres(t).Host(t).Legacy(t)
-			seedLegacy(t, db)
-			seedMany(t, db, 300)
-			seedHistory(t, db)
-			before := snapshot(t, db)
+			db, before := seededOnlineStore(t)
 
 			plan, err := reconcile.Plan(ctx, db.DB, tc.opts...)
 			require.NoError(t, err)
@@ -127,11 +101,8 @@ func TestOnline_PlanIsWhatReconcileRuns(t *testing.T) {
 				}
 			}
 
-			var mu sync.Mutex
-			var said []string
+			var said []string // WithProgress serializes its calls: no lock needed
 			progress := reconcile.WithProgress(func(p reconcile.Progress) {
-				mu.Lock()
-				defer mu.Unlock()
 				said = append(said, p.Step+": "+p.Message)
 			})
 			rep := mustReconcile(t, db, append(tc.opts, progress)...)
@@ -249,8 +220,7 @@ UPDATE pg_index SET indisvalid = false WHERE indexrelid = '`+subagentsKey+`'::re
 	require.NotNil(t, obs.Upgrade)
 	require.Equal(t, "task_session_subagents.build_index."+subagentsKey, obs.Upgrade.Next)
 
-	mustReconcile(t, db)
-	requireAC33(t, db, freshIndexSet(t, db.Dialect))
+	reconcileToAC33(t, db)
 	require.Zero(t, count(t, db, `SELECT COUNT(*) FROM pg_index WHERE indrelid = 'task_session_subagents'::regclass AND NOT indisvalid`))
 	require.Equal(t, before, snapshot(t, db))
 	require.Nil(t, observe(t, db).Upgrade)
@@ -382,11 +352,7 @@ func TestOnline_WideningBlockedByViewIsNamedAndRetried(t *testing.T) {
 // Replicas booting together on the online path: all succeed, one does each
 // phase, the rest find it done.
 func TestOnline_ConcurrentReconcilesConverge(t *testing.T) {
-	db := openPostgres(t).Host(t).Legacy(t)
-	seedLegacy(t, db)
-	seedMany(t, db, 300)
-	seedHistory(t, db)
-	before := snapshot(t, db)
+	db, before := seededOnlineStore(t)
 	pools := make([]*sql.DB, 8)
 	for i := range pools {
 		pools[i] = db.DB

@@ -248,8 +248,7 @@ SELECT setval('op_seq', 42)`)
 	require.Equal(t, 1, count(t, db, `SELECT COUNT(*) FROM pg_constraint WHERE conrelid = 'task_session_subagents'::regclass AND contype = 'f' AND convalidated`))
 	require.Equal(t, 42, count(t, db, `SELECT last_value FROM op_seq`), "a sequence the table's column owns survives the old table")
 	require.Equal(t, 1, count(t, db, `SELECT COUNT(*) FROM pg_depend WHERE objid = 'op_seq'::regclass AND refobjid = 'task_session_subagents'::regclass AND deptype = 'a'`), "owned by the rebuilt table")
-	obs := observe(t, db)
-	require.True(t, obs.EndState.KeyBearing())
+	obs := observeKeyBearing(t, db)
 	require.Subset(t, obs.Indexes["task_session_subagents"], append(freshIndexSet(t, db.Dialect), "op_model index(model)"))
 	require.Zero(t, count(t, db, `SELECT COUNT(*) FROM pg_class WHERE relname LIKE 'schemastate%'`))
 }
@@ -261,11 +260,7 @@ SELECT setval('op_seq', 42)`)
 // upgrade in flight; a later Reconcile (default options: the catalog says an
 // upgrade is in flight) finishes it.
 func TestOnline_BudgetReturnsInProgressThenALaterCallFinishes(t *testing.T) {
-	db := openPostgres(t).Host(t).Legacy(t)
-	seedLegacy(t, db)
-	seedMany(t, db, 300)
-	seedHistory(t, db)
-	before := snapshot(t, db)
+	db, before := seededOnlineStore(t)
 	const budget = 400 * time.Millisecond
 	start := time.Now()
 	// The first batch lasts until the budget is spent: the copy is
@@ -289,8 +284,7 @@ func TestOnline_BudgetReturnsInProgressThenALaterCallFinishes(t *testing.T) {
 	require.Equal(t, "integer", columnType(t, db, "total_tokens"), "not yet widened")
 	require.Equal(t, reconcile.Applied, rep.Step(reconcile.StepExecutionSince).Status)
 	require.Equal(t, reconcile.Applied, rep.Step(reconcile.StepBackfill).Status)
-	obs := observe(t, db)
-	require.True(t, obs.EndState.KeyBearing())
+	obs := observeKeyBearing(t, db)
 	require.NotNil(t, obs.Upgrade, "status shows the upgrade in flight")
 	require.Equal(t, "task_session_subagents.rebuild_copy", obs.Upgrade.Next)
 	require.Contains(t, strings.Join(obs.Upgrade.Found, " "), "rows copied, page 1 of")

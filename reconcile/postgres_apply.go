@@ -119,45 +119,33 @@ func (s *pgSession) concurrently(ctx context.Context, ph Phase, h phaseHooks) er
 // runs as long as it needs. waited reports whether it cancelled the
 // statement; release stops the watch.
 func (s *pgSession) boundWait(ctx context.Context, stmt string) (waited func() bool, release func()) {
-	ctx, cancel := context.WithCancel(ctx)
-	done := make(chan struct{})
 	var cancelled atomic.Bool
 	poll := min(max(s.o.concurrentWait/20, 10*time.Millisecond), 250*time.Millisecond)
-	go func() {
-		defer close(done)
-		t := time.NewTicker(poll)
-		defer t.Stop()
-		var since time.Time // the current wait began, as first seen
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-			}
-			var pid int
-			var waiting bool
-			err := s.db.QueryRowContext(ctx, `SELECT pid, wait_event_type IS NOT DISTINCT FROM 'Lock' FROM pg_stat_activity
+	var since time.Time // the current wait began, as first seen
+	release = onEveryTick(ctx, poll, func(ctx context.Context) bool {
+		var pid int
+		var waiting bool
+		err := s.db.QueryRowContext(ctx, `SELECT pid, wait_event_type IS NOT DISTINCT FROM 'Lock' FROM pg_stat_activity
  WHERE query = $1 AND state = 'active' AND pid <> pg_backend_pid() ORDER BY query_start DESC LIMIT 1`, stmt).Scan(&pid, &waiting)
-			if err != nil || !waiting {
-				since = time.Time{}
-				continue
-			}
-			if since.IsZero() {
-				since = time.Now().Add(-poll / 2)
-				continue
-			}
-			if time.Since(since) < s.o.concurrentWait {
-				continue
-			}
-			cancelled.Store(true)
-			var sent bool
-			if err := s.db.QueryRowContext(ctx, `SELECT pg_cancel_backend($1)`, pid).Scan(&sent); err != nil || !sent {
-				s.o.logger.Warn("reconcile: could not cancel a concurrent index build past its wait", "pid", pid, "error", err)
-			}
-			return
+		if err != nil || !waiting {
+			since = time.Time{}
+			return true
 		}
-	}()
-	return cancelled.Load, func() { cancel(); <-done }
+		if since.IsZero() {
+			since = time.Now().Add(-poll / 2)
+			return true
+		}
+		if time.Since(since) < s.o.concurrentWait {
+			return true
+		}
+		cancelled.Store(true)
+		var sent bool
+		if err := s.db.QueryRowContext(ctx, `SELECT pg_cancel_backend($1)`, pid).Scan(&sent); err != nil || !sent {
+			s.o.logger.Warn("reconcile: could not cancel a concurrent index build past its wait", "pid", pid, "error", err)
+		}
+		return false
+	})
+	return cancelled.Load, release
 }
 
 // watchIndexBuild reports pg_stat_progress_create_index for the build on
@@ -166,36 +154,24 @@ func (s *pgSession) watchIndexBuild(ctx context.Context, ph Phase, say func(stri
 	if ph.Name != PhaseBuildIndex || say == nil || s.db == nil {
 		return func() {}
 	}
-	ctx, cancel := context.WithCancel(ctx)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		t := time.NewTicker(500 * time.Millisecond)
-		defer t.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-			}
-			var phase string
-			var blocksDone, blocksTotal, tuplesDone, tuplesTotal int64
-			err := s.db.QueryRowContext(ctx, `SELECT phase, blocks_done, blocks_total, tuples_done, tuples_total
+	return onEveryTick(ctx, 500*time.Millisecond, func(ctx context.Context) bool {
+		var phase string
+		var blocksDone, blocksTotal, tuplesDone, tuplesTotal int64
+		err := s.db.QueryRowContext(ctx, `SELECT phase, blocks_done, blocks_total, tuples_done, tuples_total
  FROM pg_stat_progress_create_index WHERE relid = to_regclass($1) LIMIT 1`, qualified(s.schema, ph.Table)).Scan(&phase, &blocksDone, &blocksTotal, &tuplesDone, &tuplesTotal)
-			if err != nil {
-				continue
-			}
-			msg := fmt.Sprintf("building %s: %s", ph.Object, phase)
-			switch {
-			case blocksTotal > 0:
-				msg += fmt.Sprintf(", blocks %d of %d", blocksDone, blocksTotal)
-			case tuplesTotal > 0:
-				msg += fmt.Sprintf(", tuples %d of %d", tuplesDone, tuplesTotal)
-			}
-			say(msg)
+		if err != nil {
+			return true
 		}
-	}()
-	return func() { cancel(); <-done }
+		msg := fmt.Sprintf("building %s: %s", ph.Object, phase)
+		switch {
+		case blocksTotal > 0:
+			msg += fmt.Sprintf(", blocks %d of %d", blocksDone, blocksTotal)
+		case tuplesTotal > 0:
+			msg += fmt.Sprintf(", tuples %d of %d", tuplesDone, tuplesTotal)
+		}
+		say(msg)
+		return true
+	})
 }
 
 // copyBatches fills the shadow columns in short transactions, one range of

@@ -1,7 +1,7 @@
 package reconcile
 
 import (
-	"sync"
+	"context"
 	"time"
 )
 
@@ -34,28 +34,39 @@ func (r *run) watch(step string) func(status string) {
 	if !r.o.observed() {
 		return func(string) {}
 	}
+	stop := onEveryTick(context.Background(), progressTick, func(context.Context) bool {
+		r.mu.Lock()
+		msg := r.doing
+		r.mu.Unlock()
+		r.emit(Progress{Step: step, Message: msg, Elapsed: time.Since(r.stepStart)})
+		return true
+	})
+	return func(status string) {
+		stop()
+		r.emit(Progress{Step: step, Message: status, Elapsed: time.Since(r.stepStart), Done: true})
+	}
+}
+
+// onEveryTick calls tick every interval on a goroutine of its own, with a
+// context that stop cancels, until tick returns false or stop is called;
+// stop returns once the goroutine has ended, so nothing tick does outlives it.
+func onEveryTick(ctx context.Context, interval time.Duration, tick func(ctx context.Context) (more bool)) (stop func()) {
+	ctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Add(1)
 	go func() {
-		defer wg.Done()
-		t := time.NewTicker(progressTick)
+		defer close(done)
+		t := time.NewTicker(interval)
 		defer t.Stop()
 		for {
 			select {
-			case <-done:
+			case <-ctx.Done():
 				return
 			case <-t.C:
-				r.mu.Lock()
-				msg := r.doing
-				r.mu.Unlock()
-				r.emit(Progress{Step: step, Message: msg, Elapsed: time.Since(r.stepStart)})
+			}
+			if !tick(ctx) {
+				return
 			}
 		}
 	}()
-	return func(status string) {
-		close(done)
-		wg.Wait()
-		r.emit(Progress{Step: step, Message: status, Elapsed: time.Since(r.stepStart), Done: true})
-	}
+	return func() { cancel(); <-done }
 }

@@ -3,7 +3,6 @@ package reconcile_test
 import (
 	"bytes"
 	"database/sql"
-	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -34,8 +33,7 @@ func TestReconcile_AC17_AC33b_FreshDatabase(t *testing.T) {
 		require.NotNil(t, ks.ExecutionSince)
 		_, err := keys.Parse(*ks.ExecutionSince)
 		require.NoError(t, err)
-		obs := observe(t, db)
-		require.True(t, obs.EndState.KeyBearing())
+		obs := observeKeyBearing(t, db)
 		require.True(t, obs.EndState.IndexesMatchDeclaration)
 	})
 }
@@ -64,8 +62,7 @@ func messageSnapshot(t *testing.T, db *dbtest.DB) []string {
 // the end state, not merely stability).
 func TestReconcile_AC33_AC34_PreAmendmentTableTwice(t *testing.T) {
 	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
-		db.Host(t).Legacy(t)
-		seedLegacy(t, db)
+		seedLegacyStore(t, db)
 		before := snapshot(t, db)
 		fresh := freshIndexSet(t, db.Dialect)
 
@@ -89,8 +86,7 @@ func TestReconcile_AC33_AC34_PreAmendmentTableTwice(t *testing.T) {
 
 func TestReconcile_AC33_IndexSetParityFreshVersusMigrated(t *testing.T) {
 	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
-		db.Host(t).Legacy(t)
-		seedLegacy(t, db)
+		seedLegacyStore(t, db)
 		mustReconcile(t, db)
 		migrated := observe(t, db).Indexes
 		fresh := dbtest.Open(t, db.Dialect).Host(t)
@@ -116,8 +112,7 @@ func catalogIndexes(t *testing.T, db *dbtest.DB) []string {
 // no key is written, and the next run succeeds.
 func TestReconcile_AC33a_FailedRebuildLeavesLegacyShape(t *testing.T) {
 	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
-		db.Host(t).Legacy(t)
-		seedLegacy(t, db)
+		seedLegacyStore(t, db)
 		before := snapshot(t, db)
 		var logs bytes.Buffer
 		logger := slog.New(slog.NewTextHandler(&logs, nil))
@@ -129,8 +124,7 @@ func TestReconcile_AC33a_FailedRebuildLeavesLegacyShape(t *testing.T) {
 		require.Contains(t, logs.String(), "level=WARN")
 		require.Contains(t, logs.String(), "step=shape")
 
-		mustReconcile(t, db)
-		requireAC33(t, db, freshIndexSet(t, db.Dialect))
+		reconcileToAC33(t, db)
 		require.Equal(t, before, snapshot(t, db))
 	})
 }
@@ -192,8 +186,7 @@ func requireLegacyIntact(t *testing.T, db *dbtest.DB, before []string) {
 // holds a lock on the table and the swap's lock_timeout expires.
 func TestReconcile_AC33a_RealFailureRollsBack(t *testing.T) {
 	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
-		db.Host(t).Legacy(t)
-		seedLegacy(t, db)
+		seedLegacyStore(t, db)
 		undo := failShape(t, db)
 		before := snapshot(t, db)
 		rep, err := reconcile.Reconcile(ctx, db.DB, reconcile.WithDDLLockTimeout(200*time.Millisecond))
@@ -208,8 +201,7 @@ func TestReconcile_AC33a_RealFailureRollsBack(t *testing.T) {
 		requireLegacyIntact(t, db, before)
 
 		undo()
-		mustReconcile(t, db)
-		requireAC33(t, db, freshIndexSet(t, db.Dialect))
+		reconcileToAC33(t, db)
 	})
 }
 
@@ -223,8 +215,7 @@ func TestReconcile_AC33a_RealFailureRollsBack(t *testing.T) {
 // falls outside, as does a fixed instant.
 func TestReconcile_AC24_ExecutionSinceSampledAfterObservingTheEndState(t *testing.T) {
 	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
-		db.Host(t).Legacy(t)
-		seedLegacy(t, db)
+		seedLegacyStore(t, db)
 		opts, read := clockAt(reconcile.FailpointExecutionSinceObserve, reconcile.FailpointBackfillMaxTaken)
 		mustReconcile(t, db, append(opts, quiet)...)
 		observing, written := read[reconcile.FailpointExecutionSinceObserve], read[reconcile.FailpointBackfillMaxTaken]
@@ -242,8 +233,7 @@ func TestReconcile_AC24_ExecutionSinceSampledAfterObservingTheEndState(t *testin
 // the key with no rebuild and no table creation.
 func TestReconcile_AC33b_SelfHealsMissingKey(t *testing.T) {
 	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
-		db.Host(t).Legacy(t)
-		seedLegacy(t, db)
+		seedLegacyStore(t, db)
 		rep, err := reconcile.Reconcile(ctx, db.DB, failAt(reconcile.FailpointExecutionSinceWrite))
 		require.ErrorIs(t, err, reconcile.ErrStepFailed)
 		require.Equal(t, reconcile.Applied, rep.Step(reconcile.StepShape).Status)
@@ -277,8 +267,7 @@ func TestReconcile_AC33b_KeyWrittenWithoutRebuild(t *testing.T) {
 // AC-24 point 5: a key already present is never rewritten, whatever its precision.
 func TestReconcile_AC24_PresentExecutionSinceNeverRewritten(t *testing.T) {
 	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
-		db.Host(t).Legacy(t)
-		seedLegacy(t, db)
+		seedLegacyStore(t, db)
 		db.Exec(t, `INSERT INTO kandev_meta (key, value) VALUES ('subagent_context_execution_since', '2026-08-01T00:00:00Z')`)
 		mustReconcile(t, db)
 		mustReconcile(t, db)
@@ -291,8 +280,7 @@ func TestReconcile_AC24_PresentExecutionSinceNeverRewritten(t *testing.T) {
 // connection, so DROP TABLE cascades nothing.
 func TestReconcile_RebuildKeepsCascadingChildRows(t *testing.T) {
 	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
-		db.Host(t).Legacy(t)
-		seedLegacy(t, db)
+		seedLegacyStore(t, db)
 		db.Exec(t, `CREATE TABLE subagent_notes (id TEXT PRIMARY KEY, subagent_id TEXT NOT NULL REFERENCES task_session_subagents(id) ON DELETE CASCADE, note TEXT);
 INSERT INTO subagent_notes (id, subagent_id, note) VALUES ('n1', 'r1', 'keep me');
 INSERT INTO subagent_notes (id, subagent_id, note) VALUES ('n2', 'r2', 'and me')`)
@@ -317,35 +305,17 @@ INSERT INTO subagent_notes (id, subagent_id, note) VALUES ('n2', 'r2', 'and me')
 // rows (new xmin) of anything an ALTER or CREATE touches.
 func TestReconcile_SteadyStateRunsNoDDL(t *testing.T) {
 	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
-		db.Host(t).Legacy(t)
-		seedLegacy(t, db)
+		seedLegacyStore(t, db)
 		mustReconcile(t, db)
 		requireNoDDL(t, db)
 	})
-}
-
-func catalogVersion(t *testing.T, db *dbtest.DB) string {
-	if db.Dialect == dialect.SQLite {
-		var v int
-		require.NoError(t, db.QueryRow(`PRAGMA schema_version`).Scan(&v))
-		return fmt.Sprint(v)
-	}
-	var s string
-	require.NoError(t, db.QueryRow(`
-SELECT string_agg(x, ',' ORDER BY x) FROM (
-  SELECT c.relname || ':' || c.xmin::text AS x FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = current_schema()
-  UNION ALL SELECT con.conname || ':' || con.xmin::text FROM pg_constraint con JOIN pg_namespace n ON n.oid = con.connamespace WHERE n.nspname = current_schema()
-  UNION ALL SELECT c.relname || '.' || a.attname || ':' || a.xmin::text FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = current_schema() AND a.attnum > 0
-) s`).Scan(&s))
-	return s
 }
 
 // Two replicas booting at once end in one correct state: one performs the
 // change, the other waits for the lock, re-inspects and finds nothing to do.
 func TestReconcile_ConcurrentReconcilesConverge(t *testing.T) {
 	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
-		db.Host(t).Legacy(t)
-		seedLegacy(t, db)
+		seedLegacyStore(t, db)
 		before := snapshot(t, db)
 		pools := make([]*sql.DB, 4)
 		for i := range pools {
@@ -405,8 +375,7 @@ func TestReconcile_RefusesDestructiveChange(t *testing.T) {
 // alone (and reported), while the pre-amendment subagents table is migrated.
 func TestReconcile_RefusalIsPerTable(t *testing.T) {
 	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
-		db.Host(t).Legacy(t)
-		seedLegacy(t, db)
+		seedLegacyStore(t, db)
 		db.Exec(t, `CREATE TABLE background_agent_log (workspace_path TEXT NOT NULL, session_id TEXT NOT NULL, agent_id TEXT NOT NULL, execution_id TEXT, kind TEXT NOT NULL, provider TEXT, model TEXT, status TEXT NOT NULL, started_at TIMESTAMP NOT NULL, completed_at TIMESTAMP, error TEXT, host_only_note TEXT, PRIMARY KEY (workspace_path, session_id, agent_id));
 INSERT INTO background_agent_log (workspace_path, session_id, agent_id, kind, status, started_at, host_only_note) VALUES ('/w', 's1', 'a1', 'run_in_background', 'running', '2026-07-30 01:00:00+00:00', 'precious')`)
 		rep, err := reconcile.Reconcile(ctx, db.DB)
@@ -453,8 +422,7 @@ func TestReconcile_BadHCLNamesFileAndLine(t *testing.T) {
 // Long steps report progress; every step that ran reports its end.
 func TestReconcile_ProgressReportsEachStep(t *testing.T) {
 	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
-		db.Host(t).Legacy(t)
-		seedLegacy(t, db)
+		seedLegacyStore(t, db)
 		var mu sync.Mutex
 		done := map[string]string{}
 		var messages []string
@@ -487,8 +455,7 @@ func TestReconcile_ProgressReportsEachStep(t *testing.T) {
 // on calls).
 func TestReconcile_ProgressCallbackIsSerialized(t *testing.T) {
 	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
-		db.Host(t).Legacy(t)
-		seedLegacy(t, db)
+		seedLegacyStore(t, db)
 		var inside, overlapped atomic.Int32
 		var calls []reconcile.Progress // deliberately unguarded
 		slept := false
@@ -551,8 +518,7 @@ func requireOneAppliedShape(t *testing.T, reps []*reconcile.Report, errs []error
 // runs (the exec hook) and, phase by phase, what its report says it ran.
 func TestReconcile_PlanIsWhatRuns(t *testing.T) {
 	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
-		db.Host(t).Legacy(t)
-		seedLegacy(t, db)
+		seedLegacyStore(t, db)
 		plan, err := reconcile.Plan(ctx, db.DB, quiet)
 		require.NoError(t, err)
 		require.NotEmpty(t, plan.Statements())

@@ -35,8 +35,7 @@ func TestTranscript_AppendFailingMidBatchLeavesNoneOfIt(t *testing.T) {
 	if !canLimitFileSize {
 		t.Skip("no per-process file-size limit on this OS to make a write fail")
 	}
-	s := newStore(t)
-	require.NoError(t, s.Create(ctx, header("sess-efbig", "agent-efbig", transcript.KindRunInBackground)))
+	s, _ := created(t, "sess-efbig", "agent-efbig", transcript.KindRunInBackground)
 	require.NoError(t, s.Append(ctx, "sess-efbig", "agent-efbig", msg(transcript.UserMessage, "before")))
 	p, _ := s.PathsFor("sess-efbig", "agent-efbig")
 	fi, err := os.Stat(p.Log)
@@ -66,8 +65,7 @@ func TestTranscript_AppendFailingMidBatchLeavesNoneOfIt(t *testing.T) {
 // 'running' for ever, and transcript_status still says 'ok'.
 func TestTranscript_RecoverDuringCreateLeavesTheLiveChildAlone(t *testing.T) {
 	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
-		l := lifecycleDB(t, db)
-		s := newStore(t, transcript.WithLifecycle(l, "/ws"))
+		l, s := lifecycleStore(t, db)
 		root := s.Root()
 		p, _ := s.PathsFor("sess-cr", "agent-cr")
 
@@ -121,8 +119,7 @@ func TestTranscript_RecoverDuringCreateLeavesTheLiveChildAlone(t *testing.T) {
 // host's retry of Finish is answered "already finished".
 func TestTranscript_KillNineBetweenDocumentAndLifecycleEnd(t *testing.T) {
 	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
-		l := lifecycleDB(t, db)
-		s := newStore(t, transcript.WithLifecycle(l, "/ws"))
+		l, s := lifecycleStore(t, db)
 		root := s.Root()
 		require.NoError(t, s.Create(ctx, header("sess-k9", "agent-k9", transcript.KindScheduled)))
 		require.NoError(t, s.Append(ctx, "sess-k9", "agent-k9", msg(transcript.UserMessage, "work"), msg(transcript.AssistantMessage, "done")))
@@ -192,8 +189,7 @@ func refuseStatusChange(t *testing.T, db *dbtest.DB) func() {
 // 'running' behind an "already finished".
 func TestTranscript_FinishRetryEndsTheRowAfterALifecycleFailure(t *testing.T) {
 	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
-		l := lifecycleDB(t, db)
-		s := newStore(t, transcript.WithLifecycle(l, "/ws"))
+		l, s := lifecycleStore(t, db)
 		require.NoError(t, s.Create(ctx, header("sess-rt", "agent-rt", transcript.KindTodoDelegate)))
 		id := transcript.Identity{WorkspacePath: "/ws", SessionID: "sess-rt", AgentID: "agent-rt"}
 
@@ -226,8 +222,7 @@ func TestTranscript_FinishRetryEndsTheRowAfterALifecycleFailure(t *testing.T) {
 // JSON can carry it.
 func TestTranscript_NULAndInvalidUTF8ReachTheLifecycleRow(t *testing.T) {
 	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
-		l := lifecycleDB(t, db)
-		s := newStore(t, transcript.WithLifecycle(l, "/ws"))
+		l, s := lifecycleStore(t, db)
 		h := header("sess-nul", "agent-nul", transcript.KindRunInBackground)
 		h.Model = "model\x00x"
 		require.NoError(t, s.Create(ctx, h))
@@ -278,8 +273,7 @@ func TestTranscript_NonUTF8IDIsRefused(t *testing.T) {
 // the lifecycle row must not go on saying the transcript is 'ok'.
 func TestTranscript_AppendAfterFinishIsRecordedAsMissing(t *testing.T) {
 	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
-		l := lifecycleDB(t, db)
-		s := newStore(t, transcript.WithLifecycle(l, "/ws"))
+		l, s := lifecycleStore(t, db)
 		require.NoError(t, s.Create(ctx, header("sess-late", "agent-late", transcript.KindRunInBackground)))
 		require.NoError(t, s.Finish(ctx, "sess-late", "agent-late", transcript.End{Status: transcript.Completed}))
 		err := s.Append(ctx, "sess-late", "agent-late", call("toolu_late", "Bash", `{"command":"true"}`))
@@ -302,8 +296,7 @@ func TestTranscript_AppendAfterFinishIsRecordedAsMissing(t *testing.T) {
 // without durable evidence. ls must say so, not list it as fine.
 func TestTranscript_IndexNamesARowWithoutAnyTranscript(t *testing.T) {
 	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
-		l := lifecycleDB(t, db)
-		s := newStore(t, transcript.WithLifecycle(l, "/ws"))
+		l, s := lifecycleStore(t, db)
 		require.NoError(t, l.Start(ctx, transcript.Entry{WorkspacePath: "/ws", SessionID: "sess-nt", AgentID: "agent-nt",
 			Kind: "run_in_background", StartedAt: time.Now()}))
 		_, err := l.End(ctx, transcript.Identity{WorkspacePath: "/ws", SessionID: "sess-nt", AgentID: "agent-nt"}, transcript.Completed, time.Now(), "")
@@ -363,8 +356,7 @@ func TestTranscript_RecordingAgainstNoRowIsReported(t *testing.T) {
 // row left 'running' for ever with an error no Recover would ever see.
 func TestTranscript_CreateWithInvalidIDWritesNoRow(t *testing.T) {
 	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
-		l := lifecycleDB(t, db)
-		s := newStore(t, transcript.WithLifecycle(l, "/ws"))
+		_, s := lifecycleStore(t, db)
 		root := s.Root()
 		for _, h := range []transcript.Header{
 			header("sess", "../../x", transcript.KindRunInBackground),

@@ -30,15 +30,25 @@ func lifecycleDB(t *testing.T, db *dbtest.DB) *transcript.Lifecycle {
 	return l
 }
 
-// unwritableStore is a store whose storage root cannot be created: a path
-// component of it is a regular file (ENOTDIR, even as root).
-func unwritableStore(t *testing.T, opts ...transcript.Option) *transcript.Store {
+// lifecycleStore is lifecycleDB with a new store that keeps its rows in
+// step, in workspace /ws.
+func lifecycleStore(t *testing.T, db *dbtest.DB) (*transcript.Lifecycle, *transcript.Store) {
 	t.Helper()
+	l := lifecycleDB(t, db)
+	return l, newStore(t, transcript.WithLifecycle(l, "/ws"))
+}
+
+// unwritableStore is lifecycleStore with a store whose storage root cannot
+// be created: a path component of it is a regular file (ENOTDIR, even as
+// root).
+func unwritableStore(t *testing.T, db *dbtest.DB) (*transcript.Lifecycle, *transcript.Store) {
+	t.Helper()
+	l := lifecycleDB(t, db)
 	blocker := filepath.Join(t.TempDir(), "not-a-directory")
 	require.NoError(t, os.WriteFile(blocker, []byte("x"), 0o644))
-	s, err := transcript.NewStore(filepath.Join(blocker, "conversation"), opts...)
+	s, err := transcript.NewStore(filepath.Join(blocker, "conversation"), transcript.WithLifecycle(l, "/ws"))
 	require.NoError(t, err)
-	return s
+	return l, s
 }
 
 func legacyLifecycleFixture(t *testing.T, db *dbtest.DB) {
@@ -142,8 +152,7 @@ func TestLifecycle_FreshDatabaseGetsTheDeclaredTable(t *testing.T) {
 // carries the terminal status.
 func TestLifecycle_OperationsRecordOKAndLifecycle(t *testing.T) {
 	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
-		l := lifecycleDB(t, db)
-		s := newStore(t, transcript.WithLifecycle(l, "/ws"))
+		l, s := lifecycleStore(t, db)
 		h := header("sess-1", "agent-1", transcript.KindTodoDelegate)
 		require.NoError(t, s.Create(ctx, h))
 		id := transcript.Identity{WorkspacePath: "/ws", SessionID: "sess-1", AgentID: "agent-1"}
@@ -182,8 +191,7 @@ func TestLifecycle_OperationsRecordOKAndLifecycle(t *testing.T) {
 // component of the storage root is a regular file (ENOTDIR).
 func TestLifecycle_WriteFailureIsVisibleInTranscriptStatus(t *testing.T) {
 	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
-		l := lifecycleDB(t, db)
-		s := unwritableStore(t, transcript.WithLifecycle(l, "/ws"))
+		l, s := unwritableStore(t, db)
 
 		err := s.Create(ctx, header("sess-w", "agent-w", transcript.KindRunInBackground))
 		require.Error(t, err)
@@ -204,8 +212,7 @@ func TestLifecycle_WriteFailureIsVisibleInTranscriptStatus(t *testing.T) {
 // root too) flips 'ok' to the error; later successes never flip it back.
 func TestLifecycle_AppendFailureIsStickyInTranscriptStatus(t *testing.T) {
 	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
-		l := lifecycleDB(t, db)
-		s := newStore(t, transcript.WithLifecycle(l, "/ws"))
+		l, s := lifecycleStore(t, db)
 		require.NoError(t, s.Create(ctx, header("sess-s", "agent-s", transcript.KindRunInBackground)))
 		p, _ := s.PathsFor("sess-s", "agent-s")
 		saved := p.Log + ".saved"
@@ -229,8 +236,7 @@ func TestLifecycle_AppendFailureIsStickyInTranscriptStatus(t *testing.T) {
 // operation stands: the host learns that its diagnostics are incomplete.
 func TestLifecycle_RecordFailureIsReported(t *testing.T) {
 	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
-		l := lifecycleDB(t, db)
-		s := newStore(t, transcript.WithLifecycle(l, "/ws"))
+		_, s := lifecycleStore(t, db)
 		_, err := db.DB.Exec(`DROP TABLE background_agent_log`)
 		require.NoError(t, err)
 		err = s.Create(ctx, header("sess-d", "agent-d", transcript.KindRunInBackground))
@@ -246,8 +252,7 @@ func TestLifecycle_RecordFailureIsReported(t *testing.T) {
 // "interrupted" reason, and leaves alive and finished ones alone.
 func TestLifecycle_RecoverFinishesOnlyDeadRunningTranscripts(t *testing.T) {
 	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
-		l := lifecycleDB(t, db)
-		s := newStore(t, transcript.WithLifecycle(l, "/ws"))
+		l, s := lifecycleStore(t, db)
 		root := s.Root()
 		plain, err := transcript.NewStore(root)
 		require.NoError(t, err)
@@ -315,8 +320,7 @@ func TestLifecycle_RecoverFinishesOnlyDeadRunningTranscripts(t *testing.T) {
 func TestLifecycle_RecoverNamesRowsInWorkspaceOrder(t *testing.T) {
 	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
 		l := lifecycleDB(t, db)
-		s := newStore(t)
-		require.NoError(t, s.Create(ctx, header("sess-o", "agent-o", transcript.KindRunInBackground)))
+		s, _ := created(t, "sess-o", "agent-o", transcript.KindRunInBackground)
 		for _, e := range []struct{ ws, status string }{{"/ws-b", "completed"}, {"/ws-a", "failed"}} {
 			require.NoError(t, l.Start(ctx, transcript.Entry{WorkspacePath: e.ws, SessionID: "sess-o", AgentID: "agent-o",
 				Kind: string(transcript.KindRunInBackground), Status: e.status, StartedAt: time.Now()}))

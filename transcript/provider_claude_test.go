@@ -3,7 +3,6 @@ package transcript_test
 import (
 	"encoding/json"
 	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -11,14 +10,6 @@ import (
 
 	"github.com/schemastate/schemastate/transcript"
 )
-
-// fixtureLines reads a provider fixture as its stream records.
-func fixtureLines(t *testing.T, name string) []string {
-	t.Helper()
-	b, err := os.ReadFile(filepath.Join("..", "testdata", "transcripts", name))
-	require.NoError(t, err)
-	return strings.Split(strings.TrimRight(string(b), "\n"), "\n")
-}
 
 // eventRow is what tells a transcript event apart: its type, what it says
 // (text or tool name) and whose it is (the sub-agent's Task call, or "").
@@ -65,13 +56,7 @@ func TestTranscript_ClaudeSubAgentTrafficIsMarkedWithItsTaskCall(t *testing.T) {
 	require.NoError(t, s.Create(ctx, h))
 	n, err := transcript.NewNormalizer(transcript.ProviderClaude)
 	require.NoError(t, err)
-	for _, l := range fixtureLines(t, "claude_subagent.jsonl") {
-		evs, err := n.Feed([]byte(l))
-		require.NoError(t, err)
-		require.NoError(t, s.Append(ctx, h.ParentSessionID, h.AgentID, evs...))
-	}
-	rest, out := n.Close()
-	require.NoError(t, s.Append(ctx, h.ParentSessionID, h.AgentID, rest...))
+	out := appendStream(t, s, h, n, fixtureLines(t, "claude_subagent.jsonl"))
 	require.Equal(t, transcript.Completed, out.Status, out.Error)
 	require.Equal(t, claudeChildFinal, out.FinalText)
 

@@ -1,6 +1,8 @@
 package transcript_test
 
 import (
+	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -27,23 +29,19 @@ func TestTranscript_CodexErrorThenTurnCompletedIsFailed(t *testing.T) {
 	require.False(t, calls[0].Result.IsError, "the run's error is not the tool's")
 }
 
-// An outcome and its error text agree, for every provider fixture: a
+// An outcome and its error text agree, for every provider fixture (each
+// testdata/transcripts/PROVIDER_….jsonl, read as PROVIDER's stream): a
 // completed outcome carries no error, a failed one always says why.
 func TestTranscript_OutcomeAndErrorTextAgree(t *testing.T) {
-	cases := []struct{ provider, fixture string }{
-		{transcript.ProviderClaude, "claude_success.jsonl"},
-		{transcript.ProviderClaude, "claude_failure.jsonl"},
-		{transcript.ProviderClaude, "claude_subagent.jsonl"},
-		{transcript.ProviderOpenCode, "opencode_success.jsonl"},
-		{transcript.ProviderOpenCode, "opencode_failure.jsonl"},
-		{transcript.ProviderOpenCode, "opencode_shared_server.jsonl"},
-		{transcript.ProviderCodex, "codex_success.jsonl"},
-		{transcript.ProviderCodex, "codex_failure.jsonl"},
-		{transcript.ProviderCodex, "codex_error_then_completed.jsonl"},
-	}
-	for _, c := range cases {
-		t.Run(c.fixture, func(t *testing.T) {
-			_, out, err := transcript.Normalize(c.provider, fixture(t, c.fixture))
+	paths, err := filepath.Glob(fixturePath("*.jsonl"))
+	require.NoError(t, err)
+	require.NotEmpty(t, paths)
+	for _, p := range paths {
+		name := filepath.Base(p)
+		provider, _, _ := strings.Cut(name, "_")
+		require.Contains(t, transcript.Providers(), provider, "%s is no provider's fixture", name)
+		t.Run(name, func(t *testing.T) {
+			_, out, err := transcript.Normalize(provider, fixture(t, name))
 			require.NoError(t, err)
 			require.True(t, out.Status.Terminal(), out.Status)
 			if out.Status == transcript.Completed {

@@ -20,18 +20,26 @@ func feed(t *testing.T, provider string, lines ...string) (*transcript.Transcrip
 // feedTo is feed through a normalizer the caller built (with options).
 func feedTo(t *testing.T, provider string, n transcript.Normalizer, lines ...string) (*transcript.Transcript, transcript.Outcome) {
 	t.Helper()
-	s := newStore(t)
-	require.NoError(t, s.Create(ctx, header("sess-edge", "agent-"+provider, transcript.KindRunInBackground)))
+	s, h := created(t, "sess-edge", "agent-"+provider, transcript.KindRunInBackground)
+	out := appendStream(t, s, h, n, lines)
+	tr, err := s.Load(h.ParentSessionID, h.AgentID)
+	require.NoError(t, err)
+	return tr, out
+}
+
+// appendStream feeds lines through n and appends the events it makes to h's
+// transcript in s, then what n's Close makes, as a recording does; it
+// returns the stream's outcome.
+func appendStream(t *testing.T, s *transcript.Store, h transcript.Header, n transcript.Normalizer, lines []string) transcript.Outcome {
+	t.Helper()
 	for i, l := range lines {
 		evs, err := n.Feed([]byte(l))
 		require.NoError(t, err, "line %d", i+1)
-		require.NoError(t, s.Append(ctx, "sess-edge", "agent-"+provider, evs...))
+		require.NoError(t, s.Append(ctx, h.ParentSessionID, h.AgentID, evs...))
 	}
 	rest, out := n.Close()
-	require.NoError(t, s.Append(ctx, "sess-edge", "agent-"+provider, rest...))
-	tr, err := s.Load("sess-edge", "agent-"+provider)
-	require.NoError(t, err)
-	return tr, out
+	require.NoError(t, s.Append(ctx, h.ParentSessionID, h.AgentID, rest...))
+	return out
 }
 
 // Codex reports a command the approval policy refused as status "declined"
@@ -62,8 +70,7 @@ func TestTranscript_CodexDeclinedCommandIsAFailedToolResult(t *testing.T) {
 // finished) still pairs them: the call carries the result and no unpaired
 // result is left over; the call keeps its own place in the order.
 func TestTranscript_ResultAppendedBeforeItsCallIsStillPaired(t *testing.T) {
-	s := newStore(t)
-	require.NoError(t, s.Create(ctx, header("sess-ooo", "agent-ooo", transcript.KindRunInBackground)))
+	s, _ := created(t, "sess-ooo", "agent-ooo", transcript.KindRunInBackground)
 	require.NoError(t, s.Append(ctx, "sess-ooo", "agent-ooo", msg(transcript.UserMessage, "go")))
 	require.NoError(t, s.Append(ctx, "sess-ooo", "agent-ooo", result("c1", "42 files", false, "")))
 	require.NoError(t, s.Append(ctx, "sess-ooo", "agent-ooo", call("c1", "Glob", `{"pattern":"**"}`), msg(transcript.AssistantMessage, "42")))

@@ -13,12 +13,32 @@ import (
 	"github.com/schemastate/schemastate/transcript"
 )
 
+// fixturePath names a provider fixture, below testdata/transcripts.
+func fixturePath(name string) string {
+	return filepath.Join("..", "testdata", "transcripts", name)
+}
+
+// fixture opens a provider fixture as the stream a provider writes.
 func fixture(t *testing.T, name string) *os.File {
 	t.Helper()
-	f, err := os.Open(filepath.Join("..", "testdata", "transcripts", name))
+	f, err := os.Open(fixturePath(name))
 	require.NoError(t, err)
 	t.Cleanup(func() { f.Close() })
 	return f
+}
+
+// readFixture reads a provider fixture whole.
+func readFixture(t *testing.T, name string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(fixturePath(name))
+	require.NoError(t, err)
+	return b
+}
+
+// fixtureLines reads a provider fixture as its stream records.
+func fixtureLines(t *testing.T, name string) []string {
+	t.Helper()
+	return strings.Split(strings.TrimRight(string(readFixture(t, name)), "\n"), "\n")
 }
 
 // pairedCall is what a consumer needs from a tool call, whatever the provider.
@@ -118,15 +138,7 @@ func TestTranscript_AT4_EveryProviderFixtureYieldsTheSameContract(t *testing.T) 
 			}
 			n, err := transcript.NewNormalizer(c.provider)
 			require.NoError(t, err)
-			b, err := os.ReadFile(filepath.Join("..", "testdata", "transcripts", c.fixture))
-			require.NoError(t, err)
-			for _, line := range strings.Split(string(b), "\n") {
-				evs, err := n.Feed([]byte(line))
-				require.NoError(t, err)
-				require.NoError(t, s.Append(ctx, h.ParentSessionID, h.AgentID, evs...))
-			}
-			rest, out := n.Close()
-			require.NoError(t, s.Append(ctx, h.ParentSessionID, h.AgentID, rest...))
+			out := appendStream(t, s, h, n, strings.Split(string(readFixture(t, c.fixture)), "\n"))
 			require.Equal(t, transcript.Completed, out.Status, out.Error)
 			require.Equal(t, c.final, out.FinalText)
 			require.Equal(t, c.model, out.Model)
@@ -179,9 +191,7 @@ func TestTranscript_ProviderFailureFixtures(t *testing.T) {
 			require.Contains(t, out.Error, c.errContains)
 			require.False(t, strings.HasPrefix(out.Error, "success"), out.Error)
 
-			s := newStore(t)
-			h := header("sess-fail", "agent-"+c.provider, transcript.KindScheduled)
-			require.NoError(t, s.Create(ctx, h))
+			s, h := created(t, "sess-fail", "agent-"+c.provider, transcript.KindScheduled)
 			require.NoError(t, s.Append(ctx, h.ParentSessionID, h.AgentID, evs...))
 			require.NoError(t, s.Finish(ctx, h.ParentSessionID, h.AgentID, transcript.End{Status: out.Status, Error: out.Error}))
 			tr, err := s.Load(h.ParentSessionID, h.AgentID)

@@ -31,8 +31,7 @@ func recording(t *testing.T, agent string, stream io.Reader) transcript.Recordin
 // in the document and in the lifecycle row, which ends as the document did.
 func TestRecord_StreamBecomesTheTranscriptAndItsRow(t *testing.T) {
 	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
-		l := lifecycleDB(t, db)
-		s := newStore(t, transcript.WithLifecycle(l, "/ws"))
+		l, s := lifecycleStore(t, db)
 		r := recording(t, "agent-ok", fixture(t, "claude_success.jsonl"))
 		r.Prompt = "Count the Go files under ./keys."
 		res, err := transcript.Record(ctx, s, r)
@@ -91,8 +90,7 @@ func TestRecord_StopEndsTheReadingNeverAWrite(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
-				l := lifecycleDB(t, db)
-				s := newStore(t, transcript.WithLifecycle(l, "/ws"))
+				l, s := lifecycleStore(t, db)
 				pr, pw := io.Pipe()
 				t.Cleanup(func() { pw.Close() })
 				rctx, cancel := context.WithCancelCause(ctx)
@@ -208,8 +206,7 @@ func TestRecord_RefusedCreateWritesNothing(t *testing.T) {
 // missing the events whose append failed (Lost and Finished).
 func TestRecord_FailedWritesAreReportedAndTheRowStillEnds(t *testing.T) {
 	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
-		l := lifecycleDB(t, db)
-		s := unwritableStore(t, transcript.WithLifecycle(l, "/ws"))
+		l, s := unwritableStore(t, db)
 		res, err := transcript.Record(ctx, s, recording(t, "agent-unwritten", fixture(t, "claude_success.jsonl")))
 		require.Error(t, err)
 		require.Contains(t, err.Error(), "not a directory")

@@ -26,6 +26,16 @@ func newStore(t *testing.T, opts ...transcript.Option) *transcript.Store {
 	return s
 }
 
+// created is a new store holding one created transcript, of header(session,
+// agent, kind).
+func created(t *testing.T, session, agent string, kind transcript.Kind) (*transcript.Store, transcript.Header) {
+	t.Helper()
+	s := newStore(t)
+	h := header(session, agent, kind)
+	require.NoError(t, s.Create(ctx, h))
+	return s, h
+}
+
 func header(session, agent string, kind transcript.Kind) transcript.Header {
 	return transcript.Header{ParentSessionID: session, AgentID: agent, ExecutionID: "exec-" + agent,
 		Kind: kind, Provider: "anthropic", Model: "claude-sonnet-4-5",
@@ -60,9 +70,7 @@ func readDoc(t *testing.T, s *transcript.Store, session, agent string) map[strin
 // Acceptance test 1: a successful run_in_background execution leaves one
 // child JSON with its prompt, assistant response and a paired tool call/result.
 func TestTranscript_AT1_SuccessfulChildLeavesOneJSONWithPairedToolCall(t *testing.T) {
-	s := newStore(t)
-	h := header("sess-parent-1", "agent-ok", transcript.KindRunInBackground)
-	require.NoError(t, s.Create(ctx, h))
+	s, h := created(t, "sess-parent-1", "agent-ok", transcript.KindRunInBackground)
 	require.NoError(t, s.Append(ctx, h.ParentSessionID, h.AgentID,
 		msg(transcript.UserMessage, "Count the Go files under ./keys."),
 		call("toolu_1", "Glob", `{"pattern":"keys/*.go"}`)))
@@ -114,9 +122,7 @@ func TestTranscript_AT1_SuccessfulChildLeavesOneJSONWithPairedToolCall(t *testin
 // Acceptance test 2: a failed child leaves the same record with its error,
 // the failed tool call's detail, and a terminal status.
 func TestTranscript_AT2_FailedChildKeepsErrorAndTerminalStatus(t *testing.T) {
-	s := newStore(t)
-	h := header("sess-parent-2", "agent-fail", transcript.KindRunInBackground)
-	require.NoError(t, s.Create(ctx, h))
+	s, h := created(t, "sess-parent-2", "agent-fail", transcript.KindRunInBackground)
 	require.NoError(t, s.Append(ctx, h.ParentSessionID, h.AgentID,
 		msg(transcript.UserMessage, "Vet ./keys."),
 		call("toolu_9", "Bash", `{"command":"go vet ./keys"}`),
@@ -136,9 +142,7 @@ func TestTranscript_AT2_FailedChildKeepsErrorAndTerminalStatus(t *testing.T) {
 // Requirement 1: a child that fails during setup (after create, before any
 // provider turn) still ends with a terminal record.
 func TestTranscript_SetupFailureStillLeavesTerminalRecord(t *testing.T) {
-	s := newStore(t)
-	h := header("sess-setup", "agent-setup", transcript.KindTodoDelegate)
-	require.NoError(t, s.Create(ctx, h))
+	s, h := created(t, "sess-setup", "agent-setup", transcript.KindTodoDelegate)
 	require.NoError(t, s.Finish(ctx, h.ParentSessionID, h.AgentID,
 		transcript.End{Status: transcript.Failed, Error: "setup: worktree: no space left on device"}))
 	tr, err := s.Load(h.ParentSessionID, h.AgentID)
@@ -214,9 +218,7 @@ func shape(v any) string {
 }
 
 func TestTranscript_CreateIsExclusive(t *testing.T) {
-	s := newStore(t)
-	h := header("sess-x", "agent-x", transcript.KindRunInBackground)
-	require.NoError(t, s.Create(ctx, h))
+	s, h := created(t, "sess-x", "agent-x", transcript.KindRunInBackground)
 	require.NoError(t, s.Append(ctx, "sess-x", "agent-x", msg(transcript.UserMessage, "first")))
 	p, _ := s.PathsFor("sess-x", "agent-x")
 	before, err := os.ReadFile(p.Log)
@@ -244,12 +246,8 @@ func TestTranscript_ConcurrentCreateHasOneWinner(t *testing.T) {
 	const n = 16
 	errs := make([]error, n)
 	var wg sync.WaitGroup
-	for i := 0; i < n; i++ {
-		wg.Add(1)
-		go func(i int) {
-			defer wg.Done()
-			errs[i] = s.Create(ctx, header("sess-c", "agent-c", transcript.KindRunInBackground))
-		}(i)
+	for i := range n {
+		wg.Go(func() { errs[i] = s.Create(ctx, header("sess-c", "agent-c", transcript.KindRunInBackground)) })
 	}
 	wg.Wait()
 	won := 0
@@ -273,8 +271,7 @@ func TestTranscript_AppendToUnknownIDIsRejectedNotFabricated(t *testing.T) {
 }
 
 func TestTranscript_FinishOnceThenImmutable(t *testing.T) {
-	s := newStore(t)
-	require.NoError(t, s.Create(ctx, header("sess-f", "agent-f", transcript.KindRunInBackground)))
+	s, _ := created(t, "sess-f", "agent-f", transcript.KindRunInBackground)
 	require.NoError(t, s.Append(ctx, "sess-f", "agent-f", msg(transcript.AssistantMessage, "hello")))
 	require.NoError(t, s.Finish(ctx, "sess-f", "agent-f", transcript.End{Status: transcript.TimedOut, Error: "deadline 10m"}))
 	p, _ := s.PathsFor("sess-f", "agent-f")
@@ -302,8 +299,7 @@ func TestTranscript_FinishOnceThenImmutable(t *testing.T) {
 // Goroutines racing to finish and append: one finish wins; every append
 // either landed before the finish (and is in the document) or was rejected.
 func TestTranscript_ConcurrentFinishAndAppend(t *testing.T) {
-	s := newStore(t)
-	require.NoError(t, s.Create(ctx, header("sess-r", "agent-r", transcript.KindRunInBackground)))
+	s, _ := created(t, "sess-r", "agent-r", transcript.KindRunInBackground)
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	finished, appended := 0, map[string]bool{}
@@ -377,8 +373,7 @@ func TestTranscript_PathComponentsAreValidated(t *testing.T) {
 }
 
 func TestTranscript_InvalidEventsAreRejectedWhole(t *testing.T) {
-	s := newStore(t)
-	require.NoError(t, s.Create(ctx, header("sess-v", "agent-v", transcript.KindRunInBackground)))
+	s, _ := created(t, "sess-v", "agent-v", transcript.KindRunInBackground)
 	bad := []transcript.Event{
 		{Type: "thinking", Text: "x"},
 		{Type: transcript.AssistantMessage},
@@ -399,8 +394,7 @@ func TestTranscript_InvalidEventsAreRejectedWhole(t *testing.T) {
 // running transcript: the torn bytes are ignored on read and cut off by the
 // next append, which continues the sequence.
 func TestTranscript_TornLastLineIsIgnoredAndRepaired(t *testing.T) {
-	s := newStore(t)
-	require.NoError(t, s.Create(ctx, header("sess-t", "agent-t", transcript.KindRunInBackground)))
+	s, _ := created(t, "sess-t", "agent-t", transcript.KindRunInBackground)
 	require.NoError(t, s.Append(ctx, "sess-t", "agent-t", msg(transcript.UserMessage, "one"), msg(transcript.AssistantMessage, "two")))
 	p, _ := s.PathsFor("sess-t", "agent-t")
 	f, err := os.OpenFile(p.Log, os.O_WRONLY|os.O_APPEND, 0)
@@ -436,8 +430,7 @@ func TestTranscript_CorruptLogIsReported(t *testing.T) {
 		"no header": func(s string) string { return s[strings.Index(s, "\n")+1:] },
 	} {
 		t.Run(name, func(t *testing.T) {
-			s := newStore(t)
-			require.NoError(t, s.Create(ctx, header("sess-k", "agent-k", transcript.KindRunInBackground)))
+			s, _ := created(t, "sess-k", "agent-k", transcript.KindRunInBackground)
 			require.NoError(t, s.Append(ctx, "sess-k", "agent-k", msg(transcript.UserMessage, "one"), msg(transcript.AssistantMessage, "two")))
 			p, _ := s.PathsFor("sess-k", "agent-k")
 			b, err := os.ReadFile(p.Log)
@@ -451,8 +444,7 @@ func TestTranscript_CorruptLogIsReported(t *testing.T) {
 }
 
 func TestTranscript_LoadPathAcceptsEitherFileOrStem(t *testing.T) {
-	s := newStore(t)
-	require.NoError(t, s.Create(ctx, header("sess-p", "agent-p", transcript.KindRunInBackground)))
+	s, _ := created(t, "sess-p", "agent-p", transcript.KindRunInBackground)
 	require.NoError(t, s.Append(ctx, "sess-p", "agent-p", msg(transcript.UserMessage, "hi")))
 	p, _ := s.PathsFor("sess-p", "agent-p")
 	stem := strings.TrimSuffix(p.Transcript, ".json")

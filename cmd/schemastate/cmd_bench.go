@@ -37,7 +37,7 @@ func runBench(ctx context.Context, e *env, args []string) int {
 	poolerArg := fs.String("pooler", "", "PostgreSQL: the same database reached through PgBouncer in transaction mode (no search_path in --db); also measures the boot, the steady-state boot and live capture through it beside direct")
 	noCLI := fs.Bool("no-cli", false, "do not time the operations through the CLI")
 	asJSON := fs.Bool("json", false, "print the report as one JSON object and no progress")
-	if code, ok := parseArgs(e, fs, args, 0, ""); !ok {
+	if code, ok := parseFlags(e, fs, args); !ok {
 		return code
 	}
 	if *render != "" {
@@ -45,14 +45,12 @@ func runBench(ctx context.Context, e *env, args []string) int {
 	}
 	t, err := dsn.Parse(*dbArg)
 	if err != nil {
-		fmt.Fprintf(e.stderr, "schemastate: %v\n", err)
-		return exitUsage
+		return usageError(e, err)
 	}
 	rows, err1 := sizes(*rowsFlag, bench.DefaultRows)
 	msgs, err2 := sizes(*msgsFlag, bench.DefaultMessages)
 	if err := errors.Join(err1, err2); err != nil {
-		fmt.Fprintf(e.stderr, "schemastate: %v\n", err)
-		return exitUsage
+		return usageError(e, err)
 	}
 	var skipped, onlyNames []string
 	if *only != "" {
@@ -60,8 +58,7 @@ func runBench(ctx context.Context, e *env, args []string) int {
 			onlyNames = append(onlyNames, strings.TrimSpace(n))
 		}
 		if err := bench.CheckOnly(onlyNames); err != nil {
-			fmt.Fprintf(e.stderr, "schemastate: %v\n", err)
-			return exitUsage
+			return usageError(e, err)
 		}
 		skipped = append(skipped, "every measurement but "+strings.Join(onlyNames, ", ")+" (--only)")
 	}
@@ -103,8 +100,7 @@ func runBench(ctx context.Context, e *env, args []string) int {
 	}
 	stores, err := bench.StoresAt(t)
 	if err != nil {
-		fmt.Fprintf(e.stderr, "schemastate: %v\n", err)
-		return exitUsage
+		return usageError(e, err)
 	}
 	defer stores.Close()
 	cfg := bench.Config{Rows: rows, Messages: msgs, RowsStoreMB: *rowsStore, Seed: *seed, Runs: *runs, LargeRuns: *largeRuns,
@@ -144,11 +140,7 @@ func runBench(ctx context.Context, e *env, args []string) int {
 			fmt.Fprintf(e.stdout, "wrote %s\n", strings.Join(paths, ", "))
 		}
 	}
-	if *asJSON {
-		writeJSON(e.stdout, rep)
-		return exitOK
-	}
-	printBench(e, rep)
+	output(e, *asJSON, rep, printBench)
 	return exitOK
 }
 

@@ -2,9 +2,11 @@ package main
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 
 	"github.com/schemastate/schemastate/internal/basestate"
+	"github.com/schemastate/schemastate/internal/dsn"
 	"github.com/schemastate/schemastate/internal/fixtures"
 	"github.com/schemastate/schemastate/reconcile"
 )
@@ -13,10 +15,10 @@ import (
 // It only ever creates host tables on a database that has none of them.
 func runDemo(ctx context.Context, e *env, args []string) int {
 	fs := flags(e, "demo", "[--db DSN] [--state legacy|fresh] [--json]")
-	dsn := dbFlag(fs)
+	dbArg := dbFlag(fs)
 	state := fs.String("state", "legacy", "what to seed when the store has no host tables: legacy (pre-amendment table, rows and keys) or fresh")
 	asJSON := fs.Bool("json", false, "print the reconcile report as one JSON object")
-	if code, ok := parseArgs(e, fs, args, 0, ""); !ok {
+	if code, ok := parseFlags(e, fs, args); !ok {
 		return code
 	}
 	seed, known := basestate.ByFlag(*state)
@@ -24,43 +26,38 @@ func runDemo(ctx context.Context, e *env, args []string) int {
 		fmt.Fprintf(e.stderr, "schemastate: demo: --state must be legacy or fresh, not %q\n", *state)
 		return exitUsage
 	}
-	db, target, ok := openOrCreateDB(ctx, e, *dsn)
-	if !ok {
-		return exitUsage
-	}
-	defer db.Close()
-	obs, err := reconcile.Observe(ctx, db)
-	if err != nil {
-		fail(e, "demo", err)
-		return exitUsage
-	}
-	say := func(format string, a ...any) {
-		if !*asJSON {
-			fmt.Fprintf(e.stdout, format+"\n", a...)
+	return withDB(ctx, e, *dbArg, create, func(db *sql.DB, target dsn.Target) int {
+		obs, err := reconcile.Observe(ctx, db)
+		if err != nil {
+			return fail(e, "demo", err)
 		}
-	}
-	if len(obs.MissingHostTables) == len(obs.HostTables) {
-		err := seed.Seed(ctx, db, target.Dialect)
-		if err == nil {
-			// testdata/frames/ ingests into every demo store.
-			var sessions string
-			if sessions, err = fixtures.DemoSessionsFixture(); err == nil {
-				err = fixtures.ApplyScript(ctx, db, sessions)
+		say := func(format string, a ...any) {
+			if !*asJSON {
+				fmt.Fprintf(e.stdout, format+"\n", a...)
 			}
 		}
-		if err != nil {
-			fail(e, "demo", err)
+		if len(obs.MissingHostTables) == len(obs.HostTables) {
+			err := seed.Seed(ctx, db, target.Dialect)
+			if err == nil {
+				// testdata/frames/ ingests into every demo store.
+				var sessions string
+				if sessions, err = fixtures.DemoSessionsFixture(); err == nil {
+					err = fixtures.ApplyScript(ctx, db, sessions)
+				}
+			}
+			if err != nil {
+				return fail(e, "demo", err)
+			}
+			say("seeded %s with the host fixture (state: %s)", target.Display, *state)
+		} else if len(obs.MissingHostTables) > 0 {
+			fmt.Fprintf(e.stderr, "schemastate: demo: %s has some host tables but not %v; refusing to seed a partial host\n", target.Display, obs.MissingHostTables)
 			return exitUsage
+		} else {
+			say("%s already has host tables; reconciling it as it is", target.Display)
 		}
-		say("seeded %s with the host fixture (state: %s)", target.Display, *state)
-	} else if len(obs.MissingHostTables) > 0 {
-		fmt.Fprintf(e.stderr, "schemastate: demo: %s has some host tables but not %v; refusing to seed a partial host\n", target.Display, obs.MissingHostTables)
-		return exitUsage
-	} else {
-		say("%s already has host tables; reconciling it as it is", target.Display)
-	}
-	say("")
-	return runReconcile(ctx, e, append([]string{"--db", *dsn}, jsonArg(*asJSON)...))
+		say("")
+		return runReconcile(ctx, e, append([]string{"--db", *dbArg}, jsonArg(*asJSON)...))
+	})
 }
 
 func jsonArg(on bool) []string {

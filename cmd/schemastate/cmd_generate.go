@@ -2,10 +2,12 @@ package main
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"time"
 
+	"github.com/schemastate/schemastate/internal/dsn"
 	"github.com/schemastate/schemastate/internal/gen"
 )
 
@@ -17,13 +19,13 @@ const (
 
 func runGenerate(ctx context.Context, e *env, args []string) int {
 	fs := flags(e, "generate", "[--db DSN] [--scale-mb MIB] [--population K] [--state predating|legacy|amended] [--seed N] [--json]")
-	dsn := dbFlag(fs)
+	dbArg := dbFlag(fs)
 	scale := fs.Float64("scale-mb", gen.ReferenceMB, "approximate store size in MiB; the subagent population scales with it")
 	population := fs.Float64("population", 0, "multiply the reference subagent population by this instead (0: scale-mb/328)")
 	state := fs.String("state", gen.Predating.Flag, "installed-base state: predating, legacy or amended")
 	seed := fs.Uint64("seed", 1, "seed; the same seed writes the same rows")
 	asJSON := fs.Bool("json", false, "print the summary as one JSON object and no progress")
-	if code, ok := parseArgs(e, fs, args, 0, ""); !ok {
+	if code, ok := parseFlags(e, fs, args); !ok {
 		return code
 	}
 	if *scale <= 0 || *population < 0 {
@@ -36,38 +38,35 @@ func runGenerate(ctx context.Context, e *env, args []string) int {
 		fmt.Fprintf(e.stderr, "schemastate generate: --state %q: want predating, legacy or amended\n", *state)
 		return exitUsage
 	}
-	db, _, ok := openOrCreateDB(ctx, e, *dsn)
-	if !ok {
-		return exitUsage
-	}
-	defer db.Close()
-	cfg := gen.Config{ScaleMB: *scale, Population: *population, State: st, Seed: *seed, Logger: e.logger}
-	if !*asJSON {
-		cfg.Progress = generateProgress(e)
-	}
-	sum, err := gen.Generate(ctx, db, cfg)
-	switch {
-	case errors.Is(err, gen.ErrNotEmpty):
-		fmt.Fprintf(e.stderr, "schemastate: %v (generate writes only into an empty store)\n", err)
-		return exitNotEmpty
-	case err != nil:
-		fail(e, "generate", err)
-		return exitGenerateFailed
-	}
-	if *asJSON {
-		writeJSON(e.stdout, sum)
+	return withDB(ctx, e, *dbArg, create, func(db *sql.DB, _ dsn.Target) int {
+		cfg := gen.Config{ScaleMB: *scale, Population: *population, State: st, Seed: *seed, Logger: e.logger}
+		if !*asJSON {
+			cfg.Progress = generateProgress(e)
+		}
+		sum, err := gen.Generate(ctx, db, cfg)
+		switch {
+		case errors.Is(err, gen.ErrNotEmpty):
+			fmt.Fprintf(e.stderr, "schemastate: %v (generate writes only into an empty store)\n", err)
+			return exitNotEmpty
+		case err != nil:
+			fail(e, "generate", err)
+			return exitGenerateFailed
+		}
+		if *asJSON {
+			writeJSON(e.stdout, sum)
+			return exitOK
+		}
+		p := sum.Population
+		fmt.Fprintf(e.stdout, "%s store, state %s, seed %d: %.1f MiB on disk (%d sessions, %d turns, %d messages) in %s\n",
+			sum.Dialect, sum.State, sum.Seed, float64(sum.StoreBytes)/(1<<20), sum.Sessions, sum.Turns, sum.Messages, sum.Duration.Round(time.Millisecond))
+		fmt.Fprintf(e.stdout, "subagents: %d invocations in %d turns across %d sessions; status %v; fan-out %v; nested %d; missing type %d\n",
+			p.Invocations(), p.Turns(), p.Sessions, p.Status, p.FanOut, p.Nested, p.MissingType)
+		if st != gen.Predating {
+			fmt.Fprintf(e.stdout, "rows: %d live, %d backfill; activated at %s\n", sum.LiveRows, sum.BackfillRows, sum.ActivatedAt)
+		}
+		printKeys(e, sum.Keys, true)
 		return exitOK
-	}
-	p := sum.Population
-	fmt.Fprintf(e.stdout, "%s store, state %s, seed %d: %.1f MiB on disk (%d sessions, %d turns, %d messages) in %s\n",
-		sum.Dialect, sum.State, sum.Seed, float64(sum.StoreBytes)/(1<<20), sum.Sessions, sum.Turns, sum.Messages, sum.Duration.Round(time.Millisecond))
-	fmt.Fprintf(e.stdout, "subagents: %d invocations in %d turns across %d sessions; status %v; fan-out %v; nested %d; missing type %d\n",
-		p.Invocations(), p.Turns(), p.Sessions, p.Status, p.FanOut, p.Nested, p.MissingType)
-	if st != gen.Predating {
-		fmt.Fprintf(e.stdout, "rows: %d live, %d backfill; activated at %s\n", sum.LiveRows, sum.BackfillRows, sum.ActivatedAt)
-	}
-	printKeys(e, sum.Keys, true)
-	return exitOK
+	})
 }
 
 // generateProgress reports on a terminal only; piped stderr stays quiet.

@@ -2,9 +2,11 @@ package main
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 
 	"github.com/schemastate/schemastate/health"
+	"github.com/schemastate/schemastate/internal/dsn"
 	"github.com/schemastate/schemastate/keys"
 )
 
@@ -16,30 +18,19 @@ const exitUnhealthy = 1
 
 func runHealth(ctx context.Context, e *env, args []string) int {
 	fs := flags(e, "health", "[--db DSN] [--json]")
-	dsn := dbFlag(fs)
+	dbArg := dbFlag(fs)
 	asJSON := fs.Bool("json", false, "print the result as one JSON object")
-	if code, ok := parseArgs(e, fs, args, 0, ""); !ok {
-		return code
-	}
-	db, _, ok := openReadOnlyDB(ctx, e, *dsn)
-	if !ok {
-		return exitUsage
-	}
-	defer db.Close()
-	rep, err := health.Evaluate(ctx, db)
-	if err != nil {
-		fail(e, "health", err)
-		return exitUsage
-	}
-	if *asJSON {
-		writeJSON(e.stdout, rep)
-	} else {
-		printHealth(e, rep)
-	}
-	if rep.Verdict != health.Healthy {
-		return exitUnhealthy
-	}
-	return exitOK
+	return runOnDB(ctx, e, fs, args, dbArg, readOnly, func(db *sql.DB, _ dsn.Target) int {
+		rep, err := health.Evaluate(ctx, db)
+		if err != nil {
+			return fail(e, "health", err)
+		}
+		output(e, *asJSON, rep, printHealth)
+		if rep.Verdict != health.Healthy {
+			return exitUnhealthy
+		}
+		return exitOK
+	})
 }
 
 func printHealth(e *env, r *health.Report) {

@@ -3,8 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"io"
-	"log/slog"
 	"path/filepath"
 	"testing"
 	"time"
@@ -14,24 +12,19 @@ import (
 	"github.com/schemastate/schemastate/dialect"
 	"github.com/schemastate/schemastate/internal/dbtest"
 	"github.com/schemastate/schemastate/keys"
-	"github.com/schemastate/schemastate/reconcile"
 )
 
-// healthStore is a reconciled database with kandev_meta emptied, seeded by
-// plain SQL.
+// healthStore is a reconciled database with session s1 (of task-1) and
+// kandev_meta emptied, seeded by plain SQL.
 func healthStore(t *testing.T, db *dbtest.DB) func(q string, args ...any) {
 	t.Helper()
-	ctx := context.Background()
-	db.Host(t)
-	_, err := reconcile.Reconcile(ctx, db.DB, reconcile.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))))
-	require.NoError(t, err)
+	sessionStore(t, db, map[string]string{"s1": "task-1"})
 	exec := func(q string, args ...any) {
 		t.Helper()
-		_, err := db.ExecContext(ctx, db.Q(q), args...)
+		_, err := db.ExecContext(context.Background(), db.Q(q), args...)
 		require.NoError(t, err, q)
 	}
 	exec(`DELETE FROM kandev_meta`)
-	exec(`INSERT INTO task_sessions (id, task_id) VALUES ('s1', 'task-1')`)
 	return exec
 }
 

@@ -26,7 +26,7 @@ func TestIngest_SixtyMBLineBoundedMemory(t *testing.T) {
 	}
 	bin := cliBinary(t)
 	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
-		ingestStore(t, db, map[string]string{"s1": "t1"})
+		sessionStore(t, db, map[string]string{"s1": "t1"})
 		path := filepath.Join(t.TempDir(), "frames.ndjson")
 		f, err := os.Create(path)
 		require.NoError(t, err)

@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"log/slog"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -18,20 +17,7 @@ import (
 	"github.com/schemastate/schemastate/capture"
 	"github.com/schemastate/schemastate/dialect"
 	"github.com/schemastate/schemastate/internal/dbtest"
-	"github.com/schemastate/schemastate/reconcile"
 )
-
-// ingestStore is a declared-shape database with the given parent sessions.
-func ingestStore(t *testing.T, db *dbtest.DB, sessions map[string]string) {
-	t.Helper()
-	db.Host(t)
-	_, err := reconcile.Reconcile(context.Background(), db.DB, reconcile.WithLogger(slog.New(slog.DiscardHandler)))
-	require.NoError(t, err)
-	for id, task := range sessions {
-		_, err := db.DB.Exec(db.Q(`INSERT INTO task_sessions (id, task_id) VALUES (?, ?)`), id, task)
-		require.NoError(t, err)
-	}
-}
 
 func decodeSummary(t *testing.T, out string) ingestSummary {
 	t.Helper()
@@ -60,7 +46,7 @@ func TestIngest_ReplaysStreamIntoPrescribedRows(t *testing.T) {
 	path := filepath.Join("..", "..", "testdata", "frames", "stream.ndjson")
 
 	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
-		ingestStore(t, db, map[string]string{"sess-claude": "task-review", "sess-opencode": "task-refactor"})
+		sessionStore(t, db, map[string]string{"sess-claude": "task-review", "sess-opencode": "task-refactor"})
 		code, out, errOut := ingestCLI(t, "", "--db", db.CLIDSN, "--json", path)
 		require.Equal(t, exitIngestMalformed, code, errOut)
 		require.Contains(t, errOut, "stream.ndjson:42: malformed frame")
@@ -182,7 +168,7 @@ func TestIngest_MalformedLinesAreReportedAndSkipped(t *testing.T) {
 		strings.Replace(good, "%d", "2", 1),
 	}
 	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
-		ingestStore(t, db, map[string]string{"s1": "t1"})
+		sessionStore(t, db, map[string]string{"s1": "t1"})
 		code, out, errOut := ingestCLI(t, strings.Join(lines, "\n"), "--db", db.CLIDSN, "-")
 		require.Equal(t, exitIngestMalformed, code, errOut)
 		for _, want := range []string{
@@ -229,7 +215,7 @@ func TestIngest_ExitTwoOnUsageAndDatabaseErrors(t *testing.T) {
 	})
 	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
 		// No parent session: the foreign key refuses the write (AC-27 path).
-		ingestStore(t, db, nil)
+		sessionStore(t, db, nil)
 		code, out, errOut := ingestCLI(t, line, "--db", db.CLIDSN, "--json")
 		require.Equal(t, exitUsage, code, errOut)
 		require.Contains(t, errOut, "WARN")
@@ -256,7 +242,7 @@ func TestIngest_NULFrameSameOutcomeOnBothDialects(t *testing.T) {
 		frame("tc-2", "fine"),
 	}, "\n")
 	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
-		ingestStore(t, db, map[string]string{"s1": "t1"})
+		sessionStore(t, db, map[string]string{"s1": "t1"})
 		code, out, errOut := ingestCLI(t, in, "--db", db.CLIDSN, "--json")
 		require.Equal(t, exitIngestMalformed, code, errOut)
 		require.Contains(t, errOut, `level=WARN msg="subagent context text field stored NULL: it holds text no dialect can store exactly" session_id=s1 tool_call_id=tc-nul field=subagent_task.description`)
@@ -292,7 +278,7 @@ func TestIngest_MaxLineFlag(t *testing.T) {
 	}
 	long := `{"session_id":"s1","task_id":"t1","tool_call_id":"long","subagent_task":{"description":"` + strings.Repeat("x", 5000) + `"}}`
 	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
-		ingestStore(t, db, map[string]string{"s1": "t1"})
+		sessionStore(t, db, map[string]string{"s1": "t1"})
 		code, out, errOut := ingestCLI(t, line("a")+"\n"+long+"\n"+line("b")+"\n", "--db", db.CLIDSN, "--max-line", "4096", "--json")
 		require.Equal(t, exitIngestMalformed, code, errOut)
 		require.Contains(t, errOut, fmt.Sprintf("stdin:2: malformed frame, skipped: line of %d bytes is longer than the maximum line length (4096 bytes)", len(long)))
@@ -345,7 +331,7 @@ func retryFrames(n int) []string {
 func TestIngest_SQLiteLockHeldPastBusyTimeoutLosesNothing(t *testing.T) {
 	const busy = 50 * time.Millisecond
 	db := dbtest.Open(t, dialect.SQLite)
-	ingestStore(t, db, map[string]string{"s1": "t1"})
+	sessionStore(t, db, map[string]string{"s1": "t1"})
 	holder, err := sql.Open("sqlite", db.DSN)
 	require.NoError(t, err)
 	defer holder.Close()
@@ -385,7 +371,7 @@ func TestIngest_SQLiteLockHeldPastBusyTimeoutLosesNothing(t *testing.T) {
 // every frame persists, exit 0 (before: that frame failed, exit 2).
 func TestIngest_BackendTerminatedLosesNothing(t *testing.T) {
 	db := dbtest.Open(t, dialect.Postgres)
-	ingestStore(t, db, map[string]string{"s1": "t1"})
+	sessionStore(t, db, map[string]string{"s1": "t1"})
 	// The test's own schema in the name: a run of the same test elsewhere on
 	// the server is not terminated with this one.
 	app := "ingest-terminated-" + db.Schema

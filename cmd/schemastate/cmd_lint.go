@@ -86,8 +86,7 @@ func runLint(ctx context.Context, e *env, args []string) int {
 	rep, err := lint.Lint(ctx, cfg)
 	if err != nil {
 		// Lint's errors all wrap lint.ErrEvaluate; say it once, as "lint".
-		fail(e, "lint", errors.New(strings.TrimPrefix(err.Error(), lint.ErrEvaluate.Error()+": ")))
-		return exitUsage
+		return fail(e, "lint", errors.New(strings.TrimPrefix(err.Error(), lint.ErrEvaluate.Error()+": ")))
 	}
 	if *asJSON {
 		writeJSON(e.stdout, rep)

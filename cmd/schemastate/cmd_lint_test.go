@@ -3,7 +3,6 @@ package main
 import (
 	"database/sql"
 	"encoding/json"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -29,23 +28,17 @@ type lintJSON struct {
 	Skipped []string
 }
 
-func writeHCL(t *testing.T, name string, src []byte) string {
-	path := filepath.Join(t.TempDir(), name)
-	require.NoError(t, os.WriteFile(path, src, 0o600))
-	return path
-}
-
 // Issue 14: exit 0 below --fail-on, 1 at or above it, 2 for a declaration
 // that does not evaluate (naming file:line) or a usage error; --json prints
 // the report; without a PostgreSQL --db PostgreSQL is skipped and said so.
 func TestCLI_Lint_ExitCodes(t *testing.T) {
-	base := writeHCL(t, "base.hcl", schemastate.SchemaHCL)
+	base := tempFile(t, "base.hcl", schemastate.SchemaHCL)
 	src := string(schemastate.SchemaHCL)
 	drop := strings.Replace(src, "  column \"model\" {\n    type = local.text\n    null = true\n  }\n  column \"agent_status\"", "  column \"agent_status\"", 1)
 	require.NotEqual(t, src, drop)
-	dropped := writeHCL(t, "drop.hcl", []byte(drop))
+	dropped := tempFile(t, "drop.hcl", []byte(drop))
 	index := strings.Replace(src, "  index \"idx_subagents_turn_id\" {", "  index \"idx_subagents_model\" {\n    columns = [column.model]\n  }\n  index \"idx_subagents_turn_id\" {", 1)
-	indexed := writeHCL(t, "index.hcl", []byte(index))
+	indexed := tempFile(t, "index.hcl", []byte(index))
 
 	code, out, errOut := cli(t, "lint", "--base", base, dropped, "--dialect", "sqlite", "--json")
 	require.Equal(t, 1, code, errOut)
@@ -63,7 +56,7 @@ func TestCLI_Lint_ExitCodes(t *testing.T) {
 	code, out, errOut = cli(t, "lint", "--base", base, indexed, "--dialect", "sqlite")
 	require.Equal(t, 0, code, errOut)
 	require.Contains(t, out, "CREATE INDEX `idx_subagents_model`")
-	renamed := writeHCL(t, "rename.hcl", []byte(strings.Replace(src, `index "idx_subagents_task_id" {`, `index "idx_subagents_task" {`, 1)))
+	renamed := tempFile(t, "rename.hcl", []byte(strings.Replace(src, `index "idx_subagents_task_id" {`, `index "idx_subagents_task" {`, 1)))
 	code, out, errOut = cli(t, "lint", "--base", base, renamed, "--dialect", "sqlite")
 	require.Equal(t, 0, code, errOut)
 	require.Contains(t, out, "-- UNDECLARED (kept; reconcile --prune drops it): task_session_subagents.idx_subagents_task_id", "a renamed index leaves the old one, kept")
@@ -73,7 +66,7 @@ func TestCLI_Lint_ExitCodes(t *testing.T) {
 	require.Equal(t, 0, code)
 	require.Contains(t, out, "-- not checked: postgres: no PostgreSQL --db given")
 
-	bad := writeHCL(t, "bad.hcl", []byte("variable \"dialect\" {\n  type = string\n}\ntable \"x\" {\n  column \"a\" {\n    type = nosuch(\n  }\n}\n"))
+	bad := tempFile(t, "bad.hcl", []byte("variable \"dialect\" {\n  type = string\n}\ntable \"x\" {\n  column \"a\" {\n    type = nosuch(\n  }\n}\n"))
 	code, _, errOut = cli(t, "lint", bad, "--dialect", "sqlite")
 	require.Equal(t, exitUsage, code)
 	require.Contains(t, errOut, bad+":7,")
@@ -96,8 +89,8 @@ func TestCLI_Lint_ExitCodes(t *testing.T) {
 // widening is a rewrite: --fail-on rewrite fails where refused does not.
 func TestCLI_Lint_PostgresRewrite(t *testing.T) {
 	dbtest.Open(t, "postgres")
-	base := writeHCL(t, "base.hcl", schemastate.SchemaHCL)
-	widened := writeHCL(t, "widen.hcl", []byte(strings.Replace(string(schemastate.SchemaHCL), "  column \"is_async\" {\n    type    = local.int\n", "  column \"is_async\" {\n    type    = local.int64\n", 1)))
+	base := tempFile(t, "base.hcl", schemastate.SchemaHCL)
+	widened := tempFile(t, "widen.hcl", []byte(strings.Replace(string(schemastate.SchemaHCL), "  column \"is_async\" {\n    type    = local.int\n", "  column \"is_async\" {\n    type    = local.int64\n", 1)))
 	args := []string{"lint", "--base", base, widened, "--dialect", "postgres", "--db", dbtest.PostgresDSN()}
 	code, out, errOut := cli(t, append(args, "--json")...)
 	require.Equal(t, 0, code, errOut)

@@ -35,7 +35,7 @@ func runParity(ctx context.Context, e *env, args []string) int {
 	against := fs.String("against", "", "live database to compare with a fresh reconcile (read-only)")
 	schemaFile := fs.String("schema", "", "declared shape to use instead of the built-in schema.hcl")
 	asJSON := fs.Bool("json", false, "print the report as one JSON object")
-	if code, ok := parseArgs(e, fs, args, 0, ""); !ok {
+	if code, ok := parseFlags(e, fs, args); !ok {
 		return code
 	}
 	if *server != "" {
@@ -72,14 +72,9 @@ func runParity(ctx context.Context, e *env, args []string) int {
 		rep, err = parity.Run(ctx, cfg)
 	}
 	if err != nil {
-		fail(e, "parity", err)
-		return exitUsage
+		return fail(e, "parity", err)
 	}
-	if *asJSON {
-		writeJSON(e.stdout, rep)
-	} else {
-		printParity(e, rep)
-	}
+	output(e, *asJSON, rep, printParity)
 	if !rep.Identical {
 		return exitDifferent
 	}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"database/sql"
 	"flag"
 	"fmt"
 	"maps"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/schemastate/schemastate/dialect"
 	"github.com/schemastate/schemastate/fanout"
+	"github.com/schemastate/schemastate/internal/dsn"
 	"github.com/schemastate/schemastate/keys"
 	"github.com/schemastate/schemastate/reconcile"
 )
@@ -26,42 +28,31 @@ func runReconcile(ctx context.Context, e *env, args []string) int {
 	sf := addShapeFlags(fs, "print the report as one JSON object")
 	prune := pruneFlag(fs)
 	lockWait := durationFlag(fs, "lock-wait", 60*time.Second, "how long to wait for another replica's lock")
-	if code, ok := parseArgs(e, fs, args, 0, ""); !ok {
-		return code
-	}
-	db, target, ok := openDB(ctx, e, *sf.dsn)
-	if !ok {
-		return exitUsage
-	}
-	defer db.Close()
-	if !sf.check(e, target.Dialect) {
-		return exitUsage
-	}
-	opts := append(sf.options(), reconcile.WithLogger(e.logger), reconcile.WithLockWait(*lockWait))
-	opts = append(opts, testHooks()...)
-	if *prune {
-		opts = append(opts, reconcile.WithPrune())
-	}
-	asJSON := sf.asJSON
-	if !*asJSON {
-		if p := progressPrinter(e); p != nil {
-			opts = append(opts, reconcile.WithProgress(p))
+	return runOnDB(ctx, e, fs, args, sf.dsn, readWrite, func(db *sql.DB, target dsn.Target) int {
+		if !sf.check(e, target.Dialect) {
+			return exitUsage
 		}
-	}
-	rep, err := reconcile.Reconcile(ctx, db, opts...)
-	if rep.Dialect == "" {
-		fmt.Fprintf(e.stderr, "schemastate: %v\n", err)
-		return exitUsage
-	}
-	if *asJSON {
-		writeJSON(e.stdout, rep)
-	} else {
-		printReport(e, rep)
-	}
-	if err != nil {
-		return exitStepFailed
-	}
-	return exitOK
+		opts := append(sf.options(), reconcile.WithLogger(e.logger), reconcile.WithLockWait(*lockWait))
+		opts = append(opts, testHooks()...)
+		if *prune {
+			opts = append(opts, reconcile.WithPrune())
+		}
+		asJSON := sf.asJSON
+		if !*asJSON {
+			if p := progressPrinter(e); p != nil {
+				opts = append(opts, reconcile.WithProgress(p))
+			}
+		}
+		rep, err := reconcile.Reconcile(ctx, db, opts...)
+		if rep.Dialect == "" {
+			return usageError(e, err)
+		}
+		output(e, *asJSON, rep, printReport)
+		if err != nil {
+			return exitStepFailed
+		}
+		return exitOK
+	})
 }
 
 func pruneFlag(fs *flag.FlagSet) *bool {
@@ -165,82 +156,75 @@ func runPlan(ctx context.Context, e *env, args []string) int {
 	fs := flags(e, "plan", "[--db DSN] [--schema FILE] [--prune] [--json]")
 	sf := addShapeFlags(fs, "print {\"statements\":[…],\"refused\":[…],\"drift\":[…],\"phases\":[…],\"resumed\":[…]}")
 	prune := pruneFlag(fs)
-	if code, ok := parseArgs(e, fs, args, 0, ""); !ok {
-		return code
-	}
-	db, _, ok := openReadOnlyDB(ctx, e, *sf.dsn)
-	if !ok {
-		return exitUsage
-	}
-	defer db.Close()
-	asJSON := sf.asJSON
-	opts := sf.options()
-	if *prune {
-		opts = append(opts, reconcile.WithPrune())
-	}
-	plan, err := reconcile.Plan(ctx, db, opts...)
-	if err != nil {
-		fail(e, "plan", err)
-		return exitUsage
-	}
-	if missing := plan.MissingHostTables; len(missing) > 0 {
-		// Printing the CREATE statements would suggest a reconcile runs
-		// them; it refuses to start without the host's tables.
-		fmt.Fprintf(e.stderr, "schemastate plan: host tables missing: %s — reconcile refuses to run without them, so it would change nothing (schemastate never creates host tables; point --db at the host's database)\n", strings.Join(missing, ", "))
-		if *asJSON {
-			writeJSON(e.stdout, map[string][]string{"statements": {}, "refused": {}, "missing_host_tables": missing})
-		}
-		return exitUsage
-	}
-	stmts, refused, drift := plan.Statements(), plan.Refused(), plan.Drift()
-	phases, resumed := plan.Phases(), plan.Resumed()
-	if *asJSON {
-		if drift == nil {
-			drift = []reconcile.Drift{}
-		}
-		if phases == nil {
-			phases = []reconcile.Phase{}
-		}
-		writeJSON(e.stdout, map[string]any{"statements": nonNil(stmts), "refused": nonNil(refused), "drift": drift,
-			"phases": phases, "resumed": nonNil(resumed)})
-	} else {
-		if len(stmts) == 0 && len(refused) == 0 {
-			fmt.Fprintln(e.stdout, "-- no change: the declared shape holds")
-		}
-		for _, r := range resumed {
-			fmt.Fprintf(e.stdout, "-- online upgrade stopped between phases: %s\n", r)
-		}
-		for _, ph := range phases {
-			tx := "no transaction"
-			if ph.Transactional {
-				tx = "one transaction"
-			}
-			fmt.Fprintf(e.stdout, "-- phase %s (step %s; %s; lock %s)\n", ph.ID(), ph.Step, tx, ph.Lock)
-			if ph.Detail != "" {
-				fmt.Fprintf(e.stdout, "--   %s\n", ph.Detail)
-			}
-			if ph.DoneWhen != "" {
-				fmt.Fprintf(e.stdout, "--   skipped when: %s\n", firstLineOf(ph.DoneWhen))
-			}
-			for _, s := range ph.SQL {
-				fmt.Fprintf(e.stdout, "%s;\n", s)
-			}
-		}
-		for _, r := range refused {
-			fmt.Fprintf(e.stdout, "-- REFUSED (destroys data, never applied at boot): %s\n", r)
-		}
-		verb := "kept; --prune drops it"
+	return runOnDB(ctx, e, fs, args, sf.dsn, readOnly, func(db *sql.DB, _ dsn.Target) int {
+		asJSON := sf.asJSON
+		opts := sf.options()
 		if *prune {
-			verb = "dropped by the statements above"
+			opts = append(opts, reconcile.WithPrune())
 		}
-		for _, d := range drift {
-			fmt.Fprintf(e.stdout, "-- UNDECLARED (%s): %s\n", verb, d)
+		plan, err := reconcile.Plan(ctx, db, opts...)
+		if err != nil {
+			return fail(e, "plan", err)
 		}
-	}
-	if len(stmts) > 0 || len(refused) > 0 {
-		return exitChangesPending
-	}
-	return exitOK
+		if missing := plan.MissingHostTables; len(missing) > 0 {
+			// Printing the CREATE statements would suggest a reconcile runs
+			// them; it refuses to start without the host's tables.
+			fmt.Fprintf(e.stderr, "schemastate plan: host tables missing: %s — reconcile refuses to run without them, so it would change nothing (schemastate never creates host tables; point --db at the host's database)\n", strings.Join(missing, ", "))
+			if *asJSON {
+				writeJSON(e.stdout, map[string][]string{"statements": {}, "refused": {}, "missing_host_tables": missing})
+			}
+			return exitUsage
+		}
+		stmts, refused, drift := plan.Statements(), plan.Refused(), plan.Drift()
+		phases, resumed := plan.Phases(), plan.Resumed()
+		if *asJSON {
+			if drift == nil {
+				drift = []reconcile.Drift{}
+			}
+			if phases == nil {
+				phases = []reconcile.Phase{}
+			}
+			writeJSON(e.stdout, map[string]any{"statements": nonNil(stmts), "refused": nonNil(refused), "drift": drift,
+				"phases": phases, "resumed": nonNil(resumed)})
+		} else {
+			if len(stmts) == 0 && len(refused) == 0 {
+				fmt.Fprintln(e.stdout, "-- no change: the declared shape holds")
+			}
+			for _, r := range resumed {
+				fmt.Fprintf(e.stdout, "-- online upgrade stopped between phases: %s\n", r)
+			}
+			for _, ph := range phases {
+				tx := "no transaction"
+				if ph.Transactional {
+					tx = "one transaction"
+				}
+				fmt.Fprintf(e.stdout, "-- phase %s (step %s; %s; lock %s)\n", ph.ID(), ph.Step, tx, ph.Lock)
+				if ph.Detail != "" {
+					fmt.Fprintf(e.stdout, "--   %s\n", ph.Detail)
+				}
+				if ph.DoneWhen != "" {
+					fmt.Fprintf(e.stdout, "--   skipped when: %s\n", firstLineOf(ph.DoneWhen))
+				}
+				for _, s := range ph.SQL {
+					fmt.Fprintf(e.stdout, "%s;\n", s)
+				}
+			}
+			for _, r := range refused {
+				fmt.Fprintf(e.stdout, "-- REFUSED (destroys data, never applied at boot): %s\n", r)
+			}
+			verb := "kept; --prune drops it"
+			if *prune {
+				verb = "dropped by the statements above"
+			}
+			for _, d := range drift {
+				fmt.Fprintf(e.stdout, "-- UNDECLARED (%s): %s\n", verb, d)
+			}
+		}
+		if len(stmts) > 0 || len(refused) > 0 {
+			return exitChangesPending
+		}
+		return exitOK
+	})
 }
 
 func firstLineOf(s string) string {
@@ -260,52 +244,44 @@ func nonNil(s []string) []string {
 func runStatus(ctx context.Context, e *env, args []string) int {
 	fs := flags(e, "status", "[--db DSN] [--schema FILE] [--json]")
 	sf := addShapeFlags(fs, "print one JSON object")
-	if code, ok := parseArgs(e, fs, args, 0, ""); !ok {
-		return code
-	}
-	db, _, ok := openReadOnlyDB(ctx, e, *sf.dsn)
-	if !ok {
-		return exitUsage
-	}
-	defer db.Close()
-	asJSON := sf.asJSON
-	obs, err := reconcile.Observe(ctx, db, sf.options()...)
-	if err != nil {
-		fail(e, "status", err)
-		return exitUsage
-	}
-	// The store-wide counts a consumer may publish, read as `subagents`
-	// reads them (AC-25).
-	counts, err := fanout.Count(ctx, db, fanout.Scope{})
-	if err != nil {
-		fail(e, "status", err)
-		return exitUsage
-	}
-	if *asJSON {
-		writeJSON(e.stdout, struct {
-			*reconcile.Observation
-			Subagents *fanout.Summary `json:"subagents"`
-		}{obs, counts})
-		return exitOK
-	}
-	fmt.Fprintf(e.stdout, "dialect: %s (boot lock: %s)\n", obs.Dialect, obs.Lock)
-	if len(obs.MissingHostTables) > 0 {
-		fmt.Fprintf(e.stdout, "host tables missing: %s\n", strings.Join(obs.MissingHostTables, ", "))
-	}
-	printKeys(e, obs.Keys, obs.KeysRead)
-	printEndState(e, obs.EndState, true)
-	printDrift(e, obs.Drift)
-	if u := obs.Upgrade; u != nil {
-		fmt.Fprintf(e.stdout, "online upgrade stopped between phases: %s; next phase: %s\n", strings.Join(u.Found, "; "), u.Next)
-	}
-	// Tables in name order: the text is the same at every run.
-	for _, t := range slices.Sorted(maps.Keys(obs.Indexes)) {
-		fmt.Fprintf(e.stdout, "indexes on %s:\n", t)
-		for _, i := range obs.Indexes[t] {
-			fmt.Fprintf(e.stdout, "  %s\n", i)
+	return runOnDB(ctx, e, fs, args, sf.dsn, readOnly, func(db *sql.DB, _ dsn.Target) int {
+		asJSON := sf.asJSON
+		obs, err := reconcile.Observe(ctx, db, sf.options()...)
+		if err != nil {
+			return fail(e, "status", err)
 		}
-	}
-	fmt.Fprintln(e.stdout, "subagents, store-wide:")
-	printSummary(e, counts)
-	return exitOK
+		// The store-wide counts a consumer may publish, read as `subagents`
+		// reads them (AC-25).
+		counts, err := fanout.Count(ctx, db, fanout.Scope{})
+		if err != nil {
+			return fail(e, "status", err)
+		}
+		if *asJSON {
+			writeJSON(e.stdout, struct {
+				*reconcile.Observation
+				Subagents *fanout.Summary `json:"subagents"`
+			}{obs, counts})
+			return exitOK
+		}
+		fmt.Fprintf(e.stdout, "dialect: %s (boot lock: %s)\n", obs.Dialect, obs.Lock)
+		if len(obs.MissingHostTables) > 0 {
+			fmt.Fprintf(e.stdout, "host tables missing: %s\n", strings.Join(obs.MissingHostTables, ", "))
+		}
+		printKeys(e, obs.Keys, obs.KeysRead)
+		printEndState(e, obs.EndState, true)
+		printDrift(e, obs.Drift)
+		if u := obs.Upgrade; u != nil {
+			fmt.Fprintf(e.stdout, "online upgrade stopped between phases: %s; next phase: %s\n", strings.Join(u.Found, "; "), u.Next)
+		}
+		// Tables in name order: the text is the same at every run.
+		for _, t := range slices.Sorted(maps.Keys(obs.Indexes)) {
+			fmt.Fprintf(e.stdout, "indexes on %s:\n", t)
+			for _, i := range obs.Indexes[t] {
+				fmt.Fprintf(e.stdout, "  %s\n", i)
+			}
+		}
+		fmt.Fprintln(e.stdout, "subagents, store-wide:")
+		printSummary(e, counts)
+		return exitOK
+	})
 }

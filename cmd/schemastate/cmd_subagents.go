@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"sort"
 	"strings"
@@ -9,34 +10,29 @@ import (
 	"time"
 
 	"github.com/schemastate/schemastate/fanout"
+	"github.com/schemastate/schemastate/internal/dsn"
 )
 
 func runSubagents(ctx context.Context, e *env, args []string) int {
 	fs := flags(e, "subagents", "[--db DSN] [--session ID] [--task ID] [--json]")
-	dsn := dbFlag(fs)
+	dbArg := dbFlag(fs)
 	sessionID := fs.String("session", "", "only this session's rows")
 	taskID := fs.String("task", "", "only this task's rows (with --session: that session's rows of it)")
 	asJSON := fs.Bool("json", false, `print {"rows":[…],"summary":{…}}`)
-	if code, ok := parseArgs(e, fs, args, 0, ""); !ok {
-		return code
-	}
-	db, _, ok := openReadOnlyDB(ctx, e, *dsn)
-	if !ok {
-		return exitUsage
-	}
-	defer db.Close()
-	res, err := fanout.Read(ctx, db, fanout.Scope{SessionID: *sessionID, TaskID: *taskID})
-	if err != nil {
-		fail(e, "subagents", err)
-		return exitUsage
-	}
-	if *asJSON {
-		writeJSON(e.stdout, res)
+	return runOnDB(ctx, e, fs, args, dbArg, readOnly, func(db *sql.DB, _ dsn.Target) int {
+		res, err := fanout.Read(ctx, db, fanout.Scope{SessionID: *sessionID, TaskID: *taskID})
+		if err != nil {
+			return fail(e, "subagents", err)
+		}
+		output(e, *asJSON, res, printSubagents)
 		return exitOK
-	}
+	})
+}
+
+// printSubagents prints a read's rows, then its counts.
+func printSubagents(e *env, res *fanout.Result) {
 	printRows(e, res.Rows)
 	printSummary(e, &res.Summary)
-	return exitOK
 }
 
 // printRows lists the rows in the order read (AC-13), one per line.

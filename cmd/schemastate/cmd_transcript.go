@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"os"
 	"strings"
@@ -83,11 +84,18 @@ func openLifecycle(ctx context.Context, e *env, dsn string, mode openMode) (*tra
 	return l, func() { db.Close() }, true
 }
 
+// childFlags registers the flags that name one child's transcript: --root
+// (the conversation-storage root), --session (the parent's) and --agent.
+func childFlags(fs *flag.FlagSet) (root, session, agent *string) {
+	root = fs.String("root", "", "conversation-storage root")
+	session = fs.String("session", "", "parent session id")
+	agent = fs.String("agent", "", "agent (child) id")
+	return root, session, agent
+}
+
 func transcriptShow(e *env, args []string) int {
 	fs := flags(e, "transcript show", "PATH | --root DIR --session S --agent A [--json]")
-	root := fs.String("root", "", "conversation-storage root")
-	session := fs.String("session", "", "parent session id")
-	agent := fs.String("agent", "", "agent (child) id")
+	root, session, agent := childFlags(fs)
 	asJSON := fs.Bool("json", false, "print the transcript as JSON")
 	if code, ok := parseArgs(e, fs, args, 1, "one PATH"); !ok {
 		return code
@@ -110,18 +118,13 @@ func transcriptShow(e *env, args []string) int {
 		return exitUsage
 	}
 	if errors.Is(err, transcript.ErrInvalidID) {
-		fmt.Fprintf(e.stderr, "schemastate: %v\n", err)
-		return exitUsage
+		return usageError(e, err)
 	}
 	if err != nil {
 		fmt.Fprintf(e.stderr, "schemastate: %v\n", err)
 		return exitFoundWrong
 	}
-	if *asJSON {
-		writeJSON(e.stdout, t)
-		return exitOK
-	}
-	printTranscript(e, t)
+	output(e, *asJSON, t, printTranscript)
 	return exitOK
 }
 
@@ -191,82 +194,76 @@ func transcriptLs(ctx context.Context, e *env, args []string) int {
 	dsn := fs.String("db", "", "database holding background_agent_log (optional)")
 	workspace := fs.String("workspace", "", "only lifecycle rows of this workspace_path")
 	asJSON := fs.Bool("json", false, "print one JSON object")
-	if code, ok := parseArgs(e, fs, args, 0, ""); !ok {
+	if code, ok := parseFlags(e, fs, args, "root", "session"); !ok {
 		return code
-	}
-	if *root == "" || *session == "" || fs.NArg() > 0 {
-		fs.Usage()
-		return exitUsage
 	}
 	s, err := transcript.NewStore(*root)
 	if err != nil {
-		fmt.Fprintf(e.stderr, "schemastate: %v\n", err)
-		return exitUsage
+		return usageError(e, err)
 	}
-	l, closeDB, ok := openLifecycle(ctx, e, *dsn, readOnly)
-	if !ok {
-		return exitUsage
-	}
-	defer closeDB()
-	if !rootExists(e, *root) {
-		return exitUsage
-	}
-	idx, err := transcript.Index(ctx, s, l, *workspace, *session)
-	if err != nil {
-		fmt.Fprintf(e.stderr, "schemastate: %v\n", err)
-		return exitUsage
-	}
-	wrong := 0
-	for _, x := range idx {
-		if len(x.Problems) > 0 {
-			wrong++
+	return withLifecycle(ctx, e, *dsn, readOnly, *root, func(l *transcript.Lifecycle) int {
+		idx, err := transcript.Index(ctx, s, l, *workspace, *session)
+		if err != nil {
+			return usageError(e, err)
 		}
-	}
-	if *asJSON {
-		writeJSON(e.stdout, struct {
-			Root     string                  `json:"root"`
-			Session  string                  `json:"session"`
-			Agents   []transcript.IndexEntry `json:"agents"`
-			Problems int                     `json:"agents_with_problems"`
-		}{s.Root(), *session, idx, wrong})
-	} else {
-		fmt.Fprintf(e.stdout, "%-36s %-18s %-10s %-10s %-8s %6s  %s\n", "AGENT", "KIND", "TRANSCRIPT", "LIFECYCLE", "RECORDED", "EVENTS", "PATH")
+		wrong := 0
 		for _, x := range idx {
-			kind, tstatus, events, path := "-", "missing", "-", "-"
-			if t := x.Transcript; t != nil {
-				kind, tstatus, events, path = string(t.Kind), string(t.Status), fmt.Sprint(t.Events), t.Path
-				if t.Err != "" {
-					tstatus = "unreadable"
-				}
-			}
-			life, rec := "-", "-"
-			if l != nil {
-				life = "missing"
-			}
-			for _, r := range x.Lifecycle {
-				life, rec = r.Status, r.TranscriptStatus
-				if kind == "-" {
-					kind = r.Kind
-				}
-				if path == "-" && r.TranscriptPath != "" {
-					path = r.TranscriptPath
-				}
-			}
-			if strings.HasPrefix(rec, "error:") {
-				rec = "error"
-			} else if rec == "" {
-				rec = "-"
-			}
-			fmt.Fprintf(e.stdout, "%-36s %-18s %-10s %-10s %-8s %6s  %s\n", x.AgentID, kind, tstatus, life, rec, events, path)
-			for _, p := range x.Problems {
-				fmt.Fprintf(e.stdout, "    ! %s\n", p)
+			if len(x.Problems) > 0 {
+				wrong++
 			}
 		}
+		if *asJSON {
+			writeJSON(e.stdout, struct {
+				Root     string                  `json:"root"`
+				Session  string                  `json:"session"`
+				Agents   []transcript.IndexEntry `json:"agents"`
+				Problems int                     `json:"agents_with_problems"`
+			}{s.Root(), *session, idx, wrong})
+		} else {
+			printIndex(e, idx, l != nil)
+		}
+		if wrong > 0 {
+			return exitFoundWrong
+		}
+		return exitOK
+	})
+}
+
+// printIndex lists a session's executions, one line each with its problems
+// below it; withLifecycle says whether background_agent_log was read.
+func printIndex(e *env, idx []transcript.IndexEntry, withLifecycle bool) {
+	fmt.Fprintf(e.stdout, "%-36s %-18s %-10s %-10s %-8s %6s  %s\n", "AGENT", "KIND", "TRANSCRIPT", "LIFECYCLE", "RECORDED", "EVENTS", "PATH")
+	for _, x := range idx {
+		kind, tstatus, events, path := "-", "missing", "-", "-"
+		if t := x.Transcript; t != nil {
+			kind, tstatus, events, path = string(t.Kind), string(t.Status), fmt.Sprint(t.Events), t.Path
+			if t.Err != "" {
+				tstatus = "unreadable"
+			}
+		}
+		life, rec := "-", "-"
+		if withLifecycle {
+			life = "missing"
+		}
+		for _, r := range x.Lifecycle {
+			life, rec = r.Status, r.TranscriptStatus
+			if kind == "-" {
+				kind = r.Kind
+			}
+			if path == "-" && r.TranscriptPath != "" {
+				path = r.TranscriptPath
+			}
+		}
+		if strings.HasPrefix(rec, "error:") {
+			rec = "error"
+		} else if rec == "" {
+			rec = "-"
+		}
+		fmt.Fprintf(e.stdout, "%-36s %-18s %-10s %-10s %-8s %6s  %s\n", x.AgentID, kind, tstatus, life, rec, events, path)
+		for _, p := range x.Problems {
+			fmt.Fprintf(e.stdout, "    ! %s\n", p)
+		}
 	}
-	if wrong > 0 {
-		return exitFoundWrong
-	}
-	return exitOK
 }
 
 func transcriptRecover(ctx context.Context, e *env, args []string) int {
@@ -275,58 +272,47 @@ func transcriptRecover(ctx context.Context, e *env, args []string) int {
 	dsn := fs.String("db", "", "database holding background_agent_log (required)")
 	workspace := fs.String("workspace", "", "judge liveness only by rows of this workspace_path")
 	asJSON := fs.Bool("json", false, "print one JSON object")
-	if code, ok := parseArgs(e, fs, args, 0, ""); !ok {
+	if code, ok := parseFlags(e, fs, args, "root"); !ok {
 		return code
-	}
-	if *root == "" || fs.NArg() > 0 {
-		fs.Usage()
-		return exitUsage
 	}
 	if *dsn == "" {
 		fmt.Fprintln(e.stderr, "schemastate: transcript recover needs --db: whether an execution is alive is read from background_agent_log")
 		return exitUsage
 	}
-	l, closeDB, ok := openLifecycle(ctx, e, *dsn, readWrite)
-	if !ok {
-		return exitUsage
-	}
-	defer closeDB()
-	if !rootExists(e, *root) {
-		return exitUsage
-	}
-	rep, err := transcript.Recover(ctx, *root, l, *workspace)
-	if err != nil {
-		fmt.Fprintf(e.stderr, "schemastate: %v\n", err)
-		return exitUsage
-	}
-	if *asJSON {
-		writeJSON(e.stdout, rep)
-	} else {
-		for _, r := range rep.Finished {
-			fmt.Fprintf(e.stdout, "finished %s/%s as failed: %s\n", r.SessionID, r.AgentID, r.Reason)
+	return withLifecycle(ctx, e, *dsn, readWrite, *root, func(l *transcript.Lifecycle) int {
+		rep, err := transcript.Recover(ctx, *root, l, *workspace)
+		if err != nil {
+			return usageError(e, err)
 		}
-		for _, r := range rep.RowsEnded {
-			fmt.Fprintf(e.stdout, "ended    %s/%s: %s\n", r.SessionID, r.AgentID, r.Reason)
+		output(e, *asJSON, rep, printRecovery)
+		if len(rep.Finished) > 0 || len(rep.RowsEnded) > 0 || len(rep.Problems) > 0 {
+			return exitFoundWrong
 		}
-		for _, a := range rep.Alive {
-			fmt.Fprintf(e.stdout, "alive    %s/%s (left running)\n", a.SessionID, a.AgentID)
-		}
-		for _, p := range rep.Problems {
-			fmt.Fprintf(e.stdout, "problem  %s/%s: %s\n", p.SessionID, p.AgentID, p.Error)
-		}
-		fmt.Fprintf(e.stdout, "%d finished, %d rows ended, %d alive, %d problems\n", len(rep.Finished), len(rep.RowsEnded), len(rep.Alive), len(rep.Problems))
+		return exitOK
+	})
+}
+
+// printRecovery says what recover finished, ended, left running and could
+// not do, one line each, then the counts.
+func printRecovery(e *env, rep *transcript.RecoverReport) {
+	for _, r := range rep.Finished {
+		fmt.Fprintf(e.stdout, "finished %s/%s as failed: %s\n", r.SessionID, r.AgentID, r.Reason)
 	}
-	if len(rep.Finished) > 0 || len(rep.RowsEnded) > 0 || len(rep.Problems) > 0 {
-		return exitFoundWrong
+	for _, r := range rep.RowsEnded {
+		fmt.Fprintf(e.stdout, "ended    %s/%s: %s\n", r.SessionID, r.AgentID, r.Reason)
 	}
-	return exitOK
+	for _, a := range rep.Alive {
+		fmt.Fprintf(e.stdout, "alive    %s/%s (left running)\n", a.SessionID, a.AgentID)
+	}
+	for _, p := range rep.Problems {
+		fmt.Fprintf(e.stdout, "problem  %s/%s: %s\n", p.SessionID, p.AgentID, p.Error)
+	}
+	fmt.Fprintf(e.stdout, "%d finished, %d rows ended, %d alive, %d problems\n", len(rep.Finished), len(rep.RowsEnded), len(rep.Alive), len(rep.Problems))
 }
 
 func transcriptRecord(ctx context.Context, e *env, args []string) int {
 	fs := flags(e, "transcript record", "--root DIR --session S --agent A --provider P [--kind K] [--execution E] [--model M] [--prompt TEXT] [--provider-session ID] [--timeout D] [--db DSN --workspace W] < stream")
-	root := fs.String("root", "", "conversation-storage root")
-	session := fs.String("session", "", "parent session id")
-	agent := fs.String("agent", "", "agent (child) id")
+	root, session, agent := childFlags(fs)
 	provider := fs.String("provider", "", "stream shape: "+strings.Join(transcript.Providers(), ", "))
 	kind := fs.String("kind", string(transcript.KindRunInBackground), "run_in_background, todo_delegate, scheduled, …")
 	execution := fs.String("execution", "", "execution id")
@@ -336,12 +322,8 @@ func transcriptRecord(ctx context.Context, e *env, args []string) int {
 	workspace := fs.String("workspace", "", "workspace_path of the lifecycle row")
 	providerSession := fs.String("provider-session", "", "the child's own session id in the provider's stream (OpenCode: keep only this session's events on a shared server)")
 	timeout := fs.Duration("timeout", 0, "end the child as timed_out when its stream has not ended after this long (0: no limit)")
-	if code, ok := parseArgs(e, fs, args, 0, ""); !ok {
+	if code, ok := parseFlags(e, fs, args, "root", "session", "agent", "provider"); !ok {
 		return code
-	}
-	if *root == "" || *session == "" || *agent == "" || *provider == "" || fs.NArg() > 0 {
-		fs.Usage()
-		return exitUsage
 	}
 	if *timeout < 0 {
 		fmt.Fprintf(e.stderr, "schemastate: --timeout %v is negative\n", *timeout)
@@ -352,8 +334,7 @@ func transcriptRecord(ctx context.Context, e *env, args []string) int {
 	// running for ever.
 	for _, id := range [][2]string{{"session id", *session}, {"agent id", *agent}} {
 		if err := transcript.ValidateID(id[0], id[1]); err != nil {
-			fmt.Fprintf(e.stderr, "schemastate: %v\n", err)
-			return exitUsage
+			return usageError(e, err)
 		}
 	}
 	var nopts []transcript.NormalizerOption
@@ -362,8 +343,7 @@ func transcriptRecord(ctx context.Context, e *env, args []string) int {
 	}
 	n, err := transcript.NewNormalizer(*provider, nopts...)
 	if err != nil {
-		fmt.Fprintf(e.stderr, "schemastate: %v\n", err)
-		return exitUsage
+		return usageError(e, err)
 	}
 	l, closeDB, ok := openLifecycle(ctx, e, *dsn, readWrite)
 	if !ok {
@@ -376,8 +356,7 @@ func transcriptRecord(ctx context.Context, e *env, args []string) int {
 	}
 	s, err := transcript.NewStore(*root, opts...)
 	if err != nil {
-		fmt.Fprintf(e.stderr, "schemastate: %v\n", err)
-		return exitUsage
+		return usageError(e, err)
 	}
 	// SIGTERM/SIGINT (ctx) or --timeout stop the reading of the stream,
 	// never a write (transcript.Record).
@@ -400,18 +379,24 @@ func transcriptRecord(ctx context.Context, e *env, args []string) int {
 	case errors.Is(err, transcript.ErrExists):
 		return exitFoundWrong
 	}
-	note := ""
-	switch {
-	case res.Lost && res.Finished:
-		note = " (transcript incomplete: see the errors above)"
-	case res.Lost:
-		note = " (transcript NOT written: see the errors above)"
-	}
-	fmt.Fprintf(e.stdout, "%s %s%s\n", res.End.Status, res.Paths.Transcript, note)
+	fmt.Fprintf(e.stdout, "%s %s%s\n", res.End.Status, res.Paths.Transcript, lostNote(res))
 	if err != nil {
 		return exitFoundWrong
 	}
 	return exitOK
+}
+
+// lostNote is what record's line adds when persistence failed, so that a
+// transcript not written, or written without some events, never reads as
+// there and whole.
+func lostNote(res transcript.RecordResult) string {
+	switch {
+	case res.Lost && res.Finished:
+		return " (transcript incomplete: see the errors above)"
+	case res.Lost:
+		return " (transcript NOT written: see the errors above)"
+	}
+	return ""
 }
 
 // failures lists the failures Record joined, one to print per line.
@@ -423,6 +408,22 @@ func failures(err error) []error {
 		return j.Unwrap()
 	}
 	return []error{err}
+}
+
+// withLifecycle runs f with the lifecycle --db names (openLifecycle: nil
+// without --db) once root is known to be a directory (rootExists), and closes
+// the database afterwards. Its exit code is f's, or exitUsage when either
+// check fails.
+func withLifecycle(ctx context.Context, e *env, dsn string, mode openMode, root string, f func(*transcript.Lifecycle) int) int {
+	l, closeDB, ok := openLifecycle(ctx, e, dsn, mode)
+	if !ok {
+		return exitUsage
+	}
+	defer closeDB()
+	if !rootExists(e, root) {
+		return exitUsage
+	}
+	return f(l)
 }
 
 // rootExists reports whether --root names a directory, and says so when it

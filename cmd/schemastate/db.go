@@ -51,6 +51,26 @@ func openOrCreateDB(ctx context.Context, e *env, dbArg string) (*sql.DB, dsn.Tar
 	return open(ctx, e, dbArg, create)
 }
 
+// withDB opens dbArg as mode says (open), runs f on it and closes it. Its
+// exit code is f's, or exitUsage when the database cannot be opened.
+func withDB(ctx context.Context, e *env, dbArg string, mode openMode, f func(*sql.DB, dsn.Target) int) int {
+	db, t, ok := open(ctx, e, dbArg, mode)
+	if !ok {
+		return exitUsage
+	}
+	defer db.Close()
+	return f(db, t)
+}
+
+// runOnDB is withDB for a command that takes flags only: it parses args
+// first (parseFlags), and opens the database *dbArg names once they parsed.
+func runOnDB(ctx context.Context, e *env, fs *flag.FlagSet, args []string, dbArg *string, mode openMode, f func(*sql.DB, dsn.Target) int) int {
+	if code, ok := parseFlags(e, fs, args); !ok {
+		return code
+	}
+	return withDB(ctx, e, *dbArg, mode, f)
+}
+
 func open(ctx context.Context, e *env, dbArg string, mode openMode) (*sql.DB, dsn.Target, bool) {
 	t, err := dsn.Parse(dbArg)
 	if err != nil {

@@ -4,16 +4,42 @@ import (
 	"bytes"
 	"context"
 	"io"
+	"log/slog"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/schemastate/schemastate/internal/dbtest"
 	"github.com/schemastate/schemastate/internal/proctest"
+	"github.com/schemastate/schemastate/reconcile"
 )
+
+// tempFile writes data to a file named name in a new temporary directory
+// and returns its path.
+func tempFile(t *testing.T, name string, data []byte) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), name)
+	require.NoError(t, os.WriteFile(path, data, 0o644))
+	return path
+}
+
+// sessionStore is a declared-shape database (the host tables, reconciled)
+// with the given parent sessions (id: task id).
+func sessionStore(t *testing.T, db *dbtest.DB, sessions map[string]string) {
+	t.Helper()
+	db.Host(t)
+	_, err := reconcile.Reconcile(context.Background(), db.DB, reconcile.WithLogger(slog.New(slog.DiscardHandler)))
+	require.NoError(t, err)
+	for id, task := range sessions {
+		_, err := db.DB.Exec(db.Q(`INSERT INTO task_sessions (id, task_id) VALUES (?, ?)`), id, task)
+		require.NoError(t, err)
+	}
+}
 
 // cli runs the schemastate CLI in-process with no stdin and returns its exit
 // code, stdout and stderr.

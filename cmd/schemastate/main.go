@@ -260,6 +260,22 @@ func parseArgs(e *env, fs *flag.FlagSet, args []string, max int, what string) (i
 	return exitUsage, false
 }
 
+// parseFlags is parseArgs for a command that takes no positional argument.
+// Each flag named in required must be given a value: a missing one prints
+// the usage and is a usage error.
+func parseFlags(e *env, fs *flag.FlagSet, args []string, required ...string) (int, bool) {
+	if code, ok := parseArgs(e, fs, args, 0, ""); !ok {
+		return code, false
+	}
+	for _, name := range required {
+		if fs.Lookup(name).Value.String() == "" {
+			fs.Usage()
+			return exitUsage, false
+		}
+	}
+	return 0, true
+}
+
 // looksLikeDatabase reports an argument that was probably meant for --db.
 func looksLikeDatabase(s string) bool {
 	return strings.Contains(s, "://") || strings.HasPrefix(s, "sqlite:") ||
@@ -295,10 +311,12 @@ func durationFlag(fs *flag.FlagSet, name string, def time.Duration, usage string
 	return &d
 }
 
-// fail prints a command's error once prefixed: "schemastate CMD: …". An
-// error that already starts with its command's or its package's name (the
-// health package's "health: …", gen's "gen: …") keeps only one of them.
-func fail(e *env, cmd string, err error) {
+// fail prints a command's error once prefixed: "schemastate CMD: …", and
+// returns exitUsage, the exit code of a command that could not answer (one
+// whose failure has a code of its own returns that instead). An error that
+// already starts with its command's or its package's name (the health
+// package's "health: …", gen's "gen: …") keeps only one of them.
+func fail(e *env, cmd string, err error) int {
 	msg := err.Error()
 	for _, p := range []string{cmd, packageOf(cmd)} {
 		if p != "" {
@@ -306,6 +324,13 @@ func fail(e *env, cmd string, err error) {
 		}
 	}
 	fmt.Fprintf(e.stderr, "schemastate %s: %s\n", cmd, msg)
+	return exitUsage
+}
+
+// usageError prints err as "schemastate: …" and returns exitUsage.
+func usageError(e *env, err error) int {
+	fmt.Fprintf(e.stderr, "schemastate: %v\n", err)
+	return exitUsage
 }
 
 // packageOf names the package whose errors a command prints.
@@ -333,6 +358,16 @@ func terminal(w io.Writer) bool {
 		}
 		w = u.Unwrap()
 	}
+}
+
+// output prints a command's result: v as one JSON object with --json, as
+// text (by text) otherwise.
+func output[T any](e *env, asJSON bool, v T, text func(*env, T)) {
+	if asJSON {
+		writeJSON(e.stdout, v)
+		return
+	}
+	text(e, v)
 }
 
 // writeJSON prints v as one indented JSON object.

@@ -21,8 +21,7 @@ import (
 // (exit 2) before any step runs — not a failed host_tables step with every
 // key printed as absent.
 func TestCLI_Reconcile_BadSchemaIsUsageError(t *testing.T) {
-	bad := filepath.Join(t.TempDir(), "bad.hcl")
-	require.NoError(t, os.WriteFile(bad, []byte("table \"x\" {"), 0o644))
+	bad := tempFile(t, "bad.hcl", []byte("table \"x\" {"))
 	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
 		db.Host(t)
 		for _, path := range []string{filepath.Join(t.TempDir(), "nonexistent.hcl"), bad} {
@@ -81,9 +80,8 @@ func TestCLI_Reconcile_ReportSaysKeysRead(t *testing.T) {
 // is not understood is named.
 func TestCLI_FlagsAnywhereAndUnexpectedArgumentsNamed(t *testing.T) {
 	db := dbtest.Open(t, "sqlite")
-	ingestStore(t, db, map[string]string{"s1": "t1"})
-	frames := filepath.Join(t.TempDir(), "f.ndjson")
-	require.NoError(t, os.WriteFile(frames, []byte(`{"session_id":"s1","task_id":"t1","execution_id":"e1","tool_call_id":"c1","subagent_task":{}}`+"\n"), 0o644))
+	sessionStore(t, db, map[string]string{"s1": "t1"})
+	frames := tempFile(t, "f.ndjson", []byte(`{"session_id":"s1","task_id":"t1","execution_id":"e1","tool_call_id":"c1","subagent_task":{}}`+"\n"))
 
 	code, out, errOut := cli(t, "ingest", frames, "--db", db.CLIDSN, "--json")
 	require.Equal(t, exitOK, code, errOut)
@@ -208,7 +206,7 @@ func TestCLI_MessagesWithoutGoTypesOrDoubledPrefixes(t *testing.T) {
 		require.Equal(t, exitUsage, code)
 		require.Contains(t, out, `"missing_host_tables"`)
 
-		ingestStore(t, db, map[string]string{"s1": "t1"})
+		sessionStore(t, db, map[string]string{"s1": "t1"})
 		lines := strings.Join([]string{`[1]`, `"frame"`, `{"subagent_task":5}`, `{"session_id":7,"subagent_task":{}}`,
 			`{"subagent_task":{"tool_use_count":"x"}}`, `{"subagent_task":{"is_async":1}}`}, "\n") + "\n"
 		code, _, errOut = ingestCLI(t, lines, "--db", db.CLIDSN)

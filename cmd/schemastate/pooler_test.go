@@ -161,7 +161,7 @@ func TestPooler_ConcurrentIngestsLoseNothing(t *testing.T) {
 	stream := filepath.Join("..", "..", "testdata", "frames", "stream.ndjson")
 	sessions := map[string]string{"sess-claude": "task-review", "sess-opencode": "task-refactor"}
 	direct := dbtest.Open(t, "postgres")
-	ingestStore(t, direct, sessions)
+	sessionStore(t, direct, sessions)
 	code, _, stderr := ingestCLI(t, "", "--db", direct.CLIDSN, stream)
 	require.Equal(t, exitIngestMalformed, code, stderr)
 	want := subagentRows(t, direct.DB)
@@ -169,7 +169,7 @@ func TestPooler_ConcurrentIngestsLoseNothing(t *testing.T) {
 
 	bin := cliBinary(t)
 	eachPoolMode(t, func(t *testing.T, p *pgbouncer.Pooler) {
-		ingestStore(t, p.Direct, sessions)
+		sessionStore(t, p.Direct, sessions)
 		var wg sync.WaitGroup
 		results, errs := make([]proctest.Result, 4), make([]error, 4)
 		for i := range results {

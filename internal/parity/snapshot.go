@@ -11,13 +11,11 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
-	"sort"
+	"slices"
 	"strings"
 
 	"ariga.io/atlas/sql/migrate"
-	"ariga.io/atlas/sql/postgres"
 	"ariga.io/atlas/sql/schema"
-	"ariga.io/atlas/sql/sqlite"
 
 	"github.com/schemastate/schemastate/dialect"
 	"github.com/schemastate/schemastate/internal/perdialect"
@@ -66,7 +64,8 @@ type Column struct {
 	Default  *string `json:"default"`
 }
 
-// Index is an index or a unique constraint (both are inspected as indexes).
+// Index is an index or a unique constraint (both are inspected as indexes),
+// read with reconcile's describer (reconcile.DescribeIndex).
 type Index struct {
 	// Name is empty for a SQLite autoindex (an inline UNIQUE constraint):
 	// SQLite names it sqlite_autoindex_<table>_N, which is no name of its
@@ -82,17 +81,10 @@ type Index struct {
 	Predicate string   `json:"predicate,omitempty"`
 }
 
-// ForeignKey is a foreign-key constraint. Name is empty on SQLite when the
-// constraint was declared without one; such a key is compared by what it
-// covers and references.
-type ForeignKey struct {
-	Name       string   `json:"name"`
-	Columns    []string `json:"columns"`
-	RefTable   string   `json:"ref_table"`
-	RefColumns []string `json:"ref_columns"`
-	OnUpdate   string   `json:"on_update"`
-	OnDelete   string   `json:"on_delete"`
-}
+// ForeignKey is a foreign-key constraint, as reconcile describes it. Name is
+// empty on SQLite when the constraint was declared without one; such a key is
+// compared by what it covers and references.
+type ForeignKey reconcile.ForeignKeyDescription
 
 // Read inspects db's owned tables — those the declaration names (schemaFile,
 // or the built-in schema.hcl when empty) — in the connection's schema. It
@@ -142,7 +134,7 @@ func readTable(in inspector, t *schema.Table) (*Table, error) {
 			out.Checks = append(out.Checks, Check{Name: c.Name, Expr: c.Expr})
 		}
 	}
-	sort.Slice(out.Checks, func(i, j int) bool { return out.Checks[i].key() < out.Checks[j].key() })
+	sortBy(out.Checks, Check.key)
 	for _, c := range t.Columns {
 		typ, err := formatType(in, c.Type)
 		if err != nil {
@@ -150,36 +142,32 @@ func readTable(in inspector, t *schema.Table) (*Table, error) {
 		}
 		out.Columns = append(out.Columns, Column{Name: c.Name, Type: typ, Nullable: c.Type.Null, Default: exprString(c.Default)})
 	}
-	sort.Slice(out.Columns, func(i, j int) bool { return out.Columns[i].Name < out.Columns[j].Name })
+	sortBy(out.Columns, func(c Column) string { return c.Name })
 	if t.PrimaryKey != nil {
-		out.PrimaryKey = parts(t.PrimaryKey)
+		out.PrimaryKey = reconcile.DescribeIndex(t.PrimaryKey).Parts
 	}
 	for _, idx := range t.Indexes {
-		x := Index{Name: idx.Name, Unique: idx.Unique, Columns: parts(idx)}
-		for _, a := range idx.Attrs {
-			switch a := a.(type) {
-			case *postgres.Constraint:
-				x.Constraint = a.T == "u"
-			case *postgres.IndexPredicate:
-				x.Predicate = a.P
-			case *sqlite.IndexPredicate:
-				x.Predicate = a.P
-			}
-		}
-		x.Name = in.indexName(idx.Name)
-		out.Indexes = append(out.Indexes, x)
+		desc := reconcile.DescribeIndex(idx)
+		out.Indexes = append(out.Indexes, Index{Name: in.indexName(idx.Name), Unique: desc.Unique, Constraint: desc.Constraint, Columns: desc.Parts, Predicate: desc.Predicate})
 	}
-	sort.Slice(out.Indexes, func(i, j int) bool { return out.Indexes[i].key() < out.Indexes[j].key() })
+	sortBy(out.Indexes, Index.key)
 	for _, fk := range t.ForeignKeys {
-		desc := reconcile.DescribeForeignKey(fk)
-		f := ForeignKey{Name: in.foreignKeyName(fk.Symbol), Columns: desc.Columns, RefColumns: desc.RefColumns, OnUpdate: desc.OnUpdate, OnDelete: desc.OnDelete}
-		if fk.RefTable != nil {
-			f.RefTable = desc.RefTable
+		f := ForeignKey(reconcile.DescribeForeignKey(fk))
+		f.Name = in.foreignKeyName(fk.Symbol)
+		if fk.RefTable == nil { // an unresolved parent: "", not the describer's "?"
+
+			f.RefTable = ""
 		}
 		out.ForeignKeys = append(out.ForeignKeys, f)
 	}
-	sort.Slice(out.ForeignKeys, func(i, j int) bool { return out.ForeignKeys[i].key() < out.ForeignKeys[j].key() })
+	sortBy(out.ForeignKeys, ForeignKey.key)
 	return out, nil
+}
+
+// sortBy sorts s by key: each list of a Table is in key order, so that two
+// snapshots compare element by element.
+func sortBy[T any](s []T, key func(T) string) {
+	slices.SortFunc(s, func(a, b T) int { return strings.Compare(key(a), key(b)) })
 }
 
 func formatType(in inspector, ct *schema.ColumnType) (string, error) {
@@ -218,31 +206,6 @@ func exprString(e schema.Expr) *string {
 		s = fmt.Sprintf("%v", e)
 	}
 	return &s
-}
-
-func parts(idx *schema.Index) []string {
-	out := []string{}
-	for _, p := range idx.Parts {
-		c := "?"
-		switch {
-		case p.C != nil:
-			c = p.C.Name
-		case p.X != nil:
-			c = "(" + fmt.Sprint(exprText(p.X)) + ")"
-		}
-		if p.Desc {
-			c += " DESC"
-		}
-		out = append(out, c)
-	}
-	return out
-}
-
-func exprText(x schema.Expr) string {
-	if r, ok := x.(*schema.RawExpr); ok {
-		return r.X
-	}
-	return fmt.Sprint(x)
 }
 
 // key identifies an index for pairing across snapshots: by name, or for a
