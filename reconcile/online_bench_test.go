@@ -78,14 +78,23 @@ func BenchmarkOnlineUpgrade(b *testing.B) {
 //	closed  each loop runs its next statement as soon as the last returns:
 //	        the reader alone keeps a core busy (a read counts one session's
 //	        rows, 5,000 at 1M), which the blocking ALTER gets back for free
-//	paced   a fixed offered load, the same for every mode: 5 reads, 100
-//	        inserts and 100 updates a second, each loop falling behind (never
-//	        bursting) when a statement takes longer than its period
+//	paced   a fixed offered load, the same for every mode: 50 reads of one
+//	        row by id (a read whose own cost stays near a millisecond at any
+//	        size, so a wait shows), 100 inserts and 100 updates a second,
+//	        each loop falling behind (never bursting) when a statement takes
+//	        longer than its period
 //	none    no reader or writer, only the pg_locks poller: the upgrade's own
 //	        cost against the ALTER's
-var trafficPeriods = map[string][3]time.Duration{ // reader, writer, updater
-	"closed": {0, 0, 0},
-	"paced":  {200 * time.Millisecond, 10 * time.Millisecond, 10 * time.Millisecond},
+var trafficLoads = map[string]trafficLoad{
+	"closed": {},
+	"paced":  {reader: 20 * time.Millisecond, writer: 10 * time.Millisecond, updater: 10 * time.Millisecond, pointReads: true},
+}
+
+// trafficLoad is how often each loop starts a statement (0: back to back) and
+// whether the reader reads one row by id instead of counting a session's.
+type trafficLoad struct {
+	reader, writer, updater time.Duration
+	pointReads              bool
 }
 
 func benchUpgrade(b *testing.B, rows int, traffic, mode string) {
@@ -108,11 +117,11 @@ func benchUpgrade(b *testing.B, rows int, traffic, mode string) {
 	require.NoError(b, db.QueryRow(`SELECT pg_current_wal_lsn()::text`).Scan(&walBefore))
 
 	ctx, cancel := context.WithCancel(context.Background())
-	periods, ok := trafficPeriods[traffic]
+	load, ok := trafficLoads[traffic]
 	if !ok && traffic != "none" {
 		b.Fatalf("unknown traffic %q (closed, paced or none)", traffic)
 	}
-	mon := startMonitors(b, ctx, db, rows, periods, traffic != "none")
+	mon := startMonitors(b, ctx, db, rows, load, traffic != "none")
 	time.Sleep(time.Second) // a baseline for the loops
 	start := time.Now()
 	b.StartTimer()
@@ -231,10 +240,10 @@ type sample struct {
 
 // startMonitors runs, each on its own connection, a reader loop, an
 // inserting writer loop, an updating writer loop (over the rows seeded r1 …
-// r<rows>), each starting a statement at most once a period (0: back to
-// back), and a pg_locks poller (every 2 ms) until ctx ends; with traffic
-// false, the poller alone.
-func startMonitors(b *testing.B, ctx context.Context, db *dbtest.DB, rows int, periods [3]time.Duration, traffic bool) *monitors {
+// r<rows>), each starting a statement at most once its period in load, and
+// a pg_locks poller (every 2 ms) until ctx ends; with on false, the poller
+// alone.
+func startMonitors(b *testing.B, ctx context.Context, db *dbtest.DB, rows int, load trafficLoad, on bool) *monitors {
 	m := &monitors{}
 	open := func() *sql.DB {
 		d, err := sql.Open("pgx", db.DSN)
@@ -254,7 +263,7 @@ func startMonitors(b *testing.B, ctx context.Context, db *dbtest.DB, rows int, p
 	readerPID, writerPID, updaterPID := pid(reader), pid(writer), pid(updater)
 	var seq atomic.Int64
 	loop := func(period time.Duration, run func(i int) error, into *[]sample) {
-		if !traffic {
+		if !on {
 			return
 		}
 		m.wg.Add(1)
@@ -284,16 +293,19 @@ func startMonitors(b *testing.B, ctx context.Context, db *dbtest.DB, rows int, p
 			}
 		}()
 	}
-	loop(periods[0], func(i int) error {
+	loop(load.reader, func(i int) error {
 		var n int
+		if load.pointReads {
+			return reader.QueryRowContext(context.Background(), `SELECT count(*) FROM task_session_subagents WHERE id = $1`, fmt.Sprintf("r%d", (i*7907)%max(rows, 1)+1)).Scan(&n)
+		}
 		return reader.QueryRowContext(context.Background(), `SELECT count(*) FROM task_session_subagents WHERE task_session_id = $1`, fmt.Sprintf("s%d", i%200+1)).Scan(&n)
 	}, &m.rl)
-	loop(periods[1], func(i int) error {
+	loop(load.writer, func(i int) error {
 		id := fmt.Sprintf("w%d", seq.Add(1))
 		_, err := writer.ExecContext(context.Background(), `INSERT INTO task_session_subagents (id, task_session_id, task_id, tool_call_id, source, observed_at, updated_at) VALUES ($1, 's1', 'k1', $1, 'live', now(), now())`, id)
 		return err
 	}, &m.wl)
-	loop(periods[2], func(i int) error {
+	loop(load.updater, func(i int) error {
 		// A prime stride, so successive updates land on rows far apart.
 		id := fmt.Sprintf("r%d", (i*7919)%max(rows, 1)+1)
 		_, err := updater.ExecContext(context.Background(), `UPDATE task_session_subagents SET tool_status = 'running', model = $2, updated_at = now() WHERE id = $1`, id, fmt.Sprintf("m%d", i))
