@@ -15,6 +15,7 @@ import (
 	"ariga.io/atlas/sql/schema"
 
 	"github.com/schemastate/schemastate/dialect"
+	"github.com/schemastate/schemastate/internal/readonly"
 )
 
 // The online widening as a shadow-table rebuild (pg_repack's algorithm).
@@ -216,46 +217,26 @@ func readRebuildFacts(ctx context.Context, q querier, schemaName, table string) 
 		tbl, qualified(schemaName, rebuildNew(table))); err != nil {
 		return nil, fmt.Errorf("read the column options of %s: %w", table, err)
 	}
-	rows, err := q.QueryContext(ctx, `SELECT c.relname, pg_get_indexdef(i.indexrelid), coalesce(con.contype::text, ''), coalesce(con.conname, ''),
+	if f.indexes, err = readonly.Rows(ctx, q, func(r *sql.Rows) (ix liveIndex, err error) {
+		err = r.Scan(&ix.name, &ix.def, &ix.contype, &ix.constraintName, &ix.prefix)
+		return ix, err
+	}, `SELECT c.relname, pg_get_indexdef(i.indexrelid), coalesce(con.contype::text, ''), coalesce(con.conname, ''),
   format('INDEX %I ON %I.%I ', c.relname, n.nspname, t.relname)
  FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid JOIN pg_class t ON t.oid = i.indrelid JOIN pg_namespace n ON n.oid = t.relnamespace
  LEFT JOIN pg_constraint con ON con.conindid = i.indexrelid AND con.conrelid = i.indrelid AND con.contype IN ('p', 'u', 'x')
- WHERE i.indrelid = $1::regclass ORDER BY 1`, tbl)
-	if err != nil {
+ WHERE i.indrelid = $1::regclass ORDER BY 1`, tbl); err != nil {
 		return nil, fmt.Errorf("read the indexes of %s: %w", table, err)
-	}
-	for rows.Next() {
-		var ix liveIndex
-		if err := rows.Scan(&ix.name, &ix.def, &ix.contype, &ix.constraintName, &ix.prefix); err != nil {
-			rows.Close()
-			return nil, err
-		}
-		f.indexes = append(f.indexes, ix)
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return nil, err
 	}
 	for _, ix := range f.indexes {
 		if !strings.Contains(ix.def, ix.prefix) {
 			f.blockers = append(f.blockers, fmt.Sprintf("index %s has a definition the rebuild does not read: %s", ix.name, ix.def))
 		}
 	}
-	rows, err = q.QueryContext(ctx, `SELECT conname, pg_get_constraintdef(oid), convalidated FROM pg_constraint WHERE conrelid = $1::regclass AND contype = 'f' ORDER BY 1`, tbl)
-	if err != nil {
+	if f.foreignKeys, err = readonly.Rows(ctx, q, func(r *sql.Rows) (c liveConstraint, err error) {
+		err = r.Scan(&c.name, &c.def, &c.validated)
+		return c, err
+	}, `SELECT conname, pg_get_constraintdef(oid), convalidated FROM pg_constraint WHERE conrelid = $1::regclass AND contype = 'f' ORDER BY 1`, tbl); err != nil {
 		return nil, fmt.Errorf("read the foreign keys of %s: %w", table, err)
-	}
-	for rows.Next() {
-		var c liveConstraint
-		if err := rows.Scan(&c.name, &c.def, &c.validated); err != nil {
-			rows.Close()
-			return nil, err
-		}
-		f.foreignKeys = append(f.foreignKeys, c)
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return nil, err
 	}
 	// Grants exactly as the live table has them (the default ACL when it has
 	// none), owner, comments on the table, its indexes and constraints, and

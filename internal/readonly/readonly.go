@@ -74,18 +74,26 @@ func SchemaName(ctx context.Context, q dialect.Querier, d dialect.Dialect) (stri
 
 // Strings runs query on q and returns its one text column, row by row.
 func Strings(ctx context.Context, q dialect.Querier, query string, args ...any) ([]string, error) {
+	return Rows(ctx, q, func(r *sql.Rows) (s string, err error) {
+		err = r.Scan(&s)
+		return s, err
+	}, query, args...)
+}
+
+// Rows runs query on q and returns each row as scan reads it.
+func Rows[T any](ctx context.Context, q dialect.Querier, scan func(*sql.Rows) (T, error), query string, args ...any) ([]T, error) {
 	rows, err := q.QueryContext(ctx, query, args...)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	var out []string
+	var out []T
 	for rows.Next() {
-		var s string
-		if err := rows.Scan(&s); err != nil {
+		v, err := scan(rows)
+		if err != nil {
 			return nil, err
 		}
-		out = append(out, s)
+		out = append(out, v)
 	}
 	return out, rows.Err()
 }
