@@ -60,6 +60,11 @@ func BenchmarkOnlineUpgrade(b *testing.B) {
 	if v := os.Getenv("SCHEMASTATE_BENCH_ONLINE_TRAFFIC"); v != "" {
 		traffics = strings.Split(v, ",")
 	}
+	for _, t := range traffics {
+		if _, ok := trafficLoads[t]; !ok {
+			b.Fatalf("SCHEMASTATE_BENCH_ONLINE_TRAFFIC: unknown traffic %q (closed, paced or none)", t)
+		}
+	}
 	for _, rows := range sizes {
 		for _, traffic := range traffics {
 			for _, mode := range modes {
@@ -88,13 +93,15 @@ func BenchmarkOnlineUpgrade(b *testing.B) {
 var trafficLoads = map[string]trafficLoad{
 	"closed": {},
 	"paced":  {reader: 20 * time.Millisecond, writer: 10 * time.Millisecond, updater: 10 * time.Millisecond, pointReads: true},
+	"none":   {idle: true},
 }
 
-// trafficLoad is how often each loop starts a statement (0: back to back) and
-// whether the reader reads one row by id instead of counting a session's.
+// trafficLoad is how often each loop starts a statement (0: back to back),
+// whether the reader reads one row by id instead of counting a session's,
+// and whether the loops run at all (idle: the poller alone).
 type trafficLoad struct {
 	reader, writer, updater time.Duration
-	pointReads              bool
+	pointReads, idle        bool
 }
 
 func benchUpgrade(b *testing.B, rows int, traffic, mode string) {
@@ -117,11 +124,7 @@ func benchUpgrade(b *testing.B, rows int, traffic, mode string) {
 	require.NoError(b, db.QueryRow(`SELECT pg_current_wal_lsn()::text`).Scan(&walBefore))
 
 	ctx, cancel := context.WithCancel(context.Background())
-	load, ok := trafficLoads[traffic]
-	if !ok && traffic != "none" {
-		b.Fatalf("unknown traffic %q (closed, paced or none)", traffic)
-	}
-	mon := startMonitors(b, ctx, db, rows, load, traffic != "none")
+	mon := startMonitors(b, ctx, db, rows, trafficLoads[traffic])
 	time.Sleep(time.Second) // a baseline for the loops
 	start := time.Now()
 	b.StartTimer()
@@ -241,9 +244,9 @@ type sample struct {
 // startMonitors runs, each on its own connection, a reader loop, an
 // inserting writer loop, an updating writer loop (over the rows seeded r1 …
 // r<rows>), each starting a statement at most once its period in load, and
-// a pg_locks poller (every 2 ms) until ctx ends; with on false, the poller
+// a pg_locks poller (every 2 ms) until ctx ends; with load idle, the poller
 // alone.
-func startMonitors(b *testing.B, ctx context.Context, db *dbtest.DB, rows int, load trafficLoad, on bool) *monitors {
+func startMonitors(b *testing.B, ctx context.Context, db *dbtest.DB, rows int, load trafficLoad) *monitors {
 	m := &monitors{}
 	open := func() *sql.DB {
 		d, err := sql.Open("pgx", db.DSN)
@@ -263,7 +266,7 @@ func startMonitors(b *testing.B, ctx context.Context, db *dbtest.DB, rows int, l
 	readerPID, writerPID, updaterPID := pid(reader), pid(writer), pid(updater)
 	var seq atomic.Int64
 	loop := func(period time.Duration, run func(i int) error, into *[]sample) {
-		if !on {
+		if load.idle {
 			return
 		}
 		m.wg.Add(1)
