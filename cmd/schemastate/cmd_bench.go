@@ -83,7 +83,7 @@ func runBench(ctx context.Context, e *env, args []string) int {
 	if t.OnServer() {
 		// Unreachable is a usage error, as for every command that takes --db;
 		// the stores open their own pool.
-		db, _, ok := openOrCreateDB(ctx, e, *dbArg)
+		db, _, ok := open(ctx, e, *dbArg, create)
 		if !ok {
 			return exitUsage
 		}

@@ -43,7 +43,7 @@ func runIngest(ctx context.Context, e *env, args []string) int {
 		in, name = f, p
 	}
 
-	conn, target, ok := openDB(ctx, e, *db)
+	conn, target, ok := open(ctx, e, *db, readWrite)
 	if !ok {
 		return exitUsage
 	}

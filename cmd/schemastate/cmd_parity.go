@@ -55,7 +55,7 @@ func runParity(ctx context.Context, e *env, args []string) int {
 		err error
 	)
 	if *against != "" {
-		db, t, ok := openReadOnlyDB(ctx, e, *against)
+		db, t, ok := open(ctx, e, *against, readOnly)
 		if !ok {
 			return exitUsage
 		}

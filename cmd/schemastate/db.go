@@ -33,24 +33,6 @@ const (
 	create
 )
 
-// openDB parses and opens --db, printing a clear error (credentials removed)
-// when it cannot. A SQLite file that does not exist is an error here: a typo
-// in a path must not silently create an empty database.
-func openDB(ctx context.Context, e *env, dbArg string) (*sql.DB, dsn.Target, bool) {
-	return open(ctx, e, dbArg, readWrite)
-}
-
-// openReadOnlyDB is openDB for the commands that only read.
-func openReadOnlyDB(ctx context.Context, e *env, dbArg string) (*sql.DB, dsn.Target, bool) {
-	return open(ctx, e, dbArg, readOnly)
-}
-
-// openOrCreateDB is openDB for the commands whose job is to write a new store
-// (demo, generate, bench): a missing SQLite file is created.
-func openOrCreateDB(ctx context.Context, e *env, dbArg string) (*sql.DB, dsn.Target, bool) {
-	return open(ctx, e, dbArg, create)
-}
-
 // withDB opens dbArg as mode says (open), runs f on it and closes it. Its
 // exit code is f's, or exitUsage when the database cannot be opened.
 func withDB(ctx context.Context, e *env, dbArg string, mode openMode, f func(*sql.DB, dsn.Target) int) int {
@@ -71,6 +53,10 @@ func runOnDB(ctx context.Context, e *env, fs *flag.FlagSet, args []string, dbArg
 	return withDB(ctx, e, *dbArg, mode, f)
 }
 
+// open parses and opens dbArg as mode says, printing a clear error
+// (credentials removed) when it cannot. A SQLite file that does not exist is
+// an error unless mode is create: a typo in a path must not silently create
+// an empty database.
 func open(ctx context.Context, e *env, dbArg string, mode openMode) (*sql.DB, dsn.Target, bool) {
 	t, err := dsn.Parse(dbArg)
 	if err != nil {
