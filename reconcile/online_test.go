@@ -402,3 +402,42 @@ func TestOnline_ReplayAfterCopyStopsAtTheLogAsItBegan(t *testing.T) {
 		require.True(t, strings.HasSuffix(r, ":again"), "every row as last written: %s", r)
 	}
 }
+
+// Every transaction of the rebuild's copy and of its replays hands the pages
+// it dirties to the kernel's writeback as it writes them (backend_flush_after,
+// SET LOCAL), so a checkpoint never finds the new heap dirty at once. A
+// statement trigger on the new table records the setting each of their
+// INSERTs ran under. Fails with either SET LOCAL removed.
+func TestOnline_CopyAndReplayFlushAsTheyWrite(t *testing.T) {
+	db := openPostgres(t).Host(t).Legacy(t)
+	seedLegacy(t, db)
+	seedMany(t, db, 300)
+	db.Exec(t, `CREATE TABLE flush_seen (query text, setting text, isolation text)`)
+	var moved bool
+	hook := reconcile.WithFailpoint(func(p string) error {
+		switch {
+		case p == reconcile.FailpointAfterPhase("task_session_subagents.rebuild_prepare"):
+			_, err := db.DB.Exec(`CREATE FUNCTION flush_seen() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN INSERT INTO flush_seen VALUES (current_query(), current_setting('backend_flush_after'), current_setting('transaction_isolation')); RETURN NULL; END $$;
+CREATE TRIGGER flush_seen AFTER INSERT ON schemastate_new_task_session_subagents FOR EACH STATEMENT EXECUTE FUNCTION flush_seen()`)
+			return err
+		case p == reconcile.FailpointCopyBatch && !moved:
+			moved = true // rows for the replays to copy again
+			_, err := db.DB.Exec(`UPDATE task_session_subagents SET tool_status = 'moved'`)
+			return err
+		}
+		return nil
+	})
+	mustReconcile(t, db, append(append([]reconcile.Option{}, online...), hook)...)
+	db.Exec(t, `DROP TRIGGER flush_seen ON task_session_subagents`)
+	require.Equal(t, "0", db.Strings(t, `SHOW backend_flush_after`)[0], "the server's own setting, as before")
+	copies := db.Strings(t, `SELECT setting FROM flush_seen WHERE query LIKE '%ctid%'`)
+	// The replays run at REPEATABLE READ; the swap's replay of the last few
+	// entries, under its lock, is not one of them.
+	replays := db.Strings(t, `SELECT setting FROM flush_seen WHERE query LIKE '%IN (SELECT id FROM %schemastate_log_%' AND isolation = 'repeatable read'`)
+	require.Greater(t, len(copies), 1, "the copy ran in batches")
+	require.GreaterOrEqual(t, len(replays), 2, "the replay after the copy and the indexed one")
+	for _, s := range append(copies, replays...) {
+		require.Equal(t, "256kB", s)
+	}
+}

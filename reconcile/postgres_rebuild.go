@@ -498,6 +498,15 @@ func rebuildable(live *schema.Table) string {
 	return ""
 }
 
+// flushAsWritten opens every transaction of the rebuild's copy and replay:
+// the pages they dirty go to the kernel's writeback as the backend writes
+// them out, every 256 kB, instead of piling up in the page cache until a
+// checkpoint's fsync writes the new table's heap at once, with every host
+// commit's WAL flush queued behind it (docs/benchmarks.md, "Where the
+// writers' waits come from"). SET LOCAL: it ends with its transaction, so
+// nothing stays on a pooled server connection, and any role may set it.
+const flushAsWritten = "SET LOCAL backend_flush_after = '256kB'"
+
 // rebuildCopy fills the new table, one range of pages per transaction, from
 // where the state row says the copy is; each batch commits its rows and its
 // progress together.
@@ -523,6 +532,9 @@ func (s *pgSession) rebuildCopy(ctx context.Context, ph Phase, h phaseHooks) err
 		var n int64
 		err := s.withLockRetry(ctx, ph.Table, func(timeout time.Duration) error {
 			return s.inTx(ctx, timeout, func(tx *sql.Tx) error {
+				if _, err := tx.ExecContext(ctx, flushAsWritten); err != nil {
+					return err
+				}
 				res, err := tx.ExecContext(ctx, ph.SQL[0], fmt.Sprintf("(%d,0)", from), fmt.Sprintf("(%d,0)", to))
 				if err != nil {
 					return withDetail(err)
@@ -585,6 +597,9 @@ func (s *pgSession) replayLog(ctx context.Context, ph Phase, h phaseHooks) error
 				return err
 			}
 			defer tx.Rollback()
+			if _, err := tx.ExecContext(ctx, flushAsWritten); err != nil {
+				return err
+			}
 			// An empty log replays nothing: every statement still runs
 			// (up to entry 0), so the phase runs the statements it prints.
 			if err := tx.QueryRowContext(ctx, ph.SQL[0]).Scan(&upTo); err != nil {
