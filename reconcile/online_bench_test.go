@@ -30,6 +30,9 @@ import (
 // host would write to reach the declared shape — add the execution column,
 // widen the three metrics, swap the key) and a second anchor (naive_alter:
 // the same ALTER without the widening, essentially one unique-index build).
+// A third anchor, key_cic, runs only the key change the online way by hand
+// (ADD COLUMN, CREATE UNIQUE INDEX CONCURRENTLY, ADD CONSTRAINT … USING
+// INDEX): the waits the server's own index build on the live table causes.
 // For each it reports the worst latency of a concurrent reader loop (SELECT
 // by session), of an inserting writer loop (single-row INSERTs of new rows)
 // and of an updating writer loop (the live capture's merge onto an existing
@@ -167,6 +170,21 @@ func benchUpgrade(b *testing.B, rows int, traffic, mode string) {
  ALTER COLUMN total_tokens TYPE bigint, ALTER COLUMN tool_use_count TYPE bigint, ALTER COLUMN duration_ms TYPE bigint,
  ADD CONSTRAINT task_session_subagents_session_execution_tool_call_key UNIQUE (task_session_id, agent_execution_id, tool_call_id)`)
 		require.NoError(b, err)
+	case "key_cic":
+		// The key change alone, the way an operator would run it online by
+		// hand: the catalog-only column, the unique index built
+		// CONCURRENTLY, the constraint attached to it in one short
+		// transaction. No widening, no rebuild: an anchor for the waits
+		// the server's own index build causes the writers, not a floor.
+		for _, q := range []string{
+			`ALTER TABLE task_session_subagents ADD COLUMN agent_execution_id text NOT NULL DEFAULT 'unknown'`,
+			`CREATE UNIQUE INDEX CONCURRENTLY task_session_subagents_session_execution_tool_call_key ON task_session_subagents (task_session_id, agent_execution_id, tool_call_id)`,
+			`ALTER TABLE task_session_subagents DROP CONSTRAINT task_session_subagents_task_session_id_tool_call_id_key,
+ ADD CONSTRAINT task_session_subagents_session_execution_tool_call_key UNIQUE USING INDEX task_session_subagents_session_execution_tool_call_key`,
+		} {
+			_, err := db.DB.ExecContext(ctx, q)
+			require.NoError(b, err)
+		}
 	case "naive_alter":
 		_, err := db.DB.ExecContext(ctx, `ALTER TABLE task_session_subagents DROP CONSTRAINT task_session_subagents_task_session_id_tool_call_id_key,
  ADD COLUMN agent_execution_id text NOT NULL DEFAULT 'unknown',
