@@ -139,8 +139,7 @@ func benchUpgrade(b *testing.B, rows int, traffic, mode string) {
 		var copyStart time.Time
 		opts := []reconcile.Option{reconcile.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))),
 			reconcile.WithProgress(func(p reconcile.Progress) {
-				switch {
-				case p.Step == reconcile.StepWiden && widenStart.IsZero():
+				if p.Step == reconcile.StepWiden && widenStart.IsZero() {
 					widenStart = time.Now()
 				}
 				switch {
@@ -211,11 +210,13 @@ func benchUpgrade(b *testing.B, rows int, traffic, mode string) {
 	// the live table before it.
 	var rebuildWorst time.Duration
 	if !widenStart.IsZero() {
+		var during []sample
 		for _, s := range append(slices.Clone(mon.wl), mon.ul...) {
 			if !s.at.Before(widenStart) {
-				rebuildWorst = max(rebuildWorst, s.d)
+				during = append(during, s)
 			}
 		}
+		rebuildWorst, _, _ = worstAndMedian(during)
 		b.ReportMetric(float64(rebuildWorst.Microseconds())/1000, "rebuild_writers_worst_ms")
 	}
 	b.ReportMetric(float64(r.updaterWorst.Microseconds())/1000, "updater_worst_ms")
