@@ -44,7 +44,6 @@ type watcher struct {
 	pollStart   time.Time
 	worst       time.Duration
 	reads       int
-	err         error
 }
 
 func (b *bench) watch(ctx context.Context) (*watcher, error) {

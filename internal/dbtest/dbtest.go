@@ -2,9 +2,11 @@
 // a temporary SQLite file, or a new PostgreSQL schema on the server named by
 // SCHEMASTATE_TEST_POSTGRES_DSN (default postgres://postgres@127.0.0.1:5432/test).
 //
-// When PostgreSQL is unreachable the PostgreSQL half of a test is skipped
-// locally, and FAILS when CI=true or SCHEMASTATE_REQUIRE_POSTGRES=1: a CI run
-// that silently skips the PostgreSQL half proves nothing about it.
+// PostgreSQL is required: a run that cannot reach it fails, in one line per
+// test package (Main), and proves nothing it did not test. Only when asked
+// in so many words (SCHEMASTATE_TEST_POSTGRES=skip, and neither CI=true nor
+// SCHEMASTATE_REQUIRE_POSTGRES=1) is the PostgreSQL half of each test
+// skipped instead.
 package dbtest
 
 import (
@@ -19,6 +21,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/schemastate/schemastate/dialect"
+	"github.com/schemastate/schemastate/internal/dsn"
 	"github.com/schemastate/schemastate/internal/fixtures"
 	"github.com/schemastate/schemastate/internal/perdialect"
 	"github.com/schemastate/schemastate/internal/store"
@@ -71,9 +74,9 @@ func Open(t testing.TB, d dialect.Dialect) *DB {
 	}
 	if err != nil {
 		if PostgresRequired() {
-			t.Fatalf("PostgreSQL is required (CI=true or SCHEMASTATE_REQUIRE_POSTGRES=1) but unreachable: %v", err)
+			t.Fatalf("%s", unreachable(srv, err))
 		}
-		t.Skipf("PostgreSQL unreachable (set %s): %v", EnvDSN, err)
+		t.Skipf("PostgreSQL unreachable and %s=%s: %v", EnvSkip, skipValue, err)
 	}
 	t.Cleanup(func() {
 		if err := sc.Close(); err != nil {
@@ -89,9 +92,42 @@ func Open(t testing.TB, d dialect.Dialect) *DB {
 // file), the test server for PostgreSQL (a schema of its own there).
 var servers = perdialect.Of[func() string]{Postgres: PostgresDSN, SQLite: func() string { return "" }}
 
-// PostgresRequired reports whether a missing PostgreSQL server fails tests.
-func PostgresRequired() bool {
+// EnvSkip names the environment variable that, set to skipValue, lets the
+// PostgreSQL half of each test skip when no server answers.
+const EnvSkip = "SCHEMASTATE_TEST_POSTGRES"
+
+const skipValue = "skip"
+
+// forced reports whether CI=true or SCHEMASTATE_REQUIRE_POSTGRES=1 holds:
+// then nothing PostgreSQL's tests need may be skipped.
+func forced() bool {
 	return os.Getenv("CI") == "true" || os.Getenv("SCHEMASTATE_REQUIRE_POSTGRES") == "1"
+}
+
+// PostgresRequired reports whether a missing PostgreSQL server fails tests:
+// always, unless EnvSkip asks for the skip (and CI=true or
+// SCHEMASTATE_REQUIRE_POSTGRES=1 does not overrule it).
+func PostgresRequired() bool {
+	return forced() || os.Getenv(EnvSkip) != skipValue
+}
+
+// PoolerRequired reports whether a missing PgBouncer binary fails the
+// pooler tests: under CI=true or SCHEMASTATE_REQUIRE_POSTGRES=1 (.ci/run
+// installs it); elsewhere they skip, naming the package to install.
+func PoolerRequired() bool { return forced() }
+
+// displayDSN is dsn as the CLI prints it, any password masked (dsn.Parse).
+func displayDSN(s string) string {
+	if t, err := dsn.Parse(s); err == nil {
+		return t.Display
+	}
+	return "the server of " + EnvDSN
+}
+
+// unreachable is the one line a run that cannot reach the server fails with.
+func unreachable(dsn string, err error) string {
+	return fmt.Sprintf("PostgreSQL unreachable at %s: %v — start it (pg_ctlcluster --skip-systemctl-redirect $(ls /etc/postgresql) main start), point %s at a server, or set %s=%s to test SQLite only",
+		displayDSN(dsn), err, EnvDSN, EnvSkip, skipValue)
 }
 
 // PostgresDSN is the server DSN tests use.

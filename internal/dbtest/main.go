@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"database/sql"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"net/url"
 	"os"
@@ -12,6 +13,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // databasePrefix names the PostgreSQL databases Main creates.
@@ -32,13 +35,23 @@ const staleAfter = 6 * time.Hour
 // Snapshots do not cross databases.
 //
 // The database's URL is put in EnvDSN, so PostgresDSN and every child process
-// a test starts reach it. When the server is unreachable nothing is created
-// and each PostgreSQL test skips or fails as Open decides.
+// a test starts reach it. When no server answers and PostgreSQL is required
+// (PostgresRequired), no test runs: the binary fails with one line saying
+// what was unreachable and how to proceed, the line go test shows at the
+// end. When the skip was asked for, the tests run and each PostgreSQL half
+// skips.
 //
 // Each of after runs once the tests have run (a package's own clean-up: the
 // binary internal/proctest built, say).
 func Main(m *testing.M, after ...func()) int {
-	drop := ownDatabase()
+	drop, err := ownDatabase()
+	if err != nil && PostgresRequired() {
+		fmt.Fprintln(os.Stderr, "dbtest: "+unreachable(PostgresDSN(), err))
+		for _, fn := range after {
+			fn()
+		}
+		return 1
+	}
 	code := m.Run()
 	drop()
 	for _, fn := range after {
@@ -47,22 +60,21 @@ func Main(m *testing.M, after ...func()) int {
 	return code
 }
 
-func ownDatabase() (drop func()) {
+// ownDatabase creates the binary's database; err is set when no server
+// could be reached (a server that answered but refused the CREATE DATABASE
+// leaves the tests sharing its database, as they did before).
+func ownDatabase() (drop func(), err error) {
 	noop := func() {}
 	base := PostgresDSN()
 	u, err := url.Parse(base)
 	if err != nil {
-		return noop
-	}
-	admin, err := sql.Open("pgx", base)
-	if err != nil {
-		return noop
+		return noop, fmt.Errorf("parse %s: %w", EnvDSN, err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if err := admin.PingContext(ctx); err != nil {
-		admin.Close()
-		return noop
+	admin, err := openAdmin(ctx, u)
+	if err != nil {
+		return noop, err
 	}
 	dropStale(ctx, admin)
 
@@ -72,7 +84,7 @@ func ownDatabase() (drop func()) {
 	if _, err := admin.ExecContext(ctx, "CREATE DATABASE "+name); err != nil {
 		fmt.Fprintf(os.Stderr, "dbtest: CREATE DATABASE %s: %v (tests share %s)\n", name, err, u.Path)
 		admin.Close()
-		return noop
+		return noop, nil
 	}
 	u.Path = "/" + name
 	os.Setenv(EnvDSN, u.String())
@@ -84,7 +96,35 @@ func ownDatabase() (drop func()) {
 			fmt.Fprintf(os.Stderr, "dbtest: DROP DATABASE %s: %v\n", name, err)
 		}
 		admin.Close()
+	}, nil
+}
+
+// openAdmin connects to the server of u, in u's database or, when that
+// database does not exist (a stock server has no "test" database), in the
+// server's maintenance database "postgres": the tests create their own
+// databases either way.
+func openAdmin(ctx context.Context, u *url.URL) (*sql.DB, error) {
+	admin, err := ping(ctx, u.String())
+	var pgErr *pgconn.PgError
+	if err != nil && errors.As(err, &pgErr) && pgErr.Code == "3D000" { // invalid_catalog_name
+		maintenance := *u
+		maintenance.Path = "/postgres"
+		admin, err = ping(ctx, maintenance.String())
 	}
+	return admin, err
+}
+
+// ping opens dsn and reaches the server.
+func ping(ctx context.Context, dsn string) (*sql.DB, error) {
+	db, err := sql.Open("pgx", dsn)
+	if err != nil {
+		return nil, err
+	}
+	if err := db.PingContext(ctx); err != nil {
+		db.Close()
+		return nil, err
+	}
+	return db, nil
 }
 
 // dropStale drops databases Main created more than staleAfter ago: a test

@@ -2,7 +2,6 @@ package dsn
 
 import (
 	"errors"
-	"fmt"
 	"net/url"
 	"strconv"
 	"strings"
@@ -18,21 +17,51 @@ func PostgresTarget(dsn string) Target {
 	return Target{Dialect: dialect.Postgres, DriverName: "pgx", DSN: dsn, Display: redact.String(dsn, redact.Secrets(dsn)...)}
 }
 
+// badURL refuses a PostgreSQL URL. Its reason quotes nothing of the URL:
+// anything after the scheme may be part of a password, and a parser's
+// message would repeat the bytes it choked on (net/url's `invalid URL escape
+// "%ZZ"`, `invalid port ":cd" after host`).
+func badURL(reason string) error {
+	return errors.New("--db: not a valid PostgreSQL URL: " + reason)
+}
+
+// The reasons a PostgreSQL URL is refused for; each is constant text.
+const (
+	reasonEscape = "a '%' is not followed by two hexadecimal digits (write a '%' in the user or password as %25)"
+	reasonHost   = "the host holds a character a host name cannot"
+	reasonPort   = "the port is not a number from 1 to 65535 (a '/', '?' or '#' in the password ends the host: write them as %2F, %3F, %23)"
+	reasonSyntax = "it does not parse as a URL"
+	reasonAt     = "an '@' is not the one that ends the user and password (a '/', '?' or '#' in a password ends the host): write an '@' in a user, password or parameter as %40, and '/', '?', '#' in a password as %2F, %3F, %23"
+)
+
 func parsePostgres(dsn string) (Target, error) {
 	u, err := url.Parse(dsn)
 	if err != nil {
-		// url.Error quotes the whole URL, password included: keep only
-		// what is wrong with it.
-		var ue *url.Error
-		if errors.As(err, &ue) {
-			err = ue.Err
+		var esc url.EscapeError
+		var host url.InvalidHostError
+		switch {
+		case errors.As(err, &esc):
+			return Target{}, badURL(reasonEscape)
+		case errors.As(err, &host):
+			return Target{}, badURL(reasonHost)
+		case strings.Contains(err.Error(), "invalid port"):
+			return Target{}, badURL(reasonPort)
 		}
-		return Target{}, fmt.Errorf("--db: not a valid PostgreSQL URL: %s", redact.String(err.Error(), redact.Secrets(dsn)...))
+		return Target{}, badURL(reasonSyntax)
 	}
 	if p := u.Port(); p != "" {
 		if n, err := strconv.Atoi(p); err != nil || n < 1 || n > 65535 {
-			return Target{}, fmt.Errorf("--db: not a valid PostgreSQL URL: port %q is not a number from 1 to 65535", p)
+			return Target{}, badURL(reasonPort)
 		}
+	}
+	// net/url ends the user and password at the LAST '@' before the host,
+	// pgx at the FIRST: a user or password holding an '@' is read by the two
+	// as different hosts. And a password holding a '/', '?' or '#' ends the
+	// host there, leaving its '@' in the path, query or fragment, where the
+	// password would be displayed as part of the URL. Either is refused, so
+	// the URL connects where it displays and Display never holds a password.
+	if strings.Count(dsn, "@") > 1 || (u.User == nil && strings.Contains(dsn, "@")) {
+		return Target{}, badURL(reasonAt)
 	}
 	// pgx accepts only the lower-case schemes; the rest is passed as written.
 	lower := strings.ToLower(u.Scheme)

@@ -131,7 +131,7 @@ func Start(t testing.TB, opts Options) *Pooler {
 	}
 	bin := Binary()
 	if bin == "" {
-		if dbtest.PostgresRequired() {
+		if dbtest.PoolerRequired() {
 			t.Fatalf("pgbouncer is required (CI=true or SCHEMASTATE_REQUIRE_POSTGRES=1) but not installed: apt-get install pgbouncer, or set %s", EnvBinary)
 		}
 		t.Skipf("pgbouncer not installed (apt-get install pgbouncer, or set %s)", EnvBinary)
