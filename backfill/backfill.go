@@ -61,6 +61,14 @@ type Result struct {
 	// least id among them ("" when there is none).
 	UnreadableCreatedAt int64
 	FirstUnreadable     string
+	// OversizedMetadata is the number of candidate messages (those whose
+	// metadata text could name a subagent_task) whose metadata is longer
+	// than the longest document Run parses (WithMaxMetadata, default
+	// MaxMetadata): it is not parsed, so no row is derived from it, and it
+	// is counted here instead, with the least id among them in
+	// FirstOversized ("" when there is none).
+	OversizedMetadata int64
+	FirstOversized    string
 	// BackfillThrough is the value computed this run: the newest created_at
 	// matching the source predicate, or "" when nothing matched (AC-24f).
 	BackfillThrough string
@@ -79,6 +87,27 @@ type options struct {
 	failpoint func(string) error
 	progress  func(string)
 	now       func() time.Time
+	maxMeta   int64
+}
+
+// MaxMetadata is the longest metadata document, in bytes, that Run parses
+// by default: 16 MiB, the longest frame the live path ingests
+// (capture.DefaultMaxLine). Parsing a document takes a multiple of its size
+// in memory while the scan holds it (on SQLite, in the host's process), so
+// one huge document could otherwise exhaust the boot's memory, and again on
+// every boot, since the backfill is retried until it commits. A longer
+// document is not parsed: its message yields no row and is counted in
+// Result.OversizedMetadata.
+const MaxMetadata = 16 << 20
+
+// WithMaxMetadata sets the longest metadata document, in bytes, that Run
+// parses (default MaxMetadata); n <= 0 keeps the default.
+func WithMaxMetadata(n int64) Option {
+	return func(o *options) {
+		if n > 0 {
+			o.maxMeta = n
+		}
+	}
 }
 
 // WithFailpoint installs fn, called at each Point*.
@@ -121,7 +150,7 @@ func (o *options) report(msg string) {
 // task_session_subagents must already be in its amended shape (AC-33c): the
 // reconciler calls Run only in a pass that observed that end state.
 func Run(ctx context.Context, q dialect.Querier, d dialect.Dialect, opts ...Option) (Result, error) {
-	o := &options{now: time.Now}
+	o := &options{now: time.Now, maxMeta: MaxMetadata}
 	for _, opt := range opts {
 		opt(o)
 	}
@@ -144,51 +173,12 @@ func Run(ctx context.Context, q dialect.Querier, d dialect.Dialect, opts ...Opti
 	}
 	res.Ran = true
 
-	stmts := statementsOf()
-	// AC-23a: one unbounded scan, no LIMIT, no batching. It reads every
-	// message once, in one statement and so over one snapshot, and keeps the
-	// winner of each (task_session_id, tool_call_id) with every column derived.
-	o.report("computing backfill_through and the rows to copy over task_session_messages")
-	scanned, err := fastScan(ctx, q, stmts, o)
-	if err != nil {
+	stmts := statementsOf(o.maxMeta)
+	if err := scanWinners(ctx, q, stmts, o); err != nil {
 		return res, err
 	}
-	if !scanned {
-		for _, p := range stmts.prepare {
-			if _, err := q.ExecContext(ctx, p); err != nil {
-				return res, fmt.Errorf("backfill: prepare: %w", err)
-			}
-		}
-		if _, err := q.ExecContext(ctx, stmts.winners); err != nil {
-			return res, fmt.Errorf("backfill: scan of the source predicate: %w", err)
-		}
-	}
-
-	// AC-24d: the MAX and the INSERT both read the winners, so the MAX is
-	// evaluated over the INSERT's own snapshot: it names exactly the newest
-	// message the INSERT covers, and a message committed after the scan is
-	// in neither. (A MAX re-read from the messages after the INSERT would,
-	// on PostgreSQL's READ COMMITTED, see a later snapshot and could name a
-	// message the INSERT never covered.) The newest winner is the newest
-	// qualifying message: each key's winner is its newest. AC-24 point 1:
-	// it is the high-water mark of the source predicate, not of what this
-	// attempt inserted, so a replay that inserts nothing still publishes the
-	// true value.
-	var maxCol, firstUnreadable sql.NullString
-	if err := q.QueryRowContext(ctx, stmts.max).Scan(&maxCol, &res.UnreadableCreatedAt, &firstUnreadable); err != nil {
-		return res, fmt.Errorf("backfill: MAX(created_at) over the source predicate: %w", err)
-	}
-	if maxCol.Valid && maxCol.String != "" {
-		v, err := keys.FromColumn(maxCol.String)
-		if err != nil {
-			return res, fmt.Errorf("backfill: backfill_through: %w", err)
-		}
-		res.BackfillThrough = v
-	} // AC-24f: else '' — the sentinel, never parsed as an instant.
-	res.FirstUnreadable = firstUnreadable.String
-	if res.UnreadableCreatedAt > 0 {
-		o.report(fmt.Sprintf("%d qualifying messages have a created_at that is not a time (first: %s); no row is derived from them",
-			res.UnreadableCreatedAt, res.FirstUnreadable))
+	if err := res.readMax(ctx, q, stmts, o); err != nil {
+		return res, err
 	}
 	if err := o.fail(PointMaxTaken); err != nil {
 		return res, err
@@ -212,16 +202,7 @@ func Run(ctx context.Context, q dialect.Querier, d dialect.Dialect, opts ...Opti
 	// before the key writes — never at transaction start, which would
 	// over-claim coverage by the whole scan.
 	res.CaptureSince = keys.Format(o.now())
-
-	// Both write-once (AC-24 point 5): a key already present, at whatever
-	// precision an older build wrote it, stays byte-identical.
-	if _, err := keys.WriteOnce(ctx, q, d, keys.BackfillThrough, res.BackfillThrough); err != nil {
-		return res, err
-	}
-	if err := o.fail(PointFirstKeyWritten); err != nil {
-		return res, err
-	}
-	if _, err := keys.WriteOnce(ctx, q, d, keys.CaptureSince, res.CaptureSince); err != nil {
+	if err := res.writeKeys(ctx, q, d, o); err != nil {
 		return res, err
 	}
 	for _, c := range stmts.cleanup {
@@ -233,6 +214,79 @@ func Run(ctx context.Context, q dialect.Querier, d dialect.Dialect, opts ...Opti
 		return res, err
 	}
 	return res, nil
+}
+
+// scanWinners fills the winners table. AC-23a: one unbounded scan, no
+// LIMIT, no batching. It reads every message once, in one statement and so
+// over one snapshot, and keeps the winner of each (task_session_id,
+// tool_call_id) with every column derived.
+func scanWinners(ctx context.Context, q dialect.Querier, stmts statements, o *options) error {
+	o.report("computing backfill_through and the rows to copy over task_session_messages")
+	scanned, err := fastScan(ctx, q, stmts, o)
+	if err != nil || scanned {
+		return err
+	}
+	for _, p := range stmts.prepare {
+		if _, err := q.ExecContext(ctx, p); err != nil {
+			return fmt.Errorf("backfill: prepare: %w", err)
+		}
+	}
+	if _, err := q.ExecContext(ctx, stmts.winners); err != nil {
+		return fmt.Errorf("backfill: scan of the source predicate: %w", err)
+	}
+	return nil
+}
+
+// readMax reads backfill_through and the counts of the messages no row is
+// derived from.
+//
+// AC-24d: the MAX and the INSERT both read the winners, so the MAX is
+// evaluated over the INSERT's own snapshot: it names exactly the newest
+// message the INSERT covers, and a message committed after the scan is
+// in neither. (A MAX re-read from the messages after the INSERT would,
+// on PostgreSQL's READ COMMITTED, see a later snapshot and could name a
+// message the INSERT never covered.) The newest winner is the newest
+// qualifying message: each key's winner is its newest. AC-24 point 1:
+// it is the high-water mark of the source predicate, not of what this
+// attempt inserted, so a replay that inserts nothing still publishes the
+// true value.
+func (res *Result) readMax(ctx context.Context, q dialect.Querier, stmts statements, o *options) error {
+	var maxCol, firstUnreadable, firstOversized sql.NullString
+	if err := q.QueryRowContext(ctx, stmts.max).Scan(&maxCol, &res.UnreadableCreatedAt, &firstUnreadable, &res.OversizedMetadata, &firstOversized); err != nil {
+		return fmt.Errorf("backfill: MAX(created_at) over the source predicate: %w", err)
+	}
+	if maxCol.Valid && maxCol.String != "" {
+		v, err := keys.FromColumn(maxCol.String)
+		if err != nil {
+			return fmt.Errorf("backfill: backfill_through: %w", err)
+		}
+		res.BackfillThrough = v
+	} // AC-24f: else '' — the sentinel, never parsed as an instant.
+	res.FirstUnreadable = firstUnreadable.String
+	if res.UnreadableCreatedAt > 0 {
+		o.report(fmt.Sprintf("%d qualifying messages have a created_at that is not a time (first: %s); no row is derived from them",
+			res.UnreadableCreatedAt, res.FirstUnreadable))
+	}
+	res.FirstOversized = firstOversized.String
+	if res.OversizedMetadata > 0 {
+		o.report(fmt.Sprintf("%d candidate messages have metadata longer than %d bytes, not parsed (first: %s); no row is derived from them",
+			res.OversizedMetadata, o.maxMeta, res.FirstOversized))
+	}
+	return nil
+}
+
+// writeKeys writes backfill_through, then capture_since. Both write-once
+// (AC-24 point 5): a key already present, at whatever precision an older
+// build wrote it, stays byte-identical.
+func (res *Result) writeKeys(ctx context.Context, q dialect.Querier, d dialect.Dialect, o *options) error {
+	if _, err := keys.WriteOnce(ctx, q, d, keys.BackfillThrough, res.BackfillThrough); err != nil {
+		return err
+	}
+	if err := o.fail(PointFirstKeyWritten); err != nil {
+		return err
+	}
+	_, err := keys.WriteOnce(ctx, q, d, keys.CaptureSince, res.CaptureSince)
+	return err
 }
 
 // fastScan runs the scan with the plain metadata cast (statements.fast), in

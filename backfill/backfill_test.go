@@ -17,6 +17,7 @@ import (
 	"github.com/schemastate/schemastate/internal/dbtest"
 	"github.com/schemastate/schemastate/keys"
 	"github.com/schemastate/schemastate/reconcile"
+	"github.com/schemastate/schemastate/toolstatus"
 )
 
 // AC-21: every column from its named source; in particular tool_status from
@@ -66,7 +67,7 @@ func TestBackfill_AC23a_SettledOnlyOnTerminalToolStatus(t *testing.T) {
 		settled     bool
 	}
 	cases := map[string]tc{}
-	for _, s := range capture.TerminalToolStatuses {
+	for _, s := range toolstatus.Terminal {
 		cases["terminal "+s] = tc{top: map[string]any{"status": s}, agentStatus: "started", settled: true}
 	}
 	cases["in_progress with agent completed"] = tc{top: map[string]any{"status": "in_progress"}, agentStatus: "completed"}
@@ -521,16 +522,16 @@ func TestBackfill_AC24d_FailureAtEveryPointLeavesNothing(t *testing.T) {
 }
 
 // AC-11: the backfill settles on exactly the live writer's terminal set (its
-// SQL is built from toolstatus.SQLList, the list capture.TerminalToolStatuses
-// is); pinned here against the classifier itself so the list and the
+// SQL is built from toolstatus.SQLList, the list the live writer classifies
+// against); pinned here against the classifier itself so the list and the
 // function cannot drift apart.
 func TestBackfill_AC11_TerminalSetIsTheLiveWritersSet(t *testing.T) {
-	require.ElementsMatch(t, []string{"complete", "completed", "success", "error", "failed", "cancelled"}, capture.TerminalToolStatuses)
-	for _, s := range capture.TerminalToolStatuses {
-		require.True(t, capture.IsTerminalToolStatus(s), s)
+	require.ElementsMatch(t, []string{"complete", "completed", "success", "error", "failed", "cancelled"}, toolstatus.Terminal)
+	for _, s := range toolstatus.Terminal {
+		require.True(t, toolstatus.IsTerminal(s), s)
 	}
 	for _, s := range []string{"pending", "in_progress", "async_launched", "Completed", ""} {
-		require.False(t, capture.IsTerminalToolStatus(s), s)
+		require.False(t, toolstatus.IsTerminal(s), s)
 	}
 }
 

@@ -41,7 +41,7 @@ func TestBackfill_PostgresScanCanRunInParallel(t *testing.T) {
 		_, err := tx.ExecContext(ctx, s)
 		require.NoError(t, err)
 	}
-	st := postgresStatements()
+	st := postgresStatements(MaxMetadata)
 	for name, stmt := range map[string]string{"the plain cast's scan": st.fast} {
 		plan := dbtest.StringsFrom(t, tx, "EXPLAIN "+stmt)
 		require.Contains(t, strings.Join(plan, "\n"), "Parallel Seq Scan on task_session_messages", "%s:\n%s", name, strings.Join(plan, "\n"))

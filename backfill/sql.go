@@ -2,6 +2,7 @@ package backfill
 
 import (
 	"fmt"
+	"strings"
 
 	"github.com/schemastate/schemastate/internal/perdialect"
 	"github.com/schemastate/schemastate/toolstatus"
@@ -27,7 +28,8 @@ type statements struct {
 	fast string
 	// max is one row: the newest winner's created_at, normalized; the number
 	// of qualifying messages whose created_at is not a time; the least id
-	// among them.
+	// among them; the number of candidates whose metadata was too long to
+	// parse; the least id among those.
 	max     string
 	insert  string   // INSERT … SELECT every winner … ON CONFLICT DO NOTHING
 	cleanup []string // after the key writes
@@ -58,6 +60,17 @@ type fragments struct {
 	// 'null', malformed text and non-object JSON ([1], "x", 5) all become {}
 	// and so simply do not qualify (AC-23b).
 	meta string
+	// doc renders what the msg CTE keeps of message row m's metadata as
+	// written, for the fragments that read it (PostgreSQL's integer), or
+	// NULL where none does: kept, it is carried through every stage.
+	doc string
+	// empty is the empty object meta renders, as the dialect's JSON value.
+	empty string
+	// size renders the length in bytes of message row m's raw metadata.
+	size string
+	// maxMeta is the longest metadata document, in bytes, that is parsed
+	// (Run's WithMaxMetadata).
+	maxMeta int64
 	// stages, when set, add columns that text, integer and isTrue may read:
 	// each is a select list suffix (", expr AS name, …") over the msg CTE's
 	// columns and the earlier stages', materialized in turn (so each
@@ -86,9 +99,9 @@ type fragments struct {
 }
 
 // dialects build each dialect's statements (sql_<dialect>.go).
-var dialects = perdialect.Of[func() statements]{Postgres: postgresStatements, SQLite: sqliteStatements}
+var dialects = perdialect.Of[func(maxMeta int64) statements]{Postgres: postgresStatements, SQLite: sqliteStatements}
 
-// build assembles the shared statement text from a dialect's fragments.
+// ctes are the common table expressions of the winners' scan (build).
 //
 // AC-23a, AC-24d: task_session_messages is scanned ONCE. That one statement
 // materializes the per-key winners into a private temp table; backfill_through
@@ -112,14 +125,19 @@ var dialects = perdialect.Of[func() statements]{Postgres: postgresStatements, SQ
 //     kept in the winners table with a NULL created_key, every one of them,
 //     so that it is counted and named (Result.UnreadableCreatedAt), never
 //     dropped unseen.
-func build(f fragments, prepare, cleanup []string) statements {
+func (f fragments) ctes() string {
 	st := func(p ...string) jsonPath { return append(jsonPath{"normalized", "subagent_task"}, p...) }
+	// A candidate whose metadata is longer than maxMeta is not parsed: its
+	// document reads as {} and it is kept in the winners table as oversized,
+	// to be counted and named (Result.OversizedMetadata).
+	oversized := fmt.Sprintf(`%s > %d`, f.size, f.maxMeta)
 	ctes := `WITH msg AS MATERIALIZED (
 	SELECT m.id, m.task_session_id, m.task_id, m.turn_id,
 		` + f.timeKey("m.created_at") + ` AS created_key,
 		` + f.timeKey("m.updated_at") + ` AS updated_key,
-		` + f.meta + ` AS meta,
-		m.metadata AS doc
+		CASE WHEN ` + oversized + ` THEN ` + f.empty + ` ELSE ` + f.meta + ` END AS meta,
+		CASE WHEN ` + oversized + ` THEN NULL ELSE ` + f.doc + ` END AS doc,
+		CASE WHEN ` + oversized + ` THEN 1 ELSE 0 END AS oversized
 	FROM task_session_messages m
 	WHERE ` + f.candidate + `
 )`
@@ -160,7 +178,14 @@ func build(f fragments, prepare, cleanup []string) statements {
 		ROW_NUMBER() OVER (PARTITION BY task_session_id, tool_call_id, created_key IS NULL ORDER BY created_key DESC, message_id DESC) AS rn
 	FROM qualifying
 )`
+	return ctes
+}
 
+// build assembles the shared statement text from a dialect's fragments: the
+// winners' scan (ctes) into a private temp table, the MAX over it, the
+// INSERT of every winner.
+func build(f fragments, prepare, cleanup []string) statements {
+	ctes := f.ctes()
 	// AC-11/AC-23a: the live writer's one terminal set; a row is settled only
 	// when its TOP-LEVEL tool status is in it, never on agent_status.
 	terminal := toolstatus.SQLList()
@@ -186,9 +211,13 @@ SELECT
 	-- AC-23a: settled only when the TOP-LEVEL metadata.status is terminal (AC-11).
 	CASE WHEN tool_status IN (` + terminal + `) THEN ` + f.stored("updated_key") + ` END AS settled_at,
 	` + f.stored("updated_key") + ` AS updated_at,
-	created_key, message_id
+	created_key, message_id, 0 AS oversized
 FROM ranked
-WHERE rn = 1 OR created_key IS NULL`
+WHERE rn = 1 OR created_key IS NULL
+UNION ALL
+SELECT ` + strings.Repeat("NULL, ", 23) + `id, 1
+FROM msg
+WHERE oversized = 1`
 
 	const columns = `id, task_session_id, task_id, turn_id, agent_execution_id, tool_call_id,
 	parent_tool_call_id, subagent_type, description, agent_id, child_session_id,
@@ -207,8 +236,11 @@ ON CONFLICT (task_session_id, agent_execution_id, tool_call_id) DO NOTHING`
 	return statements{
 		prepare: append([]string{drop}, prepare...),
 		winners: winners,
-		max: "SELECT " + f.max("created_key") + ", COUNT(*) - COUNT(created_key), " +
-			"MIN(CASE WHEN created_key IS NULL THEN message_id END) FROM " + f.temp,
+		max: "SELECT " + f.max("created_key") + ", " +
+			"COUNT(CASE WHEN created_key IS NULL AND oversized = 0 THEN 1 END), " +
+			"MIN(CASE WHEN created_key IS NULL AND oversized = 0 THEN message_id END), " +
+			"COUNT(CASE WHEN oversized = 1 THEN 1 END), " +
+			"MIN(CASE WHEN oversized = 1 THEN message_id END) FROM " + f.temp,
 		insert:  insert,
 		cleanup: append([]string{drop}, cleanup...),
 	}

@@ -52,7 +52,7 @@ $fn$`
 
 const pgCleanup = `DROP FUNCTION IF EXISTS ` + pgMetaFunc + `(text)`
 
-func postgresStatements() statements {
+func postgresStatements(maxMeta int64) statements {
 	path := func(p jsonPath) string { return "'{" + strings.Join(p, ",") + "}'" }
 	f := fragments{
 		// ::text so a host whose metadata column is json/jsonb works too.
@@ -72,7 +72,11 @@ func postgresStatements() statements {
 		// The guarded cast costs a subtransaction per row; the candidate
 		// test keeps it to the rows that can qualify, and Run tries the
 		// plain cast first (statements.fast).
-		meta: pgMetaFunc + `(m.metadata::text)`,
+		meta:    pgMetaFunc + `(m.metadata::text)`,
+		doc:     `m.metadata`,
+		empty:   `'{}'::jsonb`,
+		size:    `octet_length(m.metadata::text)`,
+		maxMeta: maxMeta,
 		text: func(p jsonPath) string {
 			return fmt.Sprintf(`CASE WHEN jsonb_typeof(meta #> %[1]s) = 'string' THEN NULLIF(meta #>> %[1]s, '') END`, path(p))
 		},

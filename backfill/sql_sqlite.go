@@ -19,7 +19,7 @@ import (
 // (jsonfield.SQLiteBinary). A json_each pass over the text parses it again:
 // about twenty parses per candidate, a quarter of the scan's CPU time on
 // candidates (docs/backfill-speed.md).
-func sqliteStatements() statements {
+func sqliteStatements(maxMeta int64) statements {
 	meta := `CASE WHEN json_valid(m.metadata) THEN ` +
 		`CASE WHEN json_type(m.metadata) = 'object' THEN jsonb(m.metadata) ELSE jsonb('{}') END ` +
 		`ELSE jsonb('{}') END`
@@ -40,7 +40,11 @@ func sqliteStatements() statements {
 		// holds a \u00 escape at all.
 		candidate: `(instr(m.metadata, 'subagent_task') > 0 OR ` +
 			`(instr(m.metadata, '\u00') > 0 AND m.metadata GLOB '*\u00[5-7]*'))`,
-		meta: meta,
+		meta:    meta,
+		doc:     `NULL`,
+		empty:   `jsonb('{}')`,
+		size:    `octet_length(m.metadata)`,
+		maxMeta: maxMeta,
 		stages: []string{
 			`, ` + jsonfield.SQLiteBinaryObject("meta", jsonPath{"normalized"}) + ` AS norm`,
 			`, ` + jsonfield.SQLiteBinaryObject("norm", jsonPath{"subagent_task"}) + ` AS task`,

@@ -174,8 +174,6 @@ func (s *store) count(t *testing.T, where string, args ...any) int {
 // ts is at as the host writes a timestamp column on the store's dialect.
 func (s *store) ts(at time.Time) any { return keys.RowTime(s.Dialect, at) }
 
-func ptr[T any](v T) *T { return &v }
-
 // logBuffer collects JSON log lines from concurrent writers.
 type logBuffer struct{ proctest.Buffer }
 

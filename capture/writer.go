@@ -8,6 +8,8 @@
 package capture
 
 import (
+	otelmetric "go.opentelemetry.io/otel/metric"
+
 	"context"
 	"database/sql"
 	"errors"
@@ -22,6 +24,7 @@ import (
 
 	"github.com/schemastate/schemastate/dialect"
 	"github.com/schemastate/schemastate/keys"
+	"github.com/schemastate/schemastate/toolstatus"
 )
 
 // Table is the table this package writes.
@@ -52,6 +55,10 @@ type Writer struct {
 	// (statementLost): every later frame is sent as a plain statement, as
 	// the direct connection's speed cannot be had there.
 	unprepared atomic.Bool
+	// meters is WithMeterProvider's; metricReg its registration, ended by
+	// Close (under stmtMu).
+	meters    otelmetric.MeterProvider
+	metricReg otelmetric.Registration
 }
 
 // Option configures a Writer.
@@ -70,6 +77,11 @@ func NewWriter(db *sql.DB, d dialect.Dialect, opts ...Option) *Writer {
 	for _, o := range opts {
 		o(w)
 	}
+	if w.meters != nil {
+		if err := w.registerMetrics(); err != nil {
+			w.logger.Warn("capture: the writer's metrics are not published", "error", err)
+		}
+	}
 	return w
 }
 
@@ -77,13 +89,14 @@ func NewWriter(db *sql.DB, d dialect.Dialect, opts ...Option) *Writer {
 // connections. A Writer lives as long as its *sql.DB; one that is dropped
 // earlier should be closed. A Record after Close prepares the statement again.
 func (w *Writer) Close() error {
+	merr := w.unregisterMetrics()
 	w.stmtMu.Lock()
 	defer w.stmtMu.Unlock()
 	stmt := w.stmt.Swap(nil)
 	if stmt == nil {
-		return nil
+		return merr
 	}
-	return stmt.Close()
+	return errors.Join(merr, stmt.Close())
 }
 
 // prepared returns the prepared upsert, preparing it on first use. It
@@ -336,7 +349,7 @@ func (w *Writer) row(f Frame) row {
 	}
 	// AC-11: settled_at is this frame's observation time when its ACP tool
 	// status is terminal; the conflict clause keeps the first one.
-	if IsTerminalToolStatus(f.ToolStatus) {
+	if toolstatus.IsTerminal(f.ToolStatus) {
 		r.settledAt = keys.RowTime(w.d, observed)
 	}
 	return r

@@ -14,16 +14,6 @@ import (
 	"github.com/schemastate/schemastate/toolstatus"
 )
 
-// AC-11: capture's exported list and function are toolstatus's (whose test
-// pins them to the spec's six values), so neither can drift from the
-// contract.
-func TestIsTerminalToolStatus_AC11_PinsSpecList(t *testing.T) {
-	require.Equal(t, toolstatus.Terminal, capture.TerminalToolStatuses)
-	for _, s := range append([]string{"", "pending", "in_progress", "async_launched", "started", "Completed", "canceled", "done"}, toolstatus.Terminal...) {
-		require.Equal(t, toolstatus.IsTerminal(s), capture.IsTerminalToolStatus(s), s)
-	}
-}
-
 // AC-1, AC-30: the creating frame writes source 'live', its own observation
 // time, and its execution id verbatim.
 func TestRecord_AC1_AC30_CreateIsLiveAtObservation(t *testing.T) {
@@ -372,7 +362,7 @@ func TestRecord_AC10a_AgentStatusNeverSettles(t *testing.T) {
 // tool_status freezes at that terminal value — and only those two freeze: a
 // post-settlement non-terminal frame still replaces model (AC-5).
 func TestRecord_AC11_AC12_SettlementFreezesOnlyStatusAndSettledAt(t *testing.T) {
-	for _, terminal := range capture.TerminalToolStatuses {
+	for _, terminal := range toolstatus.Terminal {
 		t.Run(terminal, func(t *testing.T) {
 			dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
 				s := newStore(t, db)

@@ -9,6 +9,44 @@ import (
 	"syscall"
 )
 
+// openRegular opens path with flag (os.O_RDONLY or os.O_RDWR), only if it is
+// a regular file: O_NOFOLLOW refuses a symbolic link in its last component,
+// O_NONBLOCK keeps the open of a FIFO from waiting for a writer, and fstat on
+// the opened descriptor refuses a FIFO, a device or a directory. The file is
+// blocking again once it is known to be regular.
+func openRegular(path string, flag int) (*os.File, error) {
+	var (
+		fd  int
+		err error
+	)
+	for {
+		fd, err = syscall.Open(path, flag|syscall.O_NOFOLLOW|syscall.O_NONBLOCK|syscall.O_CLOEXEC, 0)
+		if !errors.Is(err, syscall.EINTR) {
+			break
+		}
+	}
+	if err != nil {
+		if errors.Is(err, syscall.ELOOP) || errors.Is(err, syscall.EMLINK) {
+			return nil, notRegular(path)
+		}
+		return nil, &os.PathError{Op: "open", Path: path, Err: err}
+	}
+	var st syscall.Stat_t
+	if err := syscall.Fstat(fd, &st); err != nil {
+		syscall.Close(fd)
+		return nil, &os.PathError{Op: "fstat", Path: path, Err: err}
+	}
+	if st.Mode&syscall.S_IFMT != syscall.S_IFREG {
+		syscall.Close(fd)
+		return nil, notRegular(path)
+	}
+	if err := syscall.SetNonblock(fd, false); err != nil {
+		syscall.Close(fd)
+		return nil, &os.PathError{Op: "fcntl", Path: path, Err: err}
+	}
+	return os.NewFile(uintptr(fd), path), nil
+}
+
 // lockFile takes an exclusive flock(2) on f, held until unlockFile or until
 // f is closed. It is per open file description, so it excludes other
 // processes and other opens in this process alike. flock is advisory: readers

@@ -1,12 +1,42 @@
 package transcript
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 
 	"golang.org/x/sys/windows"
 )
+
+// openRegular opens path with flag (os.O_RDONLY or os.O_RDWR), only if it is
+// a regular file. Windows has no O_NOFOLLOW: the name is checked with Lstat
+// first (a symbolic link or junction, a directory or a device is refused),
+// and the opened handle must be that same file, so a link planted between
+// the check and the open is refused too.
+func openRegular(path string, flag int) (*os.File, error) {
+	before, err := os.Lstat(path)
+	if err != nil {
+		return nil, err
+	}
+	if !before.Mode().IsRegular() {
+		return nil, notRegular(path)
+	}
+	f, err := os.OpenFile(path, flag, 0)
+	if err != nil {
+		return nil, err
+	}
+	after, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return nil, fmt.Errorf("stat %s: %w", path, err)
+	}
+	if !after.Mode().IsRegular() || !os.SameFile(before, after) {
+		f.Close()
+		return nil, notRegular(path)
+	}
+	return f, nil
+}
 
 // Windows byte-range locks are mandatory: a locked byte cannot be read or
 // written through any other handle. The lock therefore covers one byte far

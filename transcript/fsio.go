@@ -5,22 +5,35 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 )
 
-// publish makes data appear at dir/name complete or not at all, and never over
-// an existing file: it writes and fsyncs a temporary file in the same
-// directory, then gives it the final name with placeNew (a hard link and a
-// directory fsync on unix, a no-replace write-through move on Windows).
-// existsErr is returned, wrapped, when the name is taken.
-func publish(dir, name string, data []byte, existsErr error) error {
+// Modes of what the store creates, whatever the umask: only the owner may
+// list a session's agent ids or read a transcript.
+const (
+	dirMode  os.FileMode = 0o700
+	fileMode os.FileMode = 0o600
+)
+
+// publish makes what write writes appear at dir/name complete or not at all,
+// and never over an existing file: it writes and fsyncs a temporary file
+// (mode 0600) in the same directory, then gives it the final name with
+// placeNew (a hard link and a directory fsync on unix, a no-replace
+// write-through move on Windows). existsErr is returned, wrapped, when the
+// name is taken.
+func publish(dir, name string, write func(io.Writer) error, existsErr error) error {
 	tmp, err := os.CreateTemp(dir, "."+name+".*.tmp")
 	if err != nil {
 		return err
 	}
 	defer os.Remove(tmp.Name())
-	if _, err := tmp.Write(data); err != nil {
+	if err := tmp.Chmod(fileMode); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := write(tmp); err != nil {
 		tmp.Close()
 		return fmt.Errorf("write %s: %w", tmp.Name(), err)
 	}
@@ -41,22 +54,36 @@ func publish(dir, name string, data []byte, existsErr error) error {
 	return nil
 }
 
-// mkdirAllSynced creates dir and its missing parents, fsyncing each parent
-// whose entries changed so the new directories survive a crash.
-func mkdirAllSynced(dir string) error {
-	if fi, err := os.Stat(dir); err == nil {
-		if !fi.IsDir() {
-			return fmt.Errorf("%s is not a directory", dir)
+// mkdirAllSynced creates dir and its missing parents (mode 0700, set
+// explicitly since the umask may have taken bits off), fsyncing each parent
+// whose entries changed so the new directories survive a crash. dir and the
+// inside-1 directories above it, below the storage root, must be directories
+// of their own (Lstat): a symbolic link there is refused, not followed.
+func mkdirAllSynced(dir string, inside int) error {
+	if inside == 0 {
+		// The root itself: the host names it, and may name it by a link.
+		if fi, err := os.Stat(dir); err == nil {
+			if !fi.IsDir() {
+				return fmt.Errorf("%s is not a directory", dir)
+			}
+			return nil
 		}
-		return nil
+	} else if err := checkDir(dir); !errors.Is(err, os.ErrNotExist) {
+		return err
 	}
 	parent := filepath.Dir(dir)
 	if parent != dir {
-		if err := mkdirAllSynced(parent); err != nil {
+		if err := mkdirAllSynced(parent, max(inside-1, 0)); err != nil {
 			return err
 		}
 	}
-	if err := os.Mkdir(dir, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
+	if err := os.Mkdir(dir, dirMode); err != nil {
+		if errors.Is(err, os.ErrExist) {
+			return mkdirAllSynced(dir, inside) // made meanwhile: check it again
+		}
+		return err
+	}
+	if err := os.Chmod(dir, dirMode); err != nil {
 		return err
 	}
 	return syncDir(parent)
@@ -86,6 +113,9 @@ func lastSeq(f *os.File) (int64, error) {
 	start, err := lastNewline(f, end)
 	if err != nil {
 		return 0, err
+	}
+	if n := end - (start + 1); n > MaxLine {
+		return 0, fmt.Errorf("%w: %s: last line is %d bytes, longer than the %d-byte limit", ErrLineTooLong, f.Name(), n, MaxLine)
 	}
 	line := make([]byte, end-(start+1))
 	if _, err := f.ReadAt(line, start+1); err != nil {

@@ -29,7 +29,7 @@ type IndexEntry struct {
 // transcript whose execution is no longer alive, a finished transcript whose
 // row is not terminal.
 func Index(ctx context.Context, s *Store, l *Lifecycle, workspace, session string) ([]IndexEntry, error) {
-	sums, err := s.List(session)
+	sums, err := s.List(ctx, session)
 	if err != nil {
 		return nil, err
 	}
@@ -81,7 +81,7 @@ func diagnose(e *IndexEntry, haveLifecycle bool) []string {
 		case r.TranscriptStatus == "ok" && t == nil:
 			p = append(p, LifecycleTable+" says transcript ok but none exists at "+r.TranscriptPath)
 		case r.TranscriptStatus == "ok" && r.TranscriptPath != "":
-			if _, err := os.Stat(strings.TrimSuffix(r.TranscriptPath, finalSuffix) + logSuffix); err != nil {
+			if _, err := os.Lstat(strings.TrimSuffix(r.TranscriptPath, finalSuffix) + logSuffix); err != nil {
 				p = append(p, LifecycleTable+" points at "+r.TranscriptPath+", which does not exist")
 			}
 		}

@@ -101,7 +101,43 @@ func NewNormalizer(provider string, opts ...NormalizerOption) (Normalizer, error
 	for _, o := range opts {
 		o(&c)
 	}
-	return f(c), nil
+	return checked{f(c)}, nil
+}
+
+// checked holds a normalizer to the event contract: a record that would make
+// an event Append refuses (a tool call without its id or name, say) is an
+// error of that record, as one that does not decode is, never a batch the
+// store refuses whole. Close cannot fail: an event it would return that
+// breaks the contract is left out, and the outcome says so.
+type checked struct{ Normalizer }
+
+func (c checked) Feed(b []byte) ([]Event, error) {
+	evs, err := c.Normalizer.Feed(b)
+	if err != nil {
+		return nil, err
+	}
+	for _, e := range evs {
+		if err := e.validate(); err != nil {
+			return nil, fmt.Errorf("record makes no valid event: %w", err)
+		}
+	}
+	return evs, nil
+}
+
+func (c checked) Close() ([]Event, Outcome) {
+	evs, out := c.Normalizer.Close()
+	kept := evs[:0]
+	for _, e := range evs {
+		if err := e.validate(); err != nil {
+			if out.Error != "" {
+				out.Error += "; "
+			}
+			out.Error += "left out at the end of the stream: " + err.Error()
+			continue
+		}
+		kept = append(kept, e)
+	}
+	return kept, out
 }
 
 // Normalize runs a whole provider stream through its normalizer.

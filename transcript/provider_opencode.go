@@ -41,16 +41,24 @@ import (
 // server shared by several children mixes them.
 //
 // Parts are re-sent whole on every update. A text part is emitted once, when
-// its time.end arrives (or at session.idle / Close if it never does); a tool
-// part's call is emitted when its input is known (running or later), its
-// result when the state is completed or error.
+// its time.end arrives (or at session.idle / Close if it never does), and is
+// not kept once emitted: memory holds only the parts still open, never the
+// whole stream. A tool part's call is emitted when its input is known
+// (running or later), its result when the state is completed or error. The
+// final response is the text of the child's last text part (by first
+// appearance) emitted as an assistant message.
 type openCodeNormalizer struct {
 	tally
-	session string            // the child's session id; "" keeps every session
-	roles   map[string]string // message id → role
-	texts   map[string]*ocPart
-	order   []string // text part ids, first-seen order
+	session string             // the child's session id; "" keeps every session
+	roles   map[string]string  // message id → role
+	texts   map[string]*ocPart // text parts not emitted yet
+	order   map[string]int     // text part id → first-seen position
+	open    []string           // ids of the parts in texts, first-seen order
 	emitted map[string]bool
+	// final is the text of the last assistant text emitted, by first-seen
+	// position (finalAt).
+	final   string
+	finalAt int
 	called  map[string]bool
 	results map[string]bool
 	pending map[string]*ocPart // call id → latest part seen while pending
@@ -67,8 +75,8 @@ type openCodeNormalizer struct {
 
 func newOpenCodeNormalizer(session string) *openCodeNormalizer {
 	return &openCodeNormalizer{session: session, roles: map[string]string{}, texts: map[string]*ocPart{},
-		emitted: map[string]bool{}, called: map[string]bool{}, results: map[string]bool{},
-		pending: map[string]*ocPart{}}
+		order: map[string]int{}, emitted: map[string]bool{}, called: map[string]bool{}, results: map[string]bool{},
+		pending: map[string]*ocPart{}, finalAt: -1}
 }
 
 type ocError struct {
@@ -259,7 +267,8 @@ func (o *openCodeNormalizer) part(p *ocPart) ([]Event, error) {
 			return nil, nil
 		}
 		if _, seen := o.texts[p.ID]; !seen {
-			o.order = append(o.order, p.ID)
+			o.order[p.ID] = len(o.order)
+			o.open = append(o.open, p.ID)
 		}
 		o.texts[p.ID] = p
 		if p.Time != nil && p.Time.End != nil || o.roles[p.MessageID] == "user" {
@@ -279,6 +288,7 @@ func (o *openCodeNormalizer) part(p *ocPart) ([]Event, error) {
 		}
 		if s.Status != "pending" && !o.called[p.CallID] {
 			o.called[p.CallID] = true
+			delete(o.pending, p.CallID)
 			out = append(out, toolCall(p.CallID, p.Tool, s.Input))
 		}
 		if (s.Status == "completed" || s.Status == "error") && !o.results[p.CallID] {
@@ -290,25 +300,32 @@ func (o *openCodeNormalizer) part(p *ocPart) ([]Event, error) {
 	return nil, nil
 }
 
+// emitText emits text part id and forgets its text.
 func (o *openCodeNormalizer) emitText(id string) []Event {
 	p := o.texts[id]
 	o.emitted[id] = true
+	delete(o.texts, id)
 	if p.Text == "" {
 		return nil
 	}
 	if o.roles[p.MessageID] == "user" {
 		return []Event{userMessage(p.Text)}
 	}
+	if at := o.order[id]; at > o.finalAt {
+		o.final, o.finalAt = p.Text, at
+	}
 	return []Event{assistantMessage(p.Text)}
 }
 
+// flushTexts emits every text part still open, in first-seen order.
 func (o *openCodeNormalizer) flushTexts() []Event {
 	var out []Event
-	for _, id := range o.order {
+	for _, id := range o.open {
 		if !o.emitted[id] {
 			out = append(out, o.emitText(id)...)
 		}
 	}
+	o.open = o.open[:0]
 	return out
 }
 
@@ -323,12 +340,7 @@ func (o *openCodeNormalizer) Close() ([]Event, Outcome) {
 		}
 	}
 	res := o.out
-	for i := len(o.order) - 1; i >= 0; i-- {
-		if p := o.texts[o.order[i]]; o.roles[p.MessageID] != "user" && p.Text != "" {
-			res.FinalText = p.Text
-			break
-		}
-	}
+	res.FinalText = o.final
 	switch {
 	case o.failed:
 		res.Status = Failed

@@ -64,7 +64,7 @@ func Recover(ctx context.Context, root string, l *Lifecycle, workspace string) (
 	}
 	rep := &RecoverReport{Finished: []Recovered{}, RowsEnded: []Recovered{}, Alive: []Summary{}, Problems: []Problem{}}
 	for _, session := range sessions {
-		sums, err := s.List(session)
+		sums, err := s.List(ctx, session)
 		if err != nil {
 			return nil, err
 		}
@@ -131,9 +131,12 @@ func endRowsAsTranscript(ctx context.Context, s *Store, l *Lifecycle, workspace,
 			continue
 		}
 		if t == nil {
-			if t, err = s.Load(session, agent); err != nil {
+			rd, err := s.Open(ctx, session, agent)
+			if err != nil {
 				return nil, err
 			}
+			t = rd.Summary()
+			rd.Close()
 		}
 		id := Identity{WorkspacePath: r.WorkspacePath, SessionID: r.SessionID, AgentID: r.AgentID}
 		changed, err := endRow(ctx, l, id, t)

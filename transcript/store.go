@@ -26,7 +26,6 @@
 package transcript
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -35,10 +34,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"sort"
-	"strings"
 	"time"
-	"unicode/utf8"
 )
 
 // Sentinel errors; test with errors.Is.
@@ -113,31 +109,6 @@ func NewStore(root string, opts ...Option) (*Store, error) {
 // Root is the absolute storage root.
 func (s *Store) Root() string { return s.root }
 
-// ValidateID checks that id can be one path component: non-empty, at most 200
-// bytes of UTF-8, not starting with '.' (which also excludes "." and ".."),
-// and free of '/', '\\', NUL and other control characters.
-func ValidateID(what, id string) error {
-	bad := func(why string) error { return fmt.Errorf("%w: %s %q %s", ErrInvalidID, what, id, why) }
-	switch {
-	case id == "":
-		return bad("is empty")
-	case len(id) > maxIDLen:
-		return bad(fmt.Sprintf("is longer than %d bytes", maxIDLen))
-	case strings.HasPrefix(id, "."):
-		return bad("must not start with '.' (path traversal)")
-	case strings.ContainsAny(id, `/\`):
-		return bad("must not contain a path separator")
-	case !utf8.ValidString(id):
-		return bad("is not UTF-8 (JSON could not carry it as named)")
-	}
-	for _, r := range id {
-		if r < 0x20 || r == 0x7f {
-			return bad("must not contain NUL or control characters")
-		}
-	}
-	return nil
-}
-
 // Paths are the two files of one transcript.
 type Paths struct {
 	// Transcript is the readable document (exists once finished).
@@ -176,6 +147,9 @@ func (s *Store) Create(ctx context.Context, h Header) error {
 	if h.Kind == "" {
 		return fmt.Errorf("%w: header needs a kind", ErrInvalidEvent)
 	}
+	if err := caseTwins(p); err != nil {
+		return err
+	}
 	// The lifecycle row is written first: from the moment the transcript
 	// exists its execution is alive per background_agent_log, so a Recover
 	// running concurrently never finishes a child that is being created.
@@ -197,7 +171,7 @@ func (s *Store) Create(ctx context.Context, h Header) error {
 
 func (s *Store) create(p Paths, h Header) error {
 	dir := filepath.Dir(p.Log)
-	if err := mkdirAllSynced(dir); err != nil {
+	if err := mkdirAllSynced(dir, 2); err != nil {
 		return err
 	}
 	if _, err := os.Lstat(p.Transcript); err == nil {
@@ -207,7 +181,10 @@ func (s *Store) create(p Paths, h Header) error {
 	if err != nil {
 		return err
 	}
-	return publish(dir, filepath.Base(p.Log), append(line, '\n'), ErrExists)
+	return publish(dir, filepath.Base(p.Log), func(w io.Writer) error {
+		_, err := w.Write(append(line, '\n'))
+		return err
+	}, ErrExists)
 }
 
 // Append durably adds events, in order, to a running transcript: when it
@@ -256,6 +233,10 @@ func (s *Store) append(p Paths, events []Event) error {
 		b, err := json.Marshal(logLine{Event: e})
 		if err != nil {
 			return err
+		}
+		if len(b) > MaxLine {
+			// Readers refuse a longer line; it is never written.
+			return fmt.Errorf("%w: %s event of %d bytes is longer than the %d-byte line limit", ErrInvalidEvent, e.Type, len(b), MaxLine)
 		}
 		buf.Write(b)
 		buf.WriteByte('\n')
@@ -307,6 +288,9 @@ type End struct {
 // Finish marks the transcript terminal, exactly once: it publishes the
 // readable document atomically, after which the transcript is immutable. A
 // second Finish (from any process) changes nothing and returns ErrFinished.
+// The document is written as the log is read, one event at a time. A
+// cancelled ctx stops that (nothing published, the context's error
+// returned); ctx's deadline bounds only the lifecycle writes.
 func (s *Store) Finish(ctx context.Context, session, agent string, end End) error {
 	if end.At.IsZero() {
 		end.At = s.now()
@@ -317,7 +301,7 @@ func (s *Store) Finish(ctx context.Context, session, agent string, end End) erro
 	}
 	p, err := s.PathsFor(session, agent)
 	if err == nil {
-		err = s.finish(p, end)
+		err = s.finish(ctx, p, end)
 	}
 	if errors.Is(err, ErrFinished) {
 		// The row of a finished transcript may still be running: its
@@ -336,16 +320,21 @@ func (s *Store) Finish(ctx context.Context, session, agent string, end End) erro
 	})
 }
 
-func (s *Store) finish(p Paths, end End) error {
+// finish streams the log into the document: one pass plans the rendering,
+// a second writes each event as it is read, so memory follows the largest
+// event, never the transcript's size. The passes stop when ctx is cancelled
+// (nothing is published; the log stays as it was), but not at ctx's
+// deadline: that bounds the lifecycle writes, and a document takes as long
+// to write as its transcript is big.
+func (s *Store) finish(ctx context.Context, p Paths, end End) error {
+	ctx, stop := cancelOnly(ctx)
+	defer stop()
 	f, err := s.openLocked(p)
 	if err != nil {
 		return err
 	}
 	defer closeLocked(f)
-	if _, err := f.Seek(0, io.SeekStart); err != nil {
-		return err
-	}
-	t, err := readLog(f, p.Log)
+	t, plan, logEnd, err := planLog(ctx, io.NewSectionReader(f, 0, 1<<62), p.Log)
 	if err != nil {
 		return err
 	}
@@ -355,21 +344,35 @@ func (s *Store) finish(p Paths, end End) error {
 	}
 	at := end.At
 	t.EndedAt = &at
-	b, err := json.MarshalIndent(t, "", "  ")
-	if err != nil {
-		return err
+	return publish(filepath.Dir(p.Transcript), filepath.Base(p.Transcript), func(w io.Writer) error {
+		return writeDocument(w, t, func(fn func(Event) error) error { return plan.each(ctx, f, logEnd, fn) })
+	}, ErrFinished)
+}
+
+// cancelOnly is a context done when ctx is cancelled, not when its
+// deadline passes.
+func cancelOnly(ctx context.Context) (context.Context, context.CancelFunc) {
+	c, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
+	if errors.Is(ctx.Err(), context.Canceled) {
+		cancel(context.Canceled) // at once: AfterFunc's call would come later
 	}
-	return publish(filepath.Dir(p.Transcript), filepath.Base(p.Transcript), append(b, '\n'), ErrFinished)
+	stop := context.AfterFunc(ctx, func() {
+		if errors.Is(ctx.Err(), context.Canceled) {
+			cancel(context.Canceled)
+		}
+	})
+	return c, func() { stop(); cancel(nil) }
 }
 
 // endRowAsDocument ends the lifecycle row of a finished transcript as the
 // document ended, if the row is not terminal yet.
 func (s *Store) endRowAsDocument(ctx context.Context, p Paths, session, agent string) error {
-	t, err := load(p)
+	r, err := open(ctx, p)
 	if err != nil {
 		return err
 	}
-	_, err = endRow(ctx, s.life, Identity{WorkspacePath: s.workspace, SessionID: session, AgentID: agent}, t)
+	defer r.Close()
+	_, err = endRow(ctx, s.life, Identity{WorkspacePath: s.workspace, SessionID: session, AgentID: agent}, r.Summary())
 	return err
 }
 
@@ -389,7 +392,15 @@ func (s *Store) openLocked(p Paths) (*os.File, error) {
 	// Not O_APPEND: on Windows an append-only handle lacks FILE_WRITE_DATA,
 	// so cutting a torn line or a failed append off (SetEndOfFile) would be
 	// refused. Appends write at the end explicitly, under the lock.
-	f, err := os.OpenFile(p.Log, os.O_RDWR, 0)
+	// Only a regular file is opened: a symbolic link planted in place of
+	// the log (or of a directory above it) is refused, never written.
+	if err := checkDirs(p); err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return nil, fmt.Errorf("%w: %s was never created", ErrNotFound, p.Log)
+		}
+		return nil, err
+	}
+	f, err := openRegular(p.Log, os.O_RDWR)
 	if errors.Is(err, os.ErrNotExist) {
 		if _, serr := os.Lstat(p.Transcript); serr == nil {
 			return nil, fmt.Errorf("%w: %s", ErrFinished, p.Transcript)
@@ -454,235 +465,4 @@ func StatusText(op string, err error) string {
 		return "ok"
 	}
 	return "error: " + op + ": " + err.Error()
-}
-
-// Load reads the transcript for (session, agent): the finished document if
-// there is one, else the rendering of the running log.
-func (s *Store) Load(session, agent string) (*Transcript, error) {
-	p, err := s.PathsFor(session, agent)
-	if err != nil {
-		return nil, err
-	}
-	return load(p)
-}
-
-// LoadPath reads a transcript from a path naming its .json document, its
-// .events.jsonl log, or their common stem.
-//
-// A file that exists but is not a transcript — named otherwise, a directory,
-// or a .json / .events.jsonl this package did not write — is ErrNotTranscript,
-// not ErrNotFound: the reader pointed at something, and it is not one.
-func LoadPath(path string) (*Transcript, error) {
-	base, named := stem(path)
-	fi, statErr := os.Stat(path)
-	if statErr == nil && (!named || fi.IsDir()) {
-		return nil, fmt.Errorf("%w: %s (a transcript is <agent-id>%s or <agent-id>%s below <root>/%s/<session-id>/)",
-			ErrNotTranscript, path, finalSuffix, logSuffix, backgroundDir)
-	}
-	t, err := load(Paths{Transcript: base + finalSuffix, Log: base + logSuffix})
-	if errors.Is(err, ErrCorrupt) && statErr == nil && !ours(path) {
-		return nil, fmt.Errorf("%w: %s holds no %s document or event log", ErrNotTranscript, path, Format)
-	}
-	return t, err
-}
-
-// stem is name without its transcript suffix, and whether it had one. One
-// suffix only, the log's tried first: the log of agent "x.json" is
-// "x.json.events.jsonl".
-func stem(name string) (string, bool) {
-	for _, suffix := range []string{logSuffix, finalSuffix} {
-		if strings.HasSuffix(name, suffix) {
-			return strings.TrimSuffix(name, suffix), true
-		}
-	}
-	return name, false
-}
-
-// ours reports whether the file at path was written by this package, as far
-// as its start tells: a .json document naming Format (or one too damaged to
-// say), an event log whose first line is a header. A damaged transcript is
-// corrupt; a file that never was one is not a transcript.
-func ours(path string) bool {
-	f, err := os.Open(path)
-	if err != nil {
-		return true
-	}
-	defer f.Close()
-	if strings.HasSuffix(path, logSuffix) {
-		line, _ := bufio.NewReaderSize(f, 64<<10).ReadBytes('\n')
-		var l logLine
-		return json.Unmarshal(line, &l) == nil && l.Type == headerType && l.Header != nil
-	}
-	var doc struct {
-		Format *string `json:"format"`
-	}
-	if err := json.NewDecoder(f).Decode(&doc); err != nil {
-		var syn *json.SyntaxError
-		// Not JSON at all is damage; JSON of another shape is not ours.
-		return errors.As(err, &syn) || errors.Is(err, io.ErrUnexpectedEOF)
-	}
-	return doc.Format != nil && *doc.Format == Format
-}
-
-func load(p Paths) (*Transcript, error) {
-	b, err := os.ReadFile(p.Transcript)
-	if err == nil {
-		var t Transcript
-		if err := json.Unmarshal(b, &t); err != nil || t.Format != Format || !t.Status.Terminal() {
-			return nil, fmt.Errorf("%w: %s is not a finished transcript document (%v)", ErrCorrupt, p.Transcript, err)
-		}
-		// MarshalIndent re-indents tool inputs; give readers the same compact
-		// bytes whether the transcript is running or finished.
-		for _, e := range t.Events {
-			if e.Call != nil && len(e.Call.Input) > 0 {
-				var c bytes.Buffer
-				if json.Compact(&c, e.Call.Input) == nil {
-					e.Call.Input = c.Bytes()
-				}
-			}
-		}
-		t.Path = p.Transcript
-		return &t, nil
-	}
-	if !errors.Is(err, os.ErrNotExist) {
-		return nil, err
-	}
-	f, err := os.Open(p.Log)
-	if errors.Is(err, os.ErrNotExist) {
-		return nil, fmt.Errorf("%w: no transcript at %s", ErrNotFound, strings.TrimSuffix(p.Transcript, finalSuffix))
-	}
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	t, err := readLog(f, p.Log)
-	if err != nil {
-		return nil, err
-	}
-	t.Path = p.Log
-	return t, nil
-}
-
-// readLog parses an event log. Bytes after the last newline are a torn line
-// (a crash mid-write) and are ignored; any complete line that does not parse,
-// or a seq out of order, is corruption.
-func readLog(r io.Reader, name string) (*Transcript, error) {
-	br := bufio.NewReaderSize(r, 64<<10)
-	var (
-		h      *Header
-		events []Event
-		n      int
-	)
-	for {
-		line, err := br.ReadBytes('\n')
-		if errors.Is(err, io.EOF) {
-			t := renderOrErr(h, events)
-			if t == nil {
-				return nil, fmt.Errorf("%w: %s has no complete header line", ErrCorrupt, name)
-			}
-			t.TornBytes = len(line)
-			return t, nil
-		}
-		if err != nil {
-			return nil, err
-		}
-		n++
-		var l logLine
-		if err := json.Unmarshal(line, &l); err != nil {
-			return nil, fmt.Errorf("%w: %s line %d: %v", ErrCorrupt, name, n, err)
-		}
-		switch {
-		case n == 1:
-			if l.Type != headerType || l.Header == nil || l.Seq != 0 {
-				return nil, fmt.Errorf("%w: %s line 1 is not a header", ErrCorrupt, name)
-			}
-			h = l.Header
-		case l.Seq != int64(n-1):
-			return nil, fmt.Errorf("%w: %s line %d has seq %d, want %d", ErrCorrupt, name, n, l.Seq, n-1)
-		default:
-			if err := l.Event.validate(); err != nil {
-				return nil, fmt.Errorf("%w: %s line %d: %v", ErrCorrupt, name, n, err)
-			}
-			events = append(events, l.Event)
-		}
-	}
-}
-
-func renderOrErr(h *Header, events []Event) *Transcript {
-	if h == nil {
-		return nil
-	}
-	return render(*h, events)
-}
-
-// Summary is one transcript as List sees it.
-type Summary struct {
-	SessionID string `json:"session_id"`
-	AgentID   string `json:"agent_id"`
-	Kind      Kind   `json:"kind,omitempty"`
-	Status    Status `json:"status,omitempty"`
-	Events    int    `json:"events"`
-	Path      string `json:"path"`
-	// Err is why the transcript could not be read ("" when it could).
-	Err string `json:"error,omitempty"`
-}
-
-// List reads every transcript of one parent session, sorted by agent id.
-func (s *Store) List(session string) ([]Summary, error) {
-	if err := ValidateID("session id", session); err != nil {
-		return nil, err
-	}
-	dir := filepath.Join(s.root, backgroundDir, session)
-	entries, err := os.ReadDir(dir)
-	if errors.Is(err, os.ErrNotExist) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, err
-	}
-	seen := map[string]bool{}
-	var out []Summary
-	for _, e := range entries {
-		name := e.Name()
-		if strings.HasPrefix(name, ".") || e.IsDir() {
-			continue
-		}
-		agent, named := stem(name)
-		if !named {
-			continue
-		}
-		if seen[agent] || ValidateID("agent id", agent) != nil {
-			continue
-		}
-		seen[agent] = true
-		sum := Summary{SessionID: session, AgentID: agent}
-		t, err := s.Load(session, agent)
-		if err != nil {
-			sum.Err = err.Error()
-			sum.Path = filepath.Join(dir, agent+finalSuffix)
-		} else {
-			sum.Kind, sum.Status, sum.Events, sum.Path = t.Kind, t.Status, len(t.Events), t.Path
-		}
-		out = append(out, sum)
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].AgentID < out[j].AgentID })
-	return out, nil
-}
-
-// Sessions lists the parent session ids that have a transcript directory.
-func (s *Store) Sessions() ([]string, error) {
-	entries, err := os.ReadDir(filepath.Join(s.root, backgroundDir))
-	if errors.Is(err, os.ErrNotExist) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, err
-	}
-	var out []string
-	for _, e := range entries {
-		if e.IsDir() && ValidateID("session id", e.Name()) == nil {
-			out = append(out, e.Name())
-		}
-	}
-	return out, nil
 }

@@ -186,7 +186,7 @@ func TestTranscript_AT3_ScheduledAndDelegatedChildrenShareTheContract(t *testing
 	require.Equal(t, shapes[0], shapes[1], "scheduled child differs in shape from run_in_background")
 	require.Equal(t, shapes[0], shapes[2], "todo delegate differs in shape from run_in_background")
 
-	sums, err := s.List("schedule-cron--fba2d19b_1787243435990159000")
+	sums, err := s.List(context.Background(), "schedule-cron--fba2d19b_1787243435990159000")
 	require.NoError(t, err)
 	require.Len(t, sums, 3)
 }

@@ -8,6 +8,7 @@ import (
 	"os"
 
 	"github.com/schemastate/schemastate/capture"
+	"github.com/schemastate/schemastate/internal/ctxio"
 )
 
 // Exit codes of `schemastate ingest`.
@@ -34,7 +35,7 @@ func runIngest(ctx context.Context, e *env, args []string) int {
 	}
 	in, name := e.stdin, "stdin"
 	if p := fs.Arg(0); p != "" && p != "-" {
-		f, err := os.Open(p)
+		f, err := openInput(ctx, p)
 		if err != nil {
 			fmt.Fprintf(e.stderr, "schemastate ingest: %v\n", err)
 			return exitUsage
@@ -56,7 +57,10 @@ func runIngest(ctx context.Context, e *env, args []string) int {
 		return exitUsage
 	}
 
-	res, err := w.Ingest(ctx, in, func(m capture.Malformed) {
+	// SIGTERM or SIGINT (ctx) ends the reading at once, even of input that
+	// never ends (/dev/zero) or a pipe nobody writes to; the frames already
+	// recorded stay recorded.
+	res, err := w.Ingest(ctx, ctxio.NewReader(ctx, in), func(m capture.Malformed) {
 		fmt.Fprintf(e.stderr, "%s:%d: malformed frame, skipped: %s\n", name, m.Line, m.Reason)
 	}, capture.WithMaxLine(*maxLine))
 	printIngestSummary(e, res, *asJSON)
@@ -74,6 +78,31 @@ func runIngest(ctx context.Context, e *env, args []string) int {
 		return exitIngestMalformed
 	}
 	return exitOK
+}
+
+// openInput opens path for reading, giving up when ctx ends first: opening a
+// FIFO waits for its writer.
+func openInput(ctx context.Context, path string) (*os.File, error) {
+	type opened struct {
+		f   *os.File
+		err error
+	}
+	done := make(chan opened, 1)
+	go func() {
+		f, err := os.Open(path)
+		done <- opened{f, err}
+	}()
+	select {
+	case o := <-done:
+		return o.f, o.err
+	case <-ctx.Done():
+		go func() {
+			if o := <-done; o.f != nil {
+				o.f.Close()
+			}
+		}()
+		return nil, fmt.Errorf("open %s: %w", path, context.Cause(ctx))
+	}
 }
 
 // ingestSummary is what ingest prints: the seven writer counters and the

@@ -1,13 +1,16 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"strings"
 
+	"github.com/schemastate/schemastate/internal/termtext"
 	"github.com/schemastate/schemastate/transcript"
 )
 
@@ -49,7 +52,7 @@ func runTranscript(ctx context.Context, e *env, args []string) int {
 	}
 	switch args[0] {
 	case "show":
-		return transcriptShow(e, args[1:])
+		return transcriptShow(ctx, e, args[1:])
 	case "ls":
 		return transcriptLs(ctx, e, args[1:])
 	case "recover":
@@ -93,7 +96,7 @@ func childFlags(fs *flag.FlagSet) (root, session, agent *string) {
 	return root, session, agent
 }
 
-func transcriptShow(e *env, args []string) int {
+func transcriptShow(ctx context.Context, e *env, args []string) int {
 	fs := flags(e, "transcript show", "PATH | --root DIR --session S --agent A [--json]")
 	root, session, agent := childFlags(fs)
 	asJSON := fs.Bool("json", false, "print the transcript as JSON")
@@ -102,16 +105,16 @@ func transcriptShow(e *env, args []string) int {
 	}
 	pos := fs.Args()
 	var (
-		t   *transcript.Transcript
+		r   *transcript.Reader
 		err error
 	)
 	switch {
 	case len(pos) == 1 && *root == "" && *session == "" && *agent == "":
-		t, err = transcript.LoadPath(pos[0])
+		r, err = transcript.OpenPath(ctx, pos[0])
 	case len(pos) == 0 && *root != "" && *session != "" && *agent != "":
 		var s *transcript.Store
 		if s, err = transcript.NewStore(*root); err == nil {
-			t, err = s.Load(*session, *agent)
+			r, err = s.Open(ctx, *session, *agent)
 		}
 	default:
 		fs.Usage()
@@ -124,61 +127,85 @@ func transcriptShow(e *env, args []string) int {
 		fmt.Fprintf(e.stderr, "schemastate: %v\n", err)
 		return exitFoundWrong
 	}
-	output(e, *asJSON, t, printTranscript)
+	defer r.Close()
+	// The events stream from the file to stdout: memory follows the
+	// largest event, never the transcript.
+	if *asJSON {
+		err = r.WriteJSON(ctx, e.stdout)
+	} else {
+		err = printTranscript(ctx, e, r)
+	}
+	if err != nil {
+		fmt.Fprintf(e.stderr, "schemastate: %v\n", err)
+		return exitFoundWrong
+	}
 	return exitOK
 }
 
-func printTranscript(e *env, t *transcript.Transcript) {
-	w := e.stdout
-	fmt.Fprintf(w, "%s\n", t.Path)
-	fmt.Fprintf(w, "parent session %s  agent %s  execution %s\n", t.ParentSessionID, t.AgentID, orDash(t.ExecutionID))
-	fmt.Fprintf(w, "kind %s  provider %s  model %s\n", t.Kind, orDash(t.Provider), orDash(t.Model))
+// printTranscript prints a transcript's summary, then each event as it is
+// read. Every text from the transcript is escaped (termtext): a provider's
+// output can hold terminal control sequences.
+func printTranscript(ctx context.Context, e *env, r *transcript.Reader) error {
+	w := bufio.NewWriterSize(e.stdout, 64<<10)
+	t := r.Summary()
+	fmt.Fprintf(w, "%s\n", esc(t.Path))
+	fmt.Fprintf(w, "parent session %s  agent %s  execution %s\n", esc(t.ParentSessionID), esc(t.AgentID), esc(orDash(t.ExecutionID)))
+	fmt.Fprintf(w, "kind %s  provider %s  model %s\n", esc(string(t.Kind)), esc(orDash(t.Provider)), esc(orDash(t.Model)))
 	fmt.Fprintf(w, "started %s", t.StartedAt.Format("2006-01-02T15:04:05.000000Z07:00"))
 	if t.EndedAt != nil {
 		fmt.Fprintf(w, "  ended %s", t.EndedAt.Format("2006-01-02T15:04:05.000000Z07:00"))
 	}
-	fmt.Fprintf(w, "\nstatus %s", t.Status)
+	fmt.Fprintf(w, "\nstatus %s", esc(string(t.Status)))
 	if t.Error != "" {
-		fmt.Fprintf(w, "  error: %s", t.Error)
+		fmt.Fprintf(w, "  error: %s", esc(t.Error))
 	}
-	fmt.Fprintf(w, "\n%d events (last seq %d)", len(t.Events), t.LastSeq)
+	fmt.Fprintf(w, "\n%d events (last seq %d)", r.Len(), t.LastSeq)
 	if t.TornBytes > 0 {
 		fmt.Fprintf(w, "; %d bytes of a torn last line ignored", t.TornBytes)
 	}
 	fmt.Fprintln(w)
-	for _, ev := range t.Events {
-		fmt.Fprintf(w, "\n#%d %s %s\n", ev.Seq, ev.At.Format("15:04:05.000"), ev.Type)
+	err := r.Each(ctx, func(ev transcript.Event) error {
+		fmt.Fprintf(w, "\n#%d %s %s\n", ev.Seq, ev.At.Format("15:04:05.000"), esc(string(ev.Type)))
 		switch ev.Type {
 		case transcript.UserMessage, transcript.AssistantMessage:
 			fmt.Fprintln(w, indent(ev.Text))
 		case transcript.ToolCall:
-			fmt.Fprintf(w, "  %s %s  %s\n", ev.Call.Name, ev.Call.ID, string(ev.Call.Input))
-			printResult(e, ev.Result)
+			fmt.Fprintf(w, "  %s %s  %s\n", esc(ev.Call.Name), esc(ev.Call.ID), esc(string(ev.Call.Input)))
+			printResult(w, ev.Result)
 		case transcript.ToolResult:
 			fmt.Fprintln(w, "  (result for a call not in this transcript)")
-			printResult(e, ev.Result)
+			printResult(w, ev.Result)
 		}
+		return nil
+	})
+	if ferr := w.Flush(); err == nil {
+		err = ferr
 	}
+	return err
 }
 
-func printResult(e *env, r *transcript.Result) {
+func printResult(w io.Writer, r *transcript.Result) {
 	switch {
 	case r == nil:
-		fmt.Fprintln(e.stdout, "  → no result")
+		fmt.Fprintln(w, "  → no result")
 	case r.IsError:
-		fmt.Fprintf(e.stdout, "  → FAILED (#%d)\n%s\n", r.Seq, indent(r.Error))
+		fmt.Fprintf(w, "  → FAILED (#%d)\n%s\n", r.Seq, indent(r.Error))
 		if r.Output != "" && r.Output != r.Error {
-			fmt.Fprintln(e.stdout, indent(r.Output))
+			fmt.Fprintln(w, indent(r.Output))
 		}
 	default:
-		fmt.Fprintf(e.stdout, "  → ok (#%d)\n", r.Seq)
+		fmt.Fprintf(w, "  → ok (#%d)\n", r.Seq)
 		if r.Output != "" {
-			fmt.Fprintln(e.stdout, indent(r.Output))
+			fmt.Fprintln(w, indent(r.Output))
 		}
 	}
 }
 
-func indent(s string) string { return "    " + strings.ReplaceAll(s, "\n", "\n    ") }
+// esc is text from a transcript or the database, safe to print.
+func esc(s string) string { return termtext.Escape(s) }
+
+// indent is s, escaped, with each line indented.
+func indent(s string) string { return "    " + strings.ReplaceAll(esc(s), "\n", "\n    ") }
 
 func orDash(s string) string {
 	if s == "" {
@@ -259,9 +286,9 @@ func printIndex(e *env, idx []transcript.IndexEntry, withLifecycle bool) {
 		} else if rec == "" {
 			rec = "-"
 		}
-		fmt.Fprintf(e.stdout, "%-36s %-18s %-10s %-10s %-8s %6s  %s\n", x.AgentID, kind, tstatus, life, rec, events, path)
+		fmt.Fprintf(e.stdout, "%-36s %-18s %-10s %-10s %-8s %6s  %s\n", esc(x.AgentID), esc(kind), esc(tstatus), esc(life), esc(rec), events, esc(path))
 		for _, p := range x.Problems {
-			fmt.Fprintf(e.stdout, "    ! %s\n", p)
+			fmt.Fprintf(e.stdout, "    ! %s\n", esc(p))
 		}
 	}
 }
@@ -296,16 +323,16 @@ func transcriptRecover(ctx context.Context, e *env, args []string) int {
 // not do, one line each, then the counts.
 func printRecovery(e *env, rep *transcript.RecoverReport) {
 	for _, r := range rep.Finished {
-		fmt.Fprintf(e.stdout, "finished %s/%s as failed: %s\n", r.SessionID, r.AgentID, r.Reason)
+		fmt.Fprintf(e.stdout, "finished %s/%s as failed: %s\n", esc(r.SessionID), esc(r.AgentID), esc(r.Reason))
 	}
 	for _, r := range rep.RowsEnded {
-		fmt.Fprintf(e.stdout, "ended    %s/%s: %s\n", r.SessionID, r.AgentID, r.Reason)
+		fmt.Fprintf(e.stdout, "ended    %s/%s: %s\n", esc(r.SessionID), esc(r.AgentID), esc(r.Reason))
 	}
 	for _, a := range rep.Alive {
-		fmt.Fprintf(e.stdout, "alive    %s/%s (left running)\n", a.SessionID, a.AgentID)
+		fmt.Fprintf(e.stdout, "alive    %s/%s (left running)\n", esc(a.SessionID), esc(a.AgentID))
 	}
 	for _, p := range rep.Problems {
-		fmt.Fprintf(e.stdout, "problem  %s/%s: %s\n", p.SessionID, p.AgentID, p.Error)
+		fmt.Fprintf(e.stdout, "problem  %s/%s: %s\n", esc(p.SessionID), esc(p.AgentID), esc(p.Error))
 	}
 	fmt.Fprintf(e.stdout, "%d finished, %d rows ended, %d alive, %d problems\n", len(rep.Finished), len(rep.RowsEnded), len(rep.Alive), len(rep.Problems))
 }
@@ -429,7 +456,7 @@ func withLifecycle(ctx context.Context, e *env, dsn string, mode openMode, root 
 // rootExists reports whether --root names a directory, and says so when it
 // does not: a mistyped root must not read as "no transcripts".
 func rootExists(e *env, root string) bool {
-	fi, err := os.Stat(root)
+	fi, err := os.Stat(root) // the root is the host's to name: a link to it is followed
 	switch {
 	case errors.Is(err, os.ErrNotExist):
 		fmt.Fprintf(e.stderr, "schemastate: --root %s: no such directory\n", root)

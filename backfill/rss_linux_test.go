@@ -1,0 +1,106 @@
+package backfill_test
+
+import (
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/schemastate/schemastate/backfill"
+	"github.com/schemastate/schemastate/dialect"
+	"github.com/schemastate/schemastate/internal/dbtest"
+	"github.com/schemastate/schemastate/internal/proctest"
+	"github.com/schemastate/schemastate/keys"
+)
+
+// A boot whose backfill meets one huge metadata document takes, in the
+// built CLI's `reconcile`, at most three times that document's size in peak
+// RSS beyond the same boot over a small one, and says, in its report and at
+// WARN, which message it did not parse. The document is 24 MiB here; SCHEMASTATE_TEST_BACKFILL_MB sets
+// another size (100 for the 100 MB document). Before the limit, a 100 MB
+// document took the boot past 2.8 GB on SQLite.
+func TestBackfill_HugeMetadataBoundedBootMemory(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the CLI and stores a document of tens of MiB")
+	}
+	mb := 24
+	if v := os.Getenv("SCHEMASTATE_TEST_BACKFILL_MB"); v != "" {
+		n, err := strconv.Atoi(v)
+		require.NoError(t, err)
+		mb = n
+	}
+	size := mb << 20
+	bin := proctest.Binary(t)
+	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
+		declared(t, db)
+		baseline, _ := bootPeak(t, bin, db, "m-small", 1<<10)
+		clearKeys(t, db, keys.CaptureSince, keys.BackfillThrough)
+		peak, out := bootPeak(t, bin, db, "m-huge", size)
+		t.Logf("%s: %d MiB document: peak RSS %.1f MiB, %.1f MiB with a 1 KiB one", db.Dialect, mb,
+			float64(peak)/(1<<20), float64(baseline)/(1<<20))
+		require.Less(t, peak-baseline, int64(3*size), "peak RSS of the boot beyond the baseline")
+		if size > backfill.MaxMetadata {
+			require.Contains(t, out, "backfill         applied     1 stmt  inserted 0 rows;")
+			require.Contains(t, out, "1 candidate messages skipped: metadata longer than 16777216 bytes, not parsed (first: m-huge)")
+			require.Contains(t, out, "reconcile: the backfill did not parse metadata longer than its limit", "the WARN")
+		}
+	})
+}
+
+// bootPeak stores one candidate message whose metadata is n bytes long, a
+// subagent_task with a long result, runs the CLI's reconcile over db and
+// returns its peak RSS and its output.
+func bootPeak(t *testing.T, bin string, db *dbtest.DB, id string, n int) (int64, string) {
+	t.Helper()
+	head := `{"tool_call_id":"tc-` + id + `","status":"completed","normalized":{"kind":"subagent_task","subagent_task":{"description":"d","result":"`
+	tail := `"}}}`
+	fill := map[dialect.Dialect]string{dialect.Postgres: `repeat('y', ?)`, dialect.SQLite: `printf('%.*c', ?, 'y')`}[db.Dialect]
+	_, err := db.DB.Exec(db.Q(`INSERT INTO task_sessions (id, task_id) VALUES ('s1', 'task-1') ON CONFLICT (id) DO NOTHING`))
+	require.NoError(t, err)
+	_, err = db.DB.Exec(db.Q(`INSERT INTO task_session_messages (id, task_session_id, task_id, turn_id, content, type, metadata, created_at, updated_at)
+		VALUES (?, 's1', 'task-1', 't', '', 'tool_call', ? || `+fill+` || ?, ?, ?)`),
+		id, head, n-len(head)-len(tail), tail, keys.RowTime(db.Dialect, base), keys.RowTime(db.Dialect, base))
+	require.NoError(t, err)
+	var stored int
+	require.NoError(t, db.DB.QueryRow(db.Q(`SELECT octet_length(metadata) FROM task_session_messages WHERE id = ?`), id).Scan(&stored))
+	require.Equal(t, n, stored)
+
+	cmd := exec.Command(bin, "reconcile", "--db", db.CLIDSN)
+	var out proctest.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	require.NoError(t, cmd.Start())
+	peak := make(chan int64)
+	go func() { peak <- watchPeak(cmd.Process.Pid) }()
+	require.NoError(t, cmd.Wait(), out.String())
+	return <-peak, out.String()
+}
+
+// watchPeak polls the peak RSS (VmHWM) of the process pid until it has
+// exited, and returns the last value read. The child's rusage is no
+// measure here: its peak counts the parent's (this test's, which stored
+// the document through an in-process SQLite) until it execs.
+func watchPeak(pid int) int64 {
+	var last int64
+	for {
+		b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
+		if err != nil {
+			return last
+		}
+		for _, l := range strings.Split(string(b), "\n") {
+			if v, ok := strings.CutPrefix(l, "VmHWM:"); ok {
+				kb, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
+				if err == nil {
+					last = kb * 1024
+				}
+			}
+		}
+		if !strings.Contains(string(b), "VmHWM:") {
+			return last // a zombie: its memory is gone
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
