@@ -36,6 +36,7 @@ type phaseHooks struct {
 // stepOwnTx runs a step whose phases open their own transaction scopes.
 func (r *run) stepOwnTx(ctx context.Context, name string, fn func(context.Context) Step) {
 	start := time.Now()
+	ctx = r.beginStep(ctx, name)
 	stop := r.watch(name)
 	s := fn(ctx)
 	stop(string(s.Status))
@@ -44,29 +45,71 @@ func (r *run) stepOwnTx(ctx context.Context, name string, fn func(context.Contex
 	r.record(s)
 }
 
-// applyPhases runs one step's phases.
-func (r *run) applyPhases(ctx context.Context, sess session, step string, phases []Phase) Step {
-	var groups [][]Phase
+// groupPhases groups consecutive transactional phases, which share one
+// transaction scope; lastTx is the index of the last such group (-1 when
+// none).
+func groupPhases(phases []Phase) (groups [][]Phase, lastTx int) {
 	for i, ph := range phases {
-		if i > 0 && ph.Transactional && phases[i-1].Transactional {
+		if i > 0 && ph.Kind == KindStatements && phases[i-1].Kind == KindStatements {
 			groups[len(groups)-1] = append(groups[len(groups)-1], ph)
 			continue
 		}
 		groups = append(groups, []Phase{ph})
 	}
-	lastTx := -1
+	lastTx = -1
 	for i, g := range groups {
-		if g[0].Transactional {
+		if g[0].Kind == KindStatements {
 			lastTx = i
 		}
 	}
+	return groups, lastTx
+}
+
+// applied is what a step's phases did: their ids, how each said it, the
+// statements run and why.
+type applied struct {
+	ran, said, why []string
+	statements     int
+}
+
+func (a *applied) add(ph Phase) {
+	a.ran = append(a.ran, ph.ID())
+	a.said = append(a.said, ph.said())
+	a.statements += len(ph.SQL)
+	if ph.Detail != "" && !contains(a.why, ph.Table+": "+ph.Detail) {
+		a.why = append(a.why, ph.Table+": "+ph.Detail)
+	}
+}
+
+// step is the step's result once every phase ran.
+func (a *applied) step() Step {
+	if len(a.ran) == 0 {
+		return Step{Status: Unchanged, Detail: "declared shape holds"}
+	}
+	detail := strings.Join(a.said, ", ")
+	if len(a.why) > 0 {
+		detail += " (" + strings.Join(a.why, "; ") + ")"
+	}
+	return Step{Status: Applied, Statements: a.statements, Phases: a.ran, Detail: detail}
+}
+
+// committedBefore adds to err the phases committed before it.
+func (a *applied) committedBefore(err error) error {
+	if len(a.ran) == 0 {
+		return err
+	}
+	return fmt.Errorf("%w (committed before it: %s)", err, strings.Join(a.ran, ", "))
+}
+
+// applyPhases runs one step's phases.
+func (r *run) applyPhases(ctx context.Context, sess session, step string, phases []Phase) Step {
+	groups, lastTx := groupPhases(phases)
 	h := phaseHooks{fail: r.o.fail, progress: func(msg string) { r.progress(step, msg) }, executed: r.o.executed}
-	var ran, said, why []string
-	n := 0
+	var a applied
 	for i, g := range groups {
 		if step == StepWiden {
 			if err := r.o.overBudget(); err != nil {
-				return inProgress(err, ran)
+				return inProgress(err, a.ran)
 			}
 		}
 		for j, ph := range g {
@@ -76,52 +119,22 @@ func (r *run) applyPhases(ctx context.Context, sess session, step string, phases
 			r.progress(step, "phase "+ph.ID())
 		}
 		if err := sess.holding(ctx); err != nil {
-			if len(ran) > 0 {
-				err = fmt.Errorf("before %s: %w (committed before it: %s)", g[0].ID(), err, strings.Join(ran, ", "))
+			if len(a.ran) > 0 {
+				err = fmt.Errorf("before %s: %w (committed before it: %s)", g[0].ID(), err, strings.Join(a.ran, ", "))
 			}
 			return failed(err)
 		}
-		var did []bool
-		var err error
-		if g[0].Transactional {
-			var beforeCommit func() error
-			if step == StepShape && i == lastTx {
-				beforeCommit = func() error { return r.o.fail(FailpointShapeApplied) }
-			}
-			did, err = r.runGroup(ctx, sess, step, g, h, beforeCommit)
-		} else {
-			did = make([]bool, 1)
-			did[0], err = r.runAlone(ctx, sess, g[0], h)
-		}
-		if err == nil {
-			// After the phase's transaction committed, or the phase finished.
-			for j, ph := range g {
-				if did[j] {
-					if err = r.o.fail(FailpointAfterPhase(ph.ID())); err != nil {
-						break
-					}
-				}
-			}
-		}
+		did, err := r.runPhaseGroup(ctx, sess, step, g, h, step == StepShape && i == lastTx)
 		for j, ph := range g {
-			if !did[j] {
-				continue
-			}
-			ran = append(ran, ph.ID())
-			said = append(said, ph.said())
-			n += len(ph.SQL)
-			if ph.Detail != "" && !contains(why, ph.Table+": "+ph.Detail) {
-				why = append(why, ph.Table+": "+ph.Detail)
+			if did[j] {
+				a.add(ph)
 			}
 		}
 		if err != nil {
 			if errors.Is(err, ErrBudgetSpent) {
-				return inProgress(err, ran)
+				return inProgress(err, a.ran)
 			}
-			if len(ran) > 0 {
-				err = fmt.Errorf("%w (committed before it: %s)", err, strings.Join(ran, ", "))
-			}
-			return failed(err)
+			return failed(a.committedBefore(err))
 		}
 	}
 	if step == StepShape && lastTx < 0 {
@@ -129,14 +142,43 @@ func (r *run) applyPhases(ctx context.Context, sess session, step string, phases
 			return failed(err)
 		}
 	}
-	if len(ran) == 0 {
-		return Step{Status: Unchanged, Detail: "declared shape holds"}
+	return a.step()
+}
+
+// runPhaseGroup runs one group of phases, each in its span: a transaction
+// scope of statements (lastShapeTx: the shape step's last, after which
+// FailpointShapeApplied fires before the commit), or one phase alone; then
+// each finished phase's FailpointAfterPhase. did tells which phases ran.
+func (r *run) runPhaseGroup(ctx context.Context, sess session, step string, g []Phase, h phaseHooks, lastShapeTx bool) (did []bool, err error) {
+	ends := make([]func(bool, error), len(g))
+	for j, ph := range g {
+		ends[j] = r.tracePhase(ctx, ph)
 	}
-	detail := strings.Join(said, ", ")
-	if len(why) > 0 {
-		detail += " (" + strings.Join(why, "; ") + ")"
+	if g[0].Kind == KindStatements {
+		var beforeCommit func() error
+		if lastShapeTx {
+			beforeCommit = func() error { return r.o.fail(FailpointShapeApplied) }
+		}
+		did, err = r.runGroup(ctx, sess, step, g, h, beforeCommit)
+	} else {
+		did = make([]bool, 1)
+		did[0], err = r.runAlone(ctx, sess, g[0], h)
 	}
-	return Step{Status: Applied, Statements: n, Phases: ran, Detail: detail}
+	for j := range g {
+		ends[j](did[j], err) // runGroup and runAlone tell every phase of g
+	}
+	if err != nil {
+		return did, err
+	}
+	// After the phase's transaction committed, or the phase finished.
+	for j, ph := range g {
+		if did[j] {
+			if err := r.o.fail(FailpointAfterPhase(ph.ID())); err != nil {
+				return did, err
+			}
+		}
+	}
+	return did, nil
 }
 
 // inProgress is the widen step stopped by the online budget: not a failure,
@@ -169,6 +211,9 @@ func (r *run) runGroup(ctx context.Context, sess session, step string, group []P
 				continue
 			}
 			if err := r.runPhase(ctx, q, ph, h, &executed); err != nil {
+				return err
+			}
+			if err := h.fail(FailpointPhaseHeld(ph.ID())); err != nil {
 				return err
 			}
 			ran[i] = true
@@ -235,33 +280,33 @@ func (r *run) runPhase(ctx context.Context, q querier, ph Phase, h phaseHooks, e
 				return err
 			}
 		case GuardForeignKeys:
-			n, err := countRows(ctx, q, g.SQL)
+			n, err := countRows(ctx, q, g.Queries)
 			if err != nil {
 				return fmt.Errorf("%s: %w", ph.ID(), err)
 			}
 			violations = append(violations, n)
 		case GuardRowsCopied:
 			var n int64
-			if err := q.QueryRowContext(ctx, g.SQL[0]).Scan(&n); err != nil {
+			if err := q.QueryRowContext(ctx, g.Count).Scan(&n); err != nil {
 				return fmt.Errorf("%s: %w", ph.ID(), err)
 			}
 			rows = append(rows, n)
 			h.progress(fmt.Sprintf("rebuilding %s: copying %d rows", ph.Table, n))
 		case GuardSetting:
 			var was string
-			if err := q.QueryRowContext(ctx, g.SQL[0]).Scan(&was); err != nil {
+			if err := q.QueryRowContext(ctx, g.Read).Scan(&was); err != nil {
 				return fmt.Errorf("%s: %w", ph.ID(), err)
 			}
-			if _, err := q.ExecContext(ctx, g.SQL[1]); err != nil {
+			if _, err := q.ExecContext(ctx, g.Set); err != nil {
 				return fmt.Errorf("%s: %w", ph.ID(), err)
 			}
-			restore := fmt.Sprintf(g.SQL[2], was)
+			restore := fmt.Sprintf(g.Restore, was)
 			defer func() { _, _ = q.ExecContext(context.Background(), restore) }()
 		default:
 			return fmt.Errorf("%s: unknown guard %q", ph.ID(), g.Kind)
 		}
 	}
-	for i, stmt := range ph.SQL {
+	for _, stmt := range ph.SQL {
 		res, err := q.ExecContext(ctx, stmt)
 		if err != nil {
 			return fmt.Errorf("%s: %s: %w", ph.ID(), firstLine(stmt), r.drv.explain(err))
@@ -272,7 +317,7 @@ func (r *run) runPhase(ctx context.Context, q querier, ph Phase, h phaseHooks, e
 			if g.Kind != GuardRowsCopied {
 				continue
 			}
-			if want := rows[k]; g.Statement == i {
+			if want := rows[k]; g.Copy == stmt {
 				copied, err := res.RowsAffected()
 				if err != nil {
 					return fmt.Errorf("%s: rows copied: %w", ph.ID(), err)
@@ -292,7 +337,7 @@ func (r *run) runPhase(ctx context.Context, q querier, ph Phase, h phaseHooks, e
 		if g.Kind != GuardForeignKeys {
 			continue
 		}
-		after, err := countRows(ctx, q, g.SQL)
+		after, err := countRows(ctx, q, g.Queries)
 		if err != nil {
 			return fmt.Errorf("%s: %w", ph.ID(), err)
 		}
@@ -312,7 +357,7 @@ func refuseNulls(ctx context.Context, q querier, ph Phase, g Guard) error {
 	for i := range vals {
 		dest[i] = &vals[i]
 	}
-	err := q.QueryRowContext(ctx, g.SQL[0]).Scan(dest...)
+	err := q.QueryRowContext(ctx, g.Query).Scan(dest...)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil
 	}

@@ -97,6 +97,9 @@ func evalDeclaration(drv driver, src []byte, file string, schemaName string) (*D
 	if len(decl.Owned) == 0 {
 		return nil, fmt.Errorf("%s: declares no owned table", file)
 	}
+	if err := checkDeclaration(decl, src, schemaName); err != nil {
+		return nil, err
+	}
 	s.Tables = decl.Owned
 	return decl, nil
 }

@@ -43,7 +43,9 @@ func DescribeIndex(idx *schema.Index) IndexDescription {
 			c = p.C.Name
 		case p.X != nil:
 			if e, ok := p.X.(*schema.RawExpr); ok {
-				c = e.X
+				// SQLite reads an expression back in the parentheses its
+				// CREATE INDEX needs; they are no part of the expression.
+				c = bareExpr(e.X)
 			}
 		}
 		if p.C == nil {

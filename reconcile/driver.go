@@ -25,7 +25,7 @@ type driver interface {
 	// lockMechanism names the session's cross-replica lock (Report.Lock).
 	lockMechanism() string
 	// open pins the connection a reconcile runs on (its session).
-	open(ctx context.Context, db *sql.DB, o *options) (session, error)
+	open(ctx context.Context, db *sql.DB, o *call) (session, error)
 	// schemaName is the schema a lock-free look (Plan, Observe) works in:
 	// main on SQLite, current_schema() on PostgreSQL.
 	schemaName(ctx context.Context, q querier) (string, error)
@@ -54,6 +54,9 @@ type driver interface {
 	// planTable plans one owned table from the inspected live table (nil
 	// when it does not exist), its declaration and facts: pure, no database.
 	planTable(pc *planContext, tp *tablePlan, f tableFacts) error
+	// dropSQL renders the drop of an index, foreign key or check of table
+	// with the module's own quoting (ident.go: a name Atlas must not render).
+	dropSQL(schemaName, table string, c schema.Change) (string, error)
 	// observable removes from an inspected live table what cannot serve as
 	// the key AC-33 observes (a DEFERRABLE unique on PostgreSQL).
 	observable(ctx context.Context, q querier, live *schema.Table) error
@@ -96,4 +99,11 @@ type tableFacts struct {
 	// indexSQL is each live index's CREATE INDEX as stored, by name; an
 	// inline UNIQUE has none (SQLite).
 	indexSQL map[string]string
+	// notValid names the table's NOT VALID checks and foreign keys
+	// (PostgreSQL): a recipe stopped before its validation.
+	notValid map[string]bool
+	// sameDefault names the columns whose live default is the declared one
+	// as the server prints it back, though the text differs (PostgreSQL:
+	// gen_random_uuid()::text reads back as (gen_random_uuid())::text).
+	sameDefault map[string]bool
 }

@@ -17,6 +17,17 @@ var (
 	// the module needs from the host is absent (schemastate never creates
 	// host tables).
 	ErrHostTablesMissing = errors.New("host tables missing")
+	// ErrUnsafeName is wrapped by the refusal of a name that cannot be
+	// rendered into SQL safely (ident.go): one in schema.hcl (the error gives
+	// its position), or one in the live catalog that a change would have
+	// Atlas render. The error names it; nothing is run.
+	ErrUnsafeName = errors.New("name refused: not a plain identifier (ASCII letters, digits and underscores, not starting with a digit)")
+	// ErrNotOneStatement is wrapped by the refusal of a SQLite text that
+	// would run as more than one statement (sqlite_ident.go): a name or
+	// check expression read off the catalog that Atlas would render or
+	// query with unbalanced quotes or comments. The error quotes the text;
+	// nothing of it is run.
+	ErrNotOneStatement = errors.New("refused: the SQL text is more than one SQLite statement")
 	// ErrLockHeld is the cause of a failed lock step whose lock stayed taken
 	// for the whole lock wait (WithLockWait): on PostgreSQL another reconcile
 	// (another replica) held the advisory lock; on SQLite the database's write
@@ -37,6 +48,11 @@ var (
 	// copy could not keep the row. The error names the row; give it a value
 	// (or delete it) and the next boot rebuilds.
 	ErrNullRow = errors.New("a row holds NULL where the declaration says NOT NULL")
+	// ErrRowsBreakConstraint is wrapped by an online recipe's check_rows or
+	// validate phase that found rows breaking the constraint it adds (a
+	// NULL, a check, an orphan): the error names the table, the constraint,
+	// how many rows and a few of their keys, and nothing is left behind.
+	ErrRowsBreakConstraint = errors.New("rows break a declared constraint")
 	// ErrLockNotAcquired is wrapped by a phase that could not get its table
 	// lock within its budget.
 	ErrLockNotAcquired = errors.New("table lock not acquired within the budget")

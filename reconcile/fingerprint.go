@@ -50,7 +50,7 @@ const certificateKey = "schemastate_shape_certificate"
 // where build info cannot tell builds apart — a test binary reports
 // "(devel)", and a dirty tree keeps its commit's revision. Change it with
 // any such rule.
-const PlannerVersion = "2026-12-01.1"
+const PlannerVersion = "2026-12-02.1"
 
 // certificate is the kandev_meta value, stored as JSON.
 type certificate struct {
@@ -294,13 +294,10 @@ func (r *run) fastPath(ctx context.Context, sess session, ks keys.Set) {
 	r.rep.Keys, r.rep.KeysRead = ks, true
 	r.rep.Certified = true
 	r.reportDrift()
-	for _, s := range []Step{
-		{Name: StepHostTables, Status: Unchanged, Detail: "present (certified)"},
-		{Name: StepShape, Status: Unchanged, Detail: "declared shape holds (certified: catalog unchanged since the last full check)"},
-		{Name: StepExecutionSince, Status: Unchanged, Detail: "key already present"},
-		{Name: StepBackfill, Status: Unchanged, Detail: "both backfill keys present"},
-	} {
-		r.record(s)
+	for _, st := range bootSteps() {
+		if st.certified != "" {
+			r.record(Step{Name: st.name, Status: Unchanged, Detail: st.certified})
+		}
 	}
 	if err := sess.close(ctx); err != nil {
 		r.warn(StepLock, err)

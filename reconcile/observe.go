@@ -1,6 +1,8 @@
 package reconcile
 
 import (
+	"context"
+	"database/sql"
 	"slices"
 	"strings"
 
@@ -109,4 +111,39 @@ func declaredIndexesPresent(live, want *schema.Table) bool {
 		}
 	}
 	return true
+}
+
+// Plan is the dry run of the shape step: what Reconcile would execute now.
+// It takes no lock and changes nothing.
+func Plan(ctx context.Context, db *sql.DB, opts ...Option) (*ShapePlan, error) {
+	o, drv, name, decl, err := readOnly(ctx, db, opts)
+	if err != nil {
+		return nil, err
+	}
+	p, err := planShape(ctx, drv, db, decl, name, o)
+	if err != nil {
+		return nil, err
+	}
+	if p.MissingHostTables, err = missingTables(ctx, drv, db, decl.HostTables()); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// readOnly prepares a lock-free, read-only look (Plan, Observe): the options,
+// the driver, the live schema's name and the declaration evaluated for it.
+func readOnly(ctx context.Context, db *sql.DB, opts []Option) (*options, driver, string, *Declaration, error) {
+	o, drv, err := newOptions(db, opts)
+	if err != nil {
+		return nil, nil, "", nil, err
+	}
+	name, err := drv.schemaName(ctx, db)
+	if err != nil {
+		return nil, nil, "", nil, err
+	}
+	decl, err := o.loadDeclaration(drv, name)
+	if err != nil {
+		return nil, nil, "", nil, err
+	}
+	return o, drv, name, decl, nil
 }

@@ -344,7 +344,7 @@ func startMonitors(b *testing.B, ctx context.Context, db *dbtest.DB, rows int, l
 	}, &m.rl)
 	loop(load.writer, func(i int) error {
 		id := fmt.Sprintf("w%d", seq.Add(1))
-		_, err := writer.ExecContext(context.Background(), `INSERT INTO task_session_subagents (id, task_session_id, task_id, tool_call_id, source, observed_at, updated_at) VALUES ($1, 's1', 'k1', $1, 'live', now(), now())`, id)
+		_, err := writer.ExecContext(context.Background(), `INSERT INTO task_session_subagents (id, task_session_id, task_id, turn_id, tool_call_id, source, observed_at, updated_at) VALUES ($1, 's1', 'k1', $1, $1, 'live', now(), now())`, id)
 		return err
 	}, &m.wl)
 	loop(load.updater, func(i int) error {

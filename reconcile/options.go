@@ -1,6 +1,10 @@
 package reconcile
 
 import (
+	"go.opentelemetry.io/otel/metric"
+
+	"go.opentelemetry.io/otel/trace"
+
 	"database/sql"
 	"errors"
 	"fmt"
@@ -31,18 +35,30 @@ type options struct {
 	copyBatchPages int
 	copyPause      float64
 	onlineBudget   time.Duration
+	failpoint      func(string) error
+	progress       func(Progress)
+	prune          bool
+	execHook       func(string)
+	now            func() time.Time
+	observers      []Observer
+	// tracer is WithTracerProvider's (nil: nothing is traced); meters
+	// WithMeterProvider's (nil: nothing is counted).
+	tracer trace.Tracer
+	meters metric.MeterProvider
+}
+
+// call is one Reconcile's options with its runtime state beside them, which
+// no option sets: when it began and the lock its events are told under.
+type call struct {
+	*options
 	// started is when Reconcile began, which the online budget counts from.
-	started   time.Time
-	failpoint func(string) error
-	progress  func(Progress)
-	prune     bool
-	execHook  func(string)
-	now       func() time.Time
-	observers []Observer
+	started time.Time
 	// mu serializes every event (notify): an observer is never called
 	// concurrently, though a step and its progress watcher both report.
 	mu sync.Mutex
 }
+
+func newCall(o *options) *call { return &call{options: o, started: time.Now()} }
 
 // Progress is reported while a long step runs.
 type Progress struct {
@@ -203,7 +219,7 @@ func WithObserver(fn Observer) Option {
 
 // notify tells the observers e, serialized; at a failpoint it returns the
 // first error one of them returned.
-func (o *options) notify(e Event) error {
+func (o *call) notify(e Event) error {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	var err error
@@ -227,9 +243,9 @@ func (o *options) notify(e Event) error {
 // is worth running.
 func (o *options) observed() bool { return o.progress != nil || len(o.observers) > 0 }
 
-func (o *options) executed(stmt string) { _ = o.notify(Event{Kind: EventExecuted, Statement: stmt}) }
+func (o *call) executed(stmt string) { _ = o.notify(Event{Kind: EventExecuted, Statement: stmt}) }
 
-func (o *options) fail(point string) error {
+func (o *call) fail(point string) error {
 	return o.notify(Event{Kind: EventFailpoint, Point: point})
 }
 
@@ -263,7 +279,6 @@ func newOptions(db *sql.DB, opts []Option) (*options, driver, error) {
 	if err := o.validate(); err != nil {
 		return nil, nil, err
 	}
-	o.started = time.Now()
 	if o.dialect == "" {
 		d, err := dialect.Detect(db)
 		if err != nil {
@@ -323,7 +338,7 @@ func (o *options) validate() error {
 
 // overBudget is ErrBudgetSpent once the online budget (WithOnlineBudget) is
 // spent.
-func (o *options) overBudget() error {
+func (o *call) overBudget() error {
 	if o.onlineBudget > 0 && time.Since(o.started) >= o.onlineBudget {
 		return fmt.Errorf("%w (%s)", ErrBudgetSpent, o.onlineBudget)
 	}

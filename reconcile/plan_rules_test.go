@@ -2,6 +2,7 @@ package reconcile
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"testing"
 
@@ -131,8 +132,10 @@ func TestPlanTable_SQLite(t *testing.T) {
 			require.Equal(t, []GuardKind{GuardRowsCopied, GuardSetting}, guardKinds(ph))
 			rows := ph.Guards[0]
 			require.Equal(t, []string{`SELECT COUNT(*) FROM "t"`}, rows.SQL)
-			require.True(t, strings.HasPrefix(ph.SQL[rows.Statement], `INSERT INTO "schemastate_new_t" ("id", "a", "b") SELECT "id", "a", "b" FROM "t"`), ph.SQL[rows.Statement])
-			require.Equal(t, []string{`DROP TABLE "t"`, `ALTER TABLE "schemastate_new_t" RENAME TO "t"`}, ph.SQL[rows.Statement+1:rows.Statement+3])
+			at := slices.Index(ph.SQL, rows.Copy)
+			require.Positive(t, at, "the copy the guard checks is the phase's")
+			require.True(t, strings.HasPrefix(ph.SQL[at], `INSERT INTO "schemastate_new_t" ("id", "a", "b") SELECT "id", "a", "b" FROM "t"`), ph.SQL[at])
+			require.Equal(t, []string{`DROP TABLE "t"`, `ALTER TABLE "schemastate_new_t" RENAME TO "t"`}, ph.SQL[at+1:at+3])
 			require.Equal(t, []string{"PRAGMA legacy_alter_table", "PRAGMA legacy_alter_table = ON", "PRAGMA legacy_alter_table = %s"}, ph.Guards[1].SQL)
 			require.Contains(t, ph.said(), "foreign_key_check skipped")
 		}},
@@ -238,13 +241,15 @@ func TestPlanTable_Postgres(t *testing.T) {
 				require.Equal(t, []string{`ALTER TABLE "public"."t" DROP CONSTRAINT "t_a_c_b_key"`}, tp.Phases[0].SQL)
 				require.Equal(t, LockRewrite, tp.Phases[0].Lock, "dropping the key is not the rename")
 			}},
-		{name: "a NULL tightened to its default is filled first, not catalog-only", live: pgT("t_a_c_b_key", []string{"a", "c", "b"}, func(t *schema.Table) {
+		{name: "a NULL tightened to its default is filled in batches, then SET NOT NULL through a validated check", live: pgT("t_a_c_b_key", []string{"a", "c", "b"}, func(t *schema.Table) {
 			t.AddColumns(schema.NewNullStringColumn("c", "text").SetDefault(&schema.Literal{V: "'unknown'"}))
 		}), want: declared, facts: tableFacts{size: size},
 			check: func(t *testing.T, tp *tablePlan) {
-				require.Equal(t, []string{"shape:alter"}, phaseNames(tp))
-				require.Equal(t, `UPDATE "public"."t" SET "c" = 'unknown' WHERE "c" IS NULL`, tp.Phases[0].SQL[0])
-				require.Equal(t, LockRewrite, tp.Phases[0].Lock)
+				require.Equal(t, []string{"shape:fill", "shape:check_rows", "shape:add_not_valid", "shape:validate", "shape:set_not_null"}, phaseNames(tp))
+				require.Equal(t, `UPDATE "public"."t" SET "c" = DEFAULT WHERE ctid >= $1::text::tid AND ctid < $2::text::tid AND "c" IS NULL`, tp.Phases[0].SQL[0])
+				require.Equal(t, []Kind{KindBatched, KindCheckRows, KindStatements, KindOwnTx, KindStatements}, []Kind{tp.Phases[0].Kind, tp.Phases[1].Kind, tp.Phases[2].Kind, tp.Phases[3].Kind, tp.Phases[4].Kind})
+				require.Equal(t, []LockClass{LockRows, LockNone, LockCatalog, LockShareUpdateExclusive, LockCatalog}, []LockClass{tp.Phases[0].Lock, tp.Phases[1].Lock, tp.Phases[2].Lock, tp.Phases[3].Lock, tp.Phases[4].Lock})
+				require.Equal(t, []string{`ALTER TABLE "public"."t" ALTER COLUMN "c" SET NOT NULL`, `ALTER TABLE "public"."t" DROP CONSTRAINT IF EXISTS "schemastate_nn_c"`}, tp.Phases[4].SQL)
 			}},
 		{name: "an index built but not yet the key resumes online whatever the size", live: builtNotKey, want: declared, facts: tableFacts{size: tableSize{bytes: 8 << 10, version: 160000}}, onlineAbove: 1 << 30,
 			check: func(t *testing.T, tp *tablePlan) {

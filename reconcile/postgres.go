@@ -70,10 +70,10 @@ type pgSession struct {
 	// server connection), never named as what a phase waited for.
 	lockPID int
 	tx      *sql.Tx
-	o       *options
+	o       *call
 }
 
-func openPostgres(ctx context.Context, db *sql.DB, o *options) (*pgSession, error) {
+func openPostgres(ctx context.Context, db *sql.DB, o *call) (*pgSession, error) {
 	conn, err := db.Conn(ctx)
 	if err != nil {
 		return nil, err

@@ -37,17 +37,23 @@ func (s *pgSession) transact(ctx context.Context, _ string, table string, fn fun
 // alone applies a non-transactional phase: the batched copy, or CREATE or
 // DROP INDEX CONCURRENTLY.
 func (s *pgSession) alone(ctx context.Context, ph Phase, h phaseHooks) error {
-	switch ph.Name {
-	case PhaseWidenCopy:
+	switch ph.Kind {
+	case KindBatched:
 		return s.copyBatches(ctx, ph, h)
-	case PhaseRebuildCopy:
+	case KindRebuildCopy:
 		return s.rebuildCopy(ctx, ph, h)
-	case PhaseRebuildReplay:
+	case KindRebuildReplay:
 		return s.replayLog(ctx, ph, h)
-	case PhaseRebuildIndex:
+	case KindRebuildIndex:
 		return s.rebuildIndexes(ctx, ph, h)
+	case KindConcurrent:
+		return s.concurrently(ctx, ph, h)
+	case KindCheckRows:
+		return checkRows(ctx, s.conn, ph, h)
+	case KindOwnTx:
+		return s.ownTx(ctx, ph, h)
 	}
-	return s.concurrently(ctx, ph, h)
+	return fmt.Errorf("%s: no runner for a phase of kind %q", ph.ID(), ph.Kind)
 }
 
 // inTx runs fn in one transaction whose lock waits end after timeout.
@@ -174,62 +180,132 @@ func (s *pgSession) watchIndexBuild(ctx context.Context, ph Phase, say func(stri
 	})
 }
 
-// copyBatches fills the shadow columns in short transactions, one range of
-// pages at a time, over the pages the table had when the copy began: rows
-// written since the expand phase committed are kept equal by its trigger,
-// wherever they land. A batch skips rows already equal, so a resumed copy
-// rewrites nothing twice. The copy ends by checking every row (DoneWhen).
+// copyBatches runs a batched phase (the column copy's shadow columns, a
+// fill): SQL[0] in short transactions, one range of pages at a time, over
+// the pages the table had when the phase began. Rows written since are the
+// trigger's (the copy) or get the default (a fill). A batch skips rows
+// already done, so a resumed phase rewrites nothing twice. The phase ends
+// by checking every row (DoneWhen); a row the host updated meanwhile may
+// have moved to a page already covered, so the whole table is passed over
+// again, a few times at most, until it holds (a pass writes only the rows
+// still to do).
 func (s *pgSession) copyBatches(ctx context.Context, ph Phase, h phaseHooks) error {
-	var pages int64
-	if err := s.conn.QueryRowContext(ctx, `SELECT pg_relation_size(to_regclass($1)) / current_setting('block_size')::int`,
-		qualified(s.schema, ph.Table)).Scan(&pages); err != nil {
+	pages, err := s.pages(ctx, ph.Table)
+	if err != nil {
 		return err
 	}
-	batch := int64(max(s.o.copyBatchPages, 1))
+	most := int64(max(s.o.copyBatchPages, 1))
+	batch := most
+	verb := "copying"
+	if ph.Name == PhaseFill {
+		verb = "filling"
+	}
 	var rows int64
-	for from := int64(0); from < pages; from += batch {
+	for from := int64(0); from < pages; {
 		if err := s.o.overBudget(); err != nil {
 			return err
 		}
 		began := time.Now()
-		err := s.withLockRetry(ctx, ph.Table, func(timeout time.Duration) error {
-			return s.inTx(ctx, timeout, func(tx *sql.Tx) error {
-				res, err := tx.ExecContext(ctx, ph.SQL[0], fmt.Sprintf("(%d,0)", from), fmt.Sprintf("(%d,0)", from+batch))
-				if err != nil {
-					return withDetail(err)
-				}
-				n, _ := res.RowsAffected()
-				rows += n
-				return nil
-			})
-		})
+		n, err := s.batch(ctx, ph, from, from+batch)
 		if err != nil {
-			return fmt.Errorf("copy pages %d–%d: %w", from, from+batch, err)
+			return fmt.Errorf("batch of pages %d–%d: %w", from, from+batch, err)
 		}
+		took := time.Since(began)
 		if from == 0 {
-			h.executed(ph.SQL[0])
+			h.executed(ph.Loop.Batch)
 		}
-		h.progress(fmt.Sprintf("copying %s: %d rows copied, page %d of %d", ph.Table, rows, min(from+batch, pages), pages))
+		rows, from = rows+n, from+batch
+		h.progress(fmt.Sprintf("%s %s: %d rows copied, page %d of %d", verb, ph.Table, rows, min(from, pages), pages))
 		if err := h.fail(FailpointCopyBatch); err != nil {
 			return err
 		}
-		if rest := time.Duration(float64(time.Since(began)) * s.o.copyPause); rest > 0 && from+batch < pages {
+		if rest := time.Duration(float64(took) * s.o.copyPause); rest > 0 && from < pages {
 			select {
 			case <-ctx.Done():
 				return ctx.Err()
 			case <-time.After(rest):
 			}
 		}
+		batch = nextBatch(batch, most, took)
 	}
-	var done bool
-	if err := s.conn.QueryRowContext(ctx, ph.DoneWhen).Scan(&done); err != nil {
-		return fmt.Errorf("check the copy: %w", err)
-	}
-	if !done {
-		return fmt.Errorf("copy incomplete: a shadow column still differs from its column after %d rows copied", rows)
+	for tail := 0; ; tail++ {
+		var done bool
+		if err := s.conn.QueryRowContext(ctx, ph.DoneWhen).Scan(&done); err != nil {
+			return fmt.Errorf("check the batches: %w", err)
+		}
+		if done {
+			break
+		}
+		if tail == maxTailPasses {
+			return fmt.Errorf("batches incomplete: rows of %s still to do after %d passes (%d rows written)", ph.Table, tail+1, rows)
+		}
+		now, err := s.pages(ctx, ph.Table)
+		if err != nil {
+			return err
+		}
+		for from := int64(0); from < now; from += batch {
+			n, err := s.batch(ctx, ph, from, from+batch)
+			if err != nil {
+				return fmt.Errorf("batch of pages %d–%d: %w", from, from+batch, err)
+			}
+			rows += n
+		}
+		h.progress(fmt.Sprintf("%s %s: %d rows, pass %d over %d pages for the rows the host moved meanwhile", verb, ph.Table, rows, tail+2, now))
 	}
 	h.progress(fmt.Sprintf("copied %s: %d rows", ph.Table, rows))
 	return nil
+}
+
+// batchTarget is how long one batch of a batched phase should hold its row
+// locks: a host writer that updates a row of the batch waits for at most
+// about that long.
+const batchTarget = 50 * time.Millisecond
+
+// nextBatch sizes the next batch from how long the last took: fewer pages
+// when it held its locks past twice batchTarget, more (up to most, the
+// WithCopyBatchPages ceiling) when it was under half of it. Never fewer
+// than minBatchPages (or most, when that is smaller): a batch's commit has
+// a cost of its own, and a table walked a page at a time pays it per page.
+func nextBatch(batch, most int64, took time.Duration) int64 {
+	switch {
+	case took > 2*batchTarget:
+		batch = int64(float64(batch) * float64(batchTarget) / float64(took))
+	case took < batchTarget/2:
+		batch *= 2
+	}
+	return min(most, max(batch, minBatchPages))
+}
+
+// minBatchPages is the fewest pages nextBatch gives a batch.
+const minBatchPages = 16
+
+// maxTailPasses bounds the passes a batched phase makes after its first.
+const maxTailPasses = 5
+
+// pages is the table's size in pages.
+func (s *pgSession) pages(ctx context.Context, table string) (int64, error) {
+	var pages int64
+	err := s.conn.QueryRowContext(ctx, `SELECT pg_relation_size(to_regclass($1)) / current_setting('block_size')::int`,
+		qualified(s.schema, table)).Scan(&pages)
+	return pages, err
+}
+
+// batch runs a batched phase's statement over the pages [from, to) in a
+// short transaction under the lock discipline, and says how many rows it
+// wrote.
+func (s *pgSession) batch(ctx context.Context, ph Phase, from, to int64) (int64, error) {
+	var rows int64
+	err := s.withLockRetry(ctx, ph.Table, func(timeout time.Duration) error {
+		return s.inTx(ctx, timeout, func(tx *sql.Tx) error {
+			res, err := tx.ExecContext(ctx, ph.Loop.Batch, fmt.Sprintf("(%d,0)", from), fmt.Sprintf("(%d,0)", to))
+			if err != nil {
+				return withDetail(err)
+			}
+			rows, _ = res.RowsAffected()
+			return nil
+		})
+	})
+	return rows, err
 }
 
 // withLockRetry runs attempt until it succeeds, fails for another reason

@@ -25,7 +25,7 @@ func (postgresDriver) dialect() dialect.Dialect { return dialect.Postgres }
 
 func (postgresDriver) lockMechanism() string { return LockAdvisoryXact }
 
-func (postgresDriver) open(ctx context.Context, db *sql.DB, o *options) (session, error) {
+func (postgresDriver) open(ctx context.Context, db *sql.DB, o *call) (session, error) {
 	return openPostgres(ctx, db, o)
 }
 
@@ -49,6 +49,27 @@ func (postgresDriver) declared(t *schema.Table) {
 			idx.AddAttrs(postgres.UniqueConstraint(idx.Name))
 		}
 	}
+}
+
+// dropSQL: an index that backs a UNIQUE constraint, a foreign key and a
+// check are dropped as constraints of the table, any other index by its
+// schema-qualified name.
+func (postgresDriver) dropSQL(schemaName, table string, c schema.Change) (string, error) {
+	var name string
+	switch c := c.(type) {
+	case *schema.DropIndex:
+		if !isUniqueConstraint(c.I) {
+			return "DROP INDEX " + qualified(schemaName, c.I.Name), nil
+		}
+		name = c.I.Name
+	case *schema.DropForeignKey:
+		name = c.F.Symbol
+	case *schema.DropCheck:
+		name = c.C.Name
+	default:
+		return "", fmt.Errorf("no drop of a %T", c)
+	}
+	return "ALTER TABLE " + qualified(schemaName, table) + " DROP CONSTRAINT " + dialect.QuoteIdent(name), nil
 }
 
 func (postgresDriver) formatType(t schema.Type) (string, error) { return postgres.FormatType(t) }
@@ -94,7 +115,7 @@ ORDER BY 1`
 // facts reads the table's DEFERRABLE unique constraints, its INVALID
 // indexes (an online build that crashed or failed) and its size, which
 // chooses the path.
-func (postgresDriver) facts(ctx context.Context, q querier, schemaName string, live, _ *schema.Table) (tableFacts, error) {
+func (postgresDriver) facts(ctx context.Context, q querier, schemaName string, live, want *schema.Table) (tableFacts, error) {
 	var f tableFacts
 	var err error
 	if f.deferrable, err = deferrableUniques(ctx, q, live.Name); err != nil {
@@ -108,6 +129,12 @@ func (postgresDriver) facts(ctx context.Context, q querier, schemaName string, l
 		return f, fmt.Errorf("read the size of %s: %w", live.Name, err)
 	}
 	if f.rebuild, err = readRebuildFacts(ctx, q, schemaName, live.Name); err != nil {
+		return f, err
+	}
+	if f.notValid, err = notValidConstraints(ctx, q, schemaName, live.Name); err != nil {
+		return f, err
+	}
+	if f.sameDefault, err = equivalentDefaults(ctx, q, live, want); err != nil {
 		return f, err
 	}
 	return f, nil

@@ -14,25 +14,32 @@ import (
 
 // PostgreSQL planning: the single-transaction path and the online phases.
 //
-// A small table keeps the single transaction it always had (one ALTER TABLE,
-// then one ALTER COLUMN … TYPE): its exclusive lock lasts milliseconds
-// anyway, and every step is all-or-nothing. A table at or above the online
-// threshold (WithOnlineAbove, measured on the live table) is changed in
-// phases whose every exclusive lock is catalog-only:
+// A table under the online threshold (WithOnlineAbove, measured on the live
+// table) keeps one transaction per step: Atlas's ALTERs for the shape, the
+// type widenings in the widen step's own. Its exclusive lock lasts
+// milliseconds anyway, and every step is all-or-nothing.
 //
-//	alter          ADD COLUMN … NOT NULL DEFAULT 'unknown'      catalog-only on PG ≥ 11
-//	build_index    CREATE UNIQUE INDEX CONCURRENTLY              no transaction; readers and writers proceed
-//	swap_key       DROP CONSTRAINT <old>, ADD CONSTRAINT … USING INDEX   one short transaction
-//	widen_expand   bigint shadow columns + a trigger keeping them equal
-//	widen_copy     the rows, in short batched transactions
-//	widen_contract DROP COLUMN <old>, RENAME COLUMN <shadow> TO <old>    one short transaction
+// A table at or above it is changed in phases whose every exclusive lock is
+// catalog-only (docs/reconcile.md, "Later edits on a large PostgreSQL
+// table"). planOnline (postgres_online.go) sorts the diff:
 //
-// Every intermediate state is the old shape plus additive objects: the key
-// stays the two-column one until swap_key commits, so AC-33's end state, and
-// with it execution_since, is reached in exactly one transaction. A boot that
-// stops between phases (a crash, a lock it could not get) leaves those
-// objects; the next boot recognises them in the catalog (resumeOnline),
-// plans from there and continues online whatever the table's size.
+//   - alter: what is catalog-only as Atlas renders it (a constant default, a
+//     rename, a constraint dropped, a binary-coercible type change);
+//   - the recipes (postgres_recipes.go): SET NOT NULL, a check, a foreign
+//     key through check_rows, NOT VALID and VALIDATE; a column whose default
+//     is evaluated per row added nullable, then filled in page batches;
+//   - indexes (postgres_indexes.go): built and dropped CONCURRENTLY, a
+//     redefined index or primary key built beside and swapped in, unique
+//     keys attached USING INDEX in swap_key;
+//   - widenings: the shadow-table rebuild (postgres_rebuild.go), or the
+//     column copy (widen_expand, widen_copy, widen_contract) where the
+//     rebuild does not apply.
+//
+// Every intermediate state is the old shape plus additive objects, each with
+// the catalog query that says it is done. A boot that stops between phases
+// (a crash, a lock it could not get) leaves them; the next boot recognises
+// them in the catalog (resumeOnline), plans from there and continues online
+// whatever the table's size.
 
 // shadowSuffix names the bigint shadow column of a column being widened.
 const shadowSuffix = "__schemastate_bigint"
@@ -56,6 +63,16 @@ type inflight struct {
 	// renamed maps a live unique constraint the shape step renames to its
 	// declared name (renameEquivalentUniques).
 	renamed map[string]string
+	// nnChecks maps each NOT NULL check a SET NOT NULL recipe left to its
+	// column (normalizeRecipes).
+	nnChecks map[string]string
+	// filling are the columns a recipe added whose fill is to be continued.
+	filling []*schema.Column
+	// next maps a declared index to the index built beside it for its new
+	// definition (replaceIndex), not yet swapped in; orphans are such
+	// indexes whose redefinition is no longer declared.
+	next    map[string]string
+	orphans []string
 }
 
 func (f *inflight) any() bool { return f != nil && len(f.notes) > 0 }
@@ -89,6 +106,9 @@ func resumeOnline(live, want *schema.Table, invalid []string) *inflight {
 		if f.invalid[idx.Name] {
 			continue
 		}
+		if strings.HasPrefix(idx.Name, nextIndexPrefix) && f.resumeNext(idx, live, want, slices.Contains(invalid, idx.Name)) {
+			continue
+		}
 		if w, declared := want.Index(idx.Name); declared && isUniqueConstraint(w) && idx.Unique && !isUniqueConstraint(idx) && sameColumns(idx, w) && !hasPredicate(idx) {
 			f.notes = append(f.notes, fmt.Sprintf("index %s built, not yet the key", idx.Name))
 			continue
@@ -97,6 +117,44 @@ func resumeOnline(live, want *schema.Table, invalid []string) *inflight {
 	}
 	live.Indexes = idxs
 	return f
+}
+
+// resumeNext takes an index built beside a declared one for its new
+// definition (replaceIndex) out of the live table, recording it to be
+// swapped in, or (INVALID, or built for an earlier definition) to be dropped
+// and built again, or, when no declared index is redefined as it, to be
+// dropped. It reports false for an index of the prefix that is not one.
+func (f *inflight) resumeNext(idx *schema.Index, live, want *schema.Table, invalid bool) bool {
+	candidates := slices.Clone(want.Indexes)
+	if want.PrimaryKey != nil {
+		pk := *want.PrimaryKey
+		pk.Name, pk.Unique = primaryKeyName(live, want), true
+		candidates = append(candidates, &pk)
+	}
+	for _, w := range candidates {
+		if nextIndexName(w.Name) != idx.Name {
+			continue
+		}
+		if f.next == nil {
+			f.next = map[string]string{}
+		}
+		f.next[w.Name] = idx.Name
+		if invalid || !sameIndex(idx, w) {
+			f.invalid[idx.Name] = true
+			f.notes = append(f.notes, fmt.Sprintf("index %s built for %s's new definition, INVALID or of an earlier one (dropped and rebuilt)", idx.Name, w.Name))
+		} else {
+			f.notes = append(f.notes, fmt.Sprintf("index %s built for %s's new definition (swapped in next)", idx.Name, w.Name))
+		}
+		return true
+	}
+	for _, a := range idx.Attrs {
+		if c, ok := a.(*postgres.Constraint); ok && c.T != "" {
+			return false // a constraint's index: not one we build beside
+		}
+	}
+	f.orphans = append(f.orphans, idx.Name)
+	f.notes = append(f.notes, fmt.Sprintf("index %s built for a redefinition no longer declared (dropped)", idx.Name))
+	return true
 }
 
 // tableSize is what the path is chosen from.
@@ -163,7 +221,7 @@ func (postgresDriver) planTable(pc *planContext, tp *tablePlan, f tableFacts) er
 			return fmt.Errorf("plan %s: %w", tp.Table, err)
 		}
 		if len(stmts) > 0 {
-			tp.Phases = []Phase{{Step: StepShape, Name: PhaseCreate, Table: tp.Table, SQL: stmts, Transactional: true, Lock: LockCatalog,
+			tp.Phases = []Phase{{Step: StepShape, Name: PhaseCreate, Kind: KindStatements, Table: tp.Table, SQL: stmts, Transactional: true, Lock: LockCatalog,
 				Detail: "new table"}}
 		}
 		return nil
@@ -172,6 +230,23 @@ func (postgresDriver) planTable(pc *planContext, tp *tablePlan, f tableFacts) er
 	if tp.Inflight.rebuild = f.rebuild; f.rebuild.inflight() {
 		tp.Inflight.notes = append(tp.Inflight.notes, f.rebuild.notes(tp.Table)...)
 	}
+	var filling []*schema.Column
+	tp.Inflight.nnChecks, filling = normalizeRecipes(tp.Live, tp.Want, f)
+	tp.Inflight.filling = filling
+	var recipeNotes []string
+	for _, c := range filling {
+		recipeNotes = append(recipeNotes, fmt.Sprintf("column %s added, its fill in flight", c.Name))
+	}
+	for chk, col := range tp.Inflight.nnChecks {
+		recipeNotes = append(recipeNotes, fmt.Sprintf("check %s (SET NOT NULL of %s in flight)", chk, col))
+	}
+	for name := range f.notValid {
+		if _, fk := tp.Want.ForeignKey(name); fk || declaredCheck(tp.Want, name) {
+			recipeNotes = append(recipeNotes, fmt.Sprintf("constraint %s NOT VALID (validated next)", name))
+		}
+	}
+	slices.Sort(recipeNotes)
+	tp.Inflight.notes = append(tp.Inflight.notes, recipeNotes...)
 	pre := prelude{replaced: replaceDeferrableKeys(pc.schema, tp.Live, tp.Want, f.deferrable)}
 	names := make([]string, len(tp.Live.Indexes))
 	for i, idx := range tp.Live.Indexes {
@@ -238,217 +313,19 @@ func planPhases(pc *planContext, tp *tablePlan, size tableSize, pre prelude, alt
 	}
 	if !online {
 		if len(alter) > 0 {
-			tp.Phases = append(tp.Phases, Phase{Step: StepShape, Name: PhaseAlter, Table: tp.Table, SQL: alter, Transactional: true, Lock: LockRewrite, Detail: why})
+			rest, _ := splitWidenings(tp.Changes)
+			lock, scans := LockCatalog, !pre.catalogOnly() || slices.ContainsFunc(rest, pgScans)
+			if scans {
+				lock = LockRewrite
+			}
+			tp.Phases = append(tp.Phases, Phase{Step: StepShape, Name: PhaseAlter, Kind: KindStatements, Table: tp.Table, SQL: alter, Transactional: true, Lock: lock, Scans: scans, Detail: why})
 		}
 		if len(widen) > 0 {
-			tp.Phases = append(tp.Phases, Phase{Step: StepWiden, Name: PhaseWiden, Table: tp.Table, SQL: widen, Transactional: true, Lock: LockRewrite, Detail: why})
+			tp.Phases = append(tp.Phases, Phase{Step: StepWiden, Name: PhaseWiden, Kind: KindStatements, Table: tp.Table, SQL: widen, Transactional: true, Lock: LockRewrite, Scans: true, Detail: why})
 		}
 		return nil
 	}
 	return planOnline(pc, tp, pre, why)
-}
-
-// planOnline classifies the table's changes into the online phases.
-func planOnline(pc *planContext, tp *tablePlan, pre prelude, why string) error {
-	schemaName := pc.schema
-	table := qualified(schemaName, tp.Table)
-	qt := dialect.QuoteIdent(schemaName) + "." + dialect.QuoteIdent(tp.Table)
-	var (
-		other       []schema.Change
-		builds      []*schema.Index
-		dropKeys    []*schema.Index
-		dropIndexes []*schema.Index
-		widenOnline []*schema.Column
-		widenOther  []schema.Change
-		// A fill reads every row; a deferrable key rebuilt as declared
-		// builds its index: neither is catalog-only. A rename is.
-		catalogOnly = pre.catalogOnly()
-	)
-	for _, c := range tp.Changes {
-		switch c := c.(type) {
-		case *schema.AddIndex:
-			if buildable(c.I) {
-				builds = append(builds, c.I)
-				continue
-			}
-			catalogOnly = false
-		case *schema.DropIndex:
-			if isUniqueConstraint(c.I) {
-				dropKeys = append(dropKeys, c.I)
-			} else {
-				dropIndexes = append(dropIndexes, c.I)
-			}
-			continue
-		case *schema.ModifyColumn:
-			if c.Change == schema.ChangeType && widens(c.From.Type.Type, c.To.Type.Type) {
-				if widenableOnline(tp.Live, c) {
-					widenOnline = append(widenOnline, c.To)
-				} else {
-					widenOther = append(widenOther, c)
-				}
-				continue
-			}
-			catalogOnly = false
-		case *schema.AddColumn:
-			if !c.C.Type.Null && !constantDefault(c.C) {
-				catalogOnly = false
-			}
-		default:
-			catalogOnly = false
-		}
-		other = append(other, c)
-	}
-
-	alter := pre.sql()
-	if len(other) > 0 {
-		stmts, err := pc.render(&schema.ModifyTable{T: tp.Want, Changes: other})
-		if err != nil {
-			return fmt.Errorf("plan %s: %w", tp.Table, err)
-		}
-		alter = append(alter, stmts...)
-	}
-	if len(alter) > 0 {
-		lock := LockCatalog
-		if !catalogOnly {
-			lock = LockRewrite
-		}
-		tp.Phases = append(tp.Phases, Phase{Step: StepShape, Name: PhaseAlter, Table: tp.Table, SQL: alter, Transactional: true, Lock: lock, Detail: why})
-	}
-	var attach []string
-	for _, idx := range builds {
-		name := qualified(schemaName, idx.Name)
-		var sqls []string
-		if tp.Inflight != nil && tp.Inflight.invalid[idx.Name] {
-			sqls = append(sqls, "DROP INDEX CONCURRENTLY IF EXISTS "+name)
-		}
-		unique := ""
-		if idx.Unique {
-			unique = "UNIQUE "
-		}
-		sqls = append(sqls, fmt.Sprintf("CREATE %sINDEX CONCURRENTLY %s ON %s (%s)", unique, dialect.QuoteIdent(idx.Name), qt, indexColumns(idx)))
-		var key []string
-		if idx.Unique {
-			key = columnNames(idx)
-		}
-		tp.Phases = append(tp.Phases, Phase{Step: StepShape, Name: PhaseBuildIndex, Table: tp.Table, Object: idx.Name, SQL: sqls,
-			Key: key, Lock: LockShareUpdateExclusive,
-			DoneWhen: fmt.Sprintf("SELECT EXISTS (SELECT 1 FROM pg_index WHERE indexrelid = to_regclass(%s) AND indisvalid)", literal(name)),
-			Cleanup:  []string{"DROP INDEX CONCURRENTLY IF EXISTS " + name},
-			Detail:   why})
-		if isUniqueConstraint(idx) {
-			attach = append(attach, idx.Name)
-		}
-	}
-	if len(dropKeys) > 0 || len(attach) > 0 {
-		var clauses, present, absent []string
-		for _, idx := range dropKeys {
-			clauses = append(clauses, "DROP CONSTRAINT "+dialect.QuoteIdent(idx.Name))
-			absent = append(absent, literal(idx.Name))
-		}
-		for _, n := range attach {
-			clauses = append(clauses, fmt.Sprintf("ADD CONSTRAINT %s UNIQUE USING INDEX %s", dialect.QuoteIdent(n), dialect.QuoteIdent(n)))
-			present = append(present, literal(n))
-		}
-		done := fmt.Sprintf("SELECT (SELECT count(*) FROM pg_constraint WHERE conrelid = to_regclass(%s) AND contype = 'u' AND conname IN (%s)) = %d",
-			literal(table), orNone(present), len(present))
-		if len(absent) > 0 {
-			done += fmt.Sprintf(" AND NOT EXISTS (SELECT 1 FROM pg_constraint WHERE conrelid = to_regclass(%s) AND conname IN (%s))", literal(table), strings.Join(absent, ", "))
-		}
-		tp.Phases = append(tp.Phases, Phase{Step: StepShape, Name: PhaseSwapKey, Table: tp.Table,
-			SQL:           []string{"ALTER TABLE " + qt + " " + strings.Join(clauses, ", ")},
-			Transactional: true, Lock: LockCatalog, DoneWhen: done, Detail: why})
-	}
-	for _, idx := range dropIndexes {
-		name := qualified(schemaName, idx.Name)
-		tp.Phases = append(tp.Phases, Phase{Step: StepShape, Name: PhaseDropIndex, Table: tp.Table, Object: idx.Name,
-			SQL:  []string{"DROP INDEX CONCURRENTLY IF EXISTS " + name},
-			Lock: LockShareUpdateExclusive, DoneWhen: fmt.Sprintf("SELECT to_regclass(%s) IS NULL", literal(name)), Detail: why})
-	}
-	if len(widenOther) > 0 {
-		stmts, err := pc.render(&schema.ModifyTable{T: tp.Want, Changes: widenOther})
-		if err != nil {
-			return fmt.Errorf("plan %s: %w", tp.Table, err)
-		}
-		tp.Phases = append(tp.Phases, Phase{Step: StepWiden, Name: PhaseWiden, Table: tp.Table, SQL: stmts, Transactional: true, Lock: LockRewrite,
-			Detail: why + "; these columns have no online widening (indexed, defaulted or NOT NULL)"})
-	}
-	tp.Phases = append(tp.Phases, onlineWidening(schemaName, tp, widenOnline, afterShape(schemaName, tp, builds, dropKeys, dropIndexes), why)...)
-	return nil
-}
-
-// pgIdent quotes an identifier as PostgreSQL's quote_ident does for the
-// names a declaration uses (bare when lower-case and not reserved), so the
-// dry run prints the index definitions pg_get_indexdef will read back.
-func pgIdent(name string) string {
-	plain := name != ""
-	for i, r := range name {
-		if !(r == '_' || r >= 'a' && r <= 'z' || i > 0 && r >= '0' && r <= '9') {
-			plain = false
-		}
-	}
-	if !plain || reservedWords[name] {
-		return dialect.QuoteIdent(name)
-	}
-	return name
-}
-
-// reservedWords are PostgreSQL's reserved key words (quote_ident quotes them).
-var reservedWords = func() map[string]bool {
-	m := map[string]bool{}
-	for _, w := range strings.Fields(`all analyse analyze and any array as asc asymmetric authorization binary both case cast check collate collation
- column concurrently constraint create cross current_catalog current_date current_role current_schema current_time current_timestamp
- current_user default deferrable desc distinct do else end except false fetch for foreign freeze from full grant group having ilike in
- initially inner intersect into is isnull join lateral leading left like limit localtime localtimestamp natural not notnull null offset
- on only or order outer overlaps placing primary references returning right select session_user similar some symmetric system_user table
- tablesample then to trailing true union unique user using variadic verbose when where window with`) {
-		m[w] = true
-	}
-	return m
-}()
-
-// afterShape is the live table's index set as the shape phases leave it —
-// what the rebuild then carries. (Reconcile plans the widening again once
-// the shape step has applied, from the catalog; this keeps the dry run's
-// phases the ones it runs.)
-func afterShape(schemaName string, tp *tablePlan, builds, dropKeys, dropIndexes []*schema.Index) []liveIndex {
-	rb := tp.Inflight.rebuild
-	if rb == nil {
-		return nil
-	}
-	gone := map[string]bool{}
-	for _, idx := range append(append([]*schema.Index(nil), dropKeys...), dropIndexes...) {
-		gone[idx.Name] = true
-	}
-	var out []liveIndex
-	for _, ix := range rb.indexes {
-		if to, ok := tp.Inflight.renamed[ix.name]; ok {
-			ix.name, ix.constraintName = to, to
-		}
-		if !gone[ix.name] {
-			out = append(out, ix)
-		}
-	}
-	for _, idx := range builds {
-		ix := liveIndex{name: idx.Name, prefix: "INDEX " + dialect.QuoteIdent(idx.Name) + " ON " + qualified(schemaName, tp.Table) + " "}
-		unique := ""
-		if idx.Unique {
-			unique = "UNIQUE "
-		}
-		cols := make([]string, len(idx.Parts))
-		for i, part := range idx.Parts {
-			cols[i] = pgIdent(part.C.Name)
-			if part.Desc {
-				cols[i] += " DESC"
-			}
-		}
-		ix.def = "CREATE " + unique + ix.prefix + "USING btree (" + strings.Join(cols, ", ") + ")"
-		if isUniqueConstraint(idx) {
-			ix.contype, ix.constraintName = "u", idx.Name
-		}
-		out = append(out, ix)
-	}
-	slices.SortFunc(out, func(a, b liveIndex) int { return strings.Compare(a.name, b.name) })
-	return out
 }
 
 // onlineWidening chooses between the shadow-table rebuild and the column
@@ -470,12 +347,20 @@ func onlineWidening(schemaName string, tp *tablePlan, cols []*schema.Column, ind
 		}
 		return phases
 	}
+	// The widening runs after the shape phases, on the table with its
+	// declared primary key: the rebuild logs changed rows by that one.
+	live := tp.Live
+	if tp.Want.PrimaryKey != nil && (live.PrimaryKey == nil || !slices.Equal(columnNames(live.PrimaryKey), columnNames(tp.Want.PrimaryKey))) {
+		after := *live
+		after.PrimaryKey = tp.Want.PrimaryKey
+		live = &after
+	}
 	reason := ""
 	switch {
 	case tp.Inflight.shadows:
 		reason = "a column copy is in flight"
-	case rebuildable(tp.Live) != "":
-		reason = rebuildable(tp.Live)
+	case rebuildable(live) != "":
+		reason = rebuildable(live)
 	case len(rb.blockers) > 0:
 		reason = strings.Join(rb.blockers, "; ")
 	}
@@ -490,7 +375,7 @@ func onlineWidening(schemaName string, tp *tablePlan, cols []*schema.Column, ind
 	if reason != "" {
 		return append(phases, widenPhases(schemaName, tp.Table, cols, why+"; not rebuilt ("+reason+"): column copy")...)
 	}
-	return append(phases, rebuildPhases(schemaName, tp.Live, tp.Want, cols, rb, indexes, why)...)
+	return append(phases, rebuildPhases(schemaName, live, tp.Want, cols, rb, indexes, why)...)
 }
 
 // widenPhases are expand, copy and contract for the columns.
@@ -520,7 +405,7 @@ func widenPhases(schemaName, table string, cols []*schema.Column, why string) []
 	hasShadows := fmt.Sprintf("(SELECT count(*) FROM pg_attribute WHERE attrelid = to_regclass(%s) AND attname IN (%s) AND NOT attisdropped)", tbl, strings.Join(shadows, ", "))
 	detail := why + "; columns " + strings.Join(names, ", ")
 	return []Phase{
-		{Step: StepWiden, Name: PhaseWidenExpand, Table: table, Transactional: true, Lock: LockCatalog,
+		{Step: StepWiden, Name: PhaseWidenExpand, Kind: KindStatements, Table: table, Transactional: true, Lock: LockCatalog,
 			SQL: []string{
 				"ALTER TABLE " + qt + " " + strings.Join(adds, ", "),
 				fmt.Sprintf("CREATE OR REPLACE FUNCTION %s() RETURNS trigger LANGUAGE plpgsql AS $schemastate$ BEGIN %s RETURN NEW; END $schemastate$", fn, strings.Join(assigns, " ")),
@@ -535,12 +420,12 @@ func widenPhases(schemaName, table string, cols []*schema.Column, why string) []
 			DoneWhen: fmt.Sprintf("SELECT %s = %d AND EXISTS (SELECT 1 FROM pg_trigger WHERE tgrelid = to_regclass(%s) AND tgname = %s AND tgattr::text = '')",
 				hasShadows, len(cols), tbl, literal(widenTrigger(table))),
 			BlockedBy: blocked, Detail: detail},
-		{Step: StepWiden, Name: PhaseWidenCopy, Table: table, Lock: LockRows,
-			SQL: []string{fmt.Sprintf("UPDATE %s SET %s WHERE ctid >= $1::text::tid AND ctid < $2::text::tid AND (%s)",
-				qt, strings.Join(sets, ", "), strings.Join(differ, " OR "))},
+		loopPhase(Phase{Step: StepWiden, Name: PhaseWidenCopy, Kind: KindBatched, Table: table, Lock: LockRows, Scans: true,
 			DoneWhen: fmt.Sprintf("SELECT NOT EXISTS (SELECT 1 FROM %s WHERE %s)", qt, strings.Join(differ, " OR ")),
 			Detail:   detail},
-		{Step: StepWiden, Name: PhaseWidenContract, Table: table, Transactional: true, Lock: LockCatalog,
+			Loop{Batch: fmt.Sprintf("UPDATE %s SET %s WHERE ctid >= $1::text::tid AND ctid < $2::text::tid AND (%s)",
+				qt, strings.Join(sets, ", "), strings.Join(differ, " OR "))}),
+		{Step: StepWiden, Name: PhaseWidenContract, Kind: KindStatements, Table: table, Transactional: true, Lock: LockCatalog,
 			SQL: append([]string{
 				fmt.Sprintf("DROP TRIGGER IF EXISTS %s ON %s", trig, qt),
 				fmt.Sprintf("DROP FUNCTION IF EXISTS %s()", fn),
@@ -593,36 +478,6 @@ func widenableOnline(live *schema.Table, m *schema.ModifyColumn) bool {
 	return true
 }
 
-// buildable reports an index CREATE INDEX CONCURRENTLY can build as
-// rendered here: plain columns, no predicate.
-func buildable(idx *schema.Index) bool {
-	if hasPredicate(idx) || len(idx.Parts) == 0 {
-		return false
-	}
-	for _, p := range idx.Parts {
-		if p.C == nil {
-			return false
-		}
-	}
-	return true
-}
-
-func indexColumns(idx *schema.Index) string {
-	cols := make([]string, len(idx.Parts))
-	for i, p := range idx.Parts {
-		cols[i] = dialect.QuoteIdent(p.C.Name)
-		if p.Desc {
-			cols[i] += " DESC"
-		}
-	}
-	return strings.Join(cols, ", ")
-}
-
-func constantDefault(c *schema.Column) bool {
-	_, ok := c.Default.(*schema.Literal)
-	return ok
-}
-
 // qualified is schema.name, quoted, for to_regclass and messages.
 func qualified(schemaName, name string) string {
 	return dialect.QuoteIdent(schemaName) + "." + dialect.QuoteIdent(name)
@@ -637,112 +492,4 @@ func orNone(xs []string) string {
 		return "NULL"
 	}
 	return strings.Join(xs, ", ")
-}
-
-// renameEquivalentUniques finds, on PostgreSQL, a live UNIQUE constraint that
-// is a declared one under another name — the host's own DDL leaves the
-// three-column key auto-named — and plans a RENAME CONSTRAINT instead of the
-// drop and re-add a name-based diff would plan (which rebuilds the unique
-// index under an ACCESS EXCLUSIVE lock). The live table is updated to the
-// declared name so the diff sees the same constraint. A partial index, a
-// plain unique index and a column order that differs are never equivalent.
-func renameEquivalentUniques(schemaName string, live, want *schema.Table, deferrable map[string]bool) []string {
-	var stmts []string
-	for _, idx := range live.Indexes {
-		if !isUniqueConstraint(idx) || deferrable[idx.Name] {
-			continue
-		}
-		if _, declared := want.Index(idx.Name); declared {
-			continue
-		}
-		for _, w := range want.Indexes {
-			if _, taken := live.Index(w.Name); taken || !w.Unique || !sameColumns(idx, w) || hasPredicate(idx) {
-				continue
-			}
-			stmts = append(stmts, fmt.Sprintf("ALTER TABLE %s.%s RENAME CONSTRAINT %s TO %s",
-				dialect.QuoteIdent(schemaName), dialect.QuoteIdent(live.Name), dialect.QuoteIdent(idx.Name), dialect.QuoteIdent(w.Name)))
-			idx.Name = w.Name
-			idx.Attrs = append([]schema.Attr(nil), w.Attrs...)
-			break
-		}
-	}
-	return stmts
-}
-
-func isUniqueConstraint(idx *schema.Index) bool {
-	for _, a := range idx.Attrs {
-		if c, ok := a.(*postgres.Constraint); ok && c.T == "u" {
-			return idx.Unique
-		}
-	}
-	return false
-}
-
-func hasPredicate(idx *schema.Index) bool {
-	for _, a := range idx.Attrs {
-		if _, ok := a.(*postgres.IndexPredicate); ok {
-			return true
-		}
-	}
-	return false
-}
-
-// dropDeferrableUniques removes DEFERRABLE unique constraints from an
-// inspected PostgreSQL table before the end state is observed. Atlas does not
-// model deferrability, and INSERT … ON CONFLICT cannot use a deferrable
-// constraint as its arbiter, so such a constraint is not AC-33 clause 2: the
-// live upsert would fail against it, and execution_since must not be published.
-func dropDeferrableUniques(ctx context.Context, q dialect.Querier, live *schema.Table) error {
-	if live == nil {
-		return nil
-	}
-	deferrable, err := deferrableUniques(ctx, q, live.Name)
-	if err != nil {
-		return err
-	}
-	kept := live.Indexes[:0:0]
-	for _, idx := range live.Indexes {
-		if !deferrable[idx.Name] {
-			kept = append(kept, idx)
-		}
-	}
-	live.Indexes = kept
-	return nil
-}
-
-// replaceDeferrableKeys plans, on PostgreSQL, replacing a declared unique
-// constraint that is live but DEFERRABLE: it is not the declared key (no ON
-// CONFLICT arbiter, see dropDeferrableUniques), yet Atlas's diff, blind to
-// deferrability, sees no change, and every boot would observe the end state
-// missing and change nothing. The constraint is removed from the live table,
-// so the diff adds the declared one, and dropped first by the returned
-// statement, in the same transaction. deferrable names every deferrable
-// unique (tableFacts), which renameEquivalentUniques never adopts either.
-func replaceDeferrableKeys(schemaName string, live, want *schema.Table, deferrable map[string]bool) []string {
-	var stmts []string
-	kept := live.Indexes[:0:0]
-	for _, idx := range live.Indexes {
-		if _, declared := want.Index(idx.Name); declared && deferrable[idx.Name] {
-			stmts = append(stmts, fmt.Sprintf("ALTER TABLE %s.%s DROP CONSTRAINT %s",
-				dialect.QuoteIdent(schemaName), dialect.QuoteIdent(live.Name), dialect.QuoteIdent(idx.Name)))
-			continue
-		}
-		kept = append(kept, idx)
-	}
-	live.Indexes = kept
-	return stmts
-}
-
-func deferrableUniques(ctx context.Context, q querier, table string) (map[string]bool, error) {
-	names, err := queryStrings(ctx, q, `SELECT con.conname FROM pg_constraint con
-  JOIN pg_class c ON c.oid = con.conrelid JOIN pg_namespace n ON n.oid = c.relnamespace
-  WHERE n.nspname = current_schema() AND c.relname = $1 AND con.contype = 'u' AND con.condeferrable`, table)
-	if err != nil {
-		return nil, err
-	}
-	deferrable := map[string]bool{}
-	for _, n := range names {
-		deferrable[n] = true
-	}
-	return deferrable, nil
 }

@@ -9,8 +9,6 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"sync"
-	"time"
 
 	"ariga.io/atlas/sql/schema"
 
@@ -70,14 +68,6 @@ func rebuildTempIndex(name string) string {
 	sum := sha1.Sum([]byte(name))
 	return "schemastate_ix_" + hex.EncodeToString(sum[:8])
 }
-
-// FailpointReplayBatch runs after each committed batch of a rebuild_replay
-// phase (FailpointCopyBatch after each batch of rebuild_copy).
-const FailpointReplayBatch = "widen.replay.batch"
-
-// FailpointRebuildIndexBuilt runs after each committed index build of the
-// rebuild_index phase.
-const FailpointRebuildIndexBuilt = "widen.rebuild_index.built"
 
 // replayChunk is how many logged ids one replay transaction takes, and
 // replayShort the log length at which the replay leaves the rest to the swap.
@@ -198,16 +188,36 @@ func readRebuildFacts(ctx context.Context, q querier, schemaName, table string) 
 		return nil, fmt.Errorf("look for a rebuild of %s: %w", table, err)
 	}
 	if f.stateExists {
-		var validate sql.NullString
-		err := q.QueryRowContext(ctx, fmt.Sprintf(`SELECT pages, next_page, rows, fingerprint, swapped, array_to_string(validate, ',') FROM %s`, qualified(schemaName, rebuildState(table)))).
-			Scan(&f.state.pages, &f.state.next, &f.state.rows, &f.state.fingerprint, &f.state.swapped, &validate)
-		if err != nil && !errors.Is(err, sql.ErrNoRows) {
+		if err := f.readState(ctx, q, qualified(schemaName, rebuildState(table))); err != nil {
 			return nil, fmt.Errorf("read the rebuild state of %s: %w", table, err)
 		}
-		if validate.String != "" {
-			f.state.validate = strings.Split(validate.String, ",")
-		}
 	}
+	if err := f.readCarried(ctx, q, schemaName, table); err != nil {
+		return nil, err
+	}
+	return f, nil
+}
+
+// readState reads the state row of a rebuild in flight.
+func (f *rebuildFacts) readState(ctx context.Context, q querier, qs string) error {
+	var validate sql.NullString
+	err := q.QueryRowContext(ctx, fmt.Sprintf(`SELECT pages, next_page, rows, fingerprint, swapped, array_to_string(validate, ',') FROM %s`, qs)).
+		Scan(&f.state.pages, &f.state.next, &f.state.rows, &f.state.fingerprint, &f.state.swapped, &validate)
+	if err != nil && !errors.Is(err, sql.ErrNoRows) {
+		return err
+	}
+	if validate.String != "" {
+		f.state.validate = strings.Split(validate.String, ",")
+	}
+	return nil
+}
+
+// readCarried reads what the new table must carry over from the live one:
+// column options, indexes, foreign keys, grants, owner, comments, owned
+// sequences.
+func (f *rebuildFacts) readCarried(ctx context.Context, q querier, schemaName, table string) error {
+	tbl := qualified(schemaName, table)
+	var err error
 	// Per-column planner options (n_distinct) and statistics targets, which
 	// LIKE does not copy.
 	if f.columnOptions, err = queryStrings(ctx, q, `SELECT format('ALTER TABLE %s ALTER COLUMN %I SET (%s)', $2::text, attname, string_agg(o, ', '))
@@ -215,7 +225,7 @@ func readRebuildFacts(ctx context.Context, q querier, schemaName, table string) 
  UNION ALL SELECT format('ALTER TABLE %s ALTER COLUMN %I SET STATISTICS %s', $2::text, attname, attstattarget)
  FROM pg_attribute WHERE attrelid = $1::regclass AND attnum > 0 AND NOT attisdropped AND attstattarget >= 0 ORDER BY 1`,
 		tbl, qualified(schemaName, rebuildNew(table))); err != nil {
-		return nil, fmt.Errorf("read the column options of %s: %w", table, err)
+		return fmt.Errorf("read the column options of %s: %w", table, err)
 	}
 	if f.indexes, err = readonly.Rows(ctx, q, func(r *sql.Rows) (ix liveIndex, err error) {
 		err = r.Scan(&ix.name, &ix.def, &ix.contype, &ix.constraintName, &ix.prefix)
@@ -225,7 +235,7 @@ func readRebuildFacts(ctx context.Context, q querier, schemaName, table string) 
  FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid JOIN pg_class t ON t.oid = i.indrelid JOIN pg_namespace n ON n.oid = t.relnamespace
  LEFT JOIN pg_constraint con ON con.conindid = i.indexrelid AND con.conrelid = i.indrelid AND con.contype IN ('p', 'u', 'x')
  WHERE i.indrelid = $1::regclass ORDER BY 1`, tbl); err != nil {
-		return nil, fmt.Errorf("read the indexes of %s: %w", table, err)
+		return fmt.Errorf("read the indexes of %s: %w", table, err)
 	}
 	for _, ix := range f.indexes {
 		if !strings.Contains(ix.def, ix.prefix) {
@@ -236,7 +246,7 @@ func readRebuildFacts(ctx context.Context, q querier, schemaName, table string) 
 		err = r.Scan(&c.name, &c.def, &c.validated)
 		return c, err
 	}, `SELECT conname, pg_get_constraintdef(oid), convalidated FROM pg_constraint WHERE conrelid = $1::regclass AND contype = 'f' ORDER BY 1`, tbl); err != nil {
-		return nil, fmt.Errorf("read the foreign keys of %s: %w", table, err)
+		return fmt.Errorf("read the foreign keys of %s: %w", table, err)
 	}
 	// Grants exactly as the live table has them (the default ACL when it has
 	// none), owner, comments on the table, its indexes and constraints, and
@@ -256,9 +266,9 @@ UNION ALL SELECT format('ALTER SEQUENCE %s OWNED BY %s.%I', d.objid::regclass, $
   WHERE d.refobjid = $1::regclass AND d.classid = 'pg_class'::regclass AND d.deptype = 'a'
    AND d.objid IN (SELECT oid FROM pg_class WHERE relkind = 'S')`, tbl, tbl)
 	if err != nil {
-		return nil, fmt.Errorf("read the grants and comments of %s: %w", table, err)
+		return fmt.Errorf("read the grants and comments of %s: %w", table, err)
 	}
-	return f, nil
+	return nil
 }
 
 // rebuildNotes describe a rebuild in flight, for status and plan.
@@ -280,7 +290,7 @@ func (f *rebuildFacts) notes(table string) []string {
 func abandonPhase(schemaName, table, why string) Phase {
 	qt := qualified(schemaName, table)
 	trig := dialect.QuoteIdent(rebuildLog(table))
-	return Phase{Step: StepWiden, Name: PhaseRebuildAbandon, Table: table, Transactional: true, Lock: LockCatalog,
+	return Phase{Step: StepWiden, Name: PhaseRebuildAbandon, Kind: KindStatements, Table: table, Transactional: true, Lock: LockCatalog,
 		SQL: []string{
 			fmt.Sprintf("DROP TRIGGER IF EXISTS %s ON %s", trig, qt),
 			fmt.Sprintf("DROP FUNCTION IF EXISTS %s()", qualified(schemaName, rebuildLog(table))),
@@ -300,27 +310,35 @@ func finishPhase(schemaName, table string, validate []string, why string) Phase 
 		sqls = append(sqls, fmt.Sprintf("ALTER TABLE %s VALIDATE CONSTRAINT %s", qt, dialect.QuoteIdent(fk)))
 	}
 	sqls = append(sqls, "DROP TABLE IF EXISTS "+qualified(schemaName, rebuildState(table)))
-	return Phase{Step: StepWiden, Name: PhaseRebuildFinish, Table: table, SQL: sqls, Lock: LockShareUpdateExclusive,
+	return Phase{Step: StepWiden, Name: PhaseRebuildFinish, Kind: KindConcurrent, Table: table, SQL: sqls, Lock: LockShareUpdateExclusive, Scans: len(validate) > 0,
 		DoneWhen: fmt.Sprintf("SELECT to_regclass(%s) IS NULL", literal(qualified(schemaName, rebuildState(table)))),
 		Detail:   why}
 }
 
-// rebuildPhases plans the rebuild of a live table whose columns cols widen
-// and whose indexes are indexes (afterShape).
-func rebuildPhases(schemaName string, live, want *schema.Table, cols []*schema.Column, f *rebuildFacts, indexes []liveIndex, why string) []Phase {
+// rebuildNames are the names and lists a rebuild's phases share.
+type rebuildNames struct {
+	schema, table string
+	// qt, qn, ql, qs: the live table, the new table, the log, the state.
+	qt, qn, ql, qs string
+	trig, fn       string // the logging trigger and its function
+	qid            string // the row key the log names rows by
+	colList        string // every column copied
+	names          []string
+	detail         string
+}
+
+func newRebuildNames(schemaName string, live, want *schema.Table, cols []*schema.Column, why string) rebuildNames {
 	table := live.Name
-	qt := qualified(schemaName, table)
-	qn := qualified(schemaName, rebuildNew(table))
-	ql := qualified(schemaName, rebuildLog(table))
-	qs := qualified(schemaName, rebuildState(table))
-	trig := dialect.QuoteIdent(rebuildLog(table))
-	fn := qualified(schemaName, rebuildLog(table))
-	var names, types, all []string
+	n := rebuildNames{schema: schemaName, table: table,
+		qt: qualified(schemaName, table), qn: qualified(schemaName, rebuildNew(table)),
+		ql: qualified(schemaName, rebuildLog(table)), qs: qualified(schemaName, rebuildState(table)),
+		trig: dialect.QuoteIdent(rebuildLog(table)), fn: qualified(schemaName, rebuildLog(table)),
+		qid: dialect.QuoteIdent(rebuildRowKey(live))}
 	for _, c := range cols {
-		names = append(names, literal(c.Name))
-		types = append(types, fmt.Sprintf("ALTER COLUMN %s TYPE bigint", dialect.QuoteIdent(c.Name)))
+		n.names = append(n.names, literal(c.Name))
 	}
 	// The live columns, and those the shape phases add before the rebuild.
+	var all []string
 	for _, c := range live.Columns {
 		all = append(all, dialect.QuoteIdent(c.Name))
 	}
@@ -329,70 +347,102 @@ func rebuildPhases(schemaName string, live, want *schema.Table, cols []*schema.C
 			all = append(all, dialect.QuoteIdent(c.Name))
 		}
 	}
-	colList := strings.Join(all, ", ")
-	id := rebuildRowKey(live)
-	qid := dialect.QuoteIdent(id)
-	detail := why + "; columns " + strings.Join(names, ", ") + ", by rebuilding the table"
-	stateDone := func(cond string) string {
-		return fmt.Sprintf("SELECT to_regclass(%s) IS NOT NULL AND (SELECT %s FROM %s)", literal(qs), cond, qs)
+	n.colList = strings.Join(all, ", ")
+	n.detail = why + "; columns " + strings.Join(n.names, ", ") + ", by rebuilding the table"
+	return n
+}
+
+// stateDone is the catalog check that the state table holds cond.
+func (n rebuildNames) stateDone(cond string) string {
+	return fmt.Sprintf("SELECT to_regclass(%s) IS NOT NULL AND (SELECT %s FROM %s)", literal(n.qs), cond, n.qs)
+}
+
+// rebuildPhases plans the rebuild of a live table whose columns cols widen
+// and whose indexes are indexes (afterShape).
+func rebuildPhases(schemaName string, live, want *schema.Table, cols []*schema.Column, f *rebuildFacts, indexes []liveIndex, why string) []Phase {
+	n := newRebuildNames(schemaName, live, want, cols, why)
+	phases := []Phase{n.prepare(cols, f),
+		loopPhase(Phase{Step: StepWiden, Name: PhaseRebuildCopy, Kind: KindRebuildCopy, Table: n.table, Lock: LockNone, Scans: true,
+			DoneWhen: n.stateDone("next_page >= pages"), Detail: n.detail},
+			Loop{
+				Batch:    fmt.Sprintf("INSERT INTO %s (%s) SELECT %s FROM %s WHERE ctid >= $1::text::tid AND ctid < $2::text::tid", n.qn, n.colList, n.colList, n.qt),
+				Progress: fmt.Sprintf("UPDATE %s SET next_page = $1, rows = rows + $2", n.qs),
+			}),
+		replayPhase(n.table, "copied", n.qn, n.ql, n.qt, n.qid, n.colList, n.detail),
 	}
-	phases := []Phase{{Step: StepWiden, Name: PhaseRebuildPrepare, Table: table, Transactional: true, Lock: LockCatalog,
+	builds, built, attach, validate := n.indexes(indexes, f)
+	// The index builds, the longest first, run over rebuildIndexConns
+	// connections (rebuildIndexes); then statistics for the new table once
+	// it is indexed: the replay that follows then finds its ids by index,
+	// not by a scan of the whole table, and the table is swapped in with
+	// them (ANALYZE samples; it does not read every row).
+	if len(builds) > 0 {
+		slices.SortStableFunc(builds, func(a, b string) int { return buildWeight(b) - buildWeight(a) })
+		phases = append(phases, loopPhase(Phase{Step: StepWiden, Name: PhaseRebuildIndex, Kind: KindRebuildIndex, Table: n.table, Lock: LockNone, Scans: true,
+			DoneWhen: "SELECT " + strings.Join(built, " AND "),
+			Detail:   n.detail}, Loop{Builds: builds, Analyze: "ANALYZE " + n.qn}))
+	}
+	phases = append(phases, replayPhase(n.table, "indexed", n.qn, n.ql, n.qt, n.qid, n.colList, n.detail))
+	// Done once the state row says so and the live table's catalog agrees:
+	// the table under the live name has every widened column as bigint.
+	swapped := fmt.Sprintf("%s AND (SELECT count(*) FROM pg_attribute WHERE attrelid = to_regclass(%s) AND attname IN (%s) AND atttypid = 'bigint'::regtype AND NOT attisdropped) = %d",
+		n.stateDone("swapped"), literal(n.qt), strings.Join(n.names, ", "), len(cols))
+	return append(phases,
+		Phase{Step: StepWiden, Name: PhaseRebuildSwap, Kind: KindStatements, Table: n.table, Transactional: true, Lock: LockCatalog, SQL: n.swap(f, attach, validate),
+			DoneWhen: swapped, Detail: n.detail},
+		finishPhase(schemaName, n.table, validate, n.detail))
+}
+
+// prepare is the rebuild's first phase: the new table with the widened
+// types, the log, its trigger, the state row.
+func (n rebuildNames) prepare(cols []*schema.Column, f *rebuildFacts) Phase {
+	var types []string
+	for _, c := range cols {
+		types = append(types, fmt.Sprintf("ALTER COLUMN %s TYPE bigint", dialect.QuoteIdent(c.Name)))
+	}
+	return Phase{Step: StepWiden, Name: PhaseRebuildPrepare, Kind: KindStatements, Table: n.table, Transactional: true, Lock: LockCatalog,
 		SQL: slices.Concat([]string{
-			fmt.Sprintf("CREATE TABLE %s (LIKE %s INCLUDING DEFAULTS INCLUDING GENERATED INCLUDING CONSTRAINTS INCLUDING STORAGE INCLUDING COMPRESSION INCLUDING STATISTICS INCLUDING COMMENTS)", qn, qt),
-			fmt.Sprintf("ALTER TABLE %s %s", qn, strings.Join(types, ", ")),
+			fmt.Sprintf("CREATE TABLE %s (LIKE %s INCLUDING DEFAULTS INCLUDING GENERATED INCLUDING CONSTRAINTS INCLUDING STORAGE INCLUDING COMPRESSION INCLUDING STATISTICS INCLUDING COMMENTS)", n.qn, n.qt),
+			fmt.Sprintf("ALTER TABLE %s %s", n.qn, strings.Join(types, ", ")),
 		}, f.columnOptions, []string{
-			fmt.Sprintf("CREATE TABLE %s (n bigserial PRIMARY KEY, id text NOT NULL)", ql),
+			fmt.Sprintf("CREATE TABLE %s (n bigserial PRIMARY KEY, id text NOT NULL)", n.ql),
 			fmt.Sprintf(`CREATE FUNCTION %s() RETURNS trigger LANGUAGE plpgsql AS $schemastate$ BEGIN
  IF TG_OP <> 'INSERT' THEN INSERT INTO %s (id) VALUES (OLD.%s); END IF;
  IF TG_OP <> 'DELETE' AND (TG_OP = 'INSERT' OR NEW.%s IS DISTINCT FROM OLD.%s) THEN INSERT INTO %s (id) VALUES (NEW.%s); END IF;
- RETURN NULL; END $schemastate$`, fn, ql, qid, qid, qid, ql, qid),
-			fmt.Sprintf("CREATE TRIGGER %s AFTER INSERT OR UPDATE OR DELETE ON %s FOR EACH ROW EXECUTE FUNCTION %s()", trig, qt, fn),
+ RETURN NULL; END $schemastate$`, n.fn, n.ql, n.qid, n.qid, n.qid, n.ql, n.qid),
+			fmt.Sprintf("CREATE TRIGGER %s AFTER INSERT OR UPDATE OR DELETE ON %s FOR EACH ROW EXECUTE FUNCTION %s()", n.trig, n.qt, n.fn),
 			// The pages to copy are the table's when the trigger began logging:
 			// every row written since is in the log, wherever it lands.
 			// The fingerprint is the table's as the rebuild begins (the swap
 			// refuses when it no longer is).
 			fmt.Sprintf(`CREATE TABLE %s AS SELECT pg_relation_size(%s::regclass) / current_setting('block_size')::int AS pages, 0::bigint AS next_page, 0::bigint AS rows,
- (%s)::text AS fingerprint, false AS swapped, NULL::text[] AS validate`, qs, literal(qt), fingerprintSQL(qt, table)),
+ (%s)::text AS fingerprint, false AS swapped, NULL::text[] AS validate`, n.qs, literal(n.qt), fingerprintSQL(n.qt, n.table)),
 		}),
 		DoneWhen: fmt.Sprintf("SELECT to_regclass(%s) IS NOT NULL AND to_regclass(%s) IS NOT NULL AND to_regclass(%s) IS NOT NULL AND EXISTS (SELECT 1 FROM pg_trigger WHERE tgrelid = to_regclass(%s) AND tgname = %s)",
-			literal(qn), literal(ql), literal(qs), literal(qt), literal(rebuildLog(table))),
-		BlockedBy: fmt.Sprintf("SELECT x FROM (%s) b(x)", strings.NewReplacer("$1", literal(qt), "$2", literal(rebuildLog(table))).Replace(rebuildBlockersQuery)),
-		Detail:    detail},
-		{Step: StepWiden, Name: PhaseRebuildCopy, Table: table, Lock: LockNone,
-			SQL: []string{
-				fmt.Sprintf("INSERT INTO %s (%s) SELECT %s FROM %s WHERE ctid >= $1::text::tid AND ctid < $2::text::tid", qn, colList, colList, qt),
-				fmt.Sprintf("UPDATE %s SET next_page = $1, rows = rows + $2", qs),
-			},
-			DoneWhen: stateDone("next_page >= pages"), Detail: detail},
-		replayPhase(table, "copied", qn, ql, qt, qid, colList, detail),
-	}
-	var swap []string
-	swap = append(swap,
-		fmt.Sprintf("LOCK TABLE %s IN ACCESS EXCLUSIVE MODE", qt),
-		fmt.Sprintf(`DO $schemastate$ BEGIN IF (%s) IS DISTINCT FROM (SELECT fingerprint FROM %s) THEN
- RAISE EXCEPTION 'the indexes, constraints, columns, grants or dependents of %s changed since its rebuild began; the next boot starts it again'; END IF; END $schemastate$`,
-			fingerprintSQL(qt, table), qs, strings.ReplaceAll(table, "'", "''")),
-		fmt.Sprintf("DELETE FROM %s WHERE %s IN (SELECT id FROM %s)", qn, qid, ql),
-		fmt.Sprintf("INSERT INTO %s (%s) SELECT %s FROM %s WHERE %s IN (SELECT id FROM %s)", qn, colList, colList, qt, qid, ql),
-		fmt.Sprintf("DROP TRIGGER %s ON %s", trig, qt),
-		fmt.Sprintf("DROP FUNCTION %s()", fn),
-	)
-	var attach, validate, builds, built []string
+			literal(n.qn), literal(n.ql), literal(n.qs), literal(n.qt), literal(rebuildLog(n.table))),
+		BlockedBy: fmt.Sprintf("SELECT x FROM (%s) b(x)", strings.NewReplacer("$1", literal(n.qt), "$2", literal(rebuildLog(n.table))).Replace(rebuildBlockersQuery)),
+		Detail:    n.detail}
+}
+
+// indexes are the new table's index builds (with the catalog checks that
+// they are built), the statements that attach them and the foreign keys to
+// the swapped-in table, and the foreign keys the finish validates.
+func (n rebuildNames) indexes(indexes []liveIndex, f *rebuildFacts) (builds, built, attach, validate []string) {
 	for _, ix := range indexes {
 		tmp := rebuildTempIndex(ix.name)
-		qtmp := qualified(schemaName, tmp)
+		qtmp := qualified(n.schema, tmp)
 		// readRebuildFacts made sure the definition reads this way. IF NOT
 		// EXISTS: each build commits on its own, so a resumed phase skips
 		// the builds that already committed (a plain CREATE INDEX in a
 		// transaction leaves no invalid index behind).
 		at := strings.Index(ix.def, ix.prefix)
-		builds = append(builds, ix.def[:at]+"INDEX IF NOT EXISTS "+dialect.QuoteIdent(tmp)+" ON "+qn+" "+ix.def[at+len(ix.prefix):])
+		builds = append(builds, ix.def[:at]+"INDEX IF NOT EXISTS "+dialect.QuoteIdent(tmp)+" ON "+n.qn+" "+ix.def[at+len(ix.prefix):])
 		built = append(built, fmt.Sprintf("EXISTS (SELECT 1 FROM pg_index WHERE indexrelid = to_regclass(%s) AND indisvalid)", literal(qtmp)))
 		switch ix.contype {
 		case "p":
-			attach = append(attach, fmt.Sprintf("ALTER TABLE %s ADD CONSTRAINT %s PRIMARY KEY USING INDEX %s", qt, dialect.QuoteIdent(ix.constraintName), dialect.QuoteIdent(tmp)))
+			attach = append(attach, fmt.Sprintf("ALTER TABLE %s ADD CONSTRAINT %s PRIMARY KEY USING INDEX %s", n.qt, dialect.QuoteIdent(ix.constraintName), dialect.QuoteIdent(tmp)))
 		case "u":
-			attach = append(attach, fmt.Sprintf("ALTER TABLE %s ADD CONSTRAINT %s UNIQUE USING INDEX %s", qt, dialect.QuoteIdent(ix.constraintName), dialect.QuoteIdent(tmp)))
+			attach = append(attach, fmt.Sprintf("ALTER TABLE %s ADD CONSTRAINT %s UNIQUE USING INDEX %s", n.qt, dialect.QuoteIdent(ix.constraintName), dialect.QuoteIdent(tmp)))
 		default:
 			attach = append(attach, fmt.Sprintf("ALTER INDEX %s RENAME TO %s", qtmp, dialect.QuoteIdent(ix.name)))
 		}
@@ -403,21 +453,27 @@ func rebuildPhases(schemaName string, live, want *schema.Table, cols []*schema.C
 			def += " NOT VALID"
 			validate = append(validate, fk.name)
 		}
-		attach = append(attach, fmt.Sprintf("ALTER TABLE %s ADD CONSTRAINT %s %s", qt, dialect.QuoteIdent(fk.name), def))
+		attach = append(attach, fmt.Sprintf("ALTER TABLE %s ADD CONSTRAINT %s %s", n.qt, dialect.QuoteIdent(fk.name), def))
 	}
-	// The index builds, the longest first, run over rebuildIndexConns
-	// connections (rebuildIndexes); then statistics for the new table once
-	// it is indexed: the replay that follows then finds its ids by index,
-	// not by a scan of the whole table, and the table is swapped in with
-	// them (ANALYZE samples; it does not read every row).
-	if len(builds) > 0 {
-		slices.SortStableFunc(builds, func(a, b string) int { return buildWeight(b) - buildWeight(a) })
-		phases = append(phases, Phase{Step: StepWiden, Name: PhaseRebuildIndex, Table: table, Lock: LockNone,
-			SQL:      append(builds, "ANALYZE "+qn),
-			DoneWhen: "SELECT " + strings.Join(built, " AND "),
-			Detail:   detail})
+	return builds, built, attach, validate
+}
+
+// swap is the swap phase's statements: under ACCESS EXCLUSIVE, the
+// fingerprint checked, the last logged rows replayed, the trigger dropped,
+// the new table's grants made the live one's, the live table dropped and
+// the new one renamed to it, its keys, indexes, foreign keys and the rest
+// carried attached, the state row marked.
+func (n rebuildNames) swap(f *rebuildFacts, attach, validate []string) []string {
+	swap := []string{
+		fmt.Sprintf("LOCK TABLE %s IN ACCESS EXCLUSIVE MODE", n.qt),
+		fmt.Sprintf(`DO $schemastate$ BEGIN IF (%s) IS DISTINCT FROM (SELECT fingerprint FROM %s) THEN
+ RAISE EXCEPTION 'the indexes, constraints, columns, grants or dependents of %s changed since its rebuild began; the next boot starts it again'; END IF; END $schemastate$`,
+			fingerprintSQL(n.qt, n.table), n.qs, strings.ReplaceAll(n.table, "'", "''")),
+		fmt.Sprintf("DELETE FROM %s WHERE %s IN (SELECT id FROM %s)", n.qn, n.qid, n.ql),
+		fmt.Sprintf("INSERT INTO %s (%s) SELECT %s FROM %s WHERE %s IN (SELECT id FROM %s)", n.qn, n.colList, n.colList, n.qt, n.qid, n.ql),
+		fmt.Sprintf("DROP TRIGGER %s ON %s", n.trig, n.qt),
+		fmt.Sprintf("DROP FUNCTION %s()", n.fn),
 	}
-	phases = append(phases, replayPhase(table, "indexed", qn, ql, qt, qid, colList, detail))
 	var validated []string
 	for _, v := range validate {
 		validated = append(validated, literal(v))
@@ -427,46 +483,36 @@ func rebuildPhases(schemaName string, live, want *schema.Table, cols []*schema.C
 	revoke := fmt.Sprintf(`DO $schemastate$ DECLARE r record; BEGIN
  FOR r IN SELECT DISTINCT a.grantee FROM pg_class c, aclexplode(c.relacl) a WHERE c.oid = %s::regclass LOOP
   EXECUTE format('REVOKE ALL ON TABLE %s FROM %%s', CASE WHEN r.grantee = 0 THEN 'PUBLIC' ELSE quote_ident(pg_get_userbyid(r.grantee)) END);
- END LOOP; END $schemastate$`, literal(qn), strings.ReplaceAll(qn, "'", "''"))
+ END LOOP; END $schemastate$`, literal(n.qn), strings.ReplaceAll(n.qn, "'", "''"))
 	for _, c := range f.carry {
 		if strings.HasPrefix(c, "ALTER SEQUENCE ") {
 			// Before the live table is dropped, which would drop the sequence.
-			swap = append(swap, strings.Replace(c, " OWNED BY "+qt+".", " OWNED BY "+qn+".", 1))
+			swap = append(swap, strings.Replace(c, " OWNED BY "+n.qt+".", " OWNED BY "+n.qn+".", 1))
 		}
 	}
 	swap = append(swap, revoke,
-		"DROP TABLE "+qt,
-		fmt.Sprintf("ALTER TABLE %s RENAME TO %s", qn, dialect.QuoteIdent(table)))
+		"DROP TABLE "+n.qt,
+		fmt.Sprintf("ALTER TABLE %s RENAME TO %s", n.qn, dialect.QuoteIdent(n.table)))
 	swap = append(swap, attach...)
 	for _, c := range f.carry {
 		if !strings.HasPrefix(c, "ALTER SEQUENCE ") {
 			swap = append(swap, c)
 		}
 	}
-	swap = append(swap, "DROP TABLE "+ql,
-		fmt.Sprintf("UPDATE %s SET swapped = true, validate = ARRAY[%s]::text[]", qs, strings.Join(validated, ", ")))
-	var widened []string
-	for _, c := range cols {
-		widened = append(widened, literal(c.Name))
-	}
-	phases = append(phases,
-		Phase{Step: StepWiden, Name: PhaseRebuildSwap, Table: table, Transactional: true, Lock: LockCatalog, SQL: swap,
-			DoneWhen: stateDone("swapped"), Detail: detail},
-		finishPhase(schemaName, table, validate, detail))
-	return phases
+	return append(swap, "DROP TABLE "+n.ql,
+		fmt.Sprintf("UPDATE %s SET swapped = true, validate = ARRAY[%s]::text[]", n.qs, strings.Join(validated, ", ")))
 }
 
 // replayPhase replays the log: after the copy (which/what: "copied") and
 // once the new table is indexed ("indexed").
 func replayPhase(table, after, qn, ql, qt, qid, colList, detail string) Phase {
-	return Phase{Step: StepWiden, Name: PhaseRebuildReplay, Table: table, Object: after, Lock: LockNone,
-		SQL: []string{
-			fmt.Sprintf("SELECT coalesce(max(n), 0) FROM (SELECT n FROM %s ORDER BY n LIMIT %d) c", ql, replayChunk),
-			fmt.Sprintf("DELETE FROM %s WHERE %s IN (SELECT id FROM %s WHERE n <= $1)", qn, qid, ql),
-			fmt.Sprintf("INSERT INTO %s (%s) SELECT %s FROM %s WHERE %s IN (SELECT id FROM %s WHERE n <= $1)", qn, colList, colList, qt, qid, ql),
-			fmt.Sprintf("DELETE FROM %s WHERE n <= $1", ql),
-		},
-		Detail: detail}
+	return loopPhase(Phase{Step: StepWiden, Name: PhaseRebuildReplay, Kind: KindRebuildReplay, Table: table, Object: after, Lock: LockNone, Scans: true,
+		Detail: detail}, Loop{
+		Bound:  fmt.Sprintf("SELECT coalesce(max(n), 0) FROM (SELECT n FROM %s ORDER BY n LIMIT %d) c", ql, replayChunk),
+		Delete: fmt.Sprintf("DELETE FROM %s WHERE %s IN (SELECT id FROM %s WHERE n <= $1)", qn, qid, ql),
+		Copy:   fmt.Sprintf("INSERT INTO %s (%s) SELECT %s FROM %s WHERE %s IN (SELECT id FROM %s WHERE n <= $1)", qn, colList, colList, qt, qid, ql),
+		Forget: fmt.Sprintf("DELETE FROM %s WHERE n <= $1", ql),
+	})
 }
 
 // buildWeight ranks an index build by its likely cost: a unique build
@@ -496,264 +542,4 @@ func rebuildable(live *schema.Table) string {
 		return "its primary key is not a text column"
 	}
 	return ""
-}
-
-// flushAsWritten opens every transaction of the rebuild's copy and replay:
-// the pages they dirty go to the kernel's writeback as the backend writes
-// them out, every 256 kB, instead of piling up in the page cache until a
-// checkpoint's fsync writes the new table's heap at once, with every host
-// commit's WAL flush queued behind it (docs/benchmarks.md, "Where the
-// writers' waits come from"). SET LOCAL: it ends with its transaction, so
-// nothing stays on a pooled server connection, and any role may set it.
-const flushAsWritten = "SET LOCAL backend_flush_after = '256kB'"
-
-// rebuildCopy fills the new table, one range of pages per transaction, from
-// where the state row says the copy is; each batch commits its rows and its
-// progress together.
-func (s *pgSession) rebuildCopy(ctx context.Context, ph Phase, h phaseHooks) error {
-	qs := qualified(s.schema, rebuildState(ph.Table))
-	var pages, next, rows int64
-	if err := s.conn.QueryRowContext(ctx, "SELECT pages, next_page, rows FROM "+qs).Scan(&pages, &next, &rows); err != nil {
-		return fmt.Errorf("read the copy's progress: %w", err)
-	}
-	batch := int64(max(s.o.copyBatchPages, 1))
-	first := true
-	for from := next; from < pages; from += batch {
-		if err := s.o.overBudget(); err != nil {
-			return err
-		}
-		to := min(from+batch, pages)
-		// The holder check before every batch, as before every phase: a
-		// replica that lost its lock part way through a long copy stops
-		// before it writes another batch beside the replica that took it.
-		if err := s.holding(ctx); err != nil {
-			return fmt.Errorf("before pages %d–%d (%d rows copied): %w", from, to, rows, err)
-		}
-		var n int64
-		err := s.withLockRetry(ctx, ph.Table, func(timeout time.Duration) error {
-			return s.inTx(ctx, timeout, func(tx *sql.Tx) error {
-				if _, err := tx.ExecContext(ctx, flushAsWritten); err != nil {
-					return err
-				}
-				res, err := tx.ExecContext(ctx, ph.SQL[0], fmt.Sprintf("(%d,0)", from), fmt.Sprintf("(%d,0)", to))
-				if err != nil {
-					return withDetail(err)
-				}
-				n, _ = res.RowsAffected()
-				_, err = tx.ExecContext(ctx, ph.SQL[1], to, n)
-				return err
-			})
-		})
-		rows += n
-		if err != nil {
-			return fmt.Errorf("copy pages %d–%d: %w", from, to, err)
-		}
-		if first {
-			h.executed(ph.SQL[0])
-			h.executed(ph.SQL[1])
-			first = false
-		}
-		h.progress(fmt.Sprintf("copying %s: %d rows copied, page %d of %d", ph.Table, rows, to, pages))
-		if err := h.fail(FailpointCopyBatch); err != nil {
-			return err
-		}
-	}
-	h.progress(fmt.Sprintf("copied %s: %d rows", ph.Table, rows))
-	return nil
-}
-
-// replayLog replays the log in chunks, each in one REPEATABLE READ
-// transaction: the chunk's ids are deleted from the new table and copied
-// again from the live one as that transaction's snapshot sees them, and only
-// the log entries that snapshot saw are forgotten — an entry a writer commits
-// meanwhile stays for the next chunk. It stops once a chunk finds the log
-// short; the swap replays the rest under its lock.
-//
-// The replay after the copy (Object "copied") runs on the unindexed table,
-// where every chunk's DELETE scans it whole. Its one duty there is to remove
-// the duplicates the copy left, and every row the copy saw twice was logged
-// before the copy ended: it replays up to the log's last entry as it begins
-// and stops, leaving what writers log meanwhile to the indexed replay.
-func (s *pgSession) replayLog(ctx context.Context, ph Phase, h phaseHooks) error {
-	var total int64
-	target := int64(-1) // no bound: replay until the log is short
-	if ph.Object == "copied" {
-		if err := s.conn.QueryRowContext(ctx, "SELECT coalesce(max(n), 0) FROM "+qualified(s.schema, rebuildLog(ph.Table))).Scan(&target); err != nil {
-			return fmt.Errorf("read the end of the log: %w", err)
-		}
-	}
-	for round := 0; ; round++ {
-		if err := s.o.overBudget(); err != nil {
-			return err
-		}
-		// The holder check before every chunk (see rebuildCopy).
-		if err := s.holding(ctx); err != nil {
-			return fmt.Errorf("before replaying more (%d changed rows replayed): %w", total, err)
-		}
-		var n, upTo int64
-		err := func() error {
-			tx, err := s.conn.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelRepeatableRead})
-			if err != nil {
-				return err
-			}
-			defer tx.Rollback()
-			if _, err := tx.ExecContext(ctx, flushAsWritten); err != nil {
-				return err
-			}
-			// An empty log replays nothing: every statement still runs
-			// (up to entry 0), so the phase runs the statements it prints.
-			if err := tx.QueryRowContext(ctx, ph.SQL[0]).Scan(&upTo); err != nil {
-				return err
-			}
-			for _, stmt := range ph.SQL[1:3] {
-				if _, err := tx.ExecContext(ctx, stmt, upTo); err != nil {
-					return withDetail(err)
-				}
-			}
-			res, err := tx.ExecContext(ctx, ph.SQL[3], upTo)
-			if err != nil {
-				return err
-			}
-			n, _ = res.RowsAffected()
-			return tx.Commit()
-		}()
-		if err != nil {
-			return fmt.Errorf("replay the log: %w", err)
-		}
-		if round == 0 {
-			for _, stmt := range ph.SQL {
-				h.executed(stmt)
-			}
-		}
-		total += n
-		if n > 0 {
-			h.progress(fmt.Sprintf("replaying %s: %d changed rows replayed", ph.Table, total))
-			if err := h.fail(FailpointReplayBatch); err != nil {
-				return err
-			}
-		}
-		if n < replayShort || target >= 0 && upTo >= target {
-			return nil
-		}
-	}
-}
-
-// rebuildIndexConns is how many of the new table's indexes build at once:
-// the table is private to the reconcile until the swap, so its builds wait
-// for nothing and nobody waits for them. Two, measured on two cores under
-// the host's traffic (docs/benchmarks.md): each build already sorts with
-// its parallel workers, so more connections only queue for the same CPUs.
-const rebuildIndexConns = 2
-
-// rebuildIndexes builds the new table's indexes (every statement of the
-// phase but the last, its ANALYZE) over up to rebuildIndexConns
-// connections, each build in a transaction of its own — the steps'
-// connection and others borrowed from the pool for the phase. Every build
-// is CREATE INDEX IF NOT EXISTS, so a phase resumed after a crash skips
-// what committed. The holder check runs before each build; the first error
-// stops the others from starting and is the phase's.
-func (s *pgSession) rebuildIndexes(ctx context.Context, ph Phase, h phaseHooks) error {
-	builds, analyze := ph.SQL[:len(ph.SQL)-1], ph.SQL[len(ph.SQL)-1]
-	next := make(chan string, len(builds))
-	for _, b := range builds {
-		next <- b
-	}
-	close(next)
-	// A failure stops the other worker from starting another build; the
-	// one it is running finishes (or fails) on its own. It is not cancelled:
-	// a statement cancelled mid-flight can leave its connection unusable,
-	// and one of the two is the steps' connection.
-	var mu, fmu sync.Mutex
-	var first error
-	stop := func(err error) {
-		fmu.Lock()
-		defer fmu.Unlock()
-		if first == nil {
-			first = err
-		}
-	}
-	stopped := func() bool {
-		fmu.Lock()
-		defer fmu.Unlock()
-		return first != nil || ctx.Err() != nil
-	}
-	done := 0
-	built := make(map[string]bool, len(builds))
-	worker := func(conn *sql.Conn) {
-		for stmt := range next {
-			if stopped() {
-				return
-			}
-			mu.Lock() // the lock's transaction is one connection: one check at a time
-			err := s.holding(ctx)
-			mu.Unlock()
-			if err == nil {
-				err = buildIn(ctx, conn, stmt)
-			}
-			if err != nil {
-				stop(fmt.Errorf("%s: %w", firstLine(stmt), withDetail(err)))
-				return
-			}
-			mu.Lock()
-			done++
-			built[stmt] = true
-			h.progress(fmt.Sprintf("rebuilding %s: %d of %d indexes built", ph.Table, done, len(builds)))
-			err = h.fail(FailpointRebuildIndexBuilt)
-			mu.Unlock()
-			if err != nil {
-				stop(err)
-				return
-			}
-		}
-	}
-	var wg sync.WaitGroup
-	for i := 1; i < min(rebuildIndexConns, len(builds)); i++ {
-		// A pool with none to lend soon (SetMaxOpenConns(2): the lock's and
-		// the steps') builds on the steps' connection alone.
-		actx, stop := context.WithTimeout(ctx, time.Second)
-		conn, err := s.db.Conn(actx)
-		stop()
-		if err != nil {
-			break
-		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			defer conn.Close()
-			worker(conn)
-		}()
-	}
-	worker(s.conn)
-	wg.Wait()
-	// The builds finish in any order; the exec hook is told those that
-	// committed in the plan's order, so what ran reads as the plan printed it.
-	for _, b := range builds {
-		if built[b] {
-			h.executed(b)
-		}
-	}
-	if first != nil {
-		return first
-	}
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	if _, err := s.conn.ExecContext(ctx, analyze); err != nil {
-		return fmt.Errorf("%s: %w", analyze, err)
-	}
-	h.executed(analyze)
-	return nil
-}
-
-// buildIn runs one index build in a transaction of its own on conn.
-func buildIn(ctx context.Context, conn *sql.Conn, stmt string) error {
-	tx, err := conn.BeginTx(ctx, nil)
-	if err != nil {
-		return err
-	}
-	defer tx.Rollback()
-	if _, err := tx.ExecContext(ctx, stmt); err != nil {
-		return err
-	}
-	return tx.Commit()
 }

@@ -25,6 +25,8 @@
 package reconcile
 
 import (
+	"go.opentelemetry.io/otel/trace"
+
 	"context"
 	"database/sql"
 	"errors"
@@ -51,29 +53,6 @@ const (
 	StepWiden          = "widen"
 	StepExecutionSince = "execution_since"
 	StepBackfill       = "backfill"
-)
-
-// Failpoints a test (or an operator reproducing a fault) can hook with
-// WithFailpoint. Returning an error there fails the step exactly as a
-// database error would.
-const (
-	// FailpointShapeApplied runs after the shape statements, before the step commits.
-	FailpointShapeApplied = "shape.applied"
-	// FailpointRebuildCopied runs inside a SQLite rebuild, after the rows are
-	// copied into the new table (and their count checked, GuardRowsCopied)
-	// and before the old one is dropped.
-	FailpointRebuildCopied = "shape.rebuild_copied"
-	// FailpointExecutionSinceObserve runs as the execution_since step begins
-	// observing the end state, before it reads the live schema.
-	FailpointExecutionSinceObserve = "execution_since.observe"
-	// FailpointExecutionSinceWrite runs just before the execution_since key write.
-	FailpointExecutionSinceWrite = "execution_since.write"
-	// FailpointBackfillMaxTaken runs after backfill_through is computed, before the INSERT.
-	FailpointBackfillMaxTaken = backfill.PointMaxTaken
-	// FailpointBackfillInserted runs after the backfill INSERT, before capture_since is sampled.
-	FailpointBackfillInserted = backfill.PointInserted
-	// FailpointBackfillFirstKeyWritten runs between the two backfill key writes.
-	FailpointBackfillFirstKeyWritten = backfill.PointFirstKeyWritten
 )
 
 // Status is a step's outcome.
@@ -203,9 +182,17 @@ type run struct {
 	mu        sync.Mutex
 	doing     string
 	stepStart time.Time
-	o         *options
+	o         *call
 	drv       driver
 	rep       *Report
+	// traceCtx carries the Reconcile's span (root) when a tracer provider
+	// was given (trace.go); open is the span of the step running phases.
+	traceCtx context.Context
+	root     trace.Span
+	// meters count the steps (WithMeterProvider; nil: nothing counted).
+	meters   *meters
+	open     trace.Span
+	openName string
 }
 
 // Reconcile brings the declared tables to their declared shape, writes
@@ -219,29 +206,27 @@ func Reconcile(ctx context.Context, db *sql.DB, opts ...Option) (*Report, error)
 	if err != nil {
 		return &Report{}, err
 	}
-	r := &run{o: o, drv: drv, rep: &Report{Dialect: o.dialect, Lock: drv.lockMechanism()}}
+	start := time.Now()
+	r := &run{o: newCall(o), drv: drv, rep: &Report{Dialect: o.dialect, Lock: drv.lockMechanism()}, meters: newMeters(o.meters)}
+	if o.tracer != nil {
+		ctx = r.beginTrace(ctx)
+	}
 	r.steps(ctx, db)
+	r.endTrace()
+	r.meters.observe(time.Since(start), r.rep)
 	return r.rep, r.rep.Err()
 }
 
-// steps is the spec's sequence. Each step records its outcome in the report
-// and returns what the next one needs.
+// steps runs the step table (bootSteps) in order. Each step records its
+// outcome in the report and hands what the next one needs through boot.
 func (r *run) steps(ctx context.Context, db *sql.DB) {
-	sess, ok := r.lock(ctx, db)
-	if !ok {
-		return
+	b := &boot{db: db}
+	for _, s := range bootSteps() {
+		if !s.run(r, ctx, b) {
+			return
+		}
 	}
-	decl, ok := r.hostTables(ctx, sess)
-	if !ok {
-		sess.abort()
-		return
-	}
-	plan, clean := r.shape(ctx, sess, decl)
-	r.refuse(plan)
-	r.widen(ctx, sess, decl, plan)
-	es := r.executionSince(ctx, sess, decl, clean)
-	r.backfill(ctx, sess, es)
-	r.finish(ctx, db, sess)
+	r.finish(ctx, db, b.sess)
 }
 
 // lock opens the session and takes the cross-replica lock, unless the
@@ -309,7 +294,7 @@ func (r *run) hostTables(ctx context.Context, sess session) (*Declaration, bool)
 func (r *run) shape(ctx context.Context, sess session, decl *Declaration) (plan *ShapePlan, clean bool) {
 	r.stepOwnTx(ctx, StepShape, func(ctx context.Context) Step {
 		var err error
-		if plan, err = planShape(ctx, r.drv, sess.querier(), decl, sess.schemaName(), r.o); err != nil {
+		if plan, err = planShape(ctx, r.drv, sess.querier(), decl, sess.schemaName(), r.o.options); err != nil {
 			return failed(err)
 		}
 		r.rep.Drift = plan.Drift()
@@ -356,7 +341,7 @@ func (r *run) widen(ctx context.Context, sess session, decl *Declaration, plan *
 	}
 	if s != nil && s.Status == Applied {
 		var err error
-		if plan, err = planShape(ctx, r.drv, sess.querier(), decl, sess.schemaName(), r.o); err != nil {
+		if plan, err = planShape(ctx, r.drv, sess.querier(), decl, sess.schemaName(), r.o.options); err != nil {
 			r.record(Step{Name: StepWiden, Status: Failed, Detail: "plan again after the shape step: " + err.Error(), Err: err})
 			return
 		}
@@ -396,6 +381,7 @@ func (r *run) step(ctx context.Context, sess session, name string, fn func(conte
 		r.record(Step{Name: name, Status: Failed, Detail: err.Error(), Err: err})
 		return
 	}
+	ctx = r.beginStep(ctx, name)
 	stop := r.watch(name)
 	s := fn(ctx, q)
 	stop(string(s.Status))
@@ -416,6 +402,8 @@ func (r *run) record(s Step) {
 	} else {
 		r.o.logger.Info("reconcile step", "step", s.Name, "status", string(s.Status), "statements", s.Statements, "detail", s.Detail, "duration", s.Duration)
 	}
+	r.traceStep(s)
+	r.meters.countStep(s)
 	r.rep.Steps = append(r.rep.Steps, s)
 }
 
@@ -425,14 +413,16 @@ func (r *run) warn(step string, err error) {
 }
 
 func (r *run) skipRest(from, why string) {
-	all := []string{StepLock, StepHostTables, StepShape, StepExecutionSince, StepBackfill}
 	on := false
-	for _, n := range all {
-		if n == from {
+	for _, st := range bootSteps() {
+		if st.name == from {
 			on = true
 		}
-		if on && r.rep.Step(n) == nil {
-			r.rep.Steps = append(r.rep.Steps, Step{Name: n, Status: Skipped, Detail: why})
+		if on && st.always && r.rep.Step(st.name) == nil {
+			s := Step{Name: st.name, Status: Skipped, Detail: why}
+			r.traceStep(s)
+			r.meters.countStep(s)
+			r.rep.Steps = append(r.rep.Steps, s)
 		}
 	}
 }
@@ -534,6 +524,12 @@ func (r *run) backfill(ctx context.Context, sess session, es EndState) {
 			detail += fmt.Sprintf("; %d qualifying messages skipped: created_at is not a time (first: %s)",
 				res.UnreadableCreatedAt, res.FirstUnreadable)
 		}
+		if res.OversizedMetadata > 0 {
+			detail += fmt.Sprintf("; %d candidate messages skipped: metadata longer than %d bytes, not parsed (first: %s)",
+				res.OversizedMetadata, backfill.MaxMetadata, res.FirstOversized)
+			r.o.logger.Warn("reconcile: the backfill did not parse metadata longer than its limit; no row is derived from those messages",
+				"messages", res.OversizedMetadata, "first", res.FirstOversized, "limit_bytes", backfill.MaxMetadata)
+		}
 		return Step{Status: Applied, Statements: 1, Rows: &rows, Detail: detail}
 	})
 }
@@ -561,39 +557,4 @@ func missingTables(ctx context.Context, drv driver, q querier, names []string) (
 		}
 	}
 	return missing, nil
-}
-
-// Plan is the dry run of the shape step: what Reconcile would execute now.
-// It takes no lock and changes nothing.
-func Plan(ctx context.Context, db *sql.DB, opts ...Option) (*ShapePlan, error) {
-	o, drv, name, decl, err := readOnly(ctx, db, opts)
-	if err != nil {
-		return nil, err
-	}
-	p, err := planShape(ctx, drv, db, decl, name, o)
-	if err != nil {
-		return nil, err
-	}
-	if p.MissingHostTables, err = missingTables(ctx, drv, db, decl.HostTables()); err != nil {
-		return nil, err
-	}
-	return p, nil
-}
-
-// readOnly prepares a lock-free, read-only look (Plan, Observe): the options,
-// the driver, the live schema's name and the declaration evaluated for it.
-func readOnly(ctx context.Context, db *sql.DB, opts []Option) (*options, driver, string, *Declaration, error) {
-	o, drv, err := newOptions(db, opts)
-	if err != nil {
-		return nil, nil, "", nil, err
-	}
-	name, err := drv.schemaName(ctx, db)
-	if err != nil {
-		return nil, nil, "", nil, err
-	}
-	decl, err := o.loadDeclaration(drv, name)
-	if err != nil {
-		return nil, nil, "", nil, err
-	}
-	return o, drv, name, decl, nil
 }

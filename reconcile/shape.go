@@ -10,6 +10,7 @@ import (
 	"ariga.io/atlas/sql/schema"
 
 	"github.com/schemastate/schemastate/dialect"
+	"github.com/schemastate/schemastate/internal/pgtypes"
 )
 
 // tablePlan is what the shape step would do to one owned table.
@@ -139,15 +140,29 @@ type planContext struct {
 	dialect     dialect.Dialect
 }
 
-// render asks Atlas for the SQL of a change set.
+// render is the SQL of a change set: Atlas's, for changes whose every name
+// is plain (ident.go), after the drops of names that are not, which the
+// module quotes itself. Any other name that is not plain is refused by name
+// and nothing is rendered.
 func (pc *planContext) render(changes ...schema.Change) ([]string, error) {
+	out, changes, err := pc.quotedDrops(changes)
+	if err != nil {
+		return nil, err
+	}
+	for _, c := range changes {
+		if err := atlasNames(c, requirePlain); err != nil {
+			return nil, err
+		}
+	}
+	if len(changes) == 0 {
+		return out, nil
+	}
 	p, err := pc.atlas.PlanChanges(context.Background(), "shape", changes)
 	if err != nil {
 		return nil, err
 	}
-	out := make([]string, len(p.Changes))
-	for i, c := range p.Changes {
-		out[i] = c.Cmd
+	for _, c := range p.Changes {
+		out = append(out, c.Cmd)
 	}
 	return out, nil
 }
@@ -265,30 +280,16 @@ func widens(from, to schema.Type) bool {
 	// every stored value (an unset precision is PostgreSQL's maximum, 6).
 	if ft, ok := from.(*schema.TimeType); ok {
 		tt, ok := to.(*schema.TimeType)
-		return ok && timeKind(ft.T) == timeKind(tt.T) && timePrecision(tt) >= timePrecision(ft)
+		return ok && pgtypes.TimeKind(ft.T) == pgtypes.TimeKind(tt.T) && pgtypes.TimePrecision(tt) >= pgtypes.TimePrecision(ft)
+	}
+	if pgtypes.BinaryCoercible(from, to) {
+		return true
 	}
 	if st, ok := to.(*schema.StringType); ok && strings.EqualFold(st.T, "text") {
 		_, fromString := from.(*schema.StringType)
 		return fromString
 	}
 	return false
-}
-
-func timeKind(t string) string {
-	switch t = strings.ToLower(t); t {
-	case "timestamp without time zone":
-		return "timestamp"
-	case "timestamp with time zone":
-		return "timestamptz"
-	}
-	return t
-}
-
-func timePrecision(t *schema.TimeType) int {
-	if t.Precision == nil {
-		return 6
-	}
-	return *t.Precision
 }
 
 // TypeName spells a type as the dialect's SQL does (timestamp(3), timestamptz).

@@ -51,7 +51,7 @@ type sqliteSession struct {
 	inTx bool
 }
 
-func openSQLite(ctx context.Context, db *sql.DB, o *options) (*sqliteSession, error) {
+func openSQLite(ctx context.Context, db *sql.DB, o *call) (*sqliteSession, error) {
 	conn, err := db.Conn(ctx)
 	if err != nil {
 		return nil, err

@@ -3,6 +3,7 @@ package reconcile
 import (
 	"context"
 	"database/sql"
+	"fmt"
 
 	"ariga.io/atlas/sql/migrate"
 	"ariga.io/atlas/sql/schema"
@@ -23,19 +24,30 @@ func (sqliteDriver) dialect() dialect.Dialect { return dialect.SQLite }
 
 func (sqliteDriver) lockMechanism() string { return LockWriteTransaction }
 
-func (sqliteDriver) open(ctx context.Context, db *sql.DB, o *options) (session, error) {
+func (sqliteDriver) open(ctx context.Context, db *sql.DB, o *call) (session, error) {
 	return openSQLite(ctx, db, o)
 }
 
 func (sqliteDriver) schemaName(context.Context, querier) (string, error) { return "main", nil }
 
-func (sqliteDriver) atlas(q querier) (migrate.Driver, error) { return sqlite.Open(q) }
+// atlas opens Atlas's driver over q, refusing any text that is more than
+// one statement (sqlite_ident.go).
+func (sqliteDriver) atlas(q querier) (migrate.Driver, error) { return sqlite.Open(oneStatement{q}) }
 
 func (sqliteDriver) evalHCL(src []byte, s *schema.Schema, vars map[string]cty.Value) error {
 	return sqlite.EvalHCLBytes(src, s, vars)
 }
 
 func (sqliteDriver) declared(*schema.Table) {}
+
+// dropSQL: SQLite drops an index by name; a foreign key or check goes only
+// with a rebuild, which never renders it.
+func (sqliteDriver) dropSQL(_, _ string, c schema.Change) (string, error) {
+	if d, ok := c.(*schema.DropIndex); ok {
+		return "DROP INDEX " + dialect.QuoteIdent(d.I.Name), nil
+	}
+	return "", fmt.Errorf("SQLite drops a %T only by rebuilding the table", c)
+}
 
 func (sqliteDriver) formatType(t schema.Type) (string, error) { return sqlite.FormatType(t) }
 

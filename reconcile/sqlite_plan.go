@@ -37,20 +37,23 @@ func (sqliteDriver) planTable(pc *planContext, tp *tablePlan, f tableFacts) erro
 		if err != nil {
 			return fmt.Errorf("plan %s: %w", tp.Table, err)
 		}
-		tp.Phases = []Phase{sqlitePhase(PhaseAlter, tp.Table, stmts)}
+		ph := sqlitePhase(PhaseAlter, tp.Table, stmts)
+		ph.Scans = slices.ContainsFunc(changes, func(c schema.Change) bool { _, build := c.(*schema.AddIndex); return build })
+		tp.Phases = []Phase{ph}
 		return nil
 	}
 	ph, err := rebuildPhase(pc, tp.Live, tp.Want, changes, kept, f)
 	if err != nil {
 		return fmt.Errorf("plan rebuild of %s: %w", tp.Table, err)
 	}
+	ph.Scans = true // the copy
 	tp.Phases = []Phase{ph}
 	return nil
 }
 
 // sqlitePhase is a phase of the reconcile's one BEGIN IMMEDIATE transaction.
 func sqlitePhase(name, table string, stmts []string) Phase {
-	return Phase{Step: StepShape, Name: name, Table: table, SQL: stmts, Transactional: true, Lock: LockSQLiteWrite}
+	return Phase{Step: StepShape, Name: name, Kind: KindStatements, Table: table, SQL: stmts, Transactional: true, Lock: LockSQLiteWrite}
 }
 
 // normalizeLive removes differences that are spellings of the same shape, so
@@ -68,6 +71,39 @@ func normalizeLive(live, want *schema.Table) {
 				idx.Attrs = nil
 			}
 		}
+	}
+	// SQLite keeps a default as written, and an expression default must be
+	// written in parentheses (DEFAULT (lower(hex(randomblob(16))))), which
+	// Atlas's inspection strips: the same default, not a change.
+	for _, wc := range want.Columns {
+		if lc, ok := live.Column(wc.Name); ok && wc.Default != nil && lc.Default != nil &&
+			bareExpr(defaultSQL(wc.Default)) == bareExpr(defaultSQL(lc.Default)) {
+			lc.Default = wc.Default
+		}
+	}
+}
+
+// bareExpr is an expression without the parentheses around the whole of it
+// and the space at its ends.
+func bareExpr(x string) string {
+	for {
+		x = strings.TrimSpace(x)
+		if len(x) < 2 || x[0] != '(' || x[len(x)-1] != ')' {
+			return x
+		}
+		depth := 0
+		for i, r := range x {
+			switch r {
+			case '(':
+				depth++
+			case ')':
+				depth--
+			}
+			if depth == 0 && i < len(x)-1 {
+				return x // "(a) + (b)": the first parenthesis closes early
+			}
+		}
+		x = x[1 : len(x)-1]
 	}
 }
 
@@ -144,57 +180,26 @@ func atlasCopies(c *schema.Column) bool {
 // let it commit unless every row was copied and no foreign-key violation
 // appeared, and run the rename as the legacy rename.
 func rebuildPhase(pc *planContext, live, want *schema.Table, changes, drift []schema.Change, f tableFacts) (Phase, error) {
-	tmpName := "schemastate_new_" + want.Name
-	tmp := *want
-	tmp.Name = tmpName
-	tmp.Indexes = nil
-	tmp.ForeignKeys = append([]*schema.ForeignKey(nil), want.ForeignKeys...)
-	tmp.Attrs = append([]schema.Attr(nil), want.Attrs...)
-	var keepIndexes []*schema.Index
-	for _, c := range drift {
-		switch c := c.(type) {
-		case *schema.DropForeignKey:
-			fk := *c.F
-			fk.Table = &tmp
-			if fk.RefTable == live {
-				fk.RefTable = &tmp
-			}
-			if _, err := strconv.Atoi(fk.Symbol); err == nil {
-				fk.Symbol = "" // SQLite's numbering of an unnamed key, not a name
-			}
-			tmp.ForeignKeys = append(tmp.ForeignKeys, &fk)
-		case *schema.DropCheck:
-			tmp.Attrs = append(tmp.Attrs, c.C)
-		case *schema.DropIndex:
-			keepIndexes = append(keepIndexes, c.I)
-		}
-	}
-	stmts, err := pc.render(&schema.AddTable{T: &tmp})
+	tmp, keepIndexes := rebuildTable(live, want, drift)
+	stmts, err := pc.render(&schema.AddTable{T: tmp})
 	if err != nil {
 		return Phase{}, err
 	}
-	// Explicit column copy: every declared column that exists live keeps its
-	// stored value byte for byte; a new column takes its declared DEFAULT
-	// ('unknown' for agent_execution_id, AC-33 clause 5).
-	// A column tightened to NOT NULL takes its DEFAULT where it held NULL (fills).
-	var cols, exprs []string
-	fill := fills(live, want)
-	for _, c := range want.Columns {
-		if _, ok := live.Column(c.Name); ok {
-			q := dialect.QuoteIdent(c.Name)
-			cols = append(cols, q)
-			if v, ok := fill[c.Name]; ok {
-				q = fmt.Sprintf("COALESCE(%s, %s)", q, v)
-			}
-			exprs = append(exprs, q)
+	// The new table carries the kept foreign keys and checks as Atlas read
+	// them off the catalog, a check's expression as raw text: what Atlas
+	// renders of them must stay one statement (sqlite_ident.go).
+	for _, s := range stmts {
+		if err := singleSQLiteStatement(s); err != nil {
+			return Phase{}, err
 		}
 	}
+	fill := fills(live, want)
 	table := dialect.QuoteIdent(want.Name)
 	copyAt := len(stmts)
 	stmts = append(stmts,
-		fmt.Sprintf("INSERT INTO %s (%s) SELECT %s FROM %s", dialect.QuoteIdent(tmpName), strings.Join(cols, ", "), strings.Join(exprs, ", "), table),
+		rebuildCopy(live, want, tmp.Name, fill),
 		"DROP TABLE "+table,
-		"ALTER TABLE "+dialect.QuoteIdent(tmpName)+" RENAME TO "+table)
+		"ALTER TABLE "+dialect.QuoteIdent(tmp.Name)+" RENAME TO "+table)
 	for _, idx := range want.Indexes {
 		s, err := pc.render(&schema.ModifyTable{T: want, Changes: []schema.Change{&schema.AddIndex{I: idx}}})
 		if err != nil {
@@ -213,25 +218,77 @@ func rebuildPhase(pc *planContext, live, want *schema.Table, changes, drift []sc
 
 	ph := sqlitePhase(PhaseRebuild, want.Name, stmts)
 	ph.Guards = nullChecks(live, want, fill)
-	if why := fkCheckWhy(live, &tmp, changes, f.referencedBy); why != "" {
+	if why := fkCheckWhy(live, tmp, changes, f.referencedBy); why != "" {
 		var checks []string
 		for _, t := range append([]string{want.Name}, f.referencedBy...) {
 			checks = append(checks, "PRAGMA foreign_key_check("+dialect.QuoteIdent(t)+")")
 		}
-		ph.Guards = append(ph.Guards, Guard{Kind: GuardForeignKeys, SQL: checks, Detail: why})
+		ph.Guards = append(ph.Guards, Guard{Kind: GuardForeignKeys, Queries: checks, Detail: why}.withSQL())
 	}
 	ph.Guards = append(ph.Guards,
-		Guard{Kind: GuardRowsCopied, SQL: []string{"SELECT COUNT(*) FROM " + table}, Statement: copyAt,
-			Detail: "every row is copied"},
+		Guard{Kind: GuardRowsCopied, Count: "SELECT COUNT(*) FROM " + table, Copy: stmts[copyAt],
+			Detail: "every row is copied"}.withSQL(),
 		// SQLite's RENAME re-parses every view and trigger in the schema;
 		// between the DROP and the RENAME a view or another table's trigger
 		// that names the table names nothing, and the RENAME fails. The legacy
 		// rename (SQLite's documented rebuild predates the re-parse) renames
 		// the table alone; the views and triggers resolve to the rebuilt table
 		// by name afterwards.
-		Guard{Kind: GuardSetting, SQL: []string{"PRAGMA legacy_alter_table", "PRAGMA legacy_alter_table = ON", "PRAGMA legacy_alter_table = %s"},
-			Detail: "the rename leaves views and other tables' triggers to resolve by name"})
+		Guard{Kind: GuardSetting, Read: "PRAGMA legacy_alter_table", Set: "PRAGMA legacy_alter_table = ON", Restore: "PRAGMA legacy_alter_table = %s",
+			Detail: "the rename leaves views and other tables' triggers to resolve by name"}.withSQL())
 	return ph, nil
+}
+
+// rebuildTable is the rebuild's new table: the declared one under another
+// name, with no index, carrying the live table's drift (its undeclared
+// foreign keys and checks); keep are its undeclared indexes, made again
+// after the rename. want is left as it was.
+func rebuildTable(live, want *schema.Table, drift []schema.Change) (tmp *schema.Table, keep []*schema.Index) {
+	t := *want
+	tmp = &t
+	tmp.Name = "schemastate_new_" + want.Name
+	tmp.Indexes = nil
+	tmp.ForeignKeys = append([]*schema.ForeignKey(nil), want.ForeignKeys...)
+	tmp.Attrs = append([]schema.Attr(nil), want.Attrs...)
+	for _, c := range drift {
+		switch c := c.(type) {
+		case *schema.DropForeignKey:
+			fk := *c.F
+			fk.Table = tmp
+			if fk.RefTable == live {
+				fk.RefTable = tmp
+			}
+			if _, err := strconv.Atoi(fk.Symbol); err == nil {
+				fk.Symbol = "" // SQLite's numbering of an unnamed key, not a name
+			}
+			tmp.ForeignKeys = append(tmp.ForeignKeys, &fk)
+		case *schema.DropCheck:
+			tmp.Attrs = append(tmp.Attrs, c.C)
+		case *schema.DropIndex:
+			keep = append(keep, c.I)
+		}
+	}
+	return tmp, keep
+}
+
+// rebuildCopy is the rebuild's copy, with an explicit column list: every
+// declared column that exists live keeps its stored value byte for byte; a
+// new column takes its declared DEFAULT ('unknown' for agent_execution_id,
+// AC-33 clause 5); a column tightened to NOT NULL takes its DEFAULT where it
+// held NULL (fill).
+func rebuildCopy(live, want *schema.Table, tmpName string, fill map[string]string) string {
+	var cols, exprs []string
+	for _, c := range want.Columns {
+		if _, ok := live.Column(c.Name); ok {
+			q := dialect.QuoteIdent(c.Name)
+			cols = append(cols, q)
+			if v, ok := fill[c.Name]; ok {
+				q = fmt.Sprintf("COALESCE(%s, %s)", q, v)
+			}
+			exprs = append(exprs, q)
+		}
+	}
+	return fmt.Sprintf("INSERT INTO %s (%s) SELECT %s FROM %s", dialect.QuoteIdent(tmpName), strings.Join(cols, ", "), strings.Join(exprs, ", "), dialect.QuoteIdent(want.Name))
 }
 
 // nullChecks are the rebuild's guards against a NULL it could not copy: one
@@ -275,9 +332,9 @@ func nullChecks(live, want *schema.Table, fill map[string]string) []Guard {
 			sel[i] = dialect.QuoteIdent(n)
 		}
 		out = append(out, Guard{Kind: GuardNoNulls, Column: wc.Name, Names: names,
-			SQL: []string{fmt.Sprintf("SELECT %s FROM %s WHERE %s IS NULL LIMIT 1",
-				strings.Join(sel, ", "), dialect.QuoteIdent(want.Name), dialect.QuoteIdent(wc.Name))},
-			Detail: "NOT NULL with no DEFAULT to fill a NULL with"})
+			Query: fmt.Sprintf("SELECT %s FROM %s WHERE %s IS NULL LIMIT 1",
+				strings.Join(sel, ", "), dialect.QuoteIdent(want.Name), dialect.QuoteIdent(wc.Name)),
+			Detail: "NOT NULL with no DEFAULT to fill a NULL with"}.withSQL())
 	}
 	return out
 }

@@ -200,16 +200,17 @@ func TestReconcile_SQLiteRebuildRunsThePlannedGuards(t *testing.T) {
 	nulls, fk, rows, setting := kinds[reconcile.GuardNoNulls], kinds[reconcile.GuardForeignKeys], kinds[reconcile.GuardRowsCopied], kinds[reconcile.GuardSetting]
 	require.Equal(t, "id", nulls.Column, "the legacy id TEXT PRIMARY KEY is nullable on SQLite")
 	require.Equal(t, "referenced by subagent_notes", fk.Detail)
-	require.True(t, strings.HasPrefix(rebuild.SQL[rows.Statement], "INSERT INTO"), rebuild.SQL[rows.Statement])
+	require.True(t, strings.HasPrefix(rows.Copy, "INSERT INTO"), rows.Copy)
+	require.Contains(t, rebuild.SQL, rows.Copy)
 
 	var want []string
 	want = append(want, nulls.SQL...)
 	want = append(want, fk.SQL...)
 	want = append(want, rows.SQL...)
-	want = append(want, setting.SQL[0], setting.SQL[1])
+	want = append(want, setting.Read, setting.Set)
 	want = append(want, rebuild.SQL...)
 	want = append(want, fk.SQL...)
-	want = append(want, fmt.Sprintf(setting.SQL[2], "0"))
+	want = append(want, fmt.Sprintf(setting.Restore, "0"))
 	for i, s := range want {
 		want[i] = strings.Join(strings.Fields(s), " ")
 	}

@@ -73,8 +73,9 @@ func Observe(ctx context.Context, db *sql.DB, opts ...Option) (*Observation, err
 		return nil, err
 	}
 	obs.EndState = observe(lt, decl.Table(subagentsTable))
-	o.prune = false // drift is reported as kept: Observe plans what a plain boot would
-	plan, err := planShape(ctx, drv, db, decl, name, o)
+	plain := *o
+	plain.prune = false // drift is reported as kept: Observe plans what a plain boot would
+	plan, err := planShape(ctx, drv, db, decl, name, &plain)
 	if err != nil {
 		return nil, err
 	}

@@ -13,7 +13,8 @@ import (
 
 const lintUsage = `[--base OLD.hcl | --base-git REF] [NEW.hcl] [--dialect sqlite|postgres|both] [--db DSN] [--fail-on refused|rewrite|any] [--json]
 
-Plans the reconcile to NEW.hcl (default: the built-in schema.hcl) on a scratch store
+Plans the reconcile to NEW.hcl (default: the built-in schema.hcl; with --base-git, the
+working tree's schema.hcl) on a scratch store
 of each installed-base state — predating (no owned table), pre-amendment, amended
 by the host's own DDL, and, with a base, the base declaration's shape — and prints
 every phase (SQL, transaction, lock, cost) with the hazards found. SQLite stores are
@@ -82,6 +83,14 @@ func runLint(ctx context.Context, e *env, args []string) int {
 			return usageErr("--base-git: %v", err)
 		}
 		cfg.Base = &s
+		if fs.NArg() == 0 {
+			// The base is the committed schema.hcl: the change under review
+			// is the working tree's, not the declaration built into this
+			// binary.
+			if cfg.New, err = lint.WorkTreeSource(ctx, ".", "schema.hcl"); err != nil {
+				return usageErr("--base-git without NEW.hcl reads the working tree's schema.hcl: %v", err)
+			}
+		}
 	}
 	rep, err := lint.Lint(ctx, cfg)
 	if err != nil {

@@ -3,6 +3,8 @@ package main
 import (
 	"database/sql"
 	"encoding/json"
+	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -142,4 +144,37 @@ func TestCLI_Lint_RebuildRowsFromRealStore(t *testing.T) {
 	require.NoError(t, real.QueryRow("SELECT count(*) FROM task_session_subagents").Scan(&n))
 	require.Positive(t, n)
 	require.Equal(t, n, *rows)
+}
+
+// lint --base-git REF without NEW.hcl reviews the working tree's schema.hcl
+// against the committed one, not the declaration built into the binary, and
+// says which declaration it read.
+func TestCLI_Lint_BaseGitReadsTheWorkingTree(t *testing.T) {
+	dir := t.TempDir()
+	git := func(args ...string) {
+		t.Helper()
+		cmd := exec.Command("git", append([]string{"-c", "user.name=t", "-c", "user.email=t@example.com"}, args...)...)
+		cmd.Dir = dir
+		out, err := cmd.CombinedOutput()
+		require.NoError(t, err, "%s", out)
+	}
+	git("init", "-q")
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "schema.hcl"), schemastate.SchemaHCL, 0o644))
+	git("add", "schema.hcl")
+	git("commit", "-q", "-m", "base")
+	edited := strings.Replace(string(schemastate.SchemaHCL), "  index \"idx_subagents_turn_id\" {", "  index \"idx_subagents_model\" {\n    columns = [column.model]\n  }\n  index \"idx_subagents_turn_id\" {", 1)
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "schema.hcl"), []byte(edited), 0o644))
+	require.NoError(t, os.MkdirAll(filepath.Join(dir, "sub"), 0o755))
+	t.Chdir(filepath.Join(dir, "sub")) // the repository's top level is found from below it too
+
+	code, out, errOut := cli(t, "lint", "--base-git", "HEAD", "--dialect", "sqlite")
+	require.Equal(t, 0, code, errOut)
+	require.Contains(t, out, "lint "+filepath.Join(dir, "schema.hcl")+" against base HEAD:schema.hcl")
+	require.Contains(t, out, "idx_subagents_model", "the working tree's edit is linted")
+
+	// With nothing edited there is nothing to review beyond the base.
+	git("checkout", "-q", "--", "schema.hcl")
+	code, out, errOut = cli(t, "lint", "--base-git", "HEAD", "--dialect", "sqlite")
+	require.Equal(t, 0, code, errOut)
+	require.NotContains(t, out, "idx_subagents_model")
 }

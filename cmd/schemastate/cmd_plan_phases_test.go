@@ -11,16 +11,18 @@ import (
 )
 
 // plan --json prints the plan value — every phase with its SQL, transaction,
-// lock and path — and reconcile runs exactly those phases.
+// kind, lock, what the host waits on and path — and reconcile runs exactly
+// those phases.
 func TestCLI_PlanPrintsThePhasesReconcileRuns(t *testing.T) {
 	db := dbtest.Open(t, dialect.Postgres).Host(t).Legacy(t)
 	code, out, stderr := cli(t, "plan", "--db", db.CLIDSN, "--json")
 	require.Equal(t, exitChangesPending, code, stderr)
 	var plan struct {
 		Phases []struct {
-			Step, Name, Table, Object, Lock, Detail string
-			SQL                                     []string
-			Transactional                           bool
+			Step, Name, Table, Object, Lock, Detail, Kind string
+			HostWaits                                     string `json:"host_waits"`
+			SQL                                           []string
+			Transactional                                 bool
 		}
 	}
 	require.NoError(t, json.Unmarshal([]byte(out), &plan))
@@ -28,6 +30,8 @@ func TestCLI_PlanPrintsThePhasesReconcileRuns(t *testing.T) {
 	for _, p := range plan.Phases {
 		require.NotEmpty(t, p.SQL)
 		require.NotEmpty(t, p.Lock)
+		require.Equal(t, "statements", p.Kind, "each phase says how it runs")
+		require.NotEmpty(t, p.HostWaits, "and what the host waits on")
 		id := p.Table + "." + p.Name
 		if p.Object != "" {
 			id += "." + p.Object

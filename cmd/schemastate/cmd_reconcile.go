@@ -202,6 +202,10 @@ func runPlan(ctx context.Context, e *env, args []string) int {
 				if ph.Detail != "" {
 					fmt.Fprintf(e.stdout, "--   %s\n", ph.Detail)
 				}
+				fmt.Fprintf(e.stdout, "--   runs as %s; the host waits on %s\n", ph.Kind, ph.HostWaits)
+				if ph.Breaking != nil {
+					fmt.Fprintf(e.stdout, "--   reads first: %s\n", ph.Breaking.Sample)
+				}
 				if ph.DoneWhen != "" {
 					fmt.Fprintf(e.stdout, "--   skipped when: %s\n", firstLineOf(ph.DoneWhen))
 				}

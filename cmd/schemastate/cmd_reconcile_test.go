@@ -103,6 +103,20 @@ func TestCLI_ExitCodes(t *testing.T) {
 		require.Contains(t, stderr, "cannot reach")
 		require.NotContains(t, stderr+out, "s3cretpw")
 	})
+	t.Run("a malformed URL is 2 and prints no byte of its password", func(t *testing.T) {
+		for dsn, parts := range map[string][]string{
+			"postgres://alice:pa%ZZss@127.0.0.1:1/nope": {"ZZ", "pa%", "ss@"},
+			"postgres://alice:qx/jv@127.0.0.1:1/nope":   {"qx", "jv"},
+			"postgres://alice:42/jv@127.0.0.1:1/nope":   {"42", "jv"},
+		} {
+			code, out, stderr := cli(t, "reconcile", "--db", dsn)
+			require.Equal(t, exitUsage, code, dsn)
+			require.Contains(t, stderr, "not a valid PostgreSQL URL", dsn)
+			for _, p := range parts {
+				require.NotContains(t, stderr+out, p, dsn)
+			}
+		}
+	})
 }
 
 func TestCLI_DemoSeedsAndReconciles(t *testing.T) {

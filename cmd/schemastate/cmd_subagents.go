@@ -11,6 +11,7 @@ import (
 
 	"github.com/schemastate/schemastate/fanout"
 	"github.com/schemastate/schemastate/internal/dsn"
+	"github.com/schemastate/schemastate/internal/termtext"
 )
 
 func runSubagents(ctx context.Context, e *env, args []string) int {
@@ -44,8 +45,11 @@ func printRows(e *env, rows []fanout.Row) {
 	tw := tabwriter.NewWriter(e.stdout, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "task_session_id\ttool_call_id\tagent_execution_id\tsource\tobserved_at\texecution_identity")
 	for _, r := range rows {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", r.TaskSessionID, r.ToolCallID, r.AgentExecutionID, r.Source,
-			r.ObservedAt.UTC().Format(time.RFC3339Nano), r.ExecutionIdentity)
+		// Rows hold what writers sent: escaped, a control sequence in one
+		// is shown, never acted on by the terminal (a tab would break the
+		// columns, so it is escaped too).
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", cell(r.TaskSessionID), cell(r.ToolCallID), cell(r.AgentExecutionID), cell(r.Source),
+			r.ObservedAt.UTC().Format(time.RFC3339Nano), cell(string(r.ExecutionIdentity)))
 	}
 	_ = tw.Flush()
 }
@@ -64,7 +68,7 @@ func printSummary(e *env, s *fanout.Summary) {
 	fmt.Fprintf(w, "by source:  live %d, backfill %d", s.BySource[fanout.SourceLive], s.BySource[fanout.SourceBackfill])
 	for _, src := range sortedKeys(s.BySource) {
 		if src != fanout.SourceLive && src != fanout.SourceBackfill {
-			fmt.Fprintf(w, ", %s %d", src, s.BySource[src])
+			fmt.Fprintf(w, ", %s %d", termtext.Escape(src), s.BySource[src])
 		}
 	}
 	fmt.Fprintln(w)
@@ -75,8 +79,14 @@ func printSummary(e *env, s *fanout.Summary) {
 	fmt.Fprintf(w, "by execution identity: %s\n", strings.Join(ids, ", "))
 	fmt.Fprintln(w, "disclose with these counts:")
 	for _, d := range s.Coverage.Disclosures {
-		fmt.Fprintf(w, "  - %s\n", d)
+		fmt.Fprintf(w, "  - %s\n", termtext.Escape(d))
 	}
+}
+
+// cell is one value of a text table: escaped (termtext), its tabs and
+// newlines too, so it stays one cell of one line.
+func cell(s string) string {
+	return strings.NewReplacer("\t", `\t`, "\n", `\n`).Replace(termtext.Escape(s))
 }
 
 func sortedKeys(m map[string]int64) []string {

@@ -239,7 +239,7 @@ type generator struct {
 	text  corpus
 	w     *writer
 
-	sessions, turns, messages, subagentRows *table
+	turns, messages, subagentRows *table
 	// rebase moves post-activation timestamps of the amended state to just
 	// after the activation its reconcile sampled; zero elsewhere.
 	rebase    time.Duration

@@ -55,33 +55,7 @@ const meanAgentMessages = 7
 func newPlan(rng *rand.Rand, pop Population, targetBytes int64, meanMessageBytes float64) *plan {
 	p := &plan{pop: pop}
 
-	// Invocation attributes: statuses shuffled, then the rare shapes assigned.
-	for _, st := range []string{StatusAsyncLaunched, StatusCompleted, StatusStarted, NoStatus} {
-		for i := 0; i < pop.Status[st]; i++ {
-			p.invocations = append(p.invocations, invocation{status: st})
-		}
-	}
-	rng.Shuffle(len(p.invocations), func(i, j int) { p.invocations[i], p.invocations[j] = p.invocations[j], p.invocations[i] })
-	withModel, maxGiven := 0, false
-	for i := range p.invocations {
-		inv := &p.invocations[i]
-		if inv.status != StatusCompleted {
-			continue
-		}
-		if withModel < pop.CompletedWithModel {
-			inv.withModel = true
-			withModel++
-		}
-		if !maxGiven {
-			inv.tokens = pop.MaxTokens
-			maxGiven = true
-		} else {
-			inv.tokens = 1000 + rng.Int64N(pop.MaxTokens-1000)
-		}
-	}
-	for _, i := range rng.Perm(len(p.invocations))[:pop.MissingType] {
-		p.invocations[i].missingType = true
-	}
+	p.planInvocations(rng, pop)
 
 	// Subagent turns, shuffled, then dealt to the subagent sessions: every
 	// such session gets at least one.
@@ -138,6 +112,37 @@ func newPlan(rng *rand.Rand, pop Population, targetBytes int64, meanMessageBytes
 	rng.Shuffle(len(sessions), func(i, j int) { sessions[i], sessions[j] = sessions[j], sessions[i] })
 	p.sessions = sessions
 	return p
+}
+
+// planInvocations draws the invocations' attributes: statuses shuffled,
+// then the rare shapes assigned.
+func (p *plan) planInvocations(rng *rand.Rand, pop Population) {
+	for _, st := range []string{StatusAsyncLaunched, StatusCompleted, StatusStarted, NoStatus} {
+		for i := 0; i < pop.Status[st]; i++ {
+			p.invocations = append(p.invocations, invocation{status: st})
+		}
+	}
+	rng.Shuffle(len(p.invocations), func(i, j int) { p.invocations[i], p.invocations[j] = p.invocations[j], p.invocations[i] })
+	withModel, maxGiven := 0, false
+	for i := range p.invocations {
+		inv := &p.invocations[i]
+		if inv.status != StatusCompleted {
+			continue
+		}
+		if withModel < pop.CompletedWithModel {
+			inv.withModel = true
+			withModel++
+		}
+		if !maxGiven {
+			inv.tokens = pop.MaxTokens
+			maxGiven = true
+		} else {
+			inv.tokens = 1000 + rng.Int64N(pop.MaxTokens-1000)
+		}
+	}
+	for _, i := range rng.Perm(len(p.invocations))[:pop.MissingType] {
+		p.invocations[i].missingType = true
+	}
 }
 
 // sessionStart spreads sessions evenly over the reference window, in order.

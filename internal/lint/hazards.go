@@ -3,7 +3,6 @@ package lint
 import (
 	"bytes"
 	"fmt"
-	"regexp"
 	"strings"
 
 	"ariga.io/atlas/sql/schema"
@@ -159,34 +158,6 @@ func refusedHazard(table string, c schema.Change, why string) Hazard {
 	return h
 }
 
-// catalogOnlyType reports a PostgreSQL type change that rewrites nothing:
-// varchar(n) → text or a longer varchar, a timestamp gaining precision
-// (binary-coercible, or a typmod the server only re-reads).
-func catalogOnlyType(from, to schema.Type) bool {
-	switch f := from.(type) {
-	case *schema.StringType:
-		t, ok := to.(*schema.StringType)
-		if !ok {
-			return false
-		}
-		if strings.EqualFold(t.T, "text") {
-			return true
-		}
-		return strings.EqualFold(f.T, t.T) && (t.Size == 0 || f.Size != 0 && t.Size >= f.Size)
-	case *schema.TimeType:
-		t, ok := to.(*schema.TimeType)
-		return ok && strings.EqualFold(f.T, t.T) && precision(t) >= precision(f)
-	}
-	return false
-}
-
-func precision(t *schema.TimeType) int {
-	if t.Precision == nil {
-		return 6
-	}
-	return *t.Precision
-}
-
 // widenedOnline reports a table whose widening the plan makes online — the
 // shadow-table rebuild or the expand/copy/contract phases (no exclusive
 // rewrite).
@@ -206,31 +177,6 @@ func builtConcurrently(phases []reconcile.Phase, table, index string) bool {
 		}
 	}
 	return false
-}
-
-// notNullCheck matches a CHECK that makes a column NOT NULL.
-var notNullCheck = regexp.MustCompile(`(?i)^\(*\s*"?([a-z_][a-z0-9_]*)"?\s+IS\s+NOT\s+NULL\s*\)*$`)
-
-func validatedNotNull(live *schema.Table, column string) bool {
-	for _, a := range live.Attrs {
-		if c, ok := a.(*schema.Check); ok {
-			if m := notNullCheck.FindStringSubmatch(c.Expr); m != nil && m[1] == column {
-				return true
-			}
-		}
-	}
-	return false
-}
-
-// stableDefaults are default expressions PostgreSQL evaluates once for ADD
-// COLUMN (STABLE or IMMUTABLE): no rewrite.
-var stableDefaults = regexp.MustCompile(`(?i)^\(?\s*(now\(\)|current_timestamp|current_date|current_time|localtimestamp|localtime|transaction_timestamp\(\)|statement_timestamp\(\))\s*\)?$`)
-
-// volatileDefault reports a default that is an expression PostgreSQL must
-// evaluate per row (random(), gen_random_uuid(), clock_timestamp(), …).
-func volatileDefault(c *schema.Column) bool {
-	x, ok := c.Default.(*schema.RawExpr)
-	return ok && !stableDefaults.MatchString(strings.TrimSpace(x.X))
 }
 
 func exprText(x schema.Expr) string {

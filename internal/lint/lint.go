@@ -20,6 +20,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/schemastate/schemastate"
@@ -176,23 +177,11 @@ func Lint(ctx context.Context, cfg Config) (rep *Report, err error) {
 	} else {
 		rep.Skipped = append(rep.Skipped, "no base declaration (--base or --base-git): the old-shape state, and the edits to host tables, the dropped tables, the AC-33 end state and the certificate, which compare two declarations, were not checked")
 	}
-	// The reconcile reads a declaration from a file: write the ones given
-	// as text to a directory of their own.
-	dir, err := os.MkdirTemp("", "schemastate_lint_")
-	if err != nil {
-		return nil, fmt.Errorf("%w: temporary directory: %w", ErrEvaluate, err)
-	}
-	defer os.RemoveAll(dir)
-	newFile, err := writeSource(dir, "new.hcl", cfg.New)
+	dir, newFile, baseFile, err := writeSources(cfg)
 	if err != nil {
 		return nil, err
 	}
-	baseFile := ""
-	if cfg.Base != nil {
-		if baseFile, err = writeSource(dir, "base.hcl", *cfg.Base); err != nil {
-			return nil, err
-		}
-	}
+	defer os.RemoveAll(dir)
 	for _, d := range cfg.Dialects {
 		r, err := dialects.For(d)
 		if err != nil {
@@ -225,7 +214,31 @@ func Lint(ctx context.Context, cfg Config) (rep *Report, err error) {
 		}
 		rep.Runs = append(rep.Runs, runs...)
 	}
+	if real != nil && slices.Contains(cfg.Dialects, real.t.Dialect) && real.hasOwnedTables(ctx) {
+		run, err := planStore(ctx, real, newFile, cfg.Options)
+		if err != nil {
+			return nil, err
+		}
+		rep.Runs = append(rep.Runs, run)
+	}
 	return rep, nil
+}
+
+// writeSources writes the declarations given as text to a directory of
+// their own, as the reconcile reads a declaration from a file: newFile, and
+// baseFile when there is a base ("" otherwise). The caller removes dir.
+func writeSources(cfg Config) (dir, newFile, baseFile string, err error) {
+	if dir, err = os.MkdirTemp("", "schemastate_lint_"); err != nil {
+		return "", "", "", fmt.Errorf("%w: temporary directory: %w", ErrEvaluate, err)
+	}
+	if newFile, err = writeSource(dir, "new.hcl", cfg.New); err == nil && cfg.Base != nil {
+		baseFile, err = writeSource(dir, "base.hcl", *cfg.Base)
+	}
+	if err != nil {
+		os.RemoveAll(dir)
+		return "", "", "", err
+	}
+	return dir, newFile, baseFile, nil
 }
 
 func writeSource(dir, name string, s Source) (string, error) {
@@ -312,7 +325,7 @@ func PlanState(ctx context.Context, db *sql.DB, d dialect.Dialect, state *basest
 	}
 	tables := p.Tables()
 	for _, ph := range p.Phases() {
-		run.Phases = append(run.Phases, Phase{Phase: ph, Cost: cost(d, ph, tables)})
+		run.Phases = append(run.Phases, Phase{Phase: ph, Cost: cost(ph)})
 	}
 	run.Hazards = append(run.Hazards, planHazards(d, state.Name, tables, p.Phases())...)
 	return run, nil
@@ -346,6 +359,13 @@ func openReal(ctx context.Context, t dsn.Target) (*target, error) {
 	return &target{t: t, db: db}, nil
 }
 
+// hasOwnedTables reports a real store that holds the subagents table: a
+// store of the module, whose own plan is worth reading (a server --db names
+// only to hold the scratch stores has none).
+func (r *target) hasOwnedTables(ctx context.Context) bool {
+	return r.rows(ctx, "task_session_subagents") != nil
+}
+
 // rows counts a table's rows in the real store; nil when it has no such
 // table (or cannot say).
 func (r *target) rows(ctx context.Context, table string) *int64 {
@@ -369,6 +389,20 @@ func GitSource(ctx context.Context, dir, ref, path string) (Source, error) {
 		return Source{}, fmt.Errorf("git show %s: %w: %s", spec, err, strings.TrimSpace(stderr.String()))
 	}
 	return Source{HCL: out, File: spec}, nil
+}
+
+// WorkTreeSource reads path as it is in the working tree of the git
+// repository dir is in: what 'git show REF:path' is the committed form of.
+func WorkTreeSource(ctx context.Context, dir, path string) (Source, error) {
+	cmd := exec.CommandContext(ctx, "git", "rev-parse", "--show-toplevel")
+	cmd.Dir = dir
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return Source{}, fmt.Errorf("git rev-parse --show-toplevel: %w: %s", err, strings.TrimSpace(stderr.String()))
+	}
+	return FileSource(filepath.Join(strings.TrimSpace(string(out)), filepath.FromSlash(path)))
 }
 
 // FileSource reads a declaration from a file.

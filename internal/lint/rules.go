@@ -15,10 +15,6 @@ import (
 type dialectRules struct {
 	// differ diffs two declarations of a host table.
 	differ schema.Differ
-	// altersCatalogOnly: an alter phase that fills, builds or checks
-	// nothing row by row costs nothing per row whatever it changes (SQLite
-	// alters in place only what it can without touching rows).
-	altersCatalogOnly bool
 	// lockHazards adds the hazards of change c to table tc that come from
 	// the dialect's table locks, beside the rules every dialect shares.
 	lockHazards func(d dialect.Dialect, tc reconcile.TableChanges, c schema.Change, phases []reconcile.Phase, add func(Hazard))

@@ -15,9 +15,8 @@ import (
 // change's cost is the plan's (a rebuild copies the rows), not a hazard of
 // its own.
 var sqliteRules = dialectRules{
-	differ:            sqlite.DefaultDiff,
-	altersCatalogOnly: true,
-	lockHazards:       func(dialect.Dialect, reconcile.TableChanges, schema.Change, []reconcile.Phase, func(Hazard)) {},
+	differ:      sqlite.DefaultDiff,
+	lockHazards: func(dialect.Dialect, reconcile.TableChanges, schema.Change, []reconcile.Phase, func(Hazard)) {},
 	// The file must exist: opening it read-only never creates it.
 	readOnly: func(t dsn.Target) (dsn.Target, error) {
 		if _, err := os.Stat(t.Path); err != nil {
