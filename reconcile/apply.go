@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/schemastate/schemastate/internal/ops"
 	"github.com/schemastate/schemastate/internal/readonly"
 )
 
@@ -48,17 +49,17 @@ func (r *run) stepOwnTx(ctx context.Context, name string, fn func(context.Contex
 // groupPhases groups consecutive transactional phases, which share one
 // transaction scope; lastTx is the index of the last such group (-1 when
 // none).
-func groupPhases(phases []Phase) (groups [][]Phase, lastTx int) {
+func groupPhases(phases []ops.Phase) (groups [][]ops.Phase, lastTx int) {
 	for i, ph := range phases {
-		if i > 0 && ph.Kind == KindStatements && phases[i-1].Kind == KindStatements {
+		if i > 0 && ph.Kind == ops.KindStatements && phases[i-1].Kind == ops.KindStatements {
 			groups[len(groups)-1] = append(groups[len(groups)-1], ph)
 			continue
 		}
-		groups = append(groups, []Phase{ph})
+		groups = append(groups, []ops.Phase{ph})
 	}
 	lastTx = -1
 	for i, g := range groups {
-		if g[0].Kind == KindStatements {
+		if g[0].Kind == ops.KindStatements {
 			lastTx = i
 		}
 	}
@@ -72,9 +73,9 @@ type applied struct {
 	statements     int
 }
 
-func (a *applied) add(ph Phase) {
+func (a *applied) add(ph ops.Phase) {
 	a.ran = append(a.ran, ph.ID())
-	a.said = append(a.said, ph.said())
+	a.said = append(a.said, said(ph))
 	a.statements += len(ph.SQL)
 	if ph.Detail != "" && !contains(a.why, ph.Table+": "+ph.Detail) {
 		a.why = append(a.why, ph.Table+": "+ph.Detail)
@@ -102,7 +103,7 @@ func (a *applied) committedBefore(err error) error {
 }
 
 // applyPhases runs one step's phases.
-func (r *run) applyPhases(ctx context.Context, sess session, step string, phases []Phase) Step {
+func (r *run) applyPhases(ctx context.Context, sess session, step string, phases []ops.Phase) Step {
 	groups, lastTx := groupPhases(phases)
 	h := phaseHooks{fail: r.o.fail, progress: func(msg string) { r.progress(step, msg) }, executed: r.o.executed}
 	var a applied
@@ -149,12 +150,12 @@ func (r *run) applyPhases(ctx context.Context, sess session, step string, phases
 // scope of statements (lastShapeTx: the shape step's last, after which
 // FailpointShapeApplied fires before the commit), or one phase alone; then
 // each finished phase's FailpointAfterPhase. did tells which phases ran.
-func (r *run) runPhaseGroup(ctx context.Context, sess session, step string, g []Phase, h phaseHooks, lastShapeTx bool) (did []bool, err error) {
+func (r *run) runPhaseGroup(ctx context.Context, sess session, step string, g []ops.Phase, h phaseHooks, lastShapeTx bool) (did []bool, err error) {
 	ends := make([]func(bool, error), len(g))
 	for j, ph := range g {
 		ends[j] = r.tracePhase(ctx, ph)
 	}
-	if g[0].Kind == KindStatements {
+	if g[0].Kind == ops.KindStatements {
 		var beforeCommit func() error
 		if lastShapeTx {
 			beforeCommit = func() error { return r.o.fail(FailpointShapeApplied) }
@@ -196,7 +197,7 @@ func inProgress(err error, ran []string) Step {
 // tables. It reports, per phase, whether it ran. The exec hook is told the
 // statements once the scope succeeded: an attempt retried for its lock was
 // rolled back, and is reported once, from the attempt that committed.
-func (r *run) runGroup(ctx context.Context, sess session, step string, group []Phase, h phaseHooks, beforeCommit func() error) ([]bool, error) {
+func (r *run) runGroup(ctx context.Context, sess session, step string, group []ops.Phase, h phaseHooks, beforeCommit func() error) ([]bool, error) {
 	ran := make([]bool, len(group))
 	var executed []string
 	err := sess.transact(ctx, step, group[0].Table, func(q querier) error {
@@ -235,7 +236,7 @@ func (r *run) runGroup(ctx context.Context, sess session, step string, group []P
 
 // runAlone runs a non-transactional phase, once the live catalog says it is
 // still to do.
-func (r *run) runAlone(ctx context.Context, sess session, ph Phase, h phaseHooks) (bool, error) {
+func (r *run) runAlone(ctx context.Context, sess session, ph ops.Phase, h phaseHooks) (bool, error) {
 	todo, err := r.todo(ctx, sess.querier(), ph)
 	if err != nil || !todo {
 		return false, err
@@ -248,7 +249,7 @@ func (r *run) runAlone(ctx context.Context, sess session, ph Phase, h phaseHooks
 
 // todo checks a phase against the live catalog: false when it is already
 // done, an error naming what blocks it.
-func (r *run) todo(ctx context.Context, q querier, ph Phase) (bool, error) {
+func (r *run) todo(ctx context.Context, q querier, ph ops.Phase) (bool, error) {
 	if ph.DoneWhen != "" {
 		var done bool
 		if err := q.QueryRowContext(ctx, ph.DoneWhen).Scan(&done); err != nil {
@@ -271,28 +272,28 @@ func (r *run) todo(ctx context.Context, q querier, ph Phase) (bool, error) {
 }
 
 // runPhase runs one transactional phase's SQL inside its guards.
-func (r *run) runPhase(ctx context.Context, q querier, ph Phase, h phaseHooks, executed *[]string) (err error) {
+func (r *run) runPhase(ctx context.Context, q querier, ph ops.Phase, h phaseHooks, executed *[]string) (err error) {
 	var violations, rows []int64
 	for _, g := range ph.Guards {
 		switch g.Kind {
-		case GuardNoNulls:
+		case ops.GuardNoNulls:
 			if err := refuseNulls(ctx, q, ph, g); err != nil {
 				return err
 			}
-		case GuardForeignKeys:
+		case ops.GuardForeignKeys:
 			n, err := countRows(ctx, q, g.Queries)
 			if err != nil {
 				return fmt.Errorf("%s: %w", ph.ID(), err)
 			}
 			violations = append(violations, n)
-		case GuardRowsCopied:
+		case ops.GuardRowsCopied:
 			var n int64
 			if err := q.QueryRowContext(ctx, g.Count).Scan(&n); err != nil {
 				return fmt.Errorf("%s: %w", ph.ID(), err)
 			}
 			rows = append(rows, n)
 			h.progress(fmt.Sprintf("rebuilding %s: copying %d rows", ph.Table, n))
-		case GuardSetting:
+		case ops.GuardSetting:
 			var was string
 			if err := q.QueryRowContext(ctx, g.Read).Scan(&was); err != nil {
 				return fmt.Errorf("%s: %w", ph.ID(), err)
@@ -314,7 +315,7 @@ func (r *run) runPhase(ctx context.Context, q querier, ph Phase, h phaseHooks, e
 		*executed = append(*executed, stmt)
 		k := 0
 		for _, g := range ph.Guards {
-			if g.Kind != GuardRowsCopied {
+			if g.Kind != ops.GuardRowsCopied {
 				continue
 			}
 			if want := rows[k]; g.Copy == stmt {
@@ -334,7 +335,7 @@ func (r *run) runPhase(ctx context.Context, q querier, ph Phase, h phaseHooks, e
 	}
 	k := 0
 	for _, g := range ph.Guards {
-		if g.Kind != GuardForeignKeys {
+		if g.Kind != ops.GuardForeignKeys {
 			continue
 		}
 		after, err := countRows(ctx, q, g.Queries)
@@ -351,7 +352,7 @@ func (r *run) runPhase(ctx context.Context, q querier, ph Phase, h phaseHooks, e
 
 // refuseNulls fails with ErrNullRow, naming the row, when the guard's query
 // finds a NULL the phase could not keep.
-func refuseNulls(ctx context.Context, q querier, ph Phase, g Guard) error {
+func refuseNulls(ctx context.Context, q querier, ph ops.Phase, g ops.Guard) error {
 	vals := make([]sql.NullString, len(g.Names))
 	dest := make([]any, len(vals))
 	for i := range vals {
@@ -397,17 +398,17 @@ func countRows(ctx context.Context, q querier, queries []string) (int64, error) 
 }
 
 // said is how a step's detail names the phase once it ran.
-func (p Phase) said() string {
+func said(p ops.Phase) string {
 	switch p.Name {
-	case PhaseCreate:
+	case ops.PhaseCreate:
 		return "created " + p.Table
-	case PhaseAlter:
+	case ops.PhaseAlter:
 		return "altered " + p.Table
-	case PhaseWiden:
+	case ops.PhaseWiden:
 		return "widened column types of " + p.Table
-	case PhaseRebuild:
+	case ops.PhaseRebuild:
 		for _, g := range p.Guards {
-			if g.Kind == GuardForeignKeys {
+			if g.Kind == ops.GuardForeignKeys {
 				return "rebuilt " + p.Table
 			}
 		}
@@ -416,7 +417,7 @@ func (p Phase) said() string {
 	return p.ID()
 }
 
-func prevTable(groups [][]Phase, i, j int) string {
+func prevTable(groups [][]ops.Phase, i, j int) string {
 	if j > 0 {
 		return groups[i][j-1].Table
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/schemastate/schemastate"
 	"github.com/schemastate/schemastate/dialect"
 	"github.com/schemastate/schemastate/internal/dbtest"
+	"github.com/schemastate/schemastate/internal/ops"
 	"github.com/schemastate/schemastate/internal/parity"
 	"github.com/schemastate/schemastate/reconcile"
 )
@@ -296,7 +297,7 @@ func TestEdit_ValidationFailureDropsTheNotValidConstraint(t *testing.T) {
 // holds: a NOT VALID constraint of the declared name is validated, not
 // added again, and the end state is the one a boot that ran through reaches.
 func TestEdit_KilledAfterEachPhaseResumes(t *testing.T) {
-	eachRecipe(t, func(t *testing.T, e edit, _ *dbtest.DB, phases []reconcile.Phase) {
+	eachRecipe(t, func(t *testing.T, e edit, _ *dbtest.DB, phases []ops.Phase) {
 		for _, ph := range phases {
 			t.Run(ph.Name+"."+ph.Object, func(t *testing.T) {
 				db := openPostgres(t)
@@ -304,19 +305,19 @@ func TestEdit_KilledAfterEachPhaseResumes(t *testing.T) {
 				before := snapshot(t, db)
 				_, err := reconcile.Reconcile(ctx, db.DB, editOptions(t, e, failAt(reconcile.FailpointAfterPhase(ph.ID())))...)
 				require.Error(t, err)
-				if ph.Name == reconcile.PhaseAddNotValid {
+				if ph.Name == ops.PhaseAddNotValid {
 					require.Equal(t, []string{e.constraint + " NOT VALID"}, constraints(t, db, e.constraint))
 					plan, err := reconcile.Plan(ctx, db.DB, editOptions(t, e)...)
 					require.NoError(t, err)
 					require.Contains(t, strings.Join(plan.Resumed(), " "), e.constraint)
 				}
-				if ph.Name == reconcile.PhaseAddColumn {
+				if ph.Name == ops.PhaseAddColumn {
 					plan, err := reconcile.Plan(ctx, db.DB, editOptions(t, e)...)
 					require.NoError(t, err)
 					require.Contains(t, strings.Join(plan.Resumed(), " "), "column "+ph.Object+" added, its fill in flight")
 				}
 				rep := mustReconcile(t, db, editOptions(t, e)...)
-				if ph.Kind != reconcile.KindCheckRows { // a read, run again before what it guards
+				if ph.Kind != ops.KindCheckRows { // a read, run again before what it guards
 					for _, id := range rep.Step(reconcile.StepShape).Phases {
 						require.NotEqual(t, ph.ID(), id, "a phase done is not run again")
 					}
@@ -334,7 +335,7 @@ func TestEdit_KilledAfterEachPhaseResumes(t *testing.T) {
 
 // eachRecipe runs fn, for each edit with an online recipe, on a PostgreSQL
 // store in the declared shape, with the phases a reconcile of the edit plans.
-func eachRecipe(t *testing.T, fn func(t *testing.T, e edit, db *dbtest.DB, phases []reconcile.Phase)) {
+func eachRecipe(t *testing.T, fn func(t *testing.T, e edit, db *dbtest.DB, phases []ops.Phase)) {
 	for _, e := range edits {
 		if !e.recipe {
 			continue
@@ -351,18 +352,18 @@ func eachRecipe(t *testing.T, fn func(t *testing.T, e edit, db *dbtest.DB, phase
 }
 
 // lockModes are the table-lock modes each lock class allows, weakest first.
-var lockModes = map[reconcile.LockClass][]string{
-	reconcile.LockNone:                 {"AccessShareLock"},
-	reconcile.LockRows:                 {"AccessShareLock", "RowShareLock", "RowExclusiveLock"},
-	reconcile.LockShareUpdateExclusive: {"AccessShareLock", "RowShareLock", "RowExclusiveLock", "ShareUpdateExclusiveLock"},
-	reconcile.LockShareRowExclusive:    {"AccessShareLock", "RowShareLock", "RowExclusiveLock", "ShareUpdateExclusiveLock", "ShareLock", "ShareRowExclusiveLock"},
+var lockModes = map[ops.LockClass][]string{
+	ops.LockNone:                 {"AccessShareLock"},
+	ops.LockRows:                 {"AccessShareLock", "RowShareLock", "RowExclusiveLock"},
+	ops.LockShareUpdateExclusive: {"AccessShareLock", "RowShareLock", "RowExclusiveLock", "ShareUpdateExclusiveLock"},
+	ops.LockShareRowExclusive:    {"AccessShareLock", "RowShareLock", "RowExclusiveLock", "ShareUpdateExclusiveLock", "ShareLock", "ShareRowExclusiveLock"},
 }
 
 // The locks each phase actually holds, read from pg_locks while its
 // transaction is open: none stronger than the plan says.
 func TestEdit_PhasesHoldNoStrongerLockThanPlanned(t *testing.T) {
-	eachRecipe(t, func(t *testing.T, e edit, db *dbtest.DB, phases []reconcile.Phase) {
-		planned := map[string]reconcile.Phase{}
+	eachRecipe(t, func(t *testing.T, e edit, db *dbtest.DB, phases []ops.Phase) {
+		planned := map[string]ops.Phase{}
 		for _, ph := range phases {
 			planned[ph.ID()] = ph
 		}
@@ -389,7 +390,7 @@ func TestEdit_PhasesHoldNoStrongerLockThanPlanned(t *testing.T) {
 				mode, _, _ := strings.Cut(l, " on ")
 				require.Contains(t, allowed, mode, "phase %s (planned %s) holds %s", id, ph.Lock, l)
 			}
-			if ph.Name == reconcile.PhaseValidate {
+			if ph.Name == ops.PhaseValidate {
 				require.Contains(t, locks, "ShareUpdateExclusiveLock on task_session_subagents", "the validation is observed")
 			}
 		}
@@ -498,9 +499,9 @@ func TestEdit_PruneDropsAnIndexConcurrently(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, p.Phases(), 1)
 	ph := p.Phases()[0]
-	require.Equal(t, reconcile.PhaseDropIndex, ph.Name)
-	require.Equal(t, reconcile.KindConcurrent, ph.Kind)
-	require.Equal(t, reconcile.LockShareUpdateExclusive, ph.Lock)
+	require.Equal(t, ops.PhaseDropIndex, ph.Name)
+	require.Equal(t, ops.KindConcurrent, ph.Kind)
+	require.Equal(t, ops.LockShareUpdateExclusive, ph.Lock)
 	require.Equal(t, []string{`DROP INDEX CONCURRENTLY IF EXISTS "` + db.Schema + `"."idx_operator_extra"`}, ph.SQL)
 	mustReconcile(t, db, opts...)
 	require.Zero(t, count(t, db, `SELECT COUNT(*) FROM pg_indexes WHERE schemaname = current_schema() AND indexname = 'idx_operator_extra'`))

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/schemastate/schemastate/internal/dbtest"
+	"github.com/schemastate/schemastate/internal/ops"
 	"github.com/schemastate/schemastate/reconcile"
 )
 
@@ -29,7 +30,7 @@ func requireBackfilledOnceAmong(t *testing.T, db *dbtest.DB, extra int) {
 	require.NotNil(t, ks.BackfillThrough)
 }
 
-func phaseIDs(phases []reconcile.Phase) []string {
+func phaseIDs(phases []ops.Phase) []string {
 	var out []string
 	for _, p := range phases {
 		out = append(out, p.ID())
@@ -54,12 +55,12 @@ func TestOnline_PlanIsWhatReconcileRuns(t *testing.T) {
 		name   string
 		opts   []reconcile.Option
 		phases []string
-		locks  []reconcile.LockClass
+		locks  []ops.LockClass
 		why    string
 	}{
 		{"small table: single transaction", nil,
 			[]string{"task_session_subagents.alter", "background_agent_log.create", "task_session_subagents.widen"},
-			[]reconcile.LockClass{reconcile.LockRewrite, reconcile.LockCatalog, reconcile.LockRewrite},
+			[]ops.LockClass{ops.LockRewrite, ops.LockCatalog, ops.LockRewrite},
 			"under the online threshold 256 kB: single transaction"},
 		{"online phases", online,
 			[]string{"task_session_subagents.alter", "task_session_subagents.build_index." + subagentsKey, "task_session_subagents.swap_key",
@@ -67,10 +68,10 @@ func TestOnline_PlanIsWhatReconcileRuns(t *testing.T) {
 				"task_session_subagents.rebuild_prepare", "task_session_subagents.rebuild_copy", "task_session_subagents.rebuild_replay.copied",
 				"task_session_subagents.rebuild_index",
 				"task_session_subagents.rebuild_replay.indexed", "task_session_subagents.rebuild_swap", "task_session_subagents.rebuild_finish"},
-			[]reconcile.LockClass{reconcile.LockCatalog, reconcile.LockShareUpdateExclusive, reconcile.LockCatalog, reconcile.LockCatalog,
-				reconcile.LockCatalog, reconcile.LockNone, reconcile.LockNone,
-				reconcile.LockNone,
-				reconcile.LockNone, reconcile.LockCatalog, reconcile.LockShareUpdateExclusive},
+			[]ops.LockClass{ops.LockCatalog, ops.LockShareUpdateExclusive, ops.LockCatalog, ops.LockCatalog,
+				ops.LockCatalog, ops.LockNone, ops.LockNone,
+				ops.LockNone,
+				ops.LockNone, ops.LockCatalog, ops.LockShareUpdateExclusive},
 			"at or above the online threshold 0 kB: online phases"},
 	}
 	for _, tc := range cases {
@@ -81,7 +82,7 @@ func TestOnline_PlanIsWhatReconcileRuns(t *testing.T) {
 			require.NoError(t, err)
 			phases := plan.Phases()
 			require.Equal(t, tc.phases, phaseIDs(phases))
-			var locks []reconcile.LockClass
+			var locks []ops.LockClass
 			for _, p := range phases {
 				locks = append(locks, p.Lock)
 				require.NotEmpty(t, p.SQL, p.ID())
@@ -91,11 +92,11 @@ func TestOnline_PlanIsWhatReconcileRuns(t *testing.T) {
 			}
 			require.Equal(t, tc.locks, locks)
 			for _, p := range phases {
-				if p.Name == reconcile.PhaseBuildIndex {
+				if p.Name == ops.PhaseBuildIndex {
 					require.False(t, p.Transactional, "CONCURRENTLY runs outside a transaction")
 					require.Contains(t, p.SQL[0], "CREATE UNIQUE INDEX CONCURRENTLY")
 				}
-				if p.Name == reconcile.PhaseSwapKey {
+				if p.Name == ops.PhaseSwapKey {
 					require.Contains(t, p.SQL[0], "DROP CONSTRAINT \"task_session_subagents_task_session_id_tool_call_id_key\"")
 					require.Contains(t, p.SQL[0], "UNIQUE USING INDEX")
 				}
@@ -208,9 +209,9 @@ UPDATE pg_index SET indisvalid = false WHERE indexrelid = '`+subagentsKey+`'::re
 	require.NoError(t, err)
 	require.Len(t, plan.Resumed(), 1)
 	require.Contains(t, plan.Resumed()[0], "INVALID index "+subagentsKey)
-	var build *reconcile.Phase
+	var build *ops.Phase
 	for _, p := range plan.Phases() {
-		if p.Name == reconcile.PhaseBuildIndex {
+		if p.Name == ops.PhaseBuildIndex {
 			build = &p
 		}
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/schemastate/schemastate/dialect"
+	"github.com/schemastate/schemastate/internal/ops"
 )
 
 // The planning rules, with no database: a live and a declared table in,
@@ -69,8 +70,8 @@ func phaseNames(tp *tablePlan) []string {
 	return out
 }
 
-func guardKinds(ph Phase) []GuardKind {
-	var out []GuardKind
+func guardKinds(ph ops.Phase) []ops.GuardKind {
+	var out []ops.GuardKind
 	for _, g := range ph.Guards {
 		out = append(out, g.Kind)
 	}
@@ -104,7 +105,7 @@ func TestPlanTable_SQLite(t *testing.T) {
 			require.Equal(t, []string{"shape:create"}, phaseNames(tp))
 			ph := tp.Phases[0]
 			require.True(t, ph.Transactional)
-			require.Equal(t, LockSQLiteWrite, ph.Lock)
+			require.Equal(t, ops.LockSQLiteWrite, ph.Lock)
 			require.True(t, strings.HasPrefix(ph.SQL[0], "CREATE TABLE"), ph.SQL[0])
 		}},
 		{name: "the declared shape plans nothing", live: sqliteT(nil), want: sqliteT(nil), check: func(t *testing.T, tp *tablePlan) {
@@ -126,10 +127,10 @@ func TestPlanTable_SQLite(t *testing.T) {
 		{name: "a NOT NULL column without a default is a guarded rebuild", live: sqliteT(nil), want: sqliteT(addNotNull), check: func(t *testing.T, tp *tablePlan) {
 			require.Equal(t, []string{"shape:rebuild"}, phaseNames(tp))
 			ph := tp.Phases[0]
-			require.Equal(t, LockSQLiteWrite, ph.Lock)
+			require.Equal(t, ops.LockSQLiteWrite, ph.Lock)
 			// No foreign key and nothing referencing t: the violation set
 			// cannot change, so foreign_key_check is not run.
-			require.Equal(t, []GuardKind{GuardRowsCopied, GuardSetting}, guardKinds(ph))
+			require.Equal(t, []ops.GuardKind{ops.GuardRowsCopied, ops.GuardSetting}, guardKinds(ph))
 			rows := ph.Guards[0]
 			require.Equal(t, []string{`SELECT COUNT(*) FROM "t"`}, rows.SQL)
 			at := slices.Index(ph.SQL, rows.Copy)
@@ -137,7 +138,7 @@ func TestPlanTable_SQLite(t *testing.T) {
 			require.True(t, strings.HasPrefix(ph.SQL[at], `INSERT INTO "schemastate_new_t" ("id", "a", "b") SELECT "id", "a", "b" FROM "t"`), ph.SQL[at])
 			require.Equal(t, []string{`DROP TABLE "t"`, `ALTER TABLE "schemastate_new_t" RENAME TO "t"`}, ph.SQL[at+1:at+3])
 			require.Equal(t, []string{"PRAGMA legacy_alter_table", "PRAGMA legacy_alter_table = ON", "PRAGMA legacy_alter_table = %s"}, ph.Guards[1].SQL)
-			require.Contains(t, ph.said(), "foreign_key_check skipped")
+			require.Contains(t, said(ph), "foreign_key_check skipped")
 		}},
 		{name: "a column an index covers is rebuilt, never Atlas's copy", live: sqliteT(nil), want: sqliteT(func(t *schema.Table) {
 			c := schema.NewNullStringColumn("c", "text")
@@ -149,10 +150,10 @@ func TestPlanTable_SQLite(t *testing.T) {
 		{name: "a referenced table's rebuild checks foreign keys on both", live: sqliteT(nil), want: sqliteT(addNotNull),
 			facts: tableFacts{referencedBy: []string{"child"}}, check: func(t *testing.T, tp *tablePlan) {
 				ph := tp.Phases[0]
-				require.Equal(t, []GuardKind{GuardForeignKeys, GuardRowsCopied, GuardSetting}, guardKinds(ph))
+				require.Equal(t, []ops.GuardKind{ops.GuardForeignKeys, ops.GuardRowsCopied, ops.GuardSetting}, guardKinds(ph))
 				require.Equal(t, []string{`PRAGMA foreign_key_check("t")`, `PRAGMA foreign_key_check("child")`}, ph.Guards[0].SQL)
 				require.Equal(t, "referenced by child", ph.Guards[0].Detail)
-				require.Equal(t, "rebuilt t", ph.said())
+				require.Equal(t, "rebuilt t", said(ph))
 			}},
 		{name: "a rebuild creates kept drift and triggers again", live: sqliteT(func(t *schema.Table) {
 			t.AddIndexes(schema.NewIndex("t_b").AddColumns(column(t, "b")))
@@ -214,14 +215,14 @@ func TestPlanTable_Postgres(t *testing.T) {
 		{name: "a table under the threshold changes in one transaction", live: legacy, want: declared, facts: tableFacts{size: size}, onlineAbove: 1 << 30,
 			check: func(t *testing.T, tp *tablePlan) {
 				require.Equal(t, []string{"shape:alter"}, phaseNames(tp))
-				require.Equal(t, LockRewrite, tp.Phases[0].Lock)
+				require.Equal(t, ops.LockRewrite, tp.Phases[0].Lock)
 				require.Contains(t, tp.Phases[0].Detail, "under the online threshold")
 			}},
 		{name: "a table at the threshold builds the key concurrently and swaps it", live: legacy, want: declared, facts: tableFacts{size: size},
 			check: func(t *testing.T, tp *tablePlan) {
 				require.Equal(t, []string{"shape:alter", "shape:build_index", "shape:swap_key"}, phaseNames(tp))
 				alter, build, swap := tp.Phases[0], tp.Phases[1], tp.Phases[2]
-				require.Equal(t, LockCatalog, alter.Lock, "a constant default is catalog-only")
+				require.Equal(t, ops.LockCatalog, alter.Lock, "a constant default is catalog-only")
 				require.False(t, build.Transactional)
 				require.Equal(t, []string{"a", "c", "b"}, build.Key)
 				require.Equal(t, []string{`CREATE UNIQUE INDEX CONCURRENTLY "t_a_c_b_key" ON "public"."t" ("a", "c", "b")`}, build.SQL)
@@ -232,14 +233,14 @@ func TestPlanTable_Postgres(t *testing.T) {
 			check: func(t *testing.T, tp *tablePlan) {
 				require.Equal(t, []string{"shape:alter"}, phaseNames(tp))
 				require.Equal(t, []string{`ALTER TABLE "public"."t" RENAME CONSTRAINT "t_auto_key" TO "t_a_c_b_key"`}, tp.Phases[0].SQL)
-				require.Equal(t, LockCatalog, tp.Phases[0].Lock)
+				require.Equal(t, ops.LockCatalog, tp.Phases[0].Lock)
 			}},
 		{name: "a deferrable declared key is dropped and built again", live: pgT("t_a_c_b_key", []string{"a", "c", "b"}, withC), want: declared,
 			facts: tableFacts{size: size, deferrable: map[string]bool{"t_a_c_b_key": true}},
 			check: func(t *testing.T, tp *tablePlan) {
 				require.Equal(t, []string{"shape:alter", "shape:build_index", "shape:swap_key"}, phaseNames(tp))
 				require.Equal(t, []string{`ALTER TABLE "public"."t" DROP CONSTRAINT "t_a_c_b_key"`}, tp.Phases[0].SQL)
-				require.Equal(t, LockRewrite, tp.Phases[0].Lock, "dropping the key is not the rename")
+				require.Equal(t, ops.LockRewrite, tp.Phases[0].Lock, "dropping the key is not the rename")
 			}},
 		{name: "a NULL tightened to its default is filled in batches, then SET NOT NULL through a validated check", live: pgT("t_a_c_b_key", []string{"a", "c", "b"}, func(t *schema.Table) {
 			t.AddColumns(schema.NewNullStringColumn("c", "text").SetDefault(&schema.Literal{V: "'unknown'"}))
@@ -247,8 +248,8 @@ func TestPlanTable_Postgres(t *testing.T) {
 			check: func(t *testing.T, tp *tablePlan) {
 				require.Equal(t, []string{"shape:fill", "shape:check_rows", "shape:add_not_valid", "shape:validate", "shape:set_not_null"}, phaseNames(tp))
 				require.Equal(t, `UPDATE "public"."t" SET "c" = DEFAULT WHERE ctid >= $1::text::tid AND ctid < $2::text::tid AND "c" IS NULL`, tp.Phases[0].SQL[0])
-				require.Equal(t, []Kind{KindBatched, KindCheckRows, KindStatements, KindOwnTx, KindStatements}, []Kind{tp.Phases[0].Kind, tp.Phases[1].Kind, tp.Phases[2].Kind, tp.Phases[3].Kind, tp.Phases[4].Kind})
-				require.Equal(t, []LockClass{LockRows, LockNone, LockCatalog, LockShareUpdateExclusive, LockCatalog}, []LockClass{tp.Phases[0].Lock, tp.Phases[1].Lock, tp.Phases[2].Lock, tp.Phases[3].Lock, tp.Phases[4].Lock})
+				require.Equal(t, []ops.Kind{ops.KindBatched, ops.KindCheckRows, ops.KindStatements, ops.KindOwnTx, ops.KindStatements}, []ops.Kind{tp.Phases[0].Kind, tp.Phases[1].Kind, tp.Phases[2].Kind, tp.Phases[3].Kind, tp.Phases[4].Kind})
+				require.Equal(t, []ops.LockClass{ops.LockRows, ops.LockNone, ops.LockCatalog, ops.LockShareUpdateExclusive, ops.LockCatalog}, []ops.LockClass{tp.Phases[0].Lock, tp.Phases[1].Lock, tp.Phases[2].Lock, tp.Phases[3].Lock, tp.Phases[4].Lock})
 				require.Equal(t, []string{`ALTER TABLE "public"."t" ALTER COLUMN "c" SET NOT NULL`, `ALTER TABLE "public"."t" DROP CONSTRAINT IF EXISTS "schemastate_nn_c"`}, tp.Phases[4].SQL)
 			}},
 		{name: "an index built but not yet the key resumes online whatever the size", live: builtNotKey, want: declared, facts: tableFacts{size: tableSize{bytes: 8 << 10, version: 160000}}, onlineAbove: 1 << 30,
@@ -265,7 +266,7 @@ func TestPlanTable_Postgres(t *testing.T) {
 			}},
 		{name: "a table that does not exist is one create phase", want: declared, check: func(t *testing.T, tp *tablePlan) {
 			require.Equal(t, []string{"shape:create"}, phaseNames(tp))
-			require.Equal(t, LockCatalog, tp.Phases[0].Lock)
+			require.Equal(t, ops.LockCatalog, tp.Phases[0].Lock)
 		}},
 	})
 }
@@ -362,7 +363,7 @@ func TestPlanTable_SQLiteNullableKeyIsRebuiltRefusingNulls(t *testing.T) {
 	}), want: sqliteT(nil), check: func(t *testing.T, tp *tablePlan) {
 		require.Equal(t, []string{"shape:rebuild"}, phaseNames(tp))
 		ph := tp.Phases[0]
-		require.Equal(t, []GuardKind{GuardNoNulls, GuardRowsCopied, GuardSetting}, guardKinds(ph), "the NULL check first, before anything changes")
+		require.Equal(t, []ops.GuardKind{ops.GuardNoNulls, ops.GuardRowsCopied, ops.GuardSetting}, guardKinds(ph), "the NULL check first, before anything changes")
 		g := ph.Guards[0]
 		require.Equal(t, "id", g.Column)
 		require.Equal(t, []string{"rowid", "a", "b"}, g.Names)

@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/schemastate/schemastate/dialect"
+	"github.com/schemastate/schemastate/internal/ops"
 )
 
 // Applying a PostgreSQL plan, phase by phase, with lock discipline.
@@ -36,21 +37,21 @@ func (s *pgSession) transact(ctx context.Context, _ string, table string, fn fun
 
 // alone applies a non-transactional phase: the batched copy, or CREATE or
 // DROP INDEX CONCURRENTLY.
-func (s *pgSession) alone(ctx context.Context, ph Phase, h phaseHooks) error {
+func (s *pgSession) alone(ctx context.Context, ph ops.Phase, h phaseHooks) error {
 	switch ph.Kind {
-	case KindBatched:
+	case ops.KindBatched:
 		return s.copyBatches(ctx, ph, h)
-	case KindRebuildCopy:
+	case ops.KindRebuildCopy:
 		return s.rebuildCopy(ctx, ph, h)
-	case KindRebuildReplay:
+	case ops.KindRebuildReplay:
 		return s.replayLog(ctx, ph, h)
-	case KindRebuildIndex:
+	case ops.KindRebuildIndex:
 		return s.rebuildIndexes(ctx, ph, h)
-	case KindConcurrent:
+	case ops.KindConcurrent:
 		return s.concurrently(ctx, ph, h)
-	case KindCheckRows:
+	case ops.KindCheckRows:
 		return checkRows(ctx, s.conn, ph, h)
-	case KindOwnTx:
+	case ops.KindOwnTx:
 		return s.ownTx(ctx, ph, h)
 	}
 	return fmt.Errorf("%s: no runner for a phase of kind %q", ph.ID(), ph.Kind)
@@ -83,7 +84,7 @@ func (s *pgSession) inTx(ctx context.Context, timeout time.Duration, fn func(*sq
 // lock_timeout: a statement outside a transaction has no SET LOCAL, and a
 // session SET … RESET pair can land on two server connections behind a
 // transaction-mode pooler, leaving the setting on another client's.
-func (s *pgSession) concurrently(ctx context.Context, ph Phase, h phaseHooks) error {
+func (s *pgSession) concurrently(ctx context.Context, ph ops.Phase, h phaseHooks) error {
 	for _, stmt := range ph.SQL {
 		stop := s.watchIndexBuild(ctx, ph, h.progress)
 		waited, release := s.boundWait(ctx, stmt)
@@ -156,8 +157,8 @@ func (s *pgSession) boundWait(ctx context.Context, stmt string) (waited func() b
 
 // watchIndexBuild reports pg_stat_progress_create_index for the build on
 // the phase's table while it runs, from another pooled connection.
-func (s *pgSession) watchIndexBuild(ctx context.Context, ph Phase, say func(string)) func() {
-	if ph.Name != PhaseBuildIndex || say == nil || s.db == nil {
+func (s *pgSession) watchIndexBuild(ctx context.Context, ph ops.Phase, say func(string)) func() {
+	if ph.Name != ops.PhaseBuildIndex || say == nil || s.db == nil {
 		return func() {}
 	}
 	return onEveryTick(ctx, 500*time.Millisecond, func(ctx context.Context) bool {
@@ -189,7 +190,7 @@ func (s *pgSession) watchIndexBuild(ctx context.Context, ph Phase, say func(stri
 // have moved to a page already covered, so the whole table is passed over
 // again, a few times at most, until it holds (a pass writes only the rows
 // still to do).
-func (s *pgSession) copyBatches(ctx context.Context, ph Phase, h phaseHooks) error {
+func (s *pgSession) copyBatches(ctx context.Context, ph ops.Phase, h phaseHooks) error {
 	pages, err := s.pages(ctx, ph.Table)
 	if err != nil {
 		return err
@@ -197,7 +198,7 @@ func (s *pgSession) copyBatches(ctx context.Context, ph Phase, h phaseHooks) err
 	most := int64(max(s.o.copyBatchPages, 1))
 	batch := most
 	verb := "copying"
-	if ph.Name == PhaseFill {
+	if ph.Name == ops.PhaseFill {
 		verb = "filling"
 	}
 	var rows int64
@@ -293,7 +294,7 @@ func (s *pgSession) pages(ctx context.Context, table string) (int64, error) {
 // batch runs a batched phase's statement over the pages [from, to) in a
 // short transaction under the lock discipline, and says how many rows it
 // wrote.
-func (s *pgSession) batch(ctx context.Context, ph Phase, from, to int64) (int64, error) {
+func (s *pgSession) batch(ctx context.Context, ph ops.Phase, from, to int64) (int64, error) {
 	var rows int64
 	err := s.withLockRetry(ctx, ph.Table, func(timeout time.Duration) error {
 		return s.inTx(ctx, timeout, func(tx *sql.Tx) error {
@@ -365,9 +366,9 @@ func (s *pgSession) holders(ctx context.Context, table string) string {
 }
 
 // duplicates names up to five keys that made a unique build fail.
-func (s *pgSession) duplicates(ctx context.Context, err error, ph Phase) string {
+func (s *pgSession) duplicates(ctx context.Context, err error, ph ops.Phase) string {
 	var pe *pgconn.PgError
-	if ph.Name != PhaseBuildIndex || !errors.As(err, &pe) || pe.Code != "23505" {
+	if ph.Name != ops.PhaseBuildIndex || !errors.As(err, &pe) || pe.Code != "23505" {
 		return ""
 	}
 	if len(ph.Key) == 0 {

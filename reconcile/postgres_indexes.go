@@ -12,6 +12,7 @@ import (
 	"ariga.io/atlas/sql/schema"
 
 	"github.com/schemastate/schemastate/dialect"
+	"github.com/schemastate/schemastate/internal/ops"
 )
 
 // pgIdent quotes an identifier as PostgreSQL's quote_ident does for the
@@ -300,7 +301,7 @@ func nextIndexName(name string) string {
 // constraint) dropped, the new one renamed to the declared name and, for a
 // unique constraint, attached. rebuild drops an INVALID build left by an
 // earlier boot first.
-func (p recipePlanner) replaceIndex(m *schema.ModifyIndex, rebuild bool) []Phase {
+func (p recipePlanner) replaceIndex(m *schema.ModifyIndex, rebuild bool) []ops.Phase {
 	to := m.To
 	next := nextIndexName(to.Name)
 	qnext := qualified(p.schema, next)
@@ -314,9 +315,9 @@ func (p recipePlanner) replaceIndex(m *schema.ModifyIndex, rebuild bool) []Phase
 	if isUniqueConstraint(to) {
 		swap = append(swap, fmt.Sprintf("ALTER TABLE %s ADD CONSTRAINT %s UNIQUE USING INDEX %s", p.qt, qn, qn))
 	}
-	return []Phase{
+	return []ops.Phase{
 		buildConcurrently(p.schema, p.table, next, to, to.Unique, rebuild, detail),
-		{Step: StepShape, Name: PhaseSwapIndex, Kind: KindStatements, Table: p.table, Object: to.Name, SQL: swap, Transactional: true, Lock: LockCatalog,
+		{Step: StepShape, Name: ops.PhaseSwapIndex, Kind: ops.KindStatements, Table: p.table, Object: to.Name, SQL: swap, Transactional: true, Lock: ops.LockCatalog,
 			DoneWhen: fmt.Sprintf("SELECT to_regclass(%s) IS NULL", literal(qnext)),
 			Detail:   detail},
 	}
@@ -326,7 +327,7 @@ func (p recipePlanner) replaceIndex(m *schema.ModifyIndex, rebuild bool) []Phase
 // CONCURRENTLY under name — its own, or the one a new definition is built
 // beside its index under — dropping first the INVALID build an earlier boot
 // left (rebuild). A failed build's Cleanup drops what it left.
-func buildConcurrently(schemaName, table, name string, idx *schema.Index, unique, rebuild bool, detail string) Phase {
+func buildConcurrently(schemaName, table, name string, idx *schema.Index, unique, rebuild bool, detail string) ops.Phase {
 	qname := qualified(schemaName, name)
 	var sqls []string
 	if rebuild {
@@ -340,19 +341,19 @@ func buildConcurrently(schemaName, table, name string, idx *schema.Index, unique
 		}
 	}
 	sqls = append(sqls, fmt.Sprintf("CREATE %sINDEX CONCURRENTLY %s ON %s %s", kw, dialect.QuoteIdent(name), qualified(schemaName, table), indexBody(idx)))
-	return Phase{Step: StepShape, Name: PhaseBuildIndex, Kind: KindConcurrent, Table: table, Object: name, SQL: sqls, Scans: true,
-		Key: key, Lock: LockShareUpdateExclusive,
+	return ops.Phase{Step: StepShape, Name: ops.PhaseBuildIndex, Kind: ops.KindConcurrent, Table: table, Object: name, SQL: sqls, Scans: true,
+		Key: key, Lock: ops.LockShareUpdateExclusive,
 		DoneWhen: fmt.Sprintf("SELECT EXISTS (SELECT 1 FROM pg_index WHERE indexrelid = to_regclass(%s) AND indisvalid)", literal(qname)),
 		Cleanup:  []string{"DROP INDEX CONCURRENTLY IF EXISTS " + qname},
 		Detail:   detail}
 }
 
 // dropConcurrently is the phase that drops index name CONCURRENTLY.
-func dropConcurrently(schemaName, table, name, detail string) Phase {
+func dropConcurrently(schemaName, table, name, detail string) ops.Phase {
 	qname := qualified(schemaName, name)
-	return Phase{Step: StepShape, Name: PhaseDropIndex, Kind: KindConcurrent, Table: table, Object: name,
+	return ops.Phase{Step: StepShape, Name: ops.PhaseDropIndex, Kind: ops.KindConcurrent, Table: table, Object: name,
 		SQL:  []string{"DROP INDEX CONCURRENTLY IF EXISTS " + qname},
-		Lock: LockShareUpdateExclusive, DoneWhen: fmt.Sprintf("SELECT to_regclass(%s) IS NULL", literal(qname)), Detail: detail}
+		Lock: ops.LockShareUpdateExclusive, DoneWhen: fmt.Sprintf("SELECT to_regclass(%s) IS NULL", literal(qname)), Detail: detail}
 }
 
 // primaryKeyName is the name of the table's declared primary key
@@ -388,7 +389,7 @@ func onlinePrimaryKey(pk *schema.Index, want *schema.Table) bool {
 // unique index built CONCURRENTLY beside the table, then one catalog-only
 // transaction drops the old key and makes that index the key (ADD PRIMARY
 // KEY USING INDEX, which renames it to the constraint's name).
-func (p recipePlanner) replacePrimaryKey(from, to *schema.Index, name string, rebuild bool) []Phase {
+func (p recipePlanner) replacePrimaryKey(from, to *schema.Index, name string, rebuild bool) []ops.Phase {
 	next := nextIndexName(name)
 	qnext := qualified(p.schema, next)
 	detail := fmt.Sprintf("%s; primary key %s (%s): its index built CONCURRENTLY as %s, then made the key", p.why, name, strings.Join(columnNames(to), ", "), next)
@@ -397,9 +398,9 @@ func (p recipePlanner) replacePrimaryKey(from, to *schema.Index, name string, re
 		swap = append(swap, fmt.Sprintf("ALTER TABLE %s DROP CONSTRAINT %s", p.qt, dialect.QuoteIdent(from.Name)))
 	}
 	swap = append(swap, fmt.Sprintf("ALTER TABLE %s ADD CONSTRAINT %s PRIMARY KEY USING INDEX %s", p.qt, dialect.QuoteIdent(name), dialect.QuoteIdent(next)))
-	return []Phase{
+	return []ops.Phase{
 		buildConcurrently(p.schema, p.table, next, to, true, rebuild, detail),
-		{Step: StepShape, Name: PhaseSwapIndex, Kind: KindStatements, Table: p.table, Object: name, SQL: swap, Transactional: true, Lock: LockCatalog,
+		{Step: StepShape, Name: ops.PhaseSwapIndex, Kind: ops.KindStatements, Table: p.table, Object: name, SQL: swap, Transactional: true, Lock: ops.LockCatalog,
 			DoneWhen: fmt.Sprintf("SELECT to_regclass(%s) IS NULL", literal(qnext)),
 			Detail:   detail},
 	}

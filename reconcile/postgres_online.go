@@ -9,6 +9,7 @@ import (
 	"ariga.io/atlas/sql/schema"
 
 	"github.com/schemastate/schemastate/dialect"
+	"github.com/schemastate/schemastate/internal/ops"
 	"github.com/schemastate/schemastate/internal/pgtypes"
 )
 
@@ -175,7 +176,7 @@ func planOnline(pc *planContext, tp *tablePlan, pre prelude, why string) error {
 		if err != nil {
 			return fmt.Errorf("plan %s: %w", tp.Table, err)
 		}
-		tp.Phases = append(tp.Phases, Phase{Step: StepWiden, Name: PhaseWiden, Kind: KindStatements, Table: tp.Table, SQL: stmts, Transactional: true, Lock: LockRewrite, Scans: true,
+		tp.Phases = append(tp.Phases, ops.Phase{Step: StepWiden, Name: ops.PhaseWiden, Kind: ops.KindStatements, Table: tp.Table, SQL: stmts, Transactional: true, Lock: ops.LockRewrite, Scans: true,
 			Detail: why + "; these columns have no online widening (indexed, defaulted or NOT NULL)"})
 	}
 	// A redefined index is, after the shape phases, its new definition
@@ -202,11 +203,11 @@ func (oc *onlineChanges) planAlter(pc *planContext, tp *tablePlan, pre prelude, 
 	if len(alter) == 0 {
 		return nil
 	}
-	lock := LockCatalog
+	lock := ops.LockCatalog
 	if !oc.catalogOnly {
-		lock = LockRewrite
+		lock = ops.LockRewrite
 	}
-	tp.Phases = append(tp.Phases, Phase{Step: StepShape, Name: PhaseAlter, Kind: KindStatements, Table: tp.Table, SQL: alter, Transactional: true, Lock: lock, Scans: !oc.catalogOnly, Detail: why})
+	tp.Phases = append(tp.Phases, ops.Phase{Step: StepShape, Name: ops.PhaseAlter, Kind: ops.KindStatements, Table: tp.Table, SQL: alter, Transactional: true, Lock: lock, Scans: !oc.catalogOnly, Detail: why})
 	return nil
 }
 
@@ -262,9 +263,9 @@ func (oc *onlineChanges) planIndexes(rp recipePlanner, tp *tablePlan) (attach []
 
 // swapKeys is the swap_key phase: the unique keys dropped and the built
 // indexes attached as keys, in one catalog-only transaction.
-func swapKeys(schemaName, tableName string, dropKeys []*schema.Index, attach []string, why string) (Phase, bool) {
+func swapKeys(schemaName, tableName string, dropKeys []*schema.Index, attach []string, why string) (ops.Phase, bool) {
 	if len(dropKeys) == 0 && len(attach) == 0 {
-		return Phase{}, false
+		return ops.Phase{}, false
 	}
 	qt := qualified(schemaName, tableName)
 	var clauses, present, absent []string
@@ -281,7 +282,7 @@ func swapKeys(schemaName, tableName string, dropKeys []*schema.Index, attach []s
 	if len(absent) > 0 {
 		done += fmt.Sprintf(" AND NOT EXISTS (SELECT 1 FROM pg_constraint WHERE conrelid = to_regclass(%s) AND conname IN (%s))", literal(qt), strings.Join(absent, ", "))
 	}
-	return Phase{Step: StepShape, Name: PhaseSwapKey, Kind: KindStatements, Table: tableName,
+	return ops.Phase{Step: StepShape, Name: ops.PhaseSwapKey, Kind: ops.KindStatements, Table: tableName,
 		SQL:           []string{"ALTER TABLE " + qt + " " + strings.Join(clauses, ", ")},
-		Transactional: true, Lock: LockCatalog, DoneWhen: done, Detail: why}, true
+		Transactional: true, Lock: ops.LockCatalog, DoneWhen: done, Detail: why}, true
 }

@@ -10,6 +10,7 @@ import (
 	"ariga.io/atlas/sql/schema"
 
 	"github.com/schemastate/schemastate/dialect"
+	"github.com/schemastate/schemastate/internal/ops"
 )
 
 // PostgreSQL planning: the single-transaction path and the online phases.
@@ -221,7 +222,7 @@ func (postgresDriver) planTable(pc *planContext, tp *tablePlan, f tableFacts) er
 			return fmt.Errorf("plan %s: %w", tp.Table, err)
 		}
 		if len(stmts) > 0 {
-			tp.Phases = []Phase{{Step: StepShape, Name: PhaseCreate, Kind: KindStatements, Table: tp.Table, SQL: stmts, Transactional: true, Lock: LockCatalog,
+			tp.Phases = []ops.Phase{{Step: StepShape, Name: ops.PhaseCreate, Kind: ops.KindStatements, Table: tp.Table, SQL: stmts, Transactional: true, Lock: ops.LockCatalog,
 				Detail: "new table"}}
 		}
 		return nil
@@ -314,14 +315,14 @@ func planPhases(pc *planContext, tp *tablePlan, size tableSize, pre prelude, alt
 	if !online {
 		if len(alter) > 0 {
 			rest, _ := splitWidenings(tp.Changes)
-			lock, scans := LockCatalog, !pre.catalogOnly() || slices.ContainsFunc(rest, pgScans)
+			lock, scans := ops.LockCatalog, !pre.catalogOnly() || slices.ContainsFunc(rest, pgScans)
 			if scans {
-				lock = LockRewrite
+				lock = ops.LockRewrite
 			}
-			tp.Phases = append(tp.Phases, Phase{Step: StepShape, Name: PhaseAlter, Kind: KindStatements, Table: tp.Table, SQL: alter, Transactional: true, Lock: lock, Scans: scans, Detail: why})
+			tp.Phases = append(tp.Phases, ops.Phase{Step: StepShape, Name: ops.PhaseAlter, Kind: ops.KindStatements, Table: tp.Table, SQL: alter, Transactional: true, Lock: lock, Scans: scans, Detail: why})
 		}
 		if len(widen) > 0 {
-			tp.Phases = append(tp.Phases, Phase{Step: StepWiden, Name: PhaseWiden, Kind: KindStatements, Table: tp.Table, SQL: widen, Transactional: true, Lock: LockRewrite, Scans: true, Detail: why})
+			tp.Phases = append(tp.Phases, ops.Phase{Step: StepWiden, Name: ops.PhaseWiden, Kind: ops.KindStatements, Table: tp.Table, SQL: widen, Transactional: true, Lock: ops.LockRewrite, Scans: true, Detail: why})
 		}
 		return nil
 	}
@@ -332,15 +333,15 @@ func planPhases(pc *planContext, tp *tablePlan, size tableSize, pre prelude, alt
 // copy for the columns, and plans what a rebuild in flight needs: its last
 // phase after a swap, or its abandonment when its table changed under it or
 // the rebuild no longer applies.
-func onlineWidening(schemaName string, tp *tablePlan, cols []*schema.Column, indexes []liveIndex, why string) []Phase {
+func onlineWidening(schemaName string, tp *tablePlan, cols []*schema.Column, indexes []liveIndex, why string) []ops.Phase {
 	rb := tp.Inflight.rebuild
 	if rb == nil {
 		rb = &rebuildFacts{}
 	}
 	if rb.state.swapped {
-		return []Phase{finishPhase(schemaName, tp.Table, rb.state.validate, why)}
+		return []ops.Phase{finishPhase(schemaName, tp.Table, rb.state.validate, why)}
 	}
-	var phases []Phase
+	var phases []ops.Phase
 	if len(cols) == 0 {
 		if rb.inflight() {
 			phases = append(phases, abandonPhase(schemaName, tp.Table, why+"; nothing left to widen"))
@@ -379,7 +380,7 @@ func onlineWidening(schemaName string, tp *tablePlan, cols []*schema.Column, ind
 }
 
 // widenPhases are expand, copy and contract for the columns.
-func widenPhases(schemaName, table string, cols []*schema.Column, why string) []Phase {
+func widenPhases(schemaName, table string, cols []*schema.Column, why string) []ops.Phase {
 	qt := dialect.QuoteIdent(schemaName) + "." + dialect.QuoteIdent(table)
 	fn := dialect.QuoteIdent(schemaName) + "." + dialect.QuoteIdent(widenTrigger(table))
 	trig := dialect.QuoteIdent(widenTrigger(table))
@@ -404,8 +405,8 @@ func widenPhases(schemaName, table string, cols []*schema.Column, why string) []
  WHERE d.classid = 'pg_rewrite'::regclass AND d.refobjid = to_regclass(%s) AND v.oid <> d.refobjid AND a.attname IN (%s)`, tbl, strings.Join(names, ", "))
 	hasShadows := fmt.Sprintf("(SELECT count(*) FROM pg_attribute WHERE attrelid = to_regclass(%s) AND attname IN (%s) AND NOT attisdropped)", tbl, strings.Join(shadows, ", "))
 	detail := why + "; columns " + strings.Join(names, ", ")
-	return []Phase{
-		{Step: StepWiden, Name: PhaseWidenExpand, Kind: KindStatements, Table: table, Transactional: true, Lock: LockCatalog,
+	return []ops.Phase{
+		{Step: StepWiden, Name: ops.PhaseWidenExpand, Kind: ops.KindStatements, Table: table, Transactional: true, Lock: ops.LockCatalog,
 			SQL: []string{
 				"ALTER TABLE " + qt + " " + strings.Join(adds, ", "),
 				fmt.Sprintf("CREATE OR REPLACE FUNCTION %s() RETURNS trigger LANGUAGE plpgsql AS $schemastate$ BEGIN %s RETURN NEW; END $schemastate$", fn, strings.Join(assigns, " ")),
@@ -420,12 +421,12 @@ func widenPhases(schemaName, table string, cols []*schema.Column, why string) []
 			DoneWhen: fmt.Sprintf("SELECT %s = %d AND EXISTS (SELECT 1 FROM pg_trigger WHERE tgrelid = to_regclass(%s) AND tgname = %s AND tgattr::text = '')",
 				hasShadows, len(cols), tbl, literal(widenTrigger(table))),
 			BlockedBy: blocked, Detail: detail},
-		loopPhase(Phase{Step: StepWiden, Name: PhaseWidenCopy, Kind: KindBatched, Table: table, Lock: LockRows, Scans: true,
+		loopPhase(ops.Phase{Step: StepWiden, Name: ops.PhaseWidenCopy, Kind: ops.KindBatched, Table: table, Lock: ops.LockRows, Scans: true,
 			DoneWhen: fmt.Sprintf("SELECT NOT EXISTS (SELECT 1 FROM %s WHERE %s)", qt, strings.Join(differ, " OR ")),
 			Detail:   detail},
-			Loop{Batch: fmt.Sprintf("UPDATE %s SET %s WHERE ctid >= $1::text::tid AND ctid < $2::text::tid AND (%s)",
+			ops.Loop{Batch: fmt.Sprintf("UPDATE %s SET %s WHERE ctid >= $1::text::tid AND ctid < $2::text::tid AND (%s)",
 				qt, strings.Join(sets, ", "), strings.Join(differ, " OR "))}),
-		{Step: StepWiden, Name: PhaseWidenContract, Kind: KindStatements, Table: table, Transactional: true, Lock: LockCatalog,
+		{Step: StepWiden, Name: ops.PhaseWidenContract, Kind: ops.KindStatements, Table: table, Transactional: true, Lock: ops.LockCatalog,
 			SQL: append([]string{
 				fmt.Sprintf("DROP TRIGGER IF EXISTS %s ON %s", trig, qt),
 				fmt.Sprintf("DROP FUNCTION IF EXISTS %s()", fn),

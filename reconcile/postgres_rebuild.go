@@ -13,6 +13,7 @@ import (
 	"ariga.io/atlas/sql/schema"
 
 	"github.com/schemastate/schemastate/dialect"
+	"github.com/schemastate/schemastate/internal/ops"
 	"github.com/schemastate/schemastate/internal/readonly"
 )
 
@@ -287,10 +288,10 @@ func (f *rebuildFacts) notes(table string) []string {
 
 // abandonPhase drops a rebuild's artefacts: a rebuild whose table changed
 // under it, or that now has a blocker, starts again or takes the column copy.
-func abandonPhase(schemaName, table, why string) Phase {
+func abandonPhase(schemaName, table, why string) ops.Phase {
 	qt := qualified(schemaName, table)
 	trig := dialect.QuoteIdent(rebuildLog(table))
-	return Phase{Step: StepWiden, Name: PhaseRebuildAbandon, Kind: KindStatements, Table: table, Transactional: true, Lock: LockCatalog,
+	return ops.Phase{Step: StepWiden, Name: ops.PhaseRebuildAbandon, Kind: ops.KindStatements, Table: table, Transactional: true, Lock: ops.LockCatalog,
 		SQL: []string{
 			fmt.Sprintf("DROP TRIGGER IF EXISTS %s ON %s", trig, qt),
 			fmt.Sprintf("DROP FUNCTION IF EXISTS %s()", qualified(schemaName, rebuildLog(table))),
@@ -303,14 +304,14 @@ func abandonPhase(schemaName, table, why string) Phase {
 
 // finishPhase validates the foreign keys the swap carried NOT VALID and
 // drops the rebuild's state (the new table was analysed before the swap).
-func finishPhase(schemaName, table string, validate []string, why string) Phase {
+func finishPhase(schemaName, table string, validate []string, why string) ops.Phase {
 	qt := qualified(schemaName, table)
 	var sqls []string
 	for _, fk := range validate {
 		sqls = append(sqls, fmt.Sprintf("ALTER TABLE %s VALIDATE CONSTRAINT %s", qt, dialect.QuoteIdent(fk)))
 	}
 	sqls = append(sqls, "DROP TABLE IF EXISTS "+qualified(schemaName, rebuildState(table)))
-	return Phase{Step: StepWiden, Name: PhaseRebuildFinish, Kind: KindConcurrent, Table: table, SQL: sqls, Lock: LockShareUpdateExclusive, Scans: len(validate) > 0,
+	return ops.Phase{Step: StepWiden, Name: ops.PhaseRebuildFinish, Kind: ops.KindConcurrent, Table: table, SQL: sqls, Lock: ops.LockShareUpdateExclusive, Scans: len(validate) > 0,
 		DoneWhen: fmt.Sprintf("SELECT to_regclass(%s) IS NULL", literal(qualified(schemaName, rebuildState(table)))),
 		Detail:   why}
 }
@@ -359,12 +360,12 @@ func (n rebuildNames) stateDone(cond string) string {
 
 // rebuildPhases plans the rebuild of a live table whose columns cols widen
 // and whose indexes are indexes (afterShape).
-func rebuildPhases(schemaName string, live, want *schema.Table, cols []*schema.Column, f *rebuildFacts, indexes []liveIndex, why string) []Phase {
+func rebuildPhases(schemaName string, live, want *schema.Table, cols []*schema.Column, f *rebuildFacts, indexes []liveIndex, why string) []ops.Phase {
 	n := newRebuildNames(schemaName, live, want, cols, why)
-	phases := []Phase{n.prepare(cols, f),
-		loopPhase(Phase{Step: StepWiden, Name: PhaseRebuildCopy, Kind: KindRebuildCopy, Table: n.table, Lock: LockNone, Scans: true,
+	phases := []ops.Phase{n.prepare(cols, f),
+		loopPhase(ops.Phase{Step: StepWiden, Name: ops.PhaseRebuildCopy, Kind: ops.KindRebuildCopy, Table: n.table, Lock: ops.LockNone, Scans: true,
 			DoneWhen: n.stateDone("next_page >= pages"), Detail: n.detail},
-			Loop{
+			ops.Loop{
 				Batch:    fmt.Sprintf("INSERT INTO %s (%s) SELECT %s FROM %s WHERE ctid >= $1::text::tid AND ctid < $2::text::tid", n.qn, n.colList, n.colList, n.qt),
 				Progress: fmt.Sprintf("UPDATE %s SET next_page = $1, rows = rows + $2", n.qs),
 			}),
@@ -378,9 +379,9 @@ func rebuildPhases(schemaName string, live, want *schema.Table, cols []*schema.C
 	// them (ANALYZE samples; it does not read every row).
 	if len(builds) > 0 {
 		slices.SortStableFunc(builds, func(a, b string) int { return buildWeight(b) - buildWeight(a) })
-		phases = append(phases, loopPhase(Phase{Step: StepWiden, Name: PhaseRebuildIndex, Kind: KindRebuildIndex, Table: n.table, Lock: LockNone, Scans: true,
+		phases = append(phases, loopPhase(ops.Phase{Step: StepWiden, Name: ops.PhaseRebuildIndex, Kind: ops.KindRebuildIndex, Table: n.table, Lock: ops.LockNone, Scans: true,
 			DoneWhen: "SELECT " + strings.Join(built, " AND "),
-			Detail:   n.detail}, Loop{Builds: builds, Analyze: "ANALYZE " + n.qn}))
+			Detail:   n.detail}, ops.Loop{Builds: builds, Analyze: "ANALYZE " + n.qn}))
 	}
 	phases = append(phases, replayPhase(n.table, "indexed", n.qn, n.ql, n.qt, n.qid, n.colList, n.detail))
 	// Done once the state row says so and the live table's catalog agrees:
@@ -388,19 +389,19 @@ func rebuildPhases(schemaName string, live, want *schema.Table, cols []*schema.C
 	swapped := fmt.Sprintf("%s AND (SELECT count(*) FROM pg_attribute WHERE attrelid = to_regclass(%s) AND attname IN (%s) AND atttypid = 'bigint'::regtype AND NOT attisdropped) = %d",
 		n.stateDone("swapped"), literal(n.qt), strings.Join(n.names, ", "), len(cols))
 	return append(phases,
-		Phase{Step: StepWiden, Name: PhaseRebuildSwap, Kind: KindStatements, Table: n.table, Transactional: true, Lock: LockCatalog, SQL: n.swap(f, attach, validate),
+		ops.Phase{Step: StepWiden, Name: ops.PhaseRebuildSwap, Kind: ops.KindStatements, Table: n.table, Transactional: true, Lock: ops.LockCatalog, SQL: n.swap(f, attach, validate),
 			DoneWhen: swapped, Detail: n.detail},
 		finishPhase(schemaName, n.table, validate, n.detail))
 }
 
 // prepare is the rebuild's first phase: the new table with the widened
 // types, the log, its trigger, the state row.
-func (n rebuildNames) prepare(cols []*schema.Column, f *rebuildFacts) Phase {
+func (n rebuildNames) prepare(cols []*schema.Column, f *rebuildFacts) ops.Phase {
 	var types []string
 	for _, c := range cols {
 		types = append(types, fmt.Sprintf("ALTER COLUMN %s TYPE bigint", dialect.QuoteIdent(c.Name)))
 	}
-	return Phase{Step: StepWiden, Name: PhaseRebuildPrepare, Kind: KindStatements, Table: n.table, Transactional: true, Lock: LockCatalog,
+	return ops.Phase{Step: StepWiden, Name: ops.PhaseRebuildPrepare, Kind: ops.KindStatements, Table: n.table, Transactional: true, Lock: ops.LockCatalog,
 		SQL: slices.Concat([]string{
 			fmt.Sprintf("CREATE TABLE %s (LIKE %s INCLUDING DEFAULTS INCLUDING GENERATED INCLUDING CONSTRAINTS INCLUDING STORAGE INCLUDING COMPRESSION INCLUDING STATISTICS INCLUDING COMMENTS)", n.qn, n.qt),
 			fmt.Sprintf("ALTER TABLE %s %s", n.qn, strings.Join(types, ", ")),
@@ -505,9 +506,9 @@ func (n rebuildNames) swap(f *rebuildFacts, attach, validate []string) []string 
 
 // replayPhase replays the log: after the copy (which/what: "copied") and
 // once the new table is indexed ("indexed").
-func replayPhase(table, after, qn, ql, qt, qid, colList, detail string) Phase {
-	return loopPhase(Phase{Step: StepWiden, Name: PhaseRebuildReplay, Kind: KindRebuildReplay, Table: table, Object: after, Lock: LockNone, Scans: true,
-		Detail: detail}, Loop{
+func replayPhase(table, after, qn, ql, qt, qid, colList, detail string) ops.Phase {
+	return loopPhase(ops.Phase{Step: StepWiden, Name: ops.PhaseRebuildReplay, Kind: ops.KindRebuildReplay, Table: table, Object: after, Lock: ops.LockNone, Scans: true,
+		Detail: detail}, ops.Loop{
 		Bound:  fmt.Sprintf("SELECT coalesce(max(n), 0) FROM (SELECT n FROM %s ORDER BY n LIMIT %d) c", ql, replayChunk),
 		Delete: fmt.Sprintf("DELETE FROM %s WHERE %s IN (SELECT id FROM %s WHERE n <= $1)", qn, qid, ql),
 		Copy:   fmt.Sprintf("INSERT INTO %s (%s) SELECT %s FROM %s WHERE %s IN (SELECT id FROM %s WHERE n <= $1)", qn, colList, colList, qt, qid, ql),

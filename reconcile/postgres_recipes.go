@@ -9,6 +9,7 @@ import (
 	"ariga.io/atlas/sql/schema"
 
 	"github.com/schemastate/schemastate/dialect"
+	"github.com/schemastate/schemastate/internal/ops"
 	"github.com/schemastate/schemastate/internal/pgtypes"
 )
 
@@ -92,8 +93,8 @@ func rowKeyText(t *schema.Table) string {
 
 // plan is the recipes' phases, in order: new columns and their fills, then
 // the NOT NULLs, the checks and the foreign keys.
-func (p recipePlanner) plan(r recipes, fills map[string]bool) []Phase {
-	var out []Phase
+func (p recipePlanner) plan(r recipes, fills map[string]bool) []ops.Phase {
+	var out []ops.Phase
 	filled := map[string]bool{}
 	for _, c := range r.addColumns {
 		out = append(out, p.addColumn(c), p.fill(c), p.filled(c))
@@ -116,7 +117,7 @@ func (p recipePlanner) plan(r recipes, fills map[string]bool) []Phase {
 	}
 	for _, c := range r.checks {
 		out = append(out, p.constraint(c.Name, "check "+c.Name, "NOT ("+c.Expr+")",
-			fmt.Sprintf("CHECK (%s)", c.Expr), LockCatalog, "")...)
+			fmt.Sprintf("CHECK (%s)", c.Expr), ops.LockCatalog, "")...)
 	}
 	for _, fk := range r.foreignKey {
 		ref := p.schema
@@ -141,7 +142,7 @@ func (p recipePlanner) plan(r recipes, fills map[string]bool) []Phase {
 		}
 		// MATCH SIMPLE: a row with a NULL in any column is not checked.
 		broken := fmt.Sprintf("%s AND NOT EXISTS (SELECT 1 FROM %s r WHERE %s)", strings.Join(present, " AND "), refTable, strings.Join(match, " AND "))
-		out = append(out, p.constraint(fk.Symbol, "foreign key "+fk.Symbol, broken, def, LockShareRowExclusive,
+		out = append(out, p.constraint(fk.Symbol, "foreign key "+fk.Symbol, broken, def, ops.LockShareRowExclusive,
 			"; holds SHARE ROW EXCLUSIVE on "+fk.RefTable.Name+" too")...)
 	}
 	return out
@@ -171,8 +172,8 @@ func (p recipePlanner) notNull(col string) string {
 }
 
 // breaking is the read of the rows where broken holds.
-func (p recipePlanner) breaking(broken string) *Breaking {
-	return &Breaking{
+func (p recipePlanner) breaking(broken string) *ops.Breaking {
+	return &ops.Breaking{
 		Sample: fmt.Sprintf("SELECT %s FROM %s t WHERE %s LIMIT 5", p.key, p.qt, broken),
 		Count:  fmt.Sprintf("SELECT count(*) FROM %s t WHERE %s", p.qt, broken),
 	}
@@ -181,7 +182,7 @@ func (p recipePlanner) breaking(broken string) *Breaking {
 // constraint is the recipe for a check or a foreign key: the read, the NOT
 // VALID constraint, its validation. skipWhen, when set, is a further
 // condition under which every phase is done.
-func (p recipePlanner) constraint(name, what, broken, def string, lock LockClass, lockNote string, skipWhen ...string) []Phase {
+func (p recipePlanner) constraint(name, what, broken, def string, lock ops.LockClass, lockNote string, skipWhen ...string) []ops.Phase {
 	or := ""
 	for _, s := range skipWhen {
 		or += " OR " + s
@@ -189,14 +190,14 @@ func (p recipePlanner) constraint(name, what, broken, def string, lock LockClass
 	detail := p.why + "; " + what + ": NOT VALID, then VALIDATE"
 	qn := dialect.QuoteIdent(name)
 	drop := fmt.Sprintf("ALTER TABLE %s DROP CONSTRAINT IF EXISTS %s", p.qt, qn)
-	return []Phase{
-		{Step: StepShape, Name: PhaseCheckRows, Kind: KindCheckRows, Table: p.table, Object: name, Lock: LockNone, Scans: true,
+	return []ops.Phase{
+		{Step: StepShape, Name: ops.PhaseCheckRows, Kind: ops.KindCheckRows, Table: p.table, Object: name, Lock: ops.LockNone, Scans: true,
 			Breaking: p.breaking(broken), Constraint: what,
 			DoneWhen: "SELECT " + p.exists(name, false) + or, Detail: detail},
-		{Step: StepShape, Name: PhaseAddNotValid, Kind: KindStatements, Table: p.table, Object: name, Transactional: true, Lock: lock,
+		{Step: StepShape, Name: ops.PhaseAddNotValid, Kind: ops.KindStatements, Table: p.table, Object: name, Transactional: true, Lock: lock,
 			SQL:      []string{fmt.Sprintf("ALTER TABLE %s ADD CONSTRAINT %s %s NOT VALID", p.qt, qn, def)},
 			DoneWhen: "SELECT " + p.exists(name, false) + or, Detail: detail + lockNote},
-		{Step: StepShape, Name: PhaseValidate, Kind: KindOwnTx, Table: p.table, Object: name, Transactional: true, Lock: LockShareUpdateExclusive, Scans: true,
+		{Step: StepShape, Name: ops.PhaseValidate, Kind: ops.KindOwnTx, Table: p.table, Object: name, Transactional: true, Lock: ops.LockShareUpdateExclusive, Scans: true,
 			SQL:      []string{fmt.Sprintf("ALTER TABLE %s VALIDATE CONSTRAINT %s", p.qt, qn)},
 			Breaking: p.breaking(broken), Constraint: what,
 			Cleanup:  []string{drop},
@@ -207,11 +208,11 @@ func (p recipePlanner) constraint(name, what, broken, def string, lock LockClass
 // setNotNull is SET NOT NULL's recipe for col: a validated CHECK (col IS
 // NOT NULL) proves the column holds no NULL, so SET NOT NULL (PostgreSQL 12
 // and later) skips its scan; the check is dropped in the same transaction.
-func (p recipePlanner) setNotNull(col string) []Phase {
+func (p recipePlanner) setNotNull(col string) []ops.Phase {
 	chk := notNullCheck(col)
 	qc := dialect.QuoteIdent(col)
-	phases := p.constraint(chk, "NOT NULL of "+col, qc+" IS NULL", fmt.Sprintf("CHECK (%s IS NOT NULL)", qc), LockCatalog, "", p.notNull(col))
-	return append(phases, Phase{Step: StepShape, Name: PhaseSetNotNull, Kind: KindStatements, Table: p.table, Object: col, Transactional: true, Lock: LockCatalog,
+	phases := p.constraint(chk, "NOT NULL of "+col, qc+" IS NULL", fmt.Sprintf("CHECK (%s IS NOT NULL)", qc), ops.LockCatalog, "", p.notNull(col))
+	return append(phases, ops.Phase{Step: StepShape, Name: ops.PhaseSetNotNull, Kind: ops.KindStatements, Table: p.table, Object: col, Transactional: true, Lock: ops.LockCatalog,
 		SQL: []string{
 			fmt.Sprintf("ALTER TABLE %s ALTER COLUMN %s SET NOT NULL", p.qt, qc),
 			fmt.Sprintf("ALTER TABLE %s DROP CONSTRAINT IF EXISTS %s", p.qt, dialect.QuoteIdent(chk)),
@@ -222,8 +223,8 @@ func (p recipePlanner) setNotNull(col string) []Phase {
 
 // dropNotNullCheck drops a recipe's check left by a SET NOT NULL that no
 // longer applies (the declaration changed back).
-func (p recipePlanner) dropNotNullCheck(chk string) Phase {
-	return Phase{Step: StepShape, Name: PhaseAlter, Kind: KindStatements, Table: p.table, Object: chk, Transactional: true, Lock: LockCatalog,
+func (p recipePlanner) dropNotNullCheck(chk string) ops.Phase {
+	return ops.Phase{Step: StepShape, Name: ops.PhaseAlter, Kind: ops.KindStatements, Table: p.table, Object: chk, Transactional: true, Lock: ops.LockCatalog,
 		SQL:      []string{fmt.Sprintf("ALTER TABLE %s DROP CONSTRAINT IF EXISTS %s", p.qt, dialect.QuoteIdent(chk))},
 		DoneWhen: "SELECT NOT " + p.exists(chk, false),
 		Detail:   p.why + "; the check " + chk + " of a SET NOT NULL no longer declared"}
@@ -233,10 +234,10 @@ func (p recipePlanner) dropNotNullCheck(chk string) Phase {
 // existing row (a rewrite under ACCESS EXCLUSIVE): nullable and with no
 // default, then the default set, so new rows get it; the fill gives it to
 // the existing rows.
-func (p recipePlanner) addColumn(c *schema.Column) Phase {
+func (p recipePlanner) addColumn(c *schema.Column) ops.Phase {
 	qc := dialect.QuoteIdent(c.Name)
 	t, _ := columnTypeSQL(c) // planOnline took only columns it spells
-	return Phase{Step: StepShape, Name: PhaseAddColumn, Kind: KindStatements, Table: p.table, Object: c.Name, Transactional: true, Lock: LockCatalog,
+	return ops.Phase{Step: StepShape, Name: ops.PhaseAddColumn, Kind: ops.KindStatements, Table: p.table, Object: c.Name, Transactional: true, Lock: ops.LockCatalog,
 		SQL: []string{
 			fmt.Sprintf("ALTER TABLE %s ADD COLUMN IF NOT EXISTS %s %s", p.qt, qc, t),
 			fmt.Sprintf("ALTER TABLE %s ALTER COLUMN %s SET DEFAULT %s", p.qt, qc, defaultSQL(c.Default)),
@@ -249,23 +250,23 @@ func (p recipePlanner) addColumn(c *schema.Column) Phase {
 
 // fill gives the existing rows where col is NULL the column's default, in
 // batches of pages.
-func (p recipePlanner) fill(c *schema.Column) Phase {
+func (p recipePlanner) fill(c *schema.Column) ops.Phase {
 	qc := dialect.QuoteIdent(c.Name)
-	return loopPhase(Phase{Step: StepShape, Name: PhaseFill, Kind: KindBatched, Table: p.table, Object: c.Name, Lock: LockRows, Scans: true,
+	return loopPhase(ops.Phase{Step: StepShape, Name: ops.PhaseFill, Kind: ops.KindBatched, Table: p.table, Object: c.Name, Lock: ops.LockRows, Scans: true,
 		DoneWhen: fmt.Sprintf("SELECT %s OR NOT EXISTS (SELECT 1 FROM %s WHERE %s IS NULL)", p.notNull(c.Name), p.qt, qc),
 		Detail:   p.why + "; column " + c.Name + ": its NULLs given its default in batches"},
-		Loop{Batch: fmt.Sprintf("UPDATE %s SET %s = DEFAULT WHERE ctid >= $1::text::tid AND ctid < $2::text::tid AND %s IS NULL", p.qt, qc, qc)})
+		ops.Loop{Batch: fmt.Sprintf("UPDATE %s SET %s = DEFAULT WHERE ctid >= $1::text::tid AND ctid < $2::text::tid AND %s IS NULL", p.qt, qc, qc)})
 }
 
 // filled ends a fill: the column's comment becomes the declared one again.
-func (p recipePlanner) filled(c *schema.Column) Phase {
+func (p recipePlanner) filled(c *schema.Column) ops.Phase {
 	comment := "NULL"
 	for _, a := range c.Attrs {
 		if cm, ok := a.(*schema.Comment); ok && cm.Text != "" {
 			comment = literal(cm.Text)
 		}
 	}
-	return Phase{Step: StepShape, Name: PhaseFilled, Kind: KindStatements, Table: p.table, Object: c.Name, Transactional: true, Lock: LockCatalog,
+	return ops.Phase{Step: StepShape, Name: ops.PhaseFilled, Kind: ops.KindStatements, Table: p.table, Object: c.Name, Transactional: true, Lock: ops.LockCatalog,
 		SQL: []string{fmt.Sprintf("COMMENT ON COLUMN %s.%s IS %s", p.qt, dialect.QuoteIdent(c.Name), comment)},
 		DoneWhen: fmt.Sprintf("SELECT col_description(to_regclass(%s), (SELECT attnum FROM pg_attribute WHERE attrelid = to_regclass(%s) AND attname = %s AND NOT attisdropped)) IS DISTINCT FROM %s",
 			literal(p.qt), literal(p.qt), literal(c.Name), literal(fillMarker)),

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"golang.org/x/sync/errgroup"
+
+	"github.com/schemastate/schemastate/internal/ops"
 )
 
 // flushAsWritten opens every transaction of the rebuild's copy and replay:
@@ -24,7 +26,7 @@ const flushAsWritten = "SET LOCAL backend_flush_after = '256kB'"
 // rebuildCopy fills the new table, one range of pages per transaction, from
 // where the state row says the copy is; each batch commits its rows and its
 // progress together.
-func (s *pgSession) rebuildCopy(ctx context.Context, ph Phase, h phaseHooks) error {
+func (s *pgSession) rebuildCopy(ctx context.Context, ph ops.Phase, h phaseHooks) error {
 	qs := qualified(s.schema, rebuildState(ph.Table))
 	var pages, next, rows int64
 	if err := s.conn.QueryRowContext(ctx, "SELECT pages, next_page, rows FROM "+qs).Scan(&pages, &next, &rows); err != nil {
@@ -88,7 +90,7 @@ func (s *pgSession) rebuildCopy(ctx context.Context, ph Phase, h phaseHooks) err
 // the duplicates the copy left, and every row the copy saw twice was logged
 // before the copy ended: it replays up to the log's last entry as it begins
 // and stops, leaving what writers log meanwhile to the indexed replay.
-func (s *pgSession) replayLog(ctx context.Context, ph Phase, h phaseHooks) error {
+func (s *pgSession) replayLog(ctx context.Context, ph ops.Phase, h phaseHooks) error {
 	var total int64
 	target := int64(-1) // no bound: replay until the log is short
 	if ph.Object == "copied" {
@@ -166,7 +168,7 @@ const rebuildIndexConns = 2
 // is CREATE INDEX IF NOT EXISTS, so a phase resumed after a crash skips
 // what committed. The holder check runs before each build; the first error
 // stops the others from starting and is the phase's.
-func (s *pgSession) rebuildIndexes(ctx context.Context, ph Phase, h phaseHooks) error {
+func (s *pgSession) rebuildIndexes(ctx context.Context, ph ops.Phase, h phaseHooks) error {
 	builds, analyze := ph.Loop.Builds, ph.Loop.Analyze
 	next := make(chan string, len(builds))
 	for _, b := range builds {
@@ -266,7 +268,7 @@ func buildIn(ctx context.Context, conn *sql.Conn, stmt string) error {
 
 // checkRows runs a check_rows phase: any row breaking the constraint fails
 // it, by name, before the constraint is added.
-func checkRows(ctx context.Context, q querier, ph Phase, h phaseHooks) error {
+func checkRows(ctx context.Context, q querier, ph ops.Phase, h phaseHooks) error {
 	h.progress(fmt.Sprintf("checking %s: rows that break %s", ph.Table, ph.Constraint))
 	if err := brokenRows(ctx, q, ph); err != nil {
 		return err
@@ -276,7 +278,7 @@ func checkRows(ctx context.Context, q querier, ph Phase, h phaseHooks) error {
 
 // brokenRows fails with ErrRowsBreakConstraint when the phase's Breaking
 // read finds rows.
-func brokenRows(ctx context.Context, q querier, ph Phase) error {
+func brokenRows(ctx context.Context, q querier, ph ops.Phase) error {
 	keys, err := queryStrings(ctx, q, ph.Breaking.Sample)
 	if err != nil {
 		return fmt.Errorf("look for the rows that break %s: %w", ph.Constraint, err)
@@ -296,7 +298,7 @@ func brokenRows(ctx context.Context, q querier, ph Phase) error {
 // transaction of its own under the lock discipline. When it fails, Cleanup
 // runs (dropping the NOT VALID constraint, which would otherwise keep
 // rejecting the host's writes) and the rows that broke it are named.
-func (s *pgSession) ownTx(ctx context.Context, ph Phase, h phaseHooks) error {
+func (s *pgSession) ownTx(ctx context.Context, ph ops.Phase, h phaseHooks) error {
 	h.progress(fmt.Sprintf("validating %s: %s", ph.Table, ph.Constraint))
 	err := s.withLockRetry(ctx, ph.Table, func(timeout time.Duration) error {
 		return s.inTx(ctx, timeout, func(tx *sql.Tx) error {

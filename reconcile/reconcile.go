@@ -37,6 +37,7 @@ import (
 
 	"github.com/schemastate/schemastate/backfill"
 	"github.com/schemastate/schemastate/dialect"
+	"github.com/schemastate/schemastate/internal/ops"
 	"github.com/schemastate/schemastate/keys"
 )
 
@@ -171,7 +172,7 @@ type session interface {
 	// could not get its locks.
 	transact(ctx context.Context, step, table string, fn func(q querier) error) error
 	// alone runs a non-transactional phase.
-	alone(ctx context.Context, ph Phase, h phaseHooks) error
+	alone(ctx context.Context, ph ops.Phase, h phaseHooks) error
 	close(ctx context.Context) error
 	abort()
 }

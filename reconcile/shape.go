@@ -10,6 +10,7 @@ import (
 	"ariga.io/atlas/sql/schema"
 
 	"github.com/schemastate/schemastate/dialect"
+	"github.com/schemastate/schemastate/internal/ops"
 	"github.com/schemastate/schemastate/internal/pgtypes"
 )
 
@@ -30,7 +31,7 @@ type tablePlan struct {
 	// phases left in the catalog.
 	Inflight *inflight
 	// Phases is the plan as it is applied (plan.go, apply.go).
-	Phases []Phase
+	Phases []ops.Phase
 }
 
 // ShapePlan is the dry-run result of the shape step.

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/schemastate/schemastate/dialect"
+	"github.com/schemastate/schemastate/internal/ops"
 )
 
 // SQLite: the lock is SQLite's own write lock. The certificate is checked
@@ -155,7 +156,7 @@ func (s *sqliteSession) transact(ctx context.Context, step, _ string, fn func(q 
 }
 
 // alone: SQLite plans every phase inside its one transaction.
-func (s *sqliteSession) alone(_ context.Context, ph Phase, _ phaseHooks) error {
+func (s *sqliteSession) alone(_ context.Context, ph ops.Phase, _ phaseHooks) error {
 	return fmt.Errorf("phase %s runs outside a transaction, which SQLite's plan never asks for", ph.ID())
 }
 

@@ -10,6 +10,7 @@ import (
 	"ariga.io/atlas/sql/sqlite"
 
 	"github.com/schemastate/schemastate/dialect"
+	"github.com/schemastate/schemastate/internal/ops"
 )
 
 // SQLite planning: pure, from the inspected table, its declaration and the
@@ -24,7 +25,7 @@ func (sqliteDriver) planTable(pc *planContext, tp *tablePlan, f tableFacts) erro
 		if err != nil {
 			return fmt.Errorf("plan %s: %w", tp.Table, err)
 		}
-		tp.Phases = []Phase{sqlitePhase(PhaseCreate, tp.Table, stmts)}
+		tp.Phases = []ops.Phase{sqlitePhase(ops.PhaseCreate, tp.Table, stmts)}
 		return nil
 	}
 	normalizeLive(tp.Live, tp.Want)
@@ -37,9 +38,9 @@ func (sqliteDriver) planTable(pc *planContext, tp *tablePlan, f tableFacts) erro
 		if err != nil {
 			return fmt.Errorf("plan %s: %w", tp.Table, err)
 		}
-		ph := sqlitePhase(PhaseAlter, tp.Table, stmts)
+		ph := sqlitePhase(ops.PhaseAlter, tp.Table, stmts)
 		ph.Scans = slices.ContainsFunc(changes, func(c schema.Change) bool { _, build := c.(*schema.AddIndex); return build })
-		tp.Phases = []Phase{ph}
+		tp.Phases = []ops.Phase{ph}
 		return nil
 	}
 	ph, err := rebuildPhase(pc, tp.Live, tp.Want, changes, kept, f)
@@ -47,13 +48,13 @@ func (sqliteDriver) planTable(pc *planContext, tp *tablePlan, f tableFacts) erro
 		return fmt.Errorf("plan rebuild of %s: %w", tp.Table, err)
 	}
 	ph.Scans = true // the copy
-	tp.Phases = []Phase{ph}
+	tp.Phases = []ops.Phase{ph}
 	return nil
 }
 
 // sqlitePhase is a phase of the reconcile's one BEGIN IMMEDIATE transaction.
-func sqlitePhase(name, table string, stmts []string) Phase {
-	return Phase{Step: StepShape, Name: name, Kind: KindStatements, Table: table, SQL: stmts, Transactional: true, Lock: LockSQLiteWrite}
+func sqlitePhase(name, table string, stmts []string) ops.Phase {
+	return ops.Phase{Step: StepShape, Name: name, Kind: ops.KindStatements, Table: table, SQL: stmts, Transactional: true, Lock: ops.LockSQLiteWrite}
 }
 
 // normalizeLive removes differences that are spellings of the same shape, so
@@ -179,18 +180,18 @@ func atlasCopies(c *schema.Column) bool {
 // checks — is created again on the new one (drift.go). Its guards refuse to
 // let it commit unless every row was copied and no foreign-key violation
 // appeared, and run the rename as the legacy rename.
-func rebuildPhase(pc *planContext, live, want *schema.Table, changes, drift []schema.Change, f tableFacts) (Phase, error) {
+func rebuildPhase(pc *planContext, live, want *schema.Table, changes, drift []schema.Change, f tableFacts) (ops.Phase, error) {
 	tmp, keepIndexes := rebuildTable(live, want, drift)
 	stmts, err := pc.render(&schema.AddTable{T: tmp})
 	if err != nil {
-		return Phase{}, err
+		return ops.Phase{}, err
 	}
 	// The new table carries the kept foreign keys and checks as Atlas read
 	// them off the catalog, a check's expression as raw text: what Atlas
 	// renders of them must stay one statement (sqlite_ident.go).
 	for _, s := range stmts {
 		if err := singleSQLiteStatement(s); err != nil {
-			return Phase{}, err
+			return ops.Phase{}, err
 		}
 	}
 	fill := fills(live, want)
@@ -203,39 +204,39 @@ func rebuildPhase(pc *planContext, live, want *schema.Table, changes, drift []sc
 	for _, idx := range want.Indexes {
 		s, err := pc.render(&schema.ModifyTable{T: want, Changes: []schema.Change{&schema.AddIndex{I: idx}}})
 		if err != nil {
-			return Phase{}, err
+			return ops.Phase{}, err
 		}
 		stmts = append(stmts, s...)
 	}
 	for _, idx := range keepIndexes {
 		s, err := keptIndex(pc, want, idx, f.indexSQL)
 		if err != nil {
-			return Phase{}, err
+			return ops.Phase{}, err
 		}
 		stmts = append(stmts, s...)
 	}
 	stmts = append(stmts, f.triggers...)
 
-	ph := sqlitePhase(PhaseRebuild, want.Name, stmts)
+	ph := sqlitePhase(ops.PhaseRebuild, want.Name, stmts)
 	ph.Guards = nullChecks(live, want, fill)
 	if why := fkCheckWhy(live, tmp, changes, f.referencedBy); why != "" {
 		var checks []string
 		for _, t := range append([]string{want.Name}, f.referencedBy...) {
 			checks = append(checks, "PRAGMA foreign_key_check("+dialect.QuoteIdent(t)+")")
 		}
-		ph.Guards = append(ph.Guards, Guard{Kind: GuardForeignKeys, Queries: checks, Detail: why}.withSQL())
+		ph.Guards = append(ph.Guards, ops.Guard{Kind: ops.GuardForeignKeys, Queries: checks, Detail: why}.WithSQL())
 	}
 	ph.Guards = append(ph.Guards,
-		Guard{Kind: GuardRowsCopied, Count: "SELECT COUNT(*) FROM " + table, Copy: stmts[copyAt],
-			Detail: "every row is copied"}.withSQL(),
+		ops.Guard{Kind: ops.GuardRowsCopied, Count: "SELECT COUNT(*) FROM " + table, Copy: stmts[copyAt],
+			Detail: "every row is copied"}.WithSQL(),
 		// SQLite's RENAME re-parses every view and trigger in the schema;
 		// between the DROP and the RENAME a view or another table's trigger
 		// that names the table names nothing, and the RENAME fails. The legacy
 		// rename (SQLite's documented rebuild predates the re-parse) renames
 		// the table alone; the views and triggers resolve to the rebuilt table
 		// by name afterwards.
-		Guard{Kind: GuardSetting, Read: "PRAGMA legacy_alter_table", Set: "PRAGMA legacy_alter_table = ON", Restore: "PRAGMA legacy_alter_table = %s",
-			Detail: "the rename leaves views and other tables' triggers to resolve by name"}.withSQL())
+		ops.Guard{Kind: ops.GuardSetting, Read: "PRAGMA legacy_alter_table", Set: "PRAGMA legacy_alter_table = ON", Restore: "PRAGMA legacy_alter_table = %s",
+			Detail: "the rename leaves views and other tables' triggers to resolve by name"}.WithSQL())
 	return ph, nil
 }
 
@@ -297,8 +298,8 @@ func rebuildCopy(live, want *schema.Table, tmpName string, fill map[string]strin
 // non-INTEGER primary key hold NULL. A row found fails the phase with
 // ErrNullRow, naming it by its rowid (unless the table has none) and the
 // declared key's columns, before anything changes.
-func nullChecks(live, want *schema.Table, fill map[string]string) []Guard {
-	var out []Guard
+func nullChecks(live, want *schema.Table, fill map[string]string) []ops.Guard {
+	var out []ops.Guard
 	for _, wc := range want.Columns {
 		lc, ok := live.Column(wc.Name)
 		if _, filled := fill[wc.Name]; !ok || filled || !lc.Type.Null || wc.Type.Null {
@@ -331,10 +332,10 @@ func nullChecks(live, want *schema.Table, fill map[string]string) []Guard {
 		for i, n := range names {
 			sel[i] = dialect.QuoteIdent(n)
 		}
-		out = append(out, Guard{Kind: GuardNoNulls, Column: wc.Name, Names: names,
+		out = append(out, ops.Guard{Kind: ops.GuardNoNulls, Column: wc.Name, Names: names,
 			Query: fmt.Sprintf("SELECT %s FROM %s WHERE %s IS NULL LIMIT 1",
 				strings.Join(sel, ", "), dialect.QuoteIdent(want.Name), dialect.QuoteIdent(wc.Name)),
-			Detail: "NOT NULL with no DEFAULT to fill a NULL with"}.withSQL())
+			Detail: "NOT NULL with no DEFAULT to fill a NULL with"}.WithSQL())
 	}
 	return out
 }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/schemastate/schemastate/dialect"
 	"github.com/schemastate/schemastate/internal/dbtest"
+	"github.com/schemastate/schemastate/internal/ops"
 	"github.com/schemastate/schemastate/reconcile"
 )
 
@@ -185,19 +186,19 @@ func TestReconcile_SQLiteRebuildRunsThePlannedGuards(t *testing.T) {
 
 	plan, err := reconcile.Plan(ctx, pool, quiet, opt)
 	require.NoError(t, err)
-	var rebuild *reconcile.Phase
+	var rebuild *ops.Phase
 	for _, ph := range plan.Phases() {
-		if ph.Name == reconcile.PhaseRebuild {
+		if ph.Name == ops.PhaseRebuild {
 			rebuild = &ph
 		}
 	}
 	require.NotNil(t, rebuild, "the legacy table is rebuilt: %v", plan.Phases())
-	kinds := map[reconcile.GuardKind]reconcile.Guard{}
+	kinds := map[ops.GuardKind]ops.Guard{}
 	for _, g := range rebuild.Guards {
 		kinds[g.Kind] = g
 	}
 	require.Len(t, kinds, 4, "%+v", rebuild.Guards)
-	nulls, fk, rows, setting := kinds[reconcile.GuardNoNulls], kinds[reconcile.GuardForeignKeys], kinds[reconcile.GuardRowsCopied], kinds[reconcile.GuardSetting]
+	nulls, fk, rows, setting := kinds[ops.GuardNoNulls], kinds[ops.GuardForeignKeys], kinds[ops.GuardRowsCopied], kinds[ops.GuardSetting]
 	require.Equal(t, "id", nulls.Column, "the legacy id TEXT PRIMARY KEY is nullable on SQLite")
 	require.Equal(t, "referenced by subagent_notes", fk.Detail)
 	require.True(t, strings.HasPrefix(rows.Copy, "INSERT INTO"), rows.Copy)

@@ -7,6 +7,8 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
+
+	"github.com/schemastate/schemastate/internal/ops"
 )
 
 // instrumentationName names the tracer the reconcile's spans come from.
@@ -87,7 +89,7 @@ func (r *run) traceStep(s Step) {
 
 // tracePhase starts the span of one phase under the step's span in ctx; its
 // end takes whether the phase ran and its error.
-func (r *run) tracePhase(ctx context.Context, ph Phase) func(ran bool, err error) {
+func (r *run) tracePhase(ctx context.Context, ph ops.Phase) func(ran bool, err error) {
 	if r.traceCtx == nil {
 		return func(bool, error) {}
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/schemastate/schemastate/dialect"
 	"github.com/schemastate/schemastate/fanout"
 	"github.com/schemastate/schemastate/internal/dsn"
+	"github.com/schemastate/schemastate/internal/ops"
 	"github.com/schemastate/schemastate/keys"
 	"github.com/schemastate/schemastate/reconcile"
 )
@@ -182,7 +183,7 @@ func runPlan(ctx context.Context, e *env, args []string) int {
 				drift = []reconcile.Drift{}
 			}
 			if phases == nil {
-				phases = []reconcile.Phase{}
+				phases = []ops.Phase{}
 			}
 			writeJSON(e.stdout, map[string]any{"statements": nonNil(stmts), "refused": nonNil(refused), "drift": drift,
 				"phases": phases, "resumed": nonNil(resumed)})

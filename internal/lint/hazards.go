@@ -8,6 +8,7 @@ import (
 	"ariga.io/atlas/sql/schema"
 
 	"github.com/schemastate/schemastate/dialect"
+	"github.com/schemastate/schemastate/internal/ops"
 	"github.com/schemastate/schemastate/reconcile"
 )
 
@@ -86,7 +87,7 @@ type Hazard struct {
 
 // planHazards judges one state's plan: the diff of every table it changes,
 // and the phases chosen for it.
-func planHazards(d dialect.Dialect, state string, tables []reconcile.TableChanges, phases []reconcile.Phase) []Hazard {
+func planHazards(d dialect.Dialect, state string, tables []reconcile.TableChanges, phases []ops.Phase) []Hazard {
 	var out []Hazard
 	add := func(h Hazard) {
 		h.Dialect, h.State = d, state
@@ -132,7 +133,7 @@ func planHazards(d dialect.Dialect, state string, tables []reconcile.TableChange
 		}
 	}
 	for _, ph := range phases {
-		if ph.Name == reconcile.PhaseRebuild {
+		if ph.Name == ops.PhaseRebuild {
 			add(Hazard{Code: CodeSQLiteRebuild, Level: LevelRewrite, Table: ph.Table, copiesRows: true,
 				Detail: "SQLite copies the table into a new one (CREATE, INSERT … SELECT, DROP, RENAME) under the database write lock: every writer of the database waits for the copy",
 				Advice: "expected for a key or column-definition change; count the rows (lint --db STORE) to size the boot's pause"})
@@ -161,18 +162,18 @@ func refusedHazard(table string, c schema.Change, why string) Hazard {
 // widenedOnline reports a table whose widening the plan makes online — the
 // shadow-table rebuild or the expand/copy/contract phases (no exclusive
 // rewrite).
-func widenedOnline(phases []reconcile.Phase, table string) bool {
+func widenedOnline(phases []ops.Phase, table string) bool {
 	for _, ph := range phases {
-		if ph.Table == table && (ph.Name == reconcile.PhaseWidenCopy || ph.Name == reconcile.PhaseRebuildCopy) {
+		if ph.Table == table && (ph.Name == ops.PhaseWidenCopy || ph.Name == ops.PhaseRebuildCopy) {
 			return true
 		}
 	}
 	return false
 }
 
-func builtConcurrently(phases []reconcile.Phase, table, index string) bool {
+func builtConcurrently(phases []ops.Phase, table, index string) bool {
 	for _, ph := range phases {
-		if ph.Table == table && ph.Name == reconcile.PhaseBuildIndex && ph.Object == index {
+		if ph.Table == table && ph.Name == ops.PhaseBuildIndex && ph.Object == index {
 			return true
 		}
 	}

@@ -27,6 +27,7 @@ import (
 	"github.com/schemastate/schemastate/dialect"
 	"github.com/schemastate/schemastate/internal/basestate"
 	"github.com/schemastate/schemastate/internal/dsn"
+	"github.com/schemastate/schemastate/internal/ops"
 	"github.com/schemastate/schemastate/internal/perdialect"
 	"github.com/schemastate/schemastate/internal/store"
 	"github.com/schemastate/schemastate/reconcile"
@@ -85,7 +86,7 @@ type Config struct {
 // Phase is a plan phase as lint prints it: the reconcile's phase and what
 // its cost grows with.
 type Phase struct {
-	reconcile.Phase
+	ops.Phase
 	// Cost is CostCatalog or CostRows.
 	Cost string `json:"cost"`
 }

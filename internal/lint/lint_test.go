@@ -16,6 +16,7 @@ import (
 	"github.com/schemastate/schemastate/internal/basestate"
 	"github.com/schemastate/schemastate/internal/dbtest"
 	"github.com/schemastate/schemastate/internal/dsn"
+	"github.com/schemastate/schemastate/internal/ops"
 	"github.com/schemastate/schemastate/internal/store"
 	"github.com/schemastate/schemastate/reconcile"
 )
@@ -355,7 +356,7 @@ func TestLint_OnlinePath_NoExclusiveBuild(t *testing.T) {
 		}
 		var builds []string
 		for _, ph := range run.Phases {
-			if ph.Name == reconcile.PhaseBuildIndex {
+			if ph.Name == ops.PhaseBuildIndex {
 				builds = append(builds, ph.Object)
 				require.Equal(t, CostRows, ph.Cost)
 				require.False(t, ph.Transactional)
@@ -406,7 +407,7 @@ func TestLint_OnlinePath_RedefinedIndexSwappedIn(t *testing.T) {
 	swapped := 0
 	for _, run := range rep.Runs {
 		for _, ph := range run.Phases {
-			if ph.Name == reconcile.PhaseSwapIndex && ph.Object == "idx_subagents_task_id" {
+			if ph.Name == ops.PhaseSwapIndex && ph.Object == "idx_subagents_task_id" {
 				swapped++
 			}
 		}

@@ -11,6 +11,7 @@ import (
 	"github.com/schemastate/schemastate"
 	"github.com/schemastate/schemastate/dialect"
 	"github.com/schemastate/schemastate/internal/dbtest"
+	"github.com/schemastate/schemastate/internal/ops"
 	"github.com/schemastate/schemastate/reconcile"
 )
 
@@ -64,13 +65,13 @@ func TestLint_Store_CountsTheRowsThatBreakEachChange(t *testing.T) {
 		}, got)
 		require.Equal(t, 1, rep.Exit(LevelRefused))
 		if db.Dialect == dialect.Postgres {
-			locks := map[string]reconcile.LockClass{}
+			locks := map[string]ops.LockClass{}
 			for _, ph := range store.Phases {
 				locks[ph.Name+"."+ph.Object] = ph.Lock
 			}
-			require.Equal(t, reconcile.LockShareUpdateExclusive, locks["validate.schemastate_nn_turn_id"], "the locks as the reconcile takes them there")
-			require.Equal(t, reconcile.LockShareRowExclusive, locks["add_not_valid.subagents_child_session_fkey"])
-			require.Equal(t, reconcile.LockShareUpdateExclusive, locks["build_index.idx_subagents_task_tool_call"])
+			require.Equal(t, ops.LockShareUpdateExclusive, locks["validate.schemastate_nn_turn_id"], "the locks as the reconcile takes them there")
+			require.Equal(t, ops.LockShareRowExclusive, locks["add_not_valid.subagents_child_session_fkey"])
+			require.Equal(t, ops.LockShareUpdateExclusive, locks["build_index.idx_subagents_task_tool_call"])
 		}
 	})
 }
