@@ -11,8 +11,8 @@ import (
 	"github.com/schemastate/schemastate/dialect"
 	"github.com/schemastate/schemastate/fanout"
 	"github.com/schemastate/schemastate/internal/dbtest"
+	"github.com/schemastate/schemastate/internal/hooks"
 	"github.com/schemastate/schemastate/keys"
-	"github.com/schemastate/schemastate/reconcile"
 )
 
 // since is an execution_since with no digits below the microsecond, so a row
@@ -126,7 +126,7 @@ func TestFanout_AC25_SelfHealWindowIdsAreReal(t *testing.T) {
 		session(t, db, "s1", "k1")
 		db.Exec(t, `INSERT INTO task_session_subagents (id, task_session_id, task_id, turn_id, tool_call_id, is_async, source, observed_at, updated_at)
  VALUES ('r1', 's1', 'k1', 't1', 'toolu_legacy', 0, 'live', '2026-07-30 01:39:37.271235+00:00', '2026-07-30 01:39:37.271235+00:00')`)
-		failAt(t, db, reconcile.FailpointExecutionSinceWrite)
+		failAt(t, db, hooks.FailpointExecutionSinceWrite, nil)
 		// Observed in the past, so the key the next boot samples is after
 		// every one of them however fast the writes are.
 		now := time.Now()
@@ -165,7 +165,7 @@ func TestFanout_AC25_SelfHealWindowIdsAreReal(t *testing.T) {
 func TestFanout_AC24b_WithoutExecutionSinceNothingIsAnIdentity(t *testing.T) {
 	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
 		db.Host(t)
-		failAt(t, db, reconcile.FailpointExecutionSinceWrite)
+		failAt(t, db, hooks.FailpointExecutionSinceWrite, nil)
 		record(t, db, "s1", "k1", "toolu_1", execA, time.Now())
 		record(t, db, "s1", "k1", "toolu_2", "", time.Now())
 		res := read(t, db, fanout.Scope{})
@@ -194,7 +194,7 @@ func TestFanout_AC25_RetriedBackfill(t *testing.T) {
 		// execution_since is sampled at a known instant in the past, so the
 		// frame and the messages are after it by construction.
 		since := time.Now().Add(-time.Second)
-		failAt(t, db, reconcile.FailpointBackfillInserted, reconcile.WithClock(func() time.Time { return since }))
+		failAt(t, db, hooks.FailpointBackfillInserted, func() time.Time { return since })
 		now := since.Add(time.Millisecond)
 		record(t, db, "s1", "k1", "toolu_1", execA, now)
 		message(t, db, "m1", "s1", "k1", "toolu_1", now.Add(time.Millisecond))

@@ -14,6 +14,7 @@ import (
 	"github.com/schemastate/schemastate/capture"
 	"github.com/schemastate/schemastate/fanout"
 	"github.com/schemastate/schemastate/internal/dbtest"
+	"github.com/schemastate/schemastate/internal/hooks"
 	"github.com/schemastate/schemastate/keys"
 	"github.com/schemastate/schemastate/reconcile"
 )
@@ -39,16 +40,17 @@ func mustReconcile(t *testing.T, db *dbtest.DB, opts ...reconcile.Option) {
 }
 
 // failAt runs a reconcile that fails at one failpoint, as a database error
-// there would: the step fails, the boot goes on (AC-20). opts are added to
-// the reconcile's options.
-func failAt(t *testing.T, db *dbtest.DB, point string, opts ...reconcile.Option) {
+// there would: the step fails, the boot goes on (AC-20). now, when not nil,
+// is the clock the keys are sampled from.
+func failAt(t *testing.T, db *dbtest.DB, point string, now func() time.Time) {
 	t.Helper()
-	_, err := reconcile.Reconcile(ctx, db.DB, append([]reconcile.Option{reconcile.WithLogger(quiet), reconcile.WithFailpoint(func(p string) error {
+	h := hooks.Hooks{Now: now, Failpoint: func(p string) error {
 		if p == point {
 			return errors.New("forced failure at " + p)
 		}
 		return nil
-	})}, opts...)...)
+	}}
+	_, err := reconcile.Reconcile(hooks.With(ctx, h), db.DB, reconcile.WithLogger(quiet))
 	require.ErrorIs(t, err, reconcile.ErrStepFailed)
 }
 

@@ -12,6 +12,7 @@ import (
 	"github.com/schemastate/schemastate/dialect"
 	"github.com/schemastate/schemastate/internal/dbtest"
 	"github.com/schemastate/schemastate/internal/fixtures"
+	"github.com/schemastate/schemastate/internal/hooks"
 	"github.com/schemastate/schemastate/keys"
 	"github.com/schemastate/schemastate/reconcile"
 )
@@ -127,7 +128,7 @@ func TestAdversarial_AC33b_PartialThreeColumnUniqueIsNotClause2(t *testing.T) {
 			"    tool_call_id TEXT NOT NULL,", "    agent_execution_id TEXT NOT NULL DEFAULT 'unknown',\n    tool_call_id TEXT NOT NULL,")
 		require.False(t, observe(t, db).EndState.ThreeColumnUnique, "a partial index is not clause 2")
 
-		rep, err := reconcile.Reconcile(ctx, db.DB, failAt(reconcile.FailpointShapeApplied))
+		rep, err := reconcile.Reconcile(ctx, db.DB, failAt(hooks.FailpointShapeApplied))
 		require.ErrorIs(t, err, reconcile.ErrStepFailed)
 		require.Equal(t, reconcile.Skipped, rep.Step(reconcile.StepExecutionSince).Status, describe(rep))
 		require.Equal(t, reconcile.Skipped, rep.Step(reconcile.StepBackfill).Status, "AC-33c")
@@ -151,7 +152,7 @@ func TestAdversarial_AC20_CancelledReconcileReportsWhatWasKept(t *testing.T) {
 		before := snapshot(t, db)
 		cctx, cancel := context.WithCancel(ctx)
 		defer cancel()
-		rep, err := reconcile.Reconcile(cctx, db.DB, cancelAt(reconcile.FailpointBackfillInserted, cancel))
+		rep, err := reconcile.Reconcile(cctx, db.DB, cancelAt(hooks.FailpointBackfillInserted, cancel))
 		require.ErrorIs(t, err, reconcile.ErrStepFailed)
 		require.Equal(t, reconcile.Failed, rep.Step(reconcile.StepBackfill).Status, describe(rep))
 
@@ -469,7 +470,7 @@ func TestAdversarial_AC33b_ReorderedThreeColumnUniqueIsNotClause2(t *testing.T) 
 		db.Exec(t, hostAmendedDDL(t, "tool_call_id, agent_execution_id, task_session_id"))
 		require.False(t, observe(t, db).EndState.ThreeColumnUnique)
 
-		rep, err := reconcile.Reconcile(ctx, db.DB, failAt(reconcile.FailpointShapeApplied))
+		rep, err := reconcile.Reconcile(ctx, db.DB, failAt(hooks.FailpointShapeApplied))
 		require.ErrorIs(t, err, reconcile.ErrStepFailed)
 		require.Equal(t, reconcile.Skipped, rep.Step(reconcile.StepExecutionSince).Status, describe(rep))
 		require.Nil(t, readKeys(t, db).ExecutionSince)

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/schemastate/schemastate/internal/hooks"
 	"github.com/schemastate/schemastate/internal/ops"
 	"github.com/schemastate/schemastate/internal/readonly"
 )
@@ -30,7 +31,7 @@ import (
 type phaseHooks struct {
 	fail     func(point string) error
 	progress func(msg string)
-	// executed is told each statement once it ran (WithExecHook).
+	// executed is told each statement once it ran (withExecHook).
 	executed func(stmt string)
 }
 
@@ -139,7 +140,7 @@ func (r *run) applyPhases(ctx context.Context, sess session, step string, phases
 		}
 	}
 	if step == StepShape && lastTx < 0 {
-		if err := r.o.fail(FailpointShapeApplied); err != nil {
+		if err := r.o.fail(hooks.FailpointShapeApplied); err != nil {
 			return failed(err)
 		}
 	}
@@ -158,7 +159,7 @@ func (r *run) runPhaseGroup(ctx context.Context, sess session, step string, g []
 	if g[0].Kind == ops.KindStatements {
 		var beforeCommit func() error
 		if lastShapeTx {
-			beforeCommit = func() error { return r.o.fail(FailpointShapeApplied) }
+			beforeCommit = func() error { return r.o.fail(hooks.FailpointShapeApplied) }
 		}
 		did, err = r.runGroup(ctx, sess, step, g, h, beforeCommit)
 	} else {
@@ -174,7 +175,7 @@ func (r *run) runPhaseGroup(ctx context.Context, sess session, step string, g []
 	// After the phase's transaction committed, or the phase finished.
 	for j, ph := range g {
 		if did[j] {
-			if err := r.o.fail(FailpointAfterPhase(ph.ID())); err != nil {
+			if err := r.o.fail(hooks.FailpointAfterPhase(ph.ID())); err != nil {
 				return did, err
 			}
 		}
@@ -214,7 +215,7 @@ func (r *run) runGroup(ctx context.Context, sess session, step string, group []o
 			if err := r.runPhase(ctx, q, ph, h, &executed); err != nil {
 				return err
 			}
-			if err := h.fail(FailpointPhaseHeld(ph.ID())); err != nil {
+			if err := h.fail(hooks.FailpointPhaseHeld(ph.ID())); err != nil {
 				return err
 			}
 			ran[i] = true
@@ -326,7 +327,7 @@ func (r *run) runPhase(ctx context.Context, q querier, ph ops.Phase, h phaseHook
 				if copied != want {
 					return fmt.Errorf("%s: copied %d of %d rows", ph.ID(), copied, want)
 				}
-				if err := h.fail(FailpointRebuildCopied); err != nil {
+				if err := h.fail(hooks.FailpointRebuildCopied); err != nil {
 					return err
 				}
 			}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/schemastate/schemastate/dialect"
 	"github.com/schemastate/schemastate/internal/dbtest"
+	"github.com/schemastate/schemastate/internal/hooks"
 	"github.com/schemastate/schemastate/keys"
 	"github.com/schemastate/schemastate/reconcile"
 )
@@ -96,9 +97,9 @@ func TestBackfill_AC24c_FourStateMatrix(t *testing.T) {
 		backfillThrough bool
 	}{
 		{"activated", false, quiet, keys.Activated, true, true, true},
-		{"capture_only: execution_since write failed", false, failAt(reconcile.FailpointExecutionSinceWrite), keys.CaptureOnly, true, false, true},
-		{"execution_only: backfill failed", false, failAt(reconcile.FailpointBackfillInserted), keys.ExecutionOnly, false, true, false},
-		{"inactive: amendment did not apply", true, failAt(reconcile.FailpointShapeApplied), keys.Inactive, false, false, false},
+		{"capture_only: execution_since write failed", false, failAt(hooks.FailpointExecutionSinceWrite), keys.CaptureOnly, true, false, true},
+		{"execution_only: backfill failed", false, failAt(hooks.FailpointBackfillInserted), keys.ExecutionOnly, false, true, false},
+		{"inactive: amendment did not apply", true, failAt(hooks.FailpointShapeApplied), keys.Inactive, false, false, false},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -157,7 +158,7 @@ func TestBackfill_AC24a_FailedBackfillWritesNoKeyAndRetries(t *testing.T) {
 func TestBackfill_AC24d_SecondKeyWriteFailureLeavesNeither(t *testing.T) {
 	mechanisms := map[string]func(t *testing.T, db *dbtest.DB) (reconcile.Option, func()){
 		"failpoint between the key writes": func(t *testing.T, db *dbtest.DB) (reconcile.Option, func()) {
-			return failAt(reconcile.FailpointBackfillFirstKeyWritten), func() {}
+			return failAt(hooks.FailpointBackfillFirstKeyWritten), func() {}
 		},
 		"trigger refusing the second key": func(t *testing.T, db *dbtest.DB) (reconcile.Option, func()) {
 			return quiet, raiseOnInsert(t, db, "fail_capture_key", "kandev_meta", "NEW.key = '"+keys.CaptureSince+"'")
@@ -278,9 +279,9 @@ func TestBackfill_AC24_CaptureSinceSampledAfterInsert(t *testing.T) {
 	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
 		db.Host(t)
 		bfHistory(t, db)
-		opts, read := clockAt(reconcile.FailpointBackfillMaxTaken, reconcile.FailpointBackfillInserted)
+		opts, read := clockAt(hooks.FailpointBackfillMaxTaken, hooks.FailpointBackfillInserted)
 		mustReconcile(t, db, append(opts, quiet)...)
-		stepBegan, insertDone := read[reconcile.FailpointBackfillMaxTaken], read[reconcile.FailpointBackfillInserted]
+		stepBegan, insertDone := read[hooks.FailpointBackfillMaxTaken], read[hooks.FailpointBackfillInserted]
 		require.False(t, stepBegan.IsZero())
 		cs, err := keys.Parse(*readKeys(t, db).CaptureSince)
 		require.NoError(t, err)
@@ -338,7 +339,7 @@ func TestBackfill_AC33c_NoBackfillWithoutTheEndState(t *testing.T) {
 	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
 		db.Host(t).Legacy(t)
 		bfHistory(t, db)
-		rep, err := reconcile.Reconcile(ctx, db.DB, failAt(reconcile.FailpointShapeApplied), quiet)
+		rep, err := reconcile.Reconcile(ctx, db.DB, failAt(hooks.FailpointShapeApplied), quiet)
 		require.ErrorIs(t, err, reconcile.ErrStepFailed)
 		require.Equal(t, reconcile.Skipped, rep.Step(reconcile.StepBackfill).Status)
 		ks := readKeys(t, db)

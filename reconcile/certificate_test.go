@@ -16,6 +16,7 @@ import (
 	"github.com/schemastate/schemastate/dialect"
 	"github.com/schemastate/schemastate/internal/dbtest"
 	"github.com/schemastate/schemastate/internal/dsn"
+	"github.com/schemastate/schemastate/internal/hooks"
 	"github.com/schemastate/schemastate/internal/replicatest"
 	"github.com/schemastate/schemastate/reconcile"
 )
@@ -151,7 +152,7 @@ ALTER TABLE task_session_subagents DROP CONSTRAINT task_session_subagents_sessio
 ALTER TABLE task_session_subagents ADD CONSTRAINT task_session_subagents_session_execution_tool_call_key UNIQUE (task_session_id, agent_execution_id, tool_call_id) DEFERRABLE INITIALLY DEFERRED`)
 	obs := observe(t, db)
 	require.False(t, obs.EndState.ThreeColumnUnique)
-	rep, _ := reconcile.Reconcile(ctx, db.DB, failAt(reconcile.FailpointShapeApplied))
+	rep, _ := reconcile.Reconcile(ctx, db.DB, failAt(hooks.FailpointShapeApplied))
 	require.NotEqual(t, reconcile.Applied, rep.Step(reconcile.StepExecutionSince).Status, describe(rep))
 	require.Nil(t, readKeys(t, db).ExecutionSince)
 
@@ -296,7 +297,7 @@ func TestReconcile_BootThatWaitedForTheLockRechecksTheCertificate(t *testing.T) 
 // its report and error.
 func replicaHoldingTheLock(t *testing.T, db *dbtest.DB, opts ...reconcile.Option) (finish func() (*reconcile.Report, error)) {
 	t.Helper()
-	return replicatest.HoldingTheLock(t, db.DB, reconcile.FailpointShapeApplied, opts...)
+	return replicatest.HoldingTheLock(t, db.DB, hooks.FailpointShapeApplied, opts...)
 }
 
 // mutation changes a certified store's catalog or keys. sqlite and postgres

@@ -15,6 +15,7 @@ import (
 	"github.com/schemastate/schemastate"
 	"github.com/schemastate/schemastate/dialect"
 	"github.com/schemastate/schemastate/internal/dbtest"
+	"github.com/schemastate/schemastate/internal/hooks"
 	"github.com/schemastate/schemastate/internal/ops"
 	"github.com/schemastate/schemastate/internal/parity"
 	"github.com/schemastate/schemastate/reconcile"
@@ -275,7 +276,7 @@ func TestEdit_ValidationFailureDropsTheNotValidConstraint(t *testing.T) {
 			db := openPostgres(t)
 			declaredStore(t, db, e)
 			fp := reconcile.WithFailpoint(func(p string) error {
-				if p == reconcile.FailpointAfterPhase("task_session_subagents.check_rows."+e.constraint) {
+				if p == hooks.FailpointAfterPhase("task_session_subagents.check_rows."+e.constraint) {
 					db.Exec(t, e.breaks)
 				}
 				return nil
@@ -303,7 +304,7 @@ func TestEdit_KilledAfterEachPhaseResumes(t *testing.T) {
 				db := openPostgres(t)
 				declaredStore(t, db, e)
 				before := snapshot(t, db)
-				_, err := reconcile.Reconcile(ctx, db.DB, editOptions(t, e, failAt(reconcile.FailpointAfterPhase(ph.ID())))...)
+				_, err := reconcile.Reconcile(ctx, db.DB, editOptions(t, e, failAt(hooks.FailpointAfterPhase(ph.ID())))...)
 				require.Error(t, err)
 				if ph.Name == ops.PhaseAddNotValid {
 					require.Equal(t, []string{e.constraint + " NOT VALID"}, constraints(t, db, e.constraint))
@@ -408,7 +409,7 @@ func TestEdit_ValidationRunsBesideAnOpenWriter(t *testing.T) {
 	t.Cleanup(func() { other.Close() })
 	var tx *sql.Tx
 	fp := reconcile.WithFailpoint(func(p string) error {
-		if p == reconcile.FailpointAfterPhase("task_session_subagents.add_not_valid."+e.constraint) {
+		if p == hooks.FailpointAfterPhase("task_session_subagents.add_not_valid."+e.constraint) {
 			var err error
 			if tx, err = other.Begin(); err != nil {
 				return err
@@ -476,7 +477,7 @@ func TestEdit_FillCoversRowsTheHostMovedMeanwhile(t *testing.T) {
 	require.Greater(t, count(t, db, `SELECT (pg_relation_size('task_session_subagents') / current_setting('block_size')::int)::int`), 3)
 	moved := 0
 	fp := reconcile.WithFailpoint(func(p string) error {
-		if p == reconcile.FailpointCopyBatch && moved == 0 {
+		if p == hooks.FailpointCopyBatch && moved == 0 {
 			moved = count(t, db, `WITH u AS (UPDATE task_session_subagents SET description = 'moved' WHERE uid IS NULL RETURNING 1) SELECT count(*)::int FROM u`)
 		}
 		return nil
@@ -567,7 +568,7 @@ func TestEdit_RedefinitionDeclaredBackDropsTheIndexBuiltBeside(t *testing.T) {
 	db := openPostgres(t)
 	declaredStore(t, db, e)
 	indexes := indexNames(t, db)
-	_, err := reconcile.Reconcile(ctx, db.DB, editOptions(t, e, failAt(reconcile.FailpointAfterPhase("task_session_subagents.build_index.schemastate_next_idx_subagents_task_id")))...)
+	_, err := reconcile.Reconcile(ctx, db.DB, editOptions(t, e, failAt(hooks.FailpointAfterPhase("task_session_subagents.build_index.schemastate_next_idx_subagents_task_id")))...)
 	require.Error(t, err)
 	require.Contains(t, strings.Join(indexNames(t, db), "\n"), "schemastate_next_idx_subagents_task_id")
 	p, err := reconcile.Plan(ctx, db.DB, append([]reconcile.Option{quiet}, online...)...)

@@ -20,6 +20,7 @@ import (
 	"github.com/schemastate/schemastate/dialect"
 	"github.com/schemastate/schemastate/internal/dbtest"
 	"github.com/schemastate/schemastate/internal/fixtures"
+	"github.com/schemastate/schemastate/internal/hooks"
 	"github.com/schemastate/schemastate/reconcile"
 )
 
@@ -77,7 +78,7 @@ func TestReconcile_StepErrorKeepsContextCanceled(t *testing.T) {
 
 		during, cancel := context.WithCancel(ctx)
 		defer cancel()
-		rep, err := reconcile.Reconcile(during, db.DB, cancelAt(reconcile.FailpointBackfillInserted, cancel))
+		rep, err := reconcile.Reconcile(during, db.DB, cancelAt(hooks.FailpointBackfillInserted, cancel))
 		require.ErrorIs(t, err, reconcile.ErrStepFailed)
 		require.ErrorIs(t, err, context.Canceled, describe(rep))
 		// On SQLite every step commits at once, so the cancelled backfill
@@ -152,7 +153,7 @@ func TestReconcile_SeveralFailedStepsAreJoined(t *testing.T) {
 		db.Exec(t, `CREATE TABLE background_agent_log (workspace_path TEXT NOT NULL, session_id TEXT NOT NULL, agent_id TEXT NOT NULL, execution_id TEXT, kind TEXT NOT NULL, provider TEXT, model TEXT, status TEXT NOT NULL, started_at TIMESTAMP NOT NULL, completed_at TIMESTAMP, error TEXT, host_only_note TEXT, PRIMARY KEY (workspace_path, session_id, agent_id))`)
 		forced := errors.New("forced backfill failure")
 		rep, err := reconcile.Reconcile(ctx, db.DB, reconcile.WithFailpoint(func(p string) error {
-			if p == reconcile.FailpointBackfillInserted {
+			if p == hooks.FailpointBackfillInserted {
 				return forced
 			}
 			return nil
@@ -265,7 +266,7 @@ func TestReconcile_DeclarationValueAndObserver(t *testing.T) {
 		var events []reconcile.Event
 		observer := reconcile.WithObserver(func(e reconcile.Event) error {
 			events = append(events, e) // never called concurrently
-			if e.Kind == reconcile.EventFailpoint && e.Point == reconcile.FailpointExecutionSinceWrite {
+			if e.Kind == reconcile.EventFailpoint && e.Point == hooks.FailpointExecutionSinceWrite {
 				return errors.New("forced failure at " + e.Point)
 			}
 			return nil
@@ -273,7 +274,7 @@ func TestReconcile_DeclarationValueAndObserver(t *testing.T) {
 		rep, err := reconcile.Reconcile(ctx, db.DB, quiet, observer, reconcile.WithDeclaration(src, "edited.hcl"))
 		require.ErrorIs(t, err, reconcile.ErrStepFailed)
 		require.Equal(t, reconcile.Failed, rep.Step(reconcile.StepExecutionSince).Status, describe(rep))
-		require.Contains(t, rep.Step(reconcile.StepExecutionSince).Detail, "forced failure at "+reconcile.FailpointExecutionSinceWrite)
+		require.Contains(t, rep.Step(reconcile.StepExecutionSince).Detail, "forced failure at "+hooks.FailpointExecutionSinceWrite)
 		var ran, points []string
 		progress := 0
 		for _, e := range events {
@@ -287,7 +288,7 @@ func TestReconcile_DeclarationValueAndObserver(t *testing.T) {
 			}
 		}
 		require.Equal(t, fromValue.Statements(), ran)
-		shape, write := slices.Index(points, reconcile.FailpointShapeApplied), slices.Index(points, reconcile.FailpointExecutionSinceWrite)
+		shape, write := slices.Index(points, hooks.FailpointShapeApplied), slices.Index(points, hooks.FailpointExecutionSinceWrite)
 		require.True(t, shape >= 0 && write > shape, "the failpoints in step order: %q", points)
 		require.Positive(t, progress)
 	})

@@ -16,6 +16,7 @@ import (
 
 	"github.com/schemastate/schemastate/dialect"
 	"github.com/schemastate/schemastate/internal/dbtest"
+	"github.com/schemastate/schemastate/internal/hooks"
 	"github.com/schemastate/schemastate/reconcile"
 )
 
@@ -137,7 +138,7 @@ func TestLock_WaiterFindsTheWorkDone(t *testing.T) {
 	done := make(chan *reconcile.Report)
 	go func() {
 		rep, _ := reconcile.Reconcile(ctx, db.DB, reconcile.WithFailpoint(func(p string) error {
-			if p == reconcile.FailpointExecutionSinceObserve {
+			if p == hooks.FailpointExecutionSinceObserve {
 				close(held)
 				<-proceed
 			}
@@ -264,7 +265,7 @@ func TestLock_ConcurrentWaitBoundedWithoutSessionState(t *testing.T) {
 // ErrLockLost — not only before the next phase — and the next boot
 // converges with every row and value.
 func TestLock_LostLockStopsTheRebuildBeforeItsNextBatch(t *testing.T) {
-	for _, point := range []string{reconcile.FailpointCopyBatch, reconcile.FailpointReplayBatch, reconcile.FailpointRebuildIndexBuilt} {
+	for _, point := range []string{hooks.FailpointCopyBatch, hooks.FailpointReplayBatch, hooks.FailpointRebuildIndexBuilt} {
 		t.Run(point, func(t *testing.T) {
 			db := openPostgres(t).Host(t).Legacy(t)
 			seedLegacy(t, db)
@@ -273,11 +274,11 @@ func TestLock_LostLockStopsTheRebuildBeforeItsNextBatch(t *testing.T) {
 			before := db.Strings(t, metrics)
 			var hits []string
 			opts := append(append([]reconcile.Option{}, online...), reconcile.WithFailpoint(func(p string) error {
-				if p != reconcile.FailpointCopyBatch && p != reconcile.FailpointReplayBatch && p != reconcile.FailpointRebuildIndexBuilt {
+				if p != hooks.FailpointCopyBatch && p != hooks.FailpointReplayBatch && p != hooks.FailpointRebuildIndexBuilt {
 					return nil
 				}
 				hits = append(hits, p)
-				if p == reconcile.FailpointCopyBatch && len(hits) == 1 {
+				if p == hooks.FailpointCopyBatch && len(hits) == 1 {
 					// Every row changes during the copy: the replay's first
 					// chunk (at least replayShort ids) asks for another.
 					db.Exec(t, `UPDATE task_session_subagents SET tool_status = 'moved'`)
@@ -285,7 +286,7 @@ func TestLock_LostLockStopsTheRebuildBeforeItsNextBatch(t *testing.T) {
 				if p != point || slices.Contains(hits[:len(hits)-1], point) {
 					return nil
 				}
-				if p == reconcile.FailpointReplayBatch {
+				if p == hooks.FailpointReplayBatch {
 					// Entries the next chunk would replay, were it to run.
 					db.Exec(t, `UPDATE task_session_subagents SET tool_status = 'again'`)
 				}
@@ -299,12 +300,12 @@ func TestLock_LostLockStopsTheRebuildBeforeItsNextBatch(t *testing.T) {
 			require.ErrorIs(t, widen.Err, reconcile.ErrLockLost)
 			require.Equal(t, point, hits[len(hits)-1], "no batch ran after the lock was lost: %v", hits)
 			switch point {
-			case reconcile.FailpointCopyBatch:
+			case hooks.FailpointCopyBatch:
 				require.Equal(t, 1, count(t, db, `SELECT next_page FROM schemastate_state_task_session_subagents`), "one batch copied")
-			case reconcile.FailpointReplayBatch:
+			case hooks.FailpointReplayBatch:
 				require.Equal(t, count(t, db, `SELECT COUNT(*) FROM task_session_subagents`), count(t, db, `SELECT COUNT(*) FROM schemastate_log_task_session_subagents`),
 					"the second chunk did not run: the log holds every row's entry")
-			case reconcile.FailpointRebuildIndexBuilt:
+			case hooks.FailpointRebuildIndexBuilt:
 				// The build that committed, and at most the one already
 				// running beside it: no build started after the lock was lost.
 				require.LessOrEqual(t, count(t, db, `SELECT COUNT(*) FROM pg_index WHERE indrelid = 'schemastate_new_task_session_subagents'::regclass`), 2)

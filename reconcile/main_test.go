@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/schemastate/schemastate/internal/dbtest"
+	"github.com/schemastate/schemastate/internal/hooks"
 	"github.com/schemastate/schemastate/reconcile"
 )
 
@@ -51,7 +52,7 @@ func childReconcile() int {
 	pause := os.Getenv(envPauseAt)
 	wrote := false
 	opts := []reconcile.Option{reconcile.WithFailpoint(func(p string) error {
-		if p == reconcile.FailpointCopyBatch && os.Getenv(envOnline) == "1" && !wrote {
+		if p == hooks.FailpointCopyBatch && os.Getenv(envOnline) == "1" && !wrote {
 			// A host write during the copy: every row gets a new tuple (its
 			// values unchanged), which the online path must carry.
 			wrote = true

@@ -133,7 +133,7 @@ func Plan(ctx context.Context, db *sql.DB, opts ...Option) (*ShapePlan, error) {
 // readOnly prepares a lock-free, read-only look (Plan, Observe): the options,
 // the driver, the live schema's name and the declaration evaluated for it.
 func readOnly(ctx context.Context, db *sql.DB, opts []Option) (*options, driver, string, *Declaration, error) {
-	o, drv, err := newOptions(db, opts)
+	o, drv, err := newOptions(ctx, db, opts)
 	if err != nil {
 		return nil, nil, "", nil, err
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/schemastate/schemastate/internal/dbtest"
+	"github.com/schemastate/schemastate/internal/hooks"
 	"github.com/schemastate/schemastate/internal/readonly"
 	"github.com/schemastate/schemastate/reconcile"
 )
@@ -47,7 +48,7 @@ func TestOnline_FailedIndexBuildLeavesTheStepsConnectionUsable(t *testing.T) {
 	var cancelled string // the statement of the build the test cancelled
 	interfered := make(chan error, 1)
 	hook := reconcile.WithFailpoint(func(p string) error {
-		if p != reconcile.FailpointAfterPhase("task_session_subagents.rebuild_replay.copied") {
+		if p != hooks.FailpointAfterPhase("task_session_subagents.rebuild_replay.copied") {
 			return nil
 		}
 		// The steps' connection: the reconcile's one backend that does not

@@ -5,6 +5,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/schemastate/schemastate/internal/hooks"
 	"github.com/schemastate/schemastate/reconcile"
 )
 
@@ -17,9 +18,9 @@ func TestOnline_KilledAtEveryPhaseBoundaryConverges(t *testing.T) {
 	probe := openPostgres(t).Host(t).Legacy(t)
 	plan, err := reconcile.Plan(ctx, probe.DB, online...)
 	require.NoError(t, err)
-	points := []string{reconcile.FailpointCopyBatch, reconcile.FailpointReplayBatch, reconcile.FailpointRebuildIndexBuilt}
+	points := []string{hooks.FailpointCopyBatch, hooks.FailpointReplayBatch, hooks.FailpointRebuildIndexBuilt}
 	for _, p := range plan.Phases() {
-		points = append(points, reconcile.FailpointAfterPhase(p.ID()))
+		points = append(points, hooks.FailpointAfterPhase(p.ID()))
 	}
 	require.Len(t, points, 14, "every phase of the legacy upgrade: %v", phaseIDs(plan.Phases()))
 	for _, point := range points {

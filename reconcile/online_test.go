@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/schemastate/schemastate/internal/dbtest"
+	"github.com/schemastate/schemastate/internal/hooks"
 	"github.com/schemastate/schemastate/internal/ops"
 	"github.com/schemastate/schemastate/reconcile"
 )
@@ -165,7 +166,7 @@ func valuesAbove2e31Survive(t *testing.T, after, view string) {
 	}
 	reached := false
 	hostWrites := reconcile.WithFailpoint(func(p string) error {
-		if p != reconcile.FailpointAfterPhase(after) {
+		if p != hooks.FailpointAfterPhase(after) {
 			return nil
 		}
 		reached = true
@@ -259,7 +260,7 @@ func TestOnline_LongReaderDuringSwapFailsCleanlyThenSucceeds(t *testing.T) {
 	var reader *sql.Tx
 	var readerPID int
 	hold := reconcile.WithFailpoint(func(p string) error {
-		if p != reconcile.FailpointAfterPhase("task_session_subagents.build_index."+subagentsKey) {
+		if p != hooks.FailpointAfterPhase("task_session_subagents.build_index."+subagentsKey) {
 			return nil
 		}
 		// The host's report query, left open: ACCESS SHARE until it ends.
@@ -329,7 +330,7 @@ func TestOnline_WideningBlockedByViewIsNamedAndRetried(t *testing.T) {
 	// the view blocks, so the rebuild stays, its log kept by the trigger, and
 	// completes once the view is gone.
 	db.Exec(t, `DROP VIEW subagent_tokens`)
-	_, err := reconcile.Reconcile(ctx, db.DB, append(online, failAt(reconcile.FailpointAfterPhase("task_session_subagents.rebuild_prepare")))...)
+	_, err := reconcile.Reconcile(ctx, db.DB, append(online, failAt(hooks.FailpointAfterPhase("task_session_subagents.rebuild_prepare")))...)
 	require.ErrorIs(t, err, reconcile.ErrStepFailed)
 	db.Exec(t, `CREATE VIEW subagent_tokens AS SELECT task_session_id, SUM(total_tokens) AS tokens FROM task_session_subagents GROUP BY task_session_id`)
 	plan, err := reconcile.Plan(ctx, db.DB)
@@ -378,15 +379,15 @@ func TestOnline_ReplayAfterCopyStopsAtTheLogAsItBegan(t *testing.T) {
 	left := -1
 	hook := reconcile.WithFailpoint(func(p string) error {
 		switch {
-		case p == reconcile.FailpointCopyBatch && !moved:
+		case p == hooks.FailpointCopyBatch && !moved:
 			moved = true // more than replayShort entries before the copy ends
 			_, err := db.DB.Exec(`UPDATE task_session_subagents SET tool_status = 'moved'`)
 			return err
-		case p == reconcile.FailpointReplayBatch && !replayed:
+		case p == hooks.FailpointReplayBatch && !replayed:
 			replayed = true // as many again, logged after the replay began
 			_, err := db.DB.Exec(`UPDATE task_session_subagents SET tool_status = 'again'`)
 			return err
-		case p == reconcile.FailpointAfterPhase("task_session_subagents.rebuild_replay.copied"):
+		case p == hooks.FailpointAfterPhase("task_session_subagents.rebuild_replay.copied"):
 			left = count(t, db, `SELECT COUNT(*) FROM schemastate_log_task_session_subagents`)
 		}
 		return nil
@@ -417,12 +418,12 @@ func TestOnline_CopyAndReplayFlushAsTheyWrite(t *testing.T) {
 	var moved bool
 	hook := reconcile.WithFailpoint(func(p string) error {
 		switch {
-		case p == reconcile.FailpointAfterPhase("task_session_subagents.rebuild_prepare"):
+		case p == hooks.FailpointAfterPhase("task_session_subagents.rebuild_prepare"):
 			_, err := db.DB.Exec(`CREATE FUNCTION flush_seen() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN INSERT INTO flush_seen VALUES (current_query(), current_setting('backend_flush_after'), current_setting('transaction_isolation')); RETURN NULL; END $$;
 CREATE TRIGGER flush_seen AFTER INSERT ON schemastate_new_task_session_subagents FOR EACH STATEMENT EXECUTE FUNCTION flush_seen()`)
 			return err
-		case p == reconcile.FailpointCopyBatch && !moved:
+		case p == hooks.FailpointCopyBatch && !moved:
 			moved = true // rows for the replays to copy again
 			_, err := db.DB.Exec(`UPDATE task_session_subagents SET tool_status = 'moved'`)
 			return err

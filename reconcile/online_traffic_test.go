@@ -14,6 +14,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
+	"github.com/schemastate/schemastate/internal/hooks"
 	"github.com/schemastate/schemastate/reconcile"
 )
 
@@ -131,11 +132,11 @@ func TestOnline_UnderLiveUpdatesDeletesInserts(t *testing.T) {
 	}()
 	hook := reconcile.WithFailpoint(func(p string) error {
 		switch p {
-		case reconcile.FailpointAfterPhase("task_session_subagents.swap_key"):
+		case hooks.FailpointAfterPhase("task_session_subagents.swap_key"):
 			once.Do(func() { close(keyed) })
-		case reconcile.FailpointAfterPhase("task_session_subagents.rebuild_replay.indexed"):
+		case hooks.FailpointAfterPhase("task_session_subagents.rebuild_replay.indexed"):
 			beforeSwap = traffic.updates.Load()
-		case reconcile.FailpointCopyBatch:
+		case hooks.FailpointCopyBatch:
 			if burst.CompareAndSwap(false, true) {
 				// Every row gets a new tuple, at a later ctid.
 				_, err := db.DB.Exec(`UPDATE task_session_subagents SET tool_status = 'burst', updated_at = now()`)
@@ -269,7 +270,7 @@ func TestOnline_BudgetReturnsInProgressThenALaterCallFinishes(t *testing.T) {
 	// The first batch lasts until the budget is spent: the copy is
 	// mid-flight when the budget ends.
 	slow := reconcile.WithFailpoint(func(p string) error {
-		if p == reconcile.FailpointCopyBatch {
+		if p == hooks.FailpointCopyBatch {
 			for time.Since(start) < budget {
 				time.Sleep(time.Millisecond)
 			}
@@ -322,7 +323,7 @@ func TestOnline_SwapRetriedUnderAHeldLock(t *testing.T) {
 	var gaveUp atomic.Bool
 	done := make(chan error, 1)
 	hold := reconcile.WithFailpoint(func(p string) error {
-		if p != reconcile.FailpointAfterPhase("task_session_subagents.rebuild_replay.indexed") {
+		if p != hooks.FailpointAfterPhase("task_session_subagents.rebuild_replay.indexed") {
 			return nil
 		}
 		reader, err := other.Begin()
@@ -378,7 +379,7 @@ func TestOnline_SwapRefusedWhenTheTableChangedThenRebuiltAgain(t *testing.T) {
 	seedMany(t, db, 300)
 	before := snapshot(t, db)
 	late := reconcile.WithFailpoint(func(p string) error {
-		if p != reconcile.FailpointAfterPhase("task_session_subagents.rebuild_replay.indexed") {
+		if p != hooks.FailpointAfterPhase("task_session_subagents.rebuild_replay.indexed") {
 			return nil
 		}
 		_, err := db.DB.Exec(`CREATE INDEX op_late ON task_session_subagents (model)`)

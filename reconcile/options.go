@@ -1,6 +1,8 @@
 package reconcile
 
 import (
+	"context"
+
 	"go.opentelemetry.io/otel/metric"
 
 	"go.opentelemetry.io/otel/trace"
@@ -14,6 +16,7 @@ import (
 	"time"
 
 	"github.com/schemastate/schemastate/dialect"
+	"github.com/schemastate/schemastate/internal/hooks"
 )
 
 // Option configures Reconcile, Plan and Observe.
@@ -40,7 +43,7 @@ type options struct {
 	prune          bool
 	execHook       func(string)
 	now            func() time.Time
-	observers      []Observer
+	observers      []observer
 	// tracer is WithTracerProvider's (nil: nothing is traced); meters
 	// WithMeterProvider's (nil: nothing is counted).
 	tracer trace.Tracer
@@ -102,37 +105,37 @@ func WithLockWait(d time.Duration) Option { return func(o *options) { o.lockWait
 // fails, naming the sessions holding the table, and is retried next boot.
 func WithDDLLockTimeout(d time.Duration) Option { return func(o *options) { o.ddlLockTimeout = d } }
 
-// WithDDLLockAttempt is the lock_timeout of one attempt of a PostgreSQL DDL
+// withDDLLockAttempt is the lock_timeout of one attempt of a PostgreSQL DDL
 // statement that takes an exclusive lock (default 50ms): the longest the
 // statement can sit in the lock queue in front of the host's readers.
-func WithDDLLockAttempt(d time.Duration) Option { return func(o *options) { o.ddlLockAttempt = d } }
+func withDDLLockAttempt(d time.Duration) Option { return func(o *options) { o.ddlLockAttempt = d } }
 
-// WithConcurrentWait bounds how long a PostgreSQL CREATE or DROP INDEX
+// withConcurrentWait bounds how long a PostgreSQL CREATE or DROP INDEX
 // CONCURRENTLY waits for its lock and for the transactions it must outlast —
 // any transaction of the database older than the build (default 30s). Its
 // lock never blocks the host's readers or writers, so it may wait longer than
 // an exclusive one; past the bound the phase fails, naming the oldest
 // transaction, removes the INVALID index it left, and is retried next boot.
-func WithConcurrentWait(d time.Duration) Option { return func(o *options) { o.concurrentWait = d } }
+func withConcurrentWait(d time.Duration) Option { return func(o *options) { o.concurrentWait = d } }
 
 // WithOnlineAbove sets the live table size (pg_table_size, bytes) from which
 // a PostgreSQL table is changed in online phases rather than in one
 // transaction (default 256 KiB, where the single transaction's lock already nears 100 ms on a busy two-core machine; 0 takes the online phases for every table).
 func WithOnlineAbove(bytes int64) Option { return func(o *options) { o.onlineAbove = bytes } }
 
-// WithCopyPause sets how long the online widening's column copy (the path a
+// withCopyPause sets how long the online widening's column copy (the path a
 // table the rebuild cannot carry takes) rests after each batch, as a
 // multiple of the time the batch took (default 1: the copy works at most
 // half the time, leaving the disk and CPU to the host's own queries between
 // batches; 0 copies flat out). The rebuild's copy does not rest: it takes no
 // row lock a host writer could wait on, and resting only lengthens the
 // window in which every write is logged twice.
-func WithCopyPause(ratio float64) Option { return func(o *options) { o.copyPause = ratio } }
+func withCopyPause(ratio float64) Option { return func(o *options) { o.copyPause = ratio } }
 
-// WithCopyBatchPages sets how many heap pages one batch of the online
+// withCopyBatchPages sets how many heap pages one batch of the online
 // widening's copy (the rebuild's or the column copy's) covers (default 256,
 // about 2 MB).
-func WithCopyBatchPages(n int) Option { return func(o *options) { o.copyBatchPages = n } }
+func withCopyBatchPages(n int) Option { return func(o *options) { o.copyBatchPages = n } }
 
 // WithOnlineBudget bounds how long a Reconcile spends on PostgreSQL's online
 // widening (default 0: no bound; the CLI never sets one). Counted from the
@@ -144,12 +147,16 @@ func WithCopyBatchPages(n int) Option { return func(o *options) { o.copyBatchPag
 // before the widening finishes, as AC-33c orders them.
 func WithOnlineBudget(d time.Duration) Option { return func(o *options) { o.onlineBudget = d } }
 
-// WithFailpoint installs fn, called at each named failpoint (an
-// EventFailpoint, as WithObserver sees it).
-func WithFailpoint(fn func(point string) error) Option { return func(o *options) { o.failpoint = fn } }
+// withFailpoint installs fn, called at each named failpoint
+// (internal/hooks; an eventFailpoint, as withObserver sees it). The test
+// hooks (withFailpoint, withExecHook, withClock, withObserver) and the
+// online phases' tuning (withDDLLockAttempt, withConcurrentWait,
+// withCopyPause, withCopyBatchPages) are no part of the public API: the
+// package's own tests reach them through export_test.go, other tests
+// through internal/hooks.
+func withFailpoint(fn func(point string) error) Option { return func(o *options) { o.failpoint = fn } }
 
-// WithProgress installs fn, called with each EventProgress (WithObserver)
-// as long steps progress: from the step
+// WithProgress installs fn, called as long steps progress: from the step
 // itself and, every 250ms while a step runs, from a watcher repeating what the
 // step is doing with its elapsed time. fn is never called concurrently (the
 // calls are serialized), so it needs no locking of its own; a slow fn delays
@@ -157,7 +164,7 @@ func WithFailpoint(fn func(point string) error) Option { return func(o *options)
 // returns.
 func WithProgress(fn func(Progress)) Option { return func(o *options) { o.progress = fn } }
 
-// WithExecHook installs fn, called (as an EventExecuted, WithObserver) with
+// withExecHook installs fn, called (as an eventExecuted, withObserver) with
 // each statement of a plan phase
 // right after the database executed it, so a caller can hold what a
 // reconcile ran against the plan that printed it (Phase.SQL). A statement of
@@ -169,70 +176,70 @@ func WithProgress(fn func(Progress)) Option { return func(o *options) { o.progre
 // statements are reported once the transaction scope that ran them succeeded
 // (apply.go); SQLite commits every step at the end of the reconcile, so a
 // statement reported there is still undone if that commit fails.
-func WithExecHook(fn func(stmt string)) Option { return func(o *options) { o.execHook = fn } }
+func withExecHook(fn func(stmt string)) Option { return func(o *options) { o.execHook = fn } }
 
-// WithClock sets the clock the activation keys are sampled from (default
+// withClock sets the clock the activation keys are sampled from (default
 // time.Now): execution_since when the end state was observed (AC-33b) and
 // capture_since after the backfill's INSERT (AC-24 point 4), so a test can
 // tell when each sample was taken, and what it read, without sleeping
 // between two readings of the real clock. A nil clock is an invalid option.
-func WithClock(now func() time.Time) Option {
+func withClock(now func() time.Time) Option {
 	return func(o *options) { o.now = now }
 }
 
-// EventKind says what an Event reports.
-type EventKind string
+// eventKind says what an event reports.
+type eventKind string
 
 const (
-	// EventProgress: a long step progresses (Event.Progress; WithProgress).
-	EventProgress EventKind = "progress"
-	// EventExecuted: the database executed a statement of a plan phase
-	// (Event.Statement; WithExecHook).
-	EventExecuted EventKind = "executed"
-	// EventFailpoint: the reconcile reached a named failpoint (Event.Point;
-	// WithFailpoint). An observer that returns an error there fails the step
+	// eventProgress: a long step progresses (event.Progress; WithProgress).
+	eventProgress eventKind = "progress"
+	// eventExecuted: the database executed a statement of a plan phase
+	// (event.Statement; withExecHook).
+	eventExecuted eventKind = "executed"
+	// eventFailpoint: the reconcile reached a named failpoint (event.Point;
+	// withFailpoint). An observer that returns an error there fails the step
 	// exactly as a database error would.
-	EventFailpoint EventKind = "failpoint"
+	eventFailpoint eventKind = "failpoint"
 )
 
-// Event is one thing a reconcile reports while it runs.
-type Event struct {
-	Kind      EventKind
-	Progress  Progress // EventProgress
-	Statement string   // EventExecuted
-	Point     string   // EventFailpoint
+// event is one thing a reconcile reports while it runs.
+type event struct {
+	Kind      eventKind
+	Progress  Progress // eventProgress
+	Statement string   // eventExecuted
+	Point     string   // eventFailpoint
 }
 
-// Observer is told every Event of a reconcile, in order. It is never called
+// observer is told every event of a reconcile, in order. It is never called
 // concurrently — every event of one reconcile, from the step or from its
 // progress watcher, goes through one lock — and never after Reconcile
 // returns; a slow observer delays the step. Its error is used at a
 // failpoint only.
-type Observer func(Event) error
+type observer func(event) error
 
-// WithObserver adds fn to the observers of the reconcile's events. Several
-// may be added; WithProgress, WithExecHook and WithFailpoint are observers
+// withObserver adds fn to the observers of the reconcile's events. Several
+// may be added; WithProgress, withExecHook and withFailpoint are observers
 // of one kind of event each (the last of each kind given is the one kept).
-func WithObserver(fn Observer) Option {
+func withObserver(fn observer) Option {
 	return func(o *options) { o.observers = append(o.observers, fn) }
 }
 
 // notify tells the observers e, serialized; at a failpoint it returns the
 // first error one of them returned.
-func (o *call) notify(e Event) error {
+func (o *call) notify(e event) error {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	var err error
 	switch {
-	case e.Kind == EventProgress && o.progress != nil:
+	case e.Kind == eventProgress && o.progress != nil:
 		o.progress(e.Progress)
-	case e.Kind == EventExecuted && o.execHook != nil:
+	case e.Kind == eventExecuted && o.execHook != nil:
 		o.execHook(e.Statement)
-	case e.Kind == EventFailpoint && o.failpoint != nil:
+	case e.Kind == eventFailpoint && o.failpoint != nil:
 		err = o.failpoint(e.Point)
 	}
 	for _, fn := range o.observers {
-		if ferr := fn(e); ferr != nil && err == nil && e.Kind == EventFailpoint {
+		if ferr := fn(e); ferr != nil && err == nil && e.Kind == eventFailpoint {
 			err = ferr
 		}
 	}
@@ -243,10 +250,10 @@ func (o *call) notify(e Event) error {
 // is worth running.
 func (o *options) observed() bool { return o.progress != nil || len(o.observers) > 0 }
 
-func (o *call) executed(stmt string) { _ = o.notify(Event{Kind: EventExecuted, Statement: stmt}) }
+func (o *call) executed(stmt string) { _ = o.notify(event{Kind: eventExecuted, Statement: stmt}) }
 
 func (o *call) fail(point string) error {
-	return o.notify(Event{Kind: EventFailpoint, Point: point})
+	return o.notify(event{Kind: eventFailpoint, Point: point})
 }
 
 // declaration returns the declared shape's HCL source and the name to cite
@@ -269,10 +276,11 @@ func (o *options) loadDeclaration(drv driver, schemaName string) (*Declaration, 
 
 // newOptions applies opts, validates them and chooses the dialect's driver,
 // once.
-func newOptions(db *sql.DB, opts []Option) (*options, driver, error) {
+func newOptions(ctx context.Context, db *sql.DB, opts []Option) (*options, driver, error) {
 	o := &options{logger: slog.Default(), lockWait: 60 * time.Second, ddlLockTimeout: 5 * time.Second,
 		ddlLockAttempt: 50 * time.Millisecond, concurrentWait: 30 * time.Second, onlineAbove: 256 << 10, copyBatchPages: 256, copyPause: 1,
 		now: time.Now}
+	o.hooked(hooks.From(ctx))
 	for _, opt := range opts {
 		opt(o)
 	}
@@ -293,6 +301,20 @@ func newOptions(db *sql.DB, opts []Option) (*options, driver, error) {
 	return o, drv, nil
 }
 
+// hooked installs the test hooks a context carries (internal/hooks), before
+// the options, which may replace them.
+func (o *options) hooked(h hooks.Hooks) {
+	if h.Failpoint != nil {
+		o.failpoint = h.Failpoint
+	}
+	if h.Executed != nil {
+		o.execHook = h.Executed
+	}
+	if h.Now != nil {
+		o.now = h.Now
+	}
+}
+
 // validate names every option whose value cannot be used, rather than
 // clamping it where it is used (a zero DDL lock budget would be no
 // lock_timeout at all).
@@ -308,7 +330,7 @@ func (o *options) validate() error {
 		bad("WithDeclaration(%q): the declaration is empty", o.declName)
 	}
 	if o.now == nil {
-		bad("WithClock(nil): a clock is required (time.Now is the default)")
+		bad("withClock(nil): a clock is required (time.Now is the default)")
 	}
 	if o.lockWait < 0 {
 		bad("WithLockWait(%s): must not be negative", o.lockWait)
@@ -316,7 +338,7 @@ func (o *options) validate() error {
 	for _, d := range []struct {
 		name string
 		v    time.Duration
-	}{{"WithDDLLockTimeout", o.ddlLockTimeout}, {"WithDDLLockAttempt", o.ddlLockAttempt}, {"WithConcurrentWait", o.concurrentWait}} {
+	}{{"WithDDLLockTimeout", o.ddlLockTimeout}, {"withDDLLockAttempt", o.ddlLockAttempt}, {"withConcurrentWait", o.concurrentWait}} {
 		if d.v <= 0 {
 			bad("%s(%s): must be positive", d.name, d.v)
 		}
@@ -325,13 +347,13 @@ func (o *options) validate() error {
 		bad("WithOnlineAbove(%d): must not be negative", o.onlineAbove)
 	}
 	if o.copyPause < 0 || math.IsNaN(o.copyPause) || math.IsInf(o.copyPause, 0) {
-		bad("WithCopyPause(%v): must be a finite ratio, 0 or more", o.copyPause)
+		bad("withCopyPause(%v): must be a finite ratio, 0 or more", o.copyPause)
 	}
 	if o.onlineBudget < 0 {
 		bad("WithOnlineBudget(%s): must not be negative (0: no bound)", o.onlineBudget)
 	}
 	if o.copyBatchPages < 1 {
-		bad("WithCopyBatchPages(%d): must be at least 1", o.copyBatchPages)
+		bad("withCopyBatchPages(%d): must be at least 1", o.copyBatchPages)
 	}
 	return errors.Join(errs...)
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/schemastate/schemastate/dialect"
+	"github.com/schemastate/schemastate/internal/hooks"
 	"github.com/schemastate/schemastate/internal/ops"
 )
 
@@ -22,7 +23,7 @@ import (
 // every later reader of the table queues behind it: a short exclusive lock
 // becomes an outage when a host transaction holds the table. So every
 // statement that takes a table lock runs under a short lock_timeout (the
-// attempt, WithDDLLockAttempt) and is retried with exponential backoff and
+// attempt, withDDLLockAttempt) and is retried with exponential backoff and
 // jitter until the budget (WithDDLLockTimeout) is spent; then the phase fails,
 // naming the sessions that hold the table, and the step is retried next boot.
 
@@ -77,7 +78,7 @@ func (s *pgSession) inTx(ctx context.Context, timeout time.Duration, fn func(*sq
 // concurrently runs a non-transactional phase (CREATE or DROP INDEX
 // CONCURRENTLY). Their SHARE UPDATE EXCLUSIVE lock never blocks readers or
 // writers, so they wait for it — and for the transactions the build must
-// outlast — in one attempt of up to WithConcurrentWait. A failure part way runs
+// outlast — in one attempt of up to withConcurrentWait. A failure part way runs
 // the phase's Cleanup (the INVALID index it left) before it is reported.
 //
 // The wait is bounded on the client side (boundWait), not by a session
@@ -121,7 +122,7 @@ func (s *pgSession) concurrently(ctx context.Context, ph ops.Phase, h phaseHooks
 // stmt (found by its text in pg_stat_activity, so behind a pooler too), and
 // cancels it (pg_cancel_backend, a statement any server connection can run)
 // once it has waited for a lock — the table's, or a transaction the build
-// must outlast — for longer than WithConcurrentWait without a break: the
+// must outlast — for longer than withConcurrentWait without a break: the
 // bound lock_timeout put on each wait, kept by the client. The build itself
 // runs as long as it needs. waited reports whether it cancelled the
 // statement; release stops the watch.
@@ -217,7 +218,7 @@ func (s *pgSession) copyBatches(ctx context.Context, ph ops.Phase, h phaseHooks)
 		}
 		rows, from = rows+n, from+batch
 		h.progress(fmt.Sprintf("%s %s: %d rows copied, page %d of %d", verb, ph.Table, rows, min(from, pages), pages))
-		if err := h.fail(FailpointCopyBatch); err != nil {
+		if err := h.fail(hooks.FailpointCopyBatch); err != nil {
 			return err
 		}
 		if rest := time.Duration(float64(took) * s.o.copyPause); rest > 0 && from < pages {
@@ -264,7 +265,7 @@ const batchTarget = 50 * time.Millisecond
 
 // nextBatch sizes the next batch from how long the last took: fewer pages
 // when it held its locks past twice batchTarget, more (up to most, the
-// WithCopyBatchPages ceiling) when it was under half of it. Never fewer
+// withCopyBatchPages ceiling) when it was under half of it. Never fewer
 // than minBatchPages (or most, when that is smaller): a batch's commit has
 // a cost of its own, and a table walked a page at a time pays it per page.
 func nextBatch(batch, most int64, took time.Duration) int64 {

@@ -11,6 +11,7 @@ import (
 
 	"golang.org/x/sync/errgroup"
 
+	"github.com/schemastate/schemastate/internal/hooks"
 	"github.com/schemastate/schemastate/internal/ops"
 )
 
@@ -70,7 +71,7 @@ func (s *pgSession) rebuildCopy(ctx context.Context, ph ops.Phase, h phaseHooks)
 			first = false
 		}
 		h.progress(fmt.Sprintf("copying %s: %d rows copied, page %d of %d", ph.Table, rows, to, pages))
-		if err := h.fail(FailpointCopyBatch); err != nil {
+		if err := h.fail(hooks.FailpointCopyBatch); err != nil {
 			return err
 		}
 	}
@@ -144,7 +145,7 @@ func (s *pgSession) replayLog(ctx context.Context, ph ops.Phase, h phaseHooks) e
 		total += n
 		if n > 0 {
 			h.progress(fmt.Sprintf("replaying %s: %d changed rows replayed", ph.Table, total))
-			if err := h.fail(FailpointReplayBatch); err != nil {
+			if err := h.fail(hooks.FailpointReplayBatch); err != nil {
 				return err
 			}
 		}
@@ -191,7 +192,7 @@ func (s *pgSession) rebuildIndexes(ctx context.Context, ph ops.Phase, h phaseHoo
 			if err := s.buildOne(ctx, conn, stmt, &mu, func() error {
 				built[stmt] = true
 				h.progress(fmt.Sprintf("rebuilding %s: %d of %d indexes built", ph.Table, len(built), len(builds)))
-				return h.fail(FailpointRebuildIndexBuilt)
+				return h.fail(hooks.FailpointRebuildIndexBuilt)
 			}); err != nil {
 				stopped.Store(true)
 				return err
@@ -307,7 +308,7 @@ func (s *pgSession) ownTx(ctx context.Context, ph ops.Phase, h phaseHooks) error
 					return fmt.Errorf("%s: %w", firstLine(stmt), withDetail(err))
 				}
 			}
-			return h.fail(FailpointPhaseHeld(ph.ID()))
+			return h.fail(hooks.FailpointPhaseHeld(ph.ID()))
 		})
 	})
 	if err == nil {

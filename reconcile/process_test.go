@@ -8,6 +8,7 @@ import (
 
 	"github.com/schemastate/schemastate/dialect"
 	"github.com/schemastate/schemastate/internal/dbtest"
+	"github.com/schemastate/schemastate/internal/hooks"
 	"github.com/schemastate/schemastate/reconcile"
 )
 
@@ -45,15 +46,15 @@ func TestCrash_KilledReconcileRecovers(t *testing.T) {
 	}{
 		{"during the rebuild", func(d dialect.Dialect) string {
 			if d == dialect.SQLite {
-				return reconcile.FailpointRebuildCopied
+				return hooks.FailpointRebuildCopied
 			}
-			return reconcile.FailpointShapeApplied
+			return hooks.FailpointShapeApplied
 		}, func(dialect.Dialect) bool { return false }},
-		{"between the rebuild and the key write", func(dialect.Dialect) string { return reconcile.FailpointExecutionSinceWrite },
+		{"between the rebuild and the key write", func(dialect.Dialect) string { return hooks.FailpointExecutionSinceWrite },
 			func(d dialect.Dialect) bool { return d == dialect.Postgres }},
-		{"during the backfill", func(dialect.Dialect) string { return reconcile.FailpointBackfillInserted },
+		{"during the backfill", func(dialect.Dialect) string { return hooks.FailpointBackfillInserted },
 			func(d dialect.Dialect) bool { return d == dialect.Postgres }},
-		{"between the backfill keys", func(dialect.Dialect) string { return reconcile.FailpointBackfillFirstKeyWritten },
+		{"between the backfill keys", func(dialect.Dialect) string { return hooks.FailpointBackfillFirstKeyWritten },
 			func(d dialect.Dialect) bool { return d == dialect.Postgres }},
 	}
 	for _, tc := range cases {

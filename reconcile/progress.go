@@ -21,7 +21,7 @@ func (r *run) progress(step, msg string) {
 // every event goes through one mutex (options.notify): the callback is never
 // called concurrently, and a report is never interleaved with another
 // (WithProgress).
-func (r *run) emit(p Progress) { _ = r.o.notify(Event{Kind: EventProgress, Progress: p}) }
+func (r *run) emit(p Progress) { _ = r.o.notify(event{Kind: eventProgress, Progress: p}) }
 
 // watch reports a step's elapsed time while it runs, so a step that takes
 // seconds (a rebuild, a backfill) shows it is alive. The returned func stops

@@ -37,6 +37,7 @@ import (
 
 	"github.com/schemastate/schemastate/backfill"
 	"github.com/schemastate/schemastate/dialect"
+	"github.com/schemastate/schemastate/internal/hooks"
 	"github.com/schemastate/schemastate/internal/ops"
 	"github.com/schemastate/schemastate/keys"
 )
@@ -203,7 +204,7 @@ type run struct {
 // (Report.Err: a *StepError per failed step, matching ErrStepFailed and
 // keeping its cause) is for logging and inspection — the host's boot goes on.
 func Reconcile(ctx context.Context, db *sql.DB, opts ...Option) (*Report, error) {
-	o, drv, err := newOptions(db, opts)
+	o, drv, err := newOptions(ctx, db, opts)
 	if err != nil {
 		return &Report{}, err
 	}
@@ -455,7 +456,7 @@ func (r *run) reportDrift() {
 // which gates the backfill (AC-33c).
 func (r *run) executionSince(ctx context.Context, sess session, decl *Declaration, clean bool) (es EndState) {
 	r.step(ctx, sess, StepExecutionSince, func(ctx context.Context, q querier) Step {
-		if err := r.o.fail(FailpointExecutionSinceObserve); err != nil {
+		if err := r.o.fail(hooks.FailpointExecutionSinceObserve); err != nil {
 			return failed(err)
 		}
 		var err error
@@ -466,7 +467,7 @@ func (r *run) executionSince(ctx context.Context, sess session, decl *Declaratio
 		if !es.KeyBearing() {
 			return Step{Status: Skipped, Detail: "AC-33 end state not observed: " + strings.Join(es.Missing(), "; ")}
 		}
-		if err := r.o.fail(FailpointExecutionSinceWrite); err != nil {
+		if err := r.o.fail(hooks.FailpointExecutionSinceWrite); err != nil {
 			return failed(err)
 		}
 		// The key names an instant the end state was observed to hold: sampled

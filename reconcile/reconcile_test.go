@@ -17,6 +17,7 @@ import (
 	"github.com/schemastate/schemastate"
 	"github.com/schemastate/schemastate/dialect"
 	"github.com/schemastate/schemastate/internal/dbtest"
+	"github.com/schemastate/schemastate/internal/hooks"
 	"github.com/schemastate/schemastate/keys"
 	"github.com/schemastate/schemastate/reconcile"
 )
@@ -116,7 +117,7 @@ func TestReconcile_AC33a_FailedRebuildLeavesLegacyShape(t *testing.T) {
 		before := snapshot(t, db)
 		var logs bytes.Buffer
 		logger := slog.New(slog.NewTextHandler(&logs, nil))
-		rep, err := reconcile.Reconcile(ctx, db.DB, reconcile.WithLogger(logger), failAt(reconcile.FailpointShapeApplied))
+		rep, err := reconcile.Reconcile(ctx, db.DB, reconcile.WithLogger(logger), failAt(hooks.FailpointShapeApplied))
 		require.ErrorIs(t, err, reconcile.ErrStepFailed)
 		require.Equal(t, reconcile.Failed, rep.Step(reconcile.StepShape).Status)
 		requireLegacyIntact(t, db, before)
@@ -135,10 +136,10 @@ func TestReconcile_AC33a_FailedRebuildLeavesLegacyShape(t *testing.T) {
 // and the WARN is the one line that names what failed.
 func TestReconcile_AC20_FailedStepWarnsNamingIt(t *testing.T) {
 	for _, c := range []struct{ point, step string }{
-		{reconcile.FailpointExecutionSinceWrite, reconcile.StepExecutionSince},
-		{reconcile.FailpointBackfillMaxTaken, reconcile.StepBackfill},
-		{reconcile.FailpointBackfillInserted, reconcile.StepBackfill},
-		{reconcile.FailpointBackfillFirstKeyWritten, reconcile.StepBackfill},
+		{hooks.FailpointExecutionSinceWrite, reconcile.StepExecutionSince},
+		{hooks.FailpointBackfillMaxTaken, reconcile.StepBackfill},
+		{hooks.FailpointBackfillInserted, reconcile.StepBackfill},
+		{hooks.FailpointBackfillFirstKeyWritten, reconcile.StepBackfill},
 	} {
 		t.Run(c.point, func(t *testing.T) {
 			dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
@@ -216,9 +217,9 @@ func TestReconcile_AC33a_RealFailureRollsBack(t *testing.T) {
 func TestReconcile_AC24_ExecutionSinceSampledAfterObservingTheEndState(t *testing.T) {
 	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
 		seedLegacyStore(t, db)
-		opts, read := clockAt(reconcile.FailpointExecutionSinceObserve, reconcile.FailpointBackfillMaxTaken)
+		opts, read := clockAt(hooks.FailpointExecutionSinceObserve, hooks.FailpointBackfillMaxTaken)
 		mustReconcile(t, db, append(opts, quiet)...)
-		observing, written := read[reconcile.FailpointExecutionSinceObserve], read[reconcile.FailpointBackfillMaxTaken]
+		observing, written := read[hooks.FailpointExecutionSinceObserve], read[hooks.FailpointBackfillMaxTaken]
 		require.False(t, observing.IsZero())
 		require.False(t, written.IsZero())
 		es, err := keys.Parse(*readKeys(t, db).ExecutionSince)
@@ -234,7 +235,7 @@ func TestReconcile_AC24_ExecutionSinceSampledAfterObservingTheEndState(t *testin
 func TestReconcile_AC33b_SelfHealsMissingKey(t *testing.T) {
 	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
 		seedLegacyStore(t, db)
-		rep, err := reconcile.Reconcile(ctx, db.DB, failAt(reconcile.FailpointExecutionSinceWrite))
+		rep, err := reconcile.Reconcile(ctx, db.DB, failAt(hooks.FailpointExecutionSinceWrite))
 		require.ErrorIs(t, err, reconcile.ErrStepFailed)
 		require.Equal(t, reconcile.Applied, rep.Step(reconcile.StepShape).Status)
 		require.Equal(t, reconcile.Failed, rep.Step(reconcile.StepExecutionSince).Status)

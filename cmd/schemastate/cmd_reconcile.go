@@ -34,7 +34,6 @@ func runReconcile(ctx context.Context, e *env, args []string) int {
 			return exitUsage
 		}
 		opts := append(sf.options(), reconcile.WithLogger(e.logger), reconcile.WithLockWait(*lockWait))
-		opts = append(opts, testHooks()...)
 		if *prune {
 			opts = append(opts, reconcile.WithPrune())
 		}
@@ -44,7 +43,7 @@ func runReconcile(ctx context.Context, e *env, args []string) int {
 				opts = append(opts, reconcile.WithProgress(p))
 			}
 		}
-		rep, err := reconcile.Reconcile(ctx, db, opts...)
+		rep, err := reconcile.Reconcile(testHooks(ctx), db, opts...)
 		if rep.Dialect == "" {
 			return usageError(e, err)
 		}

@@ -13,8 +13,8 @@ import (
 
 	"github.com/schemastate/schemastate/capture"
 	"github.com/schemastate/schemastate/internal/dbtest"
+	"github.com/schemastate/schemastate/internal/hooks"
 	"github.com/schemastate/schemastate/internal/replicatest"
-	"github.com/schemastate/schemastate/reconcile"
 )
 
 // Issue 12 §4: a --schema that cannot be read or evaluated is a usage error
@@ -44,7 +44,7 @@ func TestCLI_Reconcile_LockTimeoutSaysKeysNotRead(t *testing.T) {
 	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
 		db.Host(t)
 		// Another replica holds the lock, stopped inside its shape step.
-		finish := replicatest.HoldingTheLock(t, db.DB, reconcile.FailpointShapeApplied)
+		finish := replicatest.HoldingTheLock(t, db.DB, hooks.FailpointShapeApplied)
 		defer func() { _, err := finish(); require.NoError(t, err) }()
 
 		code, out, errOut := cli(t, "reconcile", "--db", db.CLIDSN, "--lock-wait", "100ms")

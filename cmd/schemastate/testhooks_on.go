@@ -3,10 +3,11 @@
 package main
 
 import (
+	"context"
 	"os"
 	"strings"
 
-	"github.com/schemastate/schemastate/reconcile"
+	"github.com/schemastate/schemastate/internal/hooks"
 )
 
 // EnvTestKillAt, in a binary built with the schemastate_testhooks tag (the
@@ -16,12 +17,12 @@ import (
 // replica killed mid-upgrade would die.
 const EnvTestKillAt = "SCHEMASTATE_TEST_KILL_AT"
 
-func testHooks() []reconcile.Option {
+func testHooks(ctx context.Context) context.Context {
 	at := os.Getenv(EnvTestKillAt)
 	if at == "" {
-		return nil
+		return ctx
 	}
-	return []reconcile.Option{reconcile.WithFailpoint(func(point string) error {
+	return hooks.With(ctx, hooks.Hooks{Failpoint: func(point string) error {
 		if strings.HasPrefix(point, at) {
 			if p, err := os.FindProcess(os.Getpid()); err == nil {
 				_ = p.Kill()
@@ -29,5 +30,5 @@ func testHooks() []reconcile.Option {
 			}
 		}
 		return nil
-	})}
+	}})
 }

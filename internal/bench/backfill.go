@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/schemastate/schemastate/internal/gen"
+	"github.com/schemastate/schemastate/internal/hooks"
 	"github.com/schemastate/schemastate/reconcile"
 )
 
@@ -88,9 +89,9 @@ func (b *bench) backfill(ctx context.Context, rep *Report, n int, sum *gen.Summa
 		var tMax, tInsert, tScan time.Time
 		fp := func(point string) error {
 			switch point {
-			case reconcile.FailpointBackfillMaxTaken:
+			case hooks.FailpointBackfillMaxTaken:
 				tMax = time.Now()
-			case reconcile.FailpointBackfillInserted:
+			case hooks.FailpointBackfillInserted:
 				tInsert = time.Now()
 			}
 			return nil
@@ -100,8 +101,8 @@ func (b *bench) backfill(ctx context.Context, rep *Report, n int, sum *gen.Summa
 				tScan = time.Now()
 			}
 		}
-		el, r, err := b.sampledReconcile(ctx, run, &mem, FamilyMessages, n, "reconcile of the predating store (table created, full backfill)",
-			reconcile.WithFailpoint(fp), reconcile.WithProgress(progress))
+		el, r, err := b.sampledReconcile(hooks.With(ctx, hooks.Hooks{Failpoint: fp}), run, &mem, FamilyMessages, n, "reconcile of the predating store (table created, full backfill)",
+			reconcile.WithProgress(progress))
 		if err != nil {
 			return 0, err
 		}
@@ -124,12 +125,12 @@ func (b *bench) backfill(ctx context.Context, rep *Report, n int, sum *gen.Summa
 			return 0, err
 		}
 		stop := func(point string) error {
-			if point == reconcile.FailpointBackfillMaxTaken {
+			if point == hooks.FailpointBackfillMaxTaken {
 				return errStopBackfill
 			}
 			return nil
 		}
-		r, _ := reconcile.Reconcile(ctx, b.db, reconcile.WithLogger(b.quiet), reconcile.WithFailpoint(stop))
+		r, _ := reconcile.Reconcile(hooks.With(ctx, hooks.Hooks{Failpoint: stop}), b.db, reconcile.WithLogger(b.quiet))
 		if s := r.Step(reconcile.StepBackfill); s == nil || s.Status != reconcile.Failed {
 			return 0, fmt.Errorf("%w: the floor's setup reconcile did not stop at the backfill", errUnexpected)
 		}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/schemastate/schemastate/internal/hooks"
 	"github.com/schemastate/schemastate/internal/readonly"
 	"github.com/schemastate/schemastate/reconcile"
 )
@@ -85,12 +86,12 @@ func (b *bench) rebuild(ctx context.Context, rep *Report, n int) error {
 			}
 		}
 		fp := func(point string) error {
-			if point == reconcile.FailpointShapeApplied {
+			if point == hooks.FailpointShapeApplied {
 				tApplied = time.Now()
 			}
 			return nil
 		}
-		el, r, err := b.sampledReconcile(ctx, run, &mem, FamilyRows, n, m.Name, reconcile.WithProgress(progress), reconcile.WithFailpoint(fp))
+		el, r, err := b.sampledReconcile(hooks.With(ctx, hooks.Hooks{Failpoint: fp}), run, &mem, FamilyRows, n, m.Name, reconcile.WithProgress(progress))
 		if err != nil {
 			return 0, err
 		}

@@ -16,6 +16,7 @@ import (
 	"github.com/schemastate/schemastate/internal/basestate"
 	"github.com/schemastate/schemastate/internal/dbtest"
 	"github.com/schemastate/schemastate/internal/dsn"
+	"github.com/schemastate/schemastate/internal/hooks"
 	"github.com/schemastate/schemastate/internal/ops"
 	"github.com/schemastate/schemastate/internal/store"
 	"github.com/schemastate/schemastate/reconcile"
@@ -271,8 +272,8 @@ func TestLint_Edits_PlanIsWhatReconcileRuns(t *testing.T) {
 						for _, ph := range run.Phases {
 							planned = append(planned, ph.SQL...)
 						}
-						opts := PlanOptions(d, newFile, append([]reconcile.Option{reconcile.WithExecHook(func(s string) { ran = append(ran, s) }), reconcile.WithLogger(slog.New(slog.DiscardHandler))}, c.extra...))
-						rep, err := reconcile.Reconcile(ctx, db, opts...)
+						opts := PlanOptions(d, newFile, append([]reconcile.Option{reconcile.WithLogger(slog.New(slog.DiscardHandler))}, c.extra...))
+						rep, err := reconcile.Reconcile(hooks.With(ctx, hooks.Hooks{Executed: func(s string) { ran = append(ran, s) }}), db, opts...)
 						if failedStep(rep, reconcile.StepShape) || failedStep(rep, reconcile.StepWiden) {
 							require.True(t, hasCode(run, CodeNotNullNoDefault), "%s: an unexpected failure: %v", state, err)
 							require.True(t, subsequence(ran, planned), "%s: what ran of a failed plan is some of its statements, in order:\nran %q\nplanned %q", state, ran, planned)

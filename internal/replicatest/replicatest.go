@@ -9,6 +9,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/schemastate/schemastate/internal/hooks"
 	"github.com/schemastate/schemastate/reconcile"
 )
 
@@ -26,14 +27,14 @@ func HoldingTheLock(t testing.TB, db *sql.DB, point string, opts ...reconcile.Op
 	}
 	done := make(chan result, 1)
 	var stopped sync.Once
-	opts = append(opts, reconcile.WithFailpoint(func(p string) error {
+	ctx := hooks.With(context.Background(), hooks.Hooks{Failpoint: func(p string) error {
 		if p == point {
 			stopped.Do(func() { close(holding); <-release })
 		}
 		return nil
-	}))
+	}})
 	go func() {
-		rep, err := reconcile.Reconcile(context.Background(), db, opts...)
+		rep, err := reconcile.Reconcile(ctx, db, opts...)
 		done <- result{rep, err}
 	}()
 	select {

@@ -1,9 +1,9 @@
-package reconcile
+package hooks
 
 import "github.com/schemastate/schemastate/backfill"
 
 // Failpoints a test (or an operator reproducing a fault) can hook with
-// WithFailpoint. Returning an error there fails the step exactly as a
+// the reconcile's failpoint hook (Hooks.Failpoint). Returning an error there fails the step exactly as a
 // database error would.
 const (
 	// FailpointShapeApplied runs after the shape statements, before the step commits.

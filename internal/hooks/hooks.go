@@ -1,0 +1,38 @@
+// Package hooks carries the reconcile's test hooks, which are no part of its
+// public API: a failpoint function called at each named failpoint
+// (failpoints.go), a function told each statement a plan phase ran, and the
+// clock the activation keys are sampled from. A test outside the reconcile
+// package passes them in the context it gives Reconcile (With); the
+// reconcile reads them once, when it starts (From). A context without them
+// changes nothing.
+package hooks
+
+import (
+	"context"
+	"time"
+)
+
+// Hooks are the test hooks of one reconcile. A nil field is no hook.
+type Hooks struct {
+	// Failpoint is called at each named failpoint; an error it returns
+	// fails the step exactly as a database error would.
+	Failpoint func(point string) error
+	// Executed is called with each statement of a plan phase once the
+	// database executed it.
+	Executed func(stmt string)
+	// Now is the clock execution_since and capture_since are sampled from.
+	Now func() time.Time
+}
+
+type key struct{}
+
+// With returns ctx carrying h.
+func With(ctx context.Context, h Hooks) context.Context {
+	return context.WithValue(ctx, key{}, h)
+}
+
+// From returns the hooks ctx carries (With), or none.
+func From(ctx context.Context) Hooks {
+	h, _ := ctx.Value(key{}).(Hooks)
+	return h
+}

@@ -1,0 +1,23 @@
+package reconcile
+
+// The reconcile's test hooks, for its own tests: the options below are no
+// part of the public API (a test outside the package passes internal/hooks
+// in its context).
+var (
+	WithFailpoint      = withFailpoint
+	WithExecHook       = withExecHook
+	WithClock          = withClock
+	WithObserver       = withObserver
+	WithConcurrentWait = withConcurrentWait
+	WithCopyPause      = withCopyPause
+	WithCopyBatchPages = withCopyBatchPages
+	WithDDLLockAttempt = withDDLLockAttempt
+)
+
+type Event = event
+
+const (
+	EventFailpoint = eventFailpoint
+	EventExecuted  = eventExecuted
+	EventProgress  = eventProgress
+)
