@@ -4,6 +4,8 @@ import (
 	"fmt"
 
 	"ariga.io/atlas/sql/schema"
+
+	"github.com/schemastate/schemastate/internal/describe"
 )
 
 // Drift policy. An owned table may carry indexes, foreign keys and checks
@@ -65,9 +67,9 @@ func splitDrift(table string, changes []schema.Change, want *schema.Table, prune
 				rest = append(rest, c)
 				continue
 			}
-			d = Drift{Kind: DriftIndex, Name: c.I.Name, Definition: DescribeIndex(c.I).Definition()}
+			d = Drift{Kind: DriftIndex, Name: c.I.Name, Definition: describe.Index(c.I).Definition()}
 		case *schema.DropForeignKey:
-			d = Drift{Kind: DriftForeignKey, Name: c.F.Symbol, Definition: DescribeForeignKey(c.F).Definition()}
+			d = Drift{Kind: DriftForeignKey, Name: c.F.Symbol, Definition: describe.ForeignKey(c.F).Definition()}
 		case *schema.DropCheck:
 			d = Drift{Kind: DriftCheck, Name: c.C.Name, Definition: "CHECK (" + c.C.Expr + ")"}
 		default:
@@ -88,7 +90,7 @@ func splitDrift(table string, changes []schema.Change, want *schema.Table, prune
 // retiredKey reports a unique index whose columns all belong to one declared
 // unique key: a spelling of that key the declaration replaces.
 func retiredKey(idx *schema.Index, want *schema.Table) bool {
-	cols := columnNames(idx)
+	cols := describe.ColumnNames(idx)
 	if !idx.Unique || len(cols) == 0 {
 		return false
 	}
@@ -96,7 +98,7 @@ func retiredKey(idx *schema.Index, want *schema.Table) bool {
 		if !w.Unique {
 			continue
 		}
-		declared := columnNames(w)
+		declared := describe.ColumnNames(w)
 		all := true
 		for _, c := range cols {
 			if !contains(declared, c) {

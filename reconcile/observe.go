@@ -7,6 +7,8 @@ import (
 	"strings"
 
 	"ariga.io/atlas/sql/schema"
+
+	"github.com/schemastate/schemastate/internal/describe"
 )
 
 // The table, key and columns AC-33 speaks about.
@@ -73,11 +75,11 @@ func observe(live, want *schema.Table) EndState {
 		if !idx.Unique {
 			continue
 		}
-		cols := columnNames(idx)
+		cols := describe.ColumnNames(idx)
 		// Clause 2 is uniqueness over every row: a partial index enforces
 		// nothing outside its predicate and is no ON CONFLICT target. (A
 		// partial two-column unique still blocks rows, so it still counts.)
-		if slices.Equal(cols, three) && !partial(idx) {
+		if slices.Equal(cols, three) && !describe.IsPartial(idx) {
 			e.ThreeColumnUnique = true
 		}
 		if len(cols) == 2 && slices.Contains(cols, sessionColumn) && slices.Contains(cols, toolCallColumn) {
@@ -101,12 +103,12 @@ func declaredIndexesPresent(live, want *schema.Table) bool {
 		l, ok := live.Index(w.Name)
 		if !ok && w.Unique {
 			for _, idx := range live.Indexes {
-				if strings.HasPrefix(idx.Name, "sqlite_autoindex_") && sameIndex(idx, w) {
+				if strings.HasPrefix(idx.Name, "sqlite_autoindex_") && describe.SameIndex(idx, w) {
 					l, ok = idx, true
 				}
 			}
 		}
-		if !ok || !sameIndex(l, w) {
+		if !ok || !describe.SameIndex(l, w) {
 			return false
 		}
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/schemastate/schemastate/dialect"
+	"github.com/schemastate/schemastate/internal/describe"
 	"github.com/schemastate/schemastate/internal/ops"
 )
 
@@ -335,22 +336,22 @@ func TestDescribe_IndexAndForeignKeyForms(t *testing.T) {
 	expr := schema.NewIndex("t_lower_a").AddParts(&schema.IndexPart{X: &schema.RawExpr{X: "lower(a)"}})
 	key := schema.NewUniqueIndex("t_a_key").AddColumns(a).AddAttrs(postgres.UniqueConstraint("t_a_key"))
 
-	x := DescribeIndex(desc)
-	require.Equal(t, IndexDescription{Name: "t_a_b_desc", Unique: true, Parts: []string{"a", "b DESC"}, Columns: []string{"a", "b"}, Predicate: "b IS NOT NULL"}, x)
+	x := describe.Index(desc)
+	require.Equal(t, describe.IndexDescription{Name: "t_a_b_desc", Unique: true, Parts: []string{"a", "b DESC"}, Columns: []string{"a", "b"}, Predicate: "b IS NOT NULL"}, x)
 	require.Equal(t, "unique (a, b DESC) partial", x.Definition())
 	require.Equal(t, "t_a_b_desc unique(a, b DESC)", x.String())
-	require.Nil(t, DescribeIndex(expr).Columns, "an expression names no column")
-	require.Equal(t, "index (lower(a))", DescribeIndex(expr).Definition())
-	require.True(t, DescribeIndex(key).Constraint)
-	require.False(t, DescribeIndex(tbl.Indexes[0]).Constraint)
-	require.True(t, sameIndex(key, schema.NewUniqueIndex("other_name").AddColumns(a)), "the same uniqueness under another name")
-	require.False(t, sameIndex(desc, schema.NewUniqueIndex("t_a_b").AddColumns(a, b)), "direction and predicate count")
+	require.Nil(t, describe.Index(expr).Columns, "an expression names no column")
+	require.Equal(t, "index (lower(a))", describe.Index(expr).Definition())
+	require.True(t, describe.Index(key).Constraint)
+	require.False(t, describe.Index(tbl.Indexes[0]).Constraint)
+	require.True(t, describe.SameIndex(key, schema.NewUniqueIndex("other_name").AddColumns(a)), "the same uniqueness under another name")
+	require.False(t, describe.SameIndex(desc, schema.NewUniqueIndex("t_a_b").AddColumns(a, b)), "direction and predicate count")
 
 	parent := schema.NewTable("p").AddColumns(schema.NewStringColumn("id", "text"))
 	fk := schema.NewForeignKey("t_a_fk").AddColumns(a).SetRefTable(parent).AddRefColumns(column(parent, "id")).SetOnDelete(schema.Cascade)
-	f := DescribeForeignKey(fk)
+	f := describe.ForeignKey(fk)
 	require.Equal(t, "(a) REFERENCES p (id) ON DELETE CASCADE", f.Definition())
-	require.Equal(t, "(a) p(id) NO ACTION CASCADE", f.decides())
+	require.Equal(t, "(a) p(id) NO ACTION CASCADE", f.Decides())
 }
 
 // A nullable key the declaration makes NOT NULL (the host's own

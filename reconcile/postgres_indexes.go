@@ -12,6 +12,7 @@ import (
 	"ariga.io/atlas/sql/schema"
 
 	"github.com/schemastate/schemastate/dialect"
+	"github.com/schemastate/schemastate/internal/describe"
 	"github.com/schemastate/schemastate/internal/ops"
 )
 
@@ -337,7 +338,7 @@ func buildConcurrently(schemaName, table, name string, idx *schema.Index, unique
 	if unique {
 		kw = "UNIQUE "
 		if plainColumns(idx) {
-			key = columnNames(idx) // the duplicates a failed build names
+			key = describe.ColumnNames(idx) // the duplicates a failed build names
 		}
 	}
 	sqls = append(sqls, fmt.Sprintf("CREATE %sINDEX CONCURRENTLY %s ON %s %s", kw, dialect.QuoteIdent(name), qualified(schemaName, table), indexBody(idx)))
@@ -392,7 +393,7 @@ func onlinePrimaryKey(pk *schema.Index, want *schema.Table) bool {
 func (p recipePlanner) replacePrimaryKey(from, to *schema.Index, name string, rebuild bool) []ops.Phase {
 	next := nextIndexName(name)
 	qnext := qualified(p.schema, next)
-	detail := fmt.Sprintf("%s; primary key %s (%s): its index built CONCURRENTLY as %s, then made the key", p.why, name, strings.Join(columnNames(to), ", "), next)
+	detail := fmt.Sprintf("%s; primary key %s (%s): its index built CONCURRENTLY as %s, then made the key", p.why, name, strings.Join(describe.ColumnNames(to), ", "), next)
 	var swap []string
 	if from != nil {
 		swap = append(swap, fmt.Sprintf("ALTER TABLE %s DROP CONSTRAINT %s", p.qt, dialect.QuoteIdent(from.Name)))

@@ -10,6 +10,7 @@ import (
 	"ariga.io/atlas/sql/schema"
 
 	"github.com/schemastate/schemastate/dialect"
+	"github.com/schemastate/schemastate/internal/describe"
 	"github.com/schemastate/schemastate/internal/ops"
 )
 
@@ -140,7 +141,7 @@ func (f *inflight) resumeNext(idx *schema.Index, live, want *schema.Table, inval
 			f.next = map[string]string{}
 		}
 		f.next[w.Name] = idx.Name
-		if invalid || !sameIndex(idx, w) {
+		if invalid || !describe.SameIndex(idx, w) {
 			f.invalid[idx.Name] = true
 			f.notes = append(f.notes, fmt.Sprintf("index %s built for %s's new definition, INVALID or of an earlier one (dropped and rebuilt)", idx.Name, w.Name))
 		} else {
@@ -351,7 +352,7 @@ func onlineWidening(schemaName string, tp *tablePlan, cols []*schema.Column, ind
 	// The widening runs after the shape phases, on the table with its
 	// declared primary key: the rebuild logs changed rows by that one.
 	live := tp.Live
-	if tp.Want.PrimaryKey != nil && (live.PrimaryKey == nil || !slices.Equal(columnNames(live.PrimaryKey), columnNames(tp.Want.PrimaryKey))) {
+	if tp.Want.PrimaryKey != nil && (live.PrimaryKey == nil || !slices.Equal(describe.ColumnNames(live.PrimaryKey), describe.ColumnNames(tp.Want.PrimaryKey))) {
 		after := *live
 		after.PrimaryKey = tp.Want.PrimaryKey
 		live = &after

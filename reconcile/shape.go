@@ -3,7 +3,6 @@ package reconcile
 import (
 	"context"
 	"fmt"
-	"sort"
 	"strings"
 
 	"ariga.io/atlas/sql/migrate"
@@ -301,21 +300,6 @@ func TypeName(d dialect.Dialect, t schema.Type) string {
 		}
 	}
 	return fmt.Sprintf("%T", t)
-}
-
-// IndexSet describes a table's indexes as sorted "name unique(cols)" lines,
-// for comparing a migrated database with a fresh one (AC-33 clause 4). The
-// primary key is not an index here; unique constraints are.
-func IndexSet(t *schema.Table) []string {
-	if t == nil {
-		return nil
-	}
-	var out []string
-	for _, idx := range t.Indexes {
-		out = append(out, DescribeIndex(idx).String())
-	}
-	sort.Strings(out)
-	return out
 }
 
 // splitWidenings separates, on PostgreSQL, the changes that only widen a

@@ -10,6 +10,7 @@ import (
 	"ariga.io/atlas/sql/sqlite"
 
 	"github.com/schemastate/schemastate/dialect"
+	"github.com/schemastate/schemastate/internal/describe"
 	"github.com/schemastate/schemastate/internal/ops"
 )
 
@@ -78,33 +79,9 @@ func normalizeLive(live, want *schema.Table) {
 	// Atlas's inspection strips: the same default, not a change.
 	for _, wc := range want.Columns {
 		if lc, ok := live.Column(wc.Name); ok && wc.Default != nil && lc.Default != nil &&
-			bareExpr(defaultSQL(wc.Default)) == bareExpr(defaultSQL(lc.Default)) {
+			describe.BareExpr(defaultSQL(wc.Default)) == describe.BareExpr(defaultSQL(lc.Default)) {
 			lc.Default = wc.Default
 		}
-	}
-}
-
-// bareExpr is an expression without the parentheses around the whole of it
-// and the space at its ends.
-func bareExpr(x string) string {
-	for {
-		x = strings.TrimSpace(x)
-		if len(x) < 2 || x[0] != '(' || x[len(x)-1] != ')' {
-			return x
-		}
-		depth := 0
-		for i, r := range x {
-			switch r {
-			case '(':
-				depth++
-			case ')':
-				depth--
-			}
-			if depth == 0 && i < len(x)-1 {
-				return x // "(a) + (b)": the first parenthesis closes early
-			}
-		}
-		x = x[1 : len(x)-1]
 	}
 }
 
@@ -392,11 +369,11 @@ func fkCheckWhy(live, rebuilt *schema.Table, changes []schema.Change, refs []str
 func foreignKeyKeys(t, live *schema.Table) []string {
 	out := make([]string, 0, len(t.ForeignKeys))
 	for _, fk := range t.ForeignKeys {
-		f := DescribeForeignKey(fk)
+		f := describe.ForeignKey(fk)
 		if fk.RefTable == t {
 			f.RefTable = live.Name
 		}
-		out = append(out, f.decides())
+		out = append(out, f.Decides())
 	}
 	slices.Sort(out)
 	return out
@@ -411,7 +388,7 @@ func keptIndex(pc *planContext, want *schema.Table, idx *schema.Index, stored ma
 		return []string{stmt}, nil
 	}
 	named := *idx
-	named.Name = want.Name + "_" + strings.Join(columnNames(idx), "_") + "_key"
+	named.Name = want.Name + "_" + strings.Join(describe.ColumnNames(idx), "_") + "_key"
 	named.Table = want
 	return pc.render(&schema.ModifyTable{T: want, Changes: []schema.Change{&schema.AddIndex{I: &named}}})
 }

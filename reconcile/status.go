@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/schemastate/schemastate/dialect"
+	"github.com/schemastate/schemastate/internal/describe"
 	"github.com/schemastate/schemastate/keys"
 )
 
@@ -66,7 +67,7 @@ func Observe(ctx context.Context, db *sql.DB, opts ...Option) (*Observation, err
 		return nil, err
 	}
 	for _, t := range live.Tables {
-		obs.Indexes[t.Name] = IndexSet(t)
+		obs.Indexes[t.Name] = describe.IndexSet(t)
 	}
 	lt, _ := live.Table(subagentsTable)
 	if err := drv.observable(ctx, db, lt); err != nil {

@@ -18,6 +18,7 @@ import (
 	"ariga.io/atlas/sql/schema"
 
 	"github.com/schemastate/schemastate/dialect"
+	"github.com/schemastate/schemastate/internal/describe"
 	"github.com/schemastate/schemastate/internal/perdialect"
 	"github.com/schemastate/schemastate/internal/readonly"
 	"github.com/schemastate/schemastate/reconcile"
@@ -65,7 +66,7 @@ type Column struct {
 }
 
 // Index is an index or a unique constraint (both are inspected as indexes),
-// read with reconcile's describer (reconcile.DescribeIndex).
+// read with the reconcile's describer (internal/describe).
 type Index struct {
 	// Name is empty for a SQLite autoindex (an inline UNIQUE constraint):
 	// SQLite names it sqlite_autoindex_<table>_N, which is no name of its
@@ -84,7 +85,7 @@ type Index struct {
 // ForeignKey is a foreign-key constraint, as reconcile describes it. Name is
 // empty on SQLite when the constraint was declared without one; such a key is
 // compared by what it covers and references.
-type ForeignKey reconcile.ForeignKeyDescription
+type ForeignKey describe.ForeignKeyDescription
 
 // Read inspects db's owned tables — those the declaration names (schemaFile,
 // or the built-in schema.hcl when empty) — in the connection's schema. It
@@ -144,15 +145,15 @@ func readTable(in inspector, t *schema.Table) (*Table, error) {
 	}
 	sortBy(out.Columns, func(c Column) string { return c.Name })
 	if t.PrimaryKey != nil {
-		out.PrimaryKey = reconcile.DescribeIndex(t.PrimaryKey).Parts
+		out.PrimaryKey = describe.Index(t.PrimaryKey).Parts
 	}
 	for _, idx := range t.Indexes {
-		desc := reconcile.DescribeIndex(idx)
+		desc := describe.Index(idx)
 		out.Indexes = append(out.Indexes, Index{Name: in.indexName(idx.Name), Unique: desc.Unique, Constraint: desc.Constraint, Columns: desc.Parts, Predicate: desc.Predicate})
 	}
 	sortBy(out.Indexes, Index.key)
 	for _, fk := range t.ForeignKeys {
-		f := ForeignKey(reconcile.DescribeForeignKey(fk))
+		f := ForeignKey(describe.ForeignKey(fk))
 		f.Name = in.foreignKeyName(fk.Symbol)
 		if fk.RefTable == nil { // an unresolved parent: "", not the describer's "?"
 

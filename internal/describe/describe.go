@@ -1,8 +1,12 @@
-package reconcile
+// Package describe reads an inspected index or foreign key one way, which
+// every comparison and every text of the reconcile that names one is made
+// of, and that internal/parity's snapshot reads them with too.
+package describe
 
 import (
 	"fmt"
 	"slices"
+	"sort"
 	"strings"
 
 	"ariga.io/atlas/sql/postgres"
@@ -33,8 +37,8 @@ type IndexDescription struct {
 	Predicate string `json:"predicate,omitempty"`
 }
 
-// DescribeIndex describes idx.
-func DescribeIndex(idx *schema.Index) IndexDescription {
+// Index describes idx.
+func Index(idx *schema.Index) IndexDescription {
 	x := IndexDescription{Name: idx.Name, Unique: idx.Unique, Parts: make([]string, 0, len(idx.Parts)), Columns: make([]string, 0, len(idx.Parts))}
 	for _, p := range idx.Parts {
 		c := "?"
@@ -45,7 +49,7 @@ func DescribeIndex(idx *schema.Index) IndexDescription {
 			if e, ok := p.X.(*schema.RawExpr); ok {
 				// SQLite reads an expression back in the parentheses its
 				// CREATE INDEX needs; they are no part of the expression.
-				c = bareExpr(e.X)
+				c = BareExpr(e.X)
 			}
 		}
 		if p.C == nil {
@@ -96,18 +100,18 @@ func (x IndexDescription) String() string {
 	return fmt.Sprintf("%s %s(%s)", x.Name, x.kind(), strings.Join(x.Parts, ", "))
 }
 
-// sameIndex reports two indexes that enforce and serve the same: uniqueness,
+// SameIndex reports two indexes that enforce and serve the same: uniqueness,
 // a predicate or none, the same parts in order with their direction.
-func sameIndex(a, b *schema.Index) bool {
-	x, y := DescribeIndex(a), DescribeIndex(b)
+func SameIndex(a, b *schema.Index) bool {
+	x, y := Index(a), Index(b)
 	return x.Unique == y.Unique && x.Partial() == y.Partial() && slices.Equal(x.Parts, y.Parts)
 }
 
-// columnNames names idx's columns in order; nil when a part is an expression.
-func columnNames(idx *schema.Index) []string { return DescribeIndex(idx).Columns }
+// ColumnNames names idx's columns in order; nil when a part is an expression.
+func ColumnNames(idx *schema.Index) []string { return Index(idx).Columns }
 
 // partial reports an index with a WHERE predicate.
-func partial(idx *schema.Index) bool { return DescribeIndex(idx).Partial() }
+func IsPartial(idx *schema.Index) bool { return Index(idx).Partial() }
 
 // ForeignKeyDescription is a foreign key as the module compares it.
 type ForeignKeyDescription struct {
@@ -120,8 +124,8 @@ type ForeignKeyDescription struct {
 	OnDelete string `json:"on_delete"`
 }
 
-// DescribeForeignKey describes fk.
-func DescribeForeignKey(fk *schema.ForeignKey) ForeignKeyDescription {
+// ForeignKey describes fk.
+func ForeignKey(fk *schema.ForeignKey) ForeignKeyDescription {
 	f := ForeignKeyDescription{Name: fk.Symbol, RefTable: "?", OnUpdate: string(fk.OnUpdate), OnDelete: string(fk.OnDelete)}
 	for _, c := range fk.Columns {
 		f.Columns = append(f.Columns, c.Name)
@@ -151,7 +155,7 @@ func (f ForeignKeyDescription) Definition() string {
 // decides spells what decides the key's violations and actions: its
 // columns, its parent and the parent's columns, ON UPDATE and ON DELETE
 // (absent = NO ACTION), case-folded.
-func (f ForeignKeyDescription) decides() string {
+func (f ForeignKeyDescription) Decides() string {
 	action := func(o string) string {
 		if o == "" {
 			return string(schema.NoAction)
@@ -159,4 +163,43 @@ func (f ForeignKeyDescription) decides() string {
 		return strings.ToUpper(o)
 	}
 	return fmt.Sprintf("(%s) %s(%s) %s %s", strings.Join(f.Columns, ","), f.RefTable, strings.Join(f.RefColumns, ","), action(f.OnUpdate), action(f.OnDelete))
+}
+
+// IndexSet describes a table's indexes as sorted "name unique(cols)" lines,
+// for comparing a migrated database with a fresh one (AC-33 clause 4). The
+// primary key is not an index here; unique constraints are.
+func IndexSet(t *schema.Table) []string {
+	if t == nil {
+		return nil
+	}
+	var out []string
+	for _, idx := range t.Indexes {
+		out = append(out, Index(idx).String())
+	}
+	sort.Strings(out)
+	return out
+}
+
+// BareExpr is an expression without the parentheses around the whole of it
+// and the space at its ends.
+func BareExpr(x string) string {
+	for {
+		x = strings.TrimSpace(x)
+		if len(x) < 2 || x[0] != '(' || x[len(x)-1] != ')' {
+			return x
+		}
+		depth := 0
+		for i, r := range x {
+			switch r {
+			case '(':
+				depth++
+			case ')':
+				depth--
+			}
+			if depth == 0 && i < len(x)-1 {
+				return x // "(a) + (b)": the first parenthesis closes early
+			}
+		}
+		x = x[1 : len(x)-1]
+	}
 }
