@@ -11,6 +11,7 @@ import (
 	"github.com/schemastate/schemastate/dialect"
 	"github.com/schemastate/schemastate/internal/ops"
 	"github.com/schemastate/schemastate/internal/pgtypes"
+	"github.com/schemastate/schemastate/internal/typechange"
 )
 
 // onlineChanges is one table's diff sorted by how the online path makes
@@ -42,7 +43,7 @@ func classifyOnline(tp *tablePlan, pre prelude) *onlineChanges {
 	oc := &onlineChanges{catalogOnly: len(pre.replaced) == 0}
 	oc.widening = slices.ContainsFunc(tp.Changes, func(c schema.Change) bool {
 		m, ok := c.(*schema.ModifyColumn)
-		return ok && m.Change.Is(schema.ChangeType) && widens(m.From.Type.Type, m.To.Type.Type) && !pgtypes.BinaryCoercible(m.From.Type.Type, m.To.Type.Type)
+		return ok && m.Change.Is(schema.ChangeType) && typechange.Widens(m.From.Type.Type, m.To.Type.Type) && !pgtypes.BinaryCoercible(m.From.Type.Type, m.To.Type.Type)
 	})
 	for _, c := range tp.Changes {
 		if !oc.take(tp, c) {
@@ -130,7 +131,7 @@ func (oc *onlineChanges) take(tp *tablePlan, c schema.Change) bool {
 // takeColumn files a column's change: a widening online or not, a NOT NULL
 // to its recipe (the rest of the change, if any, to the alter).
 func (oc *onlineChanges) takeColumn(tp *tablePlan, c *schema.ModifyColumn) bool {
-	if c.Change.Is(schema.ChangeType) && widens(c.From.Type.Type, c.To.Type.Type) && !pgtypes.BinaryCoercible(c.From.Type.Type, c.To.Type.Type) {
+	if c.Change.Is(schema.ChangeType) && typechange.Widens(c.From.Type.Type, c.To.Type.Type) && !pgtypes.BinaryCoercible(c.From.Type.Type, c.To.Type.Type) {
 		if widenableOnline(tp.Live, c) {
 			oc.widenOnline = append(oc.widenOnline, c.To)
 		} else {

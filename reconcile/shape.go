@@ -10,7 +10,7 @@ import (
 
 	"github.com/schemastate/schemastate/dialect"
 	"github.com/schemastate/schemastate/internal/ops"
-	"github.com/schemastate/schemastate/internal/pgtypes"
+	"github.com/schemastate/schemastate/internal/typechange"
 )
 
 // tablePlan is what the shape step would do to one owned table.
@@ -178,7 +178,7 @@ func (pc *planContext) diff(tp *tablePlan) (changes, kept []schema.Change, err e
 	changes, tp.Drift, kept = splitDrift(tp.Table, changes, tp.Want, pc.prune)
 	tp.Changes = changes
 	for _, c := range changes {
-		if why, bad := destructive(pc.dialect, c); bad {
+		if why, bad := typechange.Destructive(pc.dialect, c); bad {
 			tp.Refused = append(tp.Refused, fmt.Sprintf("%s: %s (%s)", tp.Table, why, pc.file))
 		}
 	}
@@ -233,75 +233,6 @@ func fills(live, want *schema.Table) map[string]string {
 	return out
 }
 
-// Destructive reports whether the shape step refuses c on dialect d because
-// it would destroy data, and says why.
-func Destructive(d dialect.Dialect, c schema.Change) (why string, refused bool) {
-	return destructive(d, c)
-}
-
-// destructive reports changes that would destroy data. They are refused at
-// boot and reported by name; nothing the declaration merely dropped is ever
-// dropped from a live database.
-func destructive(d dialect.Dialect, c schema.Change) (string, bool) {
-	switch c := c.(type) {
-	case *schema.DropTable:
-		return "would drop table " + c.T.Name, true
-	case *schema.DropColumn:
-		return "would drop column " + c.C.Name, true
-	case *schema.ModifyColumn:
-		if c.Change.Is(schema.ChangeType) && !widens(c.From.Type.Type, c.To.Type.Type) {
-			return fmt.Sprintf("would change column %s from %s to %s", c.From.Name, TypeName(d, c.From.Type.Type), TypeName(d, c.To.Type.Type)), true
-		}
-	}
-	return "", false
-}
-
-// widens reports a type change every stored value survives unchanged.
-func widens(from, to schema.Type) bool {
-	rank := func(t schema.Type) int {
-		it, ok := t.(*schema.IntegerType)
-		if !ok {
-			return 0
-		}
-		switch strings.ToLower(it.T) {
-		case "smallint", "int2":
-			return 1
-		case "integer", "int", "int4":
-			return 2
-		case "bigint", "int8":
-			return 3
-		}
-		return 0
-	}
-	if rf, rt := rank(from), rank(to); rf > 0 && rt > 0 {
-		return rt >= rf
-	}
-	// timestamp(3) → timestamp: the same kind at no less precision keeps
-	// every stored value (an unset precision is PostgreSQL's maximum, 6).
-	if ft, ok := from.(*schema.TimeType); ok {
-		tt, ok := to.(*schema.TimeType)
-		return ok && pgtypes.TimeKind(ft.T) == pgtypes.TimeKind(tt.T) && pgtypes.TimePrecision(tt) >= pgtypes.TimePrecision(ft)
-	}
-	if pgtypes.BinaryCoercible(from, to) {
-		return true
-	}
-	if st, ok := to.(*schema.StringType); ok && strings.EqualFold(st.T, "text") {
-		_, fromString := from.(*schema.StringType)
-		return fromString
-	}
-	return false
-}
-
-// TypeName spells a type as the dialect's SQL does (timestamp(3), timestamptz).
-func TypeName(d dialect.Dialect, t schema.Type) string {
-	if drv, err := driverFor(d); err == nil {
-		if s, err := drv.formatType(t); err == nil {
-			return s
-		}
-	}
-	return fmt.Sprintf("%T", t)
-}
-
 // splitWidenings separates, on PostgreSQL, the changes that only widen a
 // column's type (integer → bigint, timestamp(3) → timestamp) from the rest.
 // A widening rewrites the table and fails while a view reads the column; it
@@ -312,7 +243,7 @@ func TypeName(d dialect.Dialect, t schema.Type) string {
 // installation its execution identity.
 func splitWidenings(changes []schema.Change) (rest, widen []schema.Change) {
 	for _, c := range changes {
-		if m, ok := c.(*schema.ModifyColumn); ok && m.Change == schema.ChangeType && widens(m.From.Type.Type, m.To.Type.Type) {
+		if m, ok := c.(*schema.ModifyColumn); ok && m.Change == schema.ChangeType && typechange.Widens(m.From.Type.Type, m.To.Type.Type) {
 			widen = append(widen, c)
 			continue
 		}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/schemastate/schemastate/dialect"
 	"github.com/schemastate/schemastate/internal/ops"
+	"github.com/schemastate/schemastate/internal/typechange"
 	"github.com/schemastate/schemastate/reconcile"
 )
 
@@ -100,7 +101,7 @@ func planHazards(d dialect.Dialect, state string, tables []reconcile.TableChange
 		if len(tc.Refused) > 0 {
 			// The table is left exactly as it is: only the refusals happen.
 			for _, c := range tc.Changes {
-				if why, refused := reconcile.Destructive(d, c); refused {
+				if why, refused := typechange.Destructive(d, c); refused {
 					add(refusedHazard(tc.Table, c, why))
 				}
 			}

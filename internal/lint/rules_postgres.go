@@ -10,6 +10,7 @@ import (
 	"github.com/schemastate/schemastate/internal/dsn"
 	"github.com/schemastate/schemastate/internal/ops"
 	"github.com/schemastate/schemastate/internal/pgtypes"
+	"github.com/schemastate/schemastate/internal/typechange"
 	"github.com/schemastate/schemastate/reconcile"
 )
 
@@ -36,7 +37,7 @@ func postgresLockHazards(d dialect.Dialect, tc reconcile.TableChanges, c schema.
 	case *schema.ModifyColumn:
 		if c.Change.Is(schema.ChangeType) && !pgtypes.BinaryCoercible(c.From.Type.Type, c.To.Type.Type) && !widenedOnline(phases, tc.Table) {
 			add(Hazard{Code: CodeTableRewrite, Level: LevelRewrite, Table: tc.Table, Column: c.To.Name, copiesRows: true,
-				Detail: fmt.Sprintf("ALTER COLUMN TYPE %s → %s rewrites the table under ACCESS EXCLUSIVE (a table above the online threshold is widened online instead — rebuilt into a shadow table, or in expand/copy/contract phases — when the column allows it)", reconcile.TypeName(d, c.From.Type.Type), reconcile.TypeName(d, c.To.Type.Type)),
+				Detail: fmt.Sprintf("ALTER COLUMN TYPE %s → %s rewrites the table under ACCESS EXCLUSIVE (a table above the online threshold is widened online instead — rebuilt into a shadow table, or in expand/copy/contract phases — when the column allows it)", typechange.Name(d, c.From.Type.Type), typechange.Name(d, c.To.Type.Type)),
 				Advice: "ship it when the table is small, or make the column nullable, without default or index, so it is widened online"})
 		}
 		if c.Change.Is(schema.ChangeNull) && !c.To.Type.Null && !hasPhase(phases, tc.Table, ops.PhaseSetNotNull, c.To.Name) {
