@@ -13,6 +13,7 @@ import (
 	"github.com/schemastate/schemastate/internal/dbtest"
 	"github.com/schemastate/schemastate/internal/fixtures"
 	"github.com/schemastate/schemastate/internal/hooks"
+	"github.com/schemastate/schemastate/internal/ops"
 	"github.com/schemastate/schemastate/keys"
 	"github.com/schemastate/schemastate/reconcile"
 )
@@ -433,7 +434,7 @@ func TestReconcile_SQLiteNullableKeyRebuiltToDeclaredNotNull(t *testing.T) {
 
 	rep, err := reconcile.Reconcile(ctx, db.DB, quiet)
 	require.ErrorIs(t, err, reconcile.ErrStepFailed)
-	require.ErrorIs(t, err, reconcile.ErrNullRow)
+	require.ErrorIs(t, err, ops.ErrNullRow)
 	require.Equal(t, reconcile.Failed, rep.Step(reconcile.StepShape).Status)
 	require.Contains(t, err.Error(), `rowid "2"`, "the row is named")
 	require.Contains(t, err.Error(), `tool_call_id "toolu_null"`)

@@ -133,7 +133,7 @@ func (r *run) applyPhases(ctx context.Context, sess session, step string, phases
 			}
 		}
 		if err != nil {
-			if errors.Is(err, ErrBudgetSpent) {
+			if errors.Is(err, ops.ErrBudgetSpent) {
 				return inProgress(err, a.ran)
 			}
 			return failed(a.committedBefore(err))
@@ -266,7 +266,7 @@ func (r *run) todo(ctx context.Context, q querier, ph ops.Phase) (bool, error) {
 			return false, fmt.Errorf("%s: check blockers: %w", ph.ID(), err)
 		}
 		if len(blockers) > 0 {
-			return false, fmt.Errorf("%s: %w by %s (retried next boot)", ph.ID(), ErrPhaseBlocked, strings.Join(blockers, "; "))
+			return false, fmt.Errorf("%s: %w by %s (retried next boot)", ph.ID(), ops.ErrPhaseBlocked, strings.Join(blockers, "; "))
 		}
 	}
 	return true, nil
@@ -375,7 +375,7 @@ func refuseNulls(ctx context.Context, q querier, ph ops.Phase, g ops.Guard) erro
 		row[i] = n + " " + v
 	}
 	return fmt.Errorf("%s: %w: %s row (%s) holds NULL in %s, which has no DEFAULT to fill it; the table is left as it was — give the row a value in %s or delete it, and the next boot rebuilds",
-		ph.ID(), ErrNullRow, ph.Table, strings.Join(row, ", "), g.Column, g.Column)
+		ph.ID(), ops.ErrNullRow, ph.Table, strings.Join(row, ", "), g.Column, g.Column)
 }
 
 // countRows counts the rows the queries return, together.

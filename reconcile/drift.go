@@ -25,16 +25,17 @@ import (
 
 // Drift kinds.
 const (
-	DriftIndex      = "index"
-	DriftForeignKey = "foreign_key"
-	DriftCheck      = "check"
+	driftIndex      = "index"
+	driftForeignKey = "foreign_key"
+	driftCheck      = "check"
 )
 
 // Drift is one index, foreign key or check on an owned table that the
 // declaration does not declare.
 type Drift struct {
 	Table string `json:"table"`
-	Kind  string `json:"kind"`
+	// Kind is "index", "foreign_key" or "check".
+	Kind string `json:"kind"`
 	// Name is the object's name; SQLite numbers an unnamed foreign key and
 	// leaves an unnamed check without one.
 	Name string `json:"name"`
@@ -67,11 +68,11 @@ func splitDrift(table string, changes []schema.Change, want *schema.Table, prune
 				rest = append(rest, c)
 				continue
 			}
-			d = Drift{Kind: DriftIndex, Name: c.I.Name, Definition: describe.Index(c.I).Definition()}
+			d = Drift{Kind: driftIndex, Name: c.I.Name, Definition: describe.Index(c.I).Definition()}
 		case *schema.DropForeignKey:
-			d = Drift{Kind: DriftForeignKey, Name: c.F.Symbol, Definition: describe.ForeignKey(c.F).Definition()}
+			d = Drift{Kind: driftForeignKey, Name: c.F.Symbol, Definition: describe.ForeignKey(c.F).Definition()}
 		case *schema.DropCheck:
-			d = Drift{Kind: DriftCheck, Name: c.C.Name, Definition: "CHECK (" + c.C.Expr + ")"}
+			d = Drift{Kind: driftCheck, Name: c.C.Name, Definition: "CHECK (" + c.C.Expr + ")"}
 		default:
 			rest = append(rest, c)
 			continue

@@ -21,3 +21,12 @@ const (
 	EventExecuted  = eventExecuted
 	EventProgress  = eventProgress
 )
+
+const (
+	DurationMetric       = durationMetric
+	RowsMetric           = rowsMetric
+	StepsMetric          = stepsMetric
+	PlannerVersion       = plannerVersion
+	LockAdvisoryXact     = lockAdvisoryXact
+	LockWriteTransaction = lockWriteTransaction
+)

@@ -25,7 +25,7 @@ import (
 // schema.hcl and inspecting the owned tables with Atlas — costs milliseconds
 // on SQLite and tens of them on PostgreSQL. So when a full check finds nothing
 // to change, the reconcile records a certificate in kandev_meta: the hash of
-// the declaration, of the planner's rules (PlannerVersion) and of the build
+// the declaration, of the planner's rules (plannerVersion) and of the build
 // that checked it, the owned and host table names, the undeclared objects it
 // kept (drift.go), and the hash of the live catalog entries of those tables
 // (every column with its type, collation, default and comment, every index,
@@ -43,14 +43,14 @@ import (
 // certificateKey is the kandev_meta row holding the certificate.
 const certificateKey = "schemastate_shape_certificate"
 
-// PlannerVersion names the rules by which a full check decides what to
+// plannerVersion names the rules by which a full check decides what to
 // change: normalization, equivalent spellings, drift, refusals, widenings,
 // the catalog rendering below. It is part of every certificate's declaration
 // hash, so a build that changes those rules re-runs the full check once even
 // where build info cannot tell builds apart — a test binary reports
 // "(devel)", and a dirty tree keeps its commit's revision. Change it with
 // any such rule.
-const PlannerVersion = "2026-12-02.1"
+const plannerVersion = "2026-12-02.1"
 
 // certificate is the kandev_meta value, stored as JSON.
 type certificate struct {
@@ -65,7 +65,7 @@ type certificate struct {
 }
 
 func (c certificate) String() string {
-	c.Version = PlannerVersion
+	c.Version = plannerVersion
 	b, _ := json.Marshal(c)
 	return string(b)
 }
@@ -77,7 +77,7 @@ func parseCertificate(s string) (certificate, bool) {
 		return last.c.clone(), true
 	}
 	var c certificate
-	if err := json.Unmarshal([]byte(s), &c); err != nil || c.Version != PlannerVersion || len(c.Owned) == 0 {
+	if err := json.Unmarshal([]byte(s), &c); err != nil || c.Version != plannerVersion || len(c.Owned) == 0 {
 		return certificate{}, false
 	}
 	lastCertificate.Store(&parsedCertificate{src: s, c: c.clone()})
@@ -98,7 +98,7 @@ func (c certificate) clone() certificate {
 }
 
 // declarationHash identifies what a certificate vouches for: the declaration
-// as evaluated for one dialect and schema, by one planner (PlannerVersion)
+// as evaluated for one dialect and schema, by one planner (plannerVersion)
 // in one build (this module's and Atlas's versions, and the host binary's own
 // revision), so a new build re-runs the full check once.
 func declarationHash(d dialect.Dialect, src []byte, schemaName string) string {
@@ -110,7 +110,7 @@ func declarationHash(d dialect.Dialect, src []byte, schemaName string) string {
 		}
 	}
 	h := sha256.New()
-	fmt.Fprintf(h, "%s\x00%s\x00%s\x00", PlannerVersion, d, schemaName)
+	fmt.Fprintf(h, "%s\x00%s\x00%s\x00", plannerVersion, d, schemaName)
 	h.Write(buildIdentity())
 	h.Write(src)
 	sum := hex.EncodeToString(h.Sum(nil))[:32]

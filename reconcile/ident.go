@@ -9,6 +9,8 @@ import (
 	"ariga.io/atlas/sql/schema"
 	"github.com/hashicorp/hcl/v2"
 	"github.com/hashicorp/hcl/v2/hclsyntax"
+
+	"github.com/schemastate/schemastate/internal/ops"
 )
 
 // Names are data. Atlas renders an identifier by wrapping it in its
@@ -52,7 +54,7 @@ func plainIdent(name string) bool {
 
 // nameError is a name refused by plainIdent, with what it names.
 func nameError(kind, name string) error {
-	return fmt.Errorf("%w: %s %q", ErrUnsafeName, kind, name)
+	return fmt.Errorf("%w: %s %q", ops.ErrUnsafeName, kind, name)
 }
 
 // visitName is called with every name a check walks, and what it names.
@@ -137,7 +139,7 @@ func atlasNames(c schema.Change, fn visitName) error {
 	case *schema.ModifyAttr:
 		return attrNames([]schema.Attr{c.From, c.To}, fn)
 	}
-	return fmt.Errorf("%w: a change of kind %T, whose names are not checked", ErrUnsafeName, c)
+	return fmt.Errorf("%w: a change of kind %T, whose names are not checked", ops.ErrUnsafeName, c)
 }
 
 // tableNames calls fn with the names of t: its own and its schema's, its

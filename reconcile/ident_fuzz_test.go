@@ -8,6 +8,7 @@ import (
 	"ariga.io/atlas/sql/schema"
 
 	"github.com/schemastate/schemastate/dialect"
+	"github.com/schemastate/schemastate/internal/ops"
 )
 
 // quotedIdents returns, unquoted, every quoted identifier ("…" or `…`, the
@@ -80,7 +81,7 @@ func FuzzIdentifier(f *testing.F) {
 			for _, c := range []schema.Change{&schema.DropIndex{I: idx}, &schema.AddIndex{I: idx}} {
 				stmts, err := pc.render(&schema.ModifyTable{T: tbl, Changes: []schema.Change{c}})
 				if err != nil {
-					if !errors.Is(err, ErrUnsafeName) {
+					if !errors.Is(err, ops.ErrUnsafeName) {
 						t.Fatalf("%s %T %q: refused without ErrUnsafeName: %v", d, c, name, err)
 					}
 					if plainIdent(name) {

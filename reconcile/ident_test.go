@@ -9,6 +9,7 @@ import (
 
 	"github.com/schemastate/schemastate/dialect"
 	"github.com/schemastate/schemastate/internal/dbtest"
+	"github.com/schemastate/schemastate/internal/ops"
 	"github.com/schemastate/schemastate/reconcile"
 )
 
@@ -188,13 +189,13 @@ func TestReconcile_HostileDeclaredNameRefusedWithPosition(t *testing.T) {
 				decl := reconcile.WithDeclaration([]byte(c.hcl), "hostile.hcl")
 
 				_, err := reconcile.Plan(ctx, db.DB, decl)
-				require.ErrorIs(t, err, reconcile.ErrUnsafeName)
+				require.ErrorIs(t, err, ops.ErrUnsafeName)
 				require.Contains(t, err.Error(), c.at+": ")
 				require.Contains(t, err.Error(), c.refused)
 
 				var ran []string
 				rep, err := reconcile.Reconcile(ctx, db.DB, quiet, decl, reconcile.WithExecHook(func(s string) { ran = append(ran, s) }))
-				require.ErrorIs(t, err, reconcile.ErrUnsafeName)
+				require.ErrorIs(t, err, ops.ErrUnsafeName)
 				require.Equal(t, reconcile.Failed, rep.Step(reconcile.StepHostTables).Status)
 				require.Contains(t, rep.Step(reconcile.StepHostTables).Detail, c.at+": ")
 				require.Empty(t, ran)
@@ -213,7 +214,7 @@ func TestReconcile_HostileDeclaredNameRefusedWithPosition(t *testing.T) {
 // plain is refused by name, with the declaration it was to be bound to.
 func TestDeclaration_HostileSchemaNameRefused(t *testing.T) {
 	_, err := reconcile.LoadDeclaration("", dialect.Postgres, `s";DROP TABLE kandev_meta;--`)
-	require.ErrorIs(t, err, reconcile.ErrUnsafeName)
+	require.ErrorIs(t, err, ops.ErrUnsafeName)
 	require.Contains(t, err.Error(), `schema.hcl (built in): `)
 	require.Contains(t, err.Error(), `schema "s\";DROP TABLE kandev_meta;--"`)
 	_, err = reconcile.LoadDeclaration("", dialect.Postgres, "public")
@@ -246,7 +247,7 @@ func TestReconcile_RebuildRefusesMisreadHostCheck(t *testing.T) {
 		requireHostIntact(t, db)
 		require.Equal(t, rows, snapshot(t, db))
 		if db.Dialect == dialect.SQLite {
-			require.ErrorIs(t, err, reconcile.ErrNotOneStatement)
+			require.ErrorIs(t, err, ops.ErrNotOneStatement)
 			require.Equal(t, reconcile.Failed, rep.Step(reconcile.StepShape).Status)
 			require.Contains(t, rep.Step(reconcile.StepShape).Detail, "DROP TABLE kandev_meta", "the refusal quotes the text")
 			require.Zero(t, count(t, db, `SELECT count(*) FROM pragma_table_info('task_session_subagents') WHERE name = 'agent_execution_id'`), "the table was left as it was")

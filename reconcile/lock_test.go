@@ -17,6 +17,7 @@ import (
 	"github.com/schemastate/schemastate/dialect"
 	"github.com/schemastate/schemastate/internal/dbtest"
 	"github.com/schemastate/schemastate/internal/hooks"
+	"github.com/schemastate/schemastate/internal/ops"
 	"github.com/schemastate/schemastate/reconcile"
 )
 
@@ -115,13 +116,13 @@ func TestLock_LostLockStopsBeforeTheNextPhase(t *testing.T) {
 		}
 	}))
 	rep, err := reconcile.Reconcile(ctx, db.DB, opts...)
-	require.ErrorIs(t, err, reconcile.ErrLockLost, describe(rep))
+	require.ErrorIs(t, err, ops.ErrLockLost, describe(rep))
 	shape := rep.Step(reconcile.StepShape)
 	require.Equal(t, reconcile.Failed, shape.Status)
-	require.ErrorIs(t, shape.Err, reconcile.ErrLockLost)
+	require.ErrorIs(t, shape.Err, ops.ErrLockLost)
 	require.Empty(t, after, "nothing ran after the lock was lost (first phase done: %s)", first)
 	require.Equal(t, reconcile.Failed, rep.Step(reconcile.StepExecutionSince).Status)
-	require.ErrorIs(t, rep.Step(reconcile.StepExecutionSince).Err, reconcile.ErrLockLost)
+	require.ErrorIs(t, rep.Step(reconcile.StepExecutionSince).Err, ops.ErrLockLost)
 	require.Nil(t, readKeys(t, db).ExecutionSince)
 
 	reconcileToAC33(t, db)
@@ -294,10 +295,10 @@ func TestLock_LostLockStopsTheRebuildBeforeItsNextBatch(t *testing.T) {
 				return nil
 			}))
 			rep, err := reconcile.Reconcile(ctx, db.DB, opts...)
-			require.ErrorIs(t, err, reconcile.ErrLockLost, describe(rep))
+			require.ErrorIs(t, err, ops.ErrLockLost, describe(rep))
 			widen := rep.Step(reconcile.StepWiden)
 			require.Equal(t, reconcile.Failed, widen.Status, describe(rep))
-			require.ErrorIs(t, widen.Err, reconcile.ErrLockLost)
+			require.ErrorIs(t, widen.Err, ops.ErrLockLost)
 			require.Equal(t, point, hits[len(hits)-1], "no batch ran after the lock was lost: %v", hits)
 			switch point {
 			case hooks.FailpointCopyBatch:

@@ -10,18 +10,18 @@ import (
 
 // The reconcile's metrics (WithMeterProvider).
 const (
-	// StepsMetric counts the steps of every Reconcile, by "step" and
+	// stepsMetric counts the steps of every Reconcile, by "step" and
 	// "status" (applied, unchanged, skipped, failed, in_progress).
-	StepsMetric = "schemastate.reconcile.steps"
-	// RowsMetric counts the rows a step wrote (the backfill's), by "step".
-	RowsMetric = "schemastate.reconcile.rows"
-	// DurationMetric is each Reconcile's duration in seconds, by "result"
+	stepsMetric = "schemastate.reconcile.steps"
+	// rowsMetric counts the rows a step wrote (the backfill's), by "step".
+	rowsMetric = "schemastate.reconcile.rows"
+	// durationMetric is each Reconcile's duration in seconds, by "result"
 	// (ok or failed) and "certified" (the boot took the certified fast path).
-	DurationMetric = "schemastate.reconcile.duration"
+	durationMetric = "schemastate.reconcile.duration"
 )
 
 // WithMeterProvider counts each Reconcile's steps, the rows they wrote and
-// its duration through mp (StepsMetric, RowsMetric, DurationMetric). Without
+// its duration through mp (stepsMetric, rowsMetric, durationMetric). Without
 // it nothing is registered or counted, and no global provider is read.
 func WithMeterProvider(mp metric.MeterProvider) Option {
 	return func(o *options) { o.meters = mp }
@@ -40,10 +40,10 @@ func newMeters(mp metric.MeterProvider) *meters {
 	if mp == nil {
 		return nil
 	}
-	m := mp.Meter(instrumentationName, metric.WithInstrumentationVersion(PlannerVersion))
-	steps, err1 := m.Int64Counter(StepsMetric, metric.WithUnit("{step}"), metric.WithDescription("reconcile steps, by step and status"))
-	rows, err2 := m.Int64Counter(RowsMetric, metric.WithUnit("{row}"), metric.WithDescription("rows a reconcile step wrote, by step"))
-	duration, err3 := m.Float64Histogram(DurationMetric, metric.WithUnit("s"), metric.WithDescription("a Reconcile's duration, by result"))
+	m := mp.Meter(instrumentationName, metric.WithInstrumentationVersion(plannerVersion))
+	steps, err1 := m.Int64Counter(stepsMetric, metric.WithUnit("{step}"), metric.WithDescription("reconcile steps, by step and status"))
+	rows, err2 := m.Int64Counter(rowsMetric, metric.WithUnit("{row}"), metric.WithDescription("rows a reconcile step wrote, by step"))
+	duration, err3 := m.Float64Histogram(durationMetric, metric.WithUnit("s"), metric.WithDescription("a Reconcile's duration, by result"))
 	if err1 != nil || err2 != nil || err3 != nil {
 		return nil
 	}

@@ -313,7 +313,7 @@ func TestOnline_WideningBlockedByViewIsNamedAndRetried(t *testing.T) {
 		rep, err := reconcile.Reconcile(ctx, db.DB, online...)
 		require.ErrorIs(t, err, reconcile.ErrStepFailed)
 		require.Equal(t, reconcile.Failed, rep.Step(reconcile.StepWiden).Status)
-		require.ErrorIs(t, rep.Step(reconcile.StepWiden).Err, reconcile.ErrPhaseBlocked)
+		require.ErrorIs(t, rep.Step(reconcile.StepWiden).Err, ops.ErrPhaseBlocked)
 		require.Contains(t, rep.Step(reconcile.StepWiden).Detail, "view subagent_tokens reads column total_tokens")
 		require.NotEqual(t, reconcile.Failed, rep.Step(reconcile.StepShape).Status)
 		require.NotEqual(t, reconcile.Failed, rep.Step(reconcile.StepExecutionSince).Status)

@@ -17,6 +17,7 @@ import (
 
 	"github.com/schemastate/schemastate/dialect"
 	"github.com/schemastate/schemastate/internal/hooks"
+	"github.com/schemastate/schemastate/internal/ops"
 )
 
 // Option configures Reconcile, Plan and Observe.
@@ -362,7 +363,7 @@ func (o *options) validate() error {
 // spent.
 func (o *call) overBudget() error {
 	if o.onlineBudget > 0 && time.Since(o.started) >= o.onlineBudget {
-		return fmt.Errorf("%w (%s)", ErrBudgetSpent, o.onlineBudget)
+		return fmt.Errorf("%w (%s)", ops.ErrBudgetSpent, o.onlineBudget)
 	}
 	return nil
 }

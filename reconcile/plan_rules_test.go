@@ -162,7 +162,7 @@ func TestPlanTable_SQLite(t *testing.T) {
 			indexSQL: map[string]string{"t_b": "CREATE INDEX t_b ON t (b)"},
 			triggers: []string{"CREATE TRIGGER t_touch AFTER UPDATE ON t BEGIN SELECT 1; END"},
 		}, check: func(t *testing.T, tp *tablePlan) {
-			require.Equal(t, []Drift{{Table: "t", Kind: DriftIndex, Name: "t_b", Definition: "index (b)"}}, tp.Drift)
+			require.Equal(t, []Drift{{Table: "t", Kind: driftIndex, Name: "t_b", Definition: "index (b)"}}, tp.Drift)
 			sql := tp.Phases[0].SQL
 			require.Contains(t, sql, "CREATE INDEX t_b ON t (b)", "the operator's own statement")
 			require.Equal(t, "CREATE TRIGGER t_touch AFTER UPDATE ON t BEGIN SELECT 1; END", sql[len(sql)-1])

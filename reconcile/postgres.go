@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/schemastate/schemastate/dialect"
+	"github.com/schemastate/schemastate/internal/ops"
 )
 
 // PostgreSQL: the lock is a transaction-level advisory lock
@@ -52,9 +53,9 @@ import (
 // never waits for another replica's reconcile; a boot with work takes the
 // lock and checks again under it.
 
-// LockAdvisoryXact names PostgreSQL's boot lock in Report.Lock: a
+// lockAdvisoryXact names PostgreSQL's boot lock in Report.Lock: a
 // transaction-level advisory lock held by a transaction of its own.
-const LockAdvisoryXact = "advisory_xact"
+const lockAdvisoryXact = "advisory_xact"
 
 type pgSession struct {
 	conn   *sql.Conn
@@ -208,12 +209,12 @@ func (s *pgSession) holding(ctx context.Context) error {
 	case err != nil && ctx.Err() != nil:
 		return err
 	case err != nil:
-		return fmt.Errorf("%w on %s: its transaction is gone: %w", ErrLockLost, s.ident, pooled(err))
+		return fmt.Errorf("%w on %s: its transaction is gone: %w", ops.ErrLockLost, s.ident, pooled(err))
 	case !held:
-		return fmt.Errorf("%w on %s: its transaction no longer holds it", ErrLockLost, s.ident)
+		return fmt.Errorf("%w on %s: its transaction no longer holds it", ops.ErrLockLost, s.ident)
 	}
 	if err := s.idle(ctx); err != nil {
-		return fmt.Errorf("%w on %s: its transaction is gone: %w", ErrLockLost, s.ident, err)
+		return fmt.Errorf("%w on %s: its transaction is gone: %w", ops.ErrLockLost, s.ident, err)
 	}
 	return nil
 }
@@ -225,7 +226,7 @@ func pooled(err error) error {
 	var pe *pgconn.PgError
 	if errors.As(err, &pe) && strings.Contains(pe.Message, "statement pooling") ||
 		strings.Contains(err.Error(), "transaction blocks not allowed in statement pooling mode") {
-		return fmt.Errorf("%w: it refused the transaction that holds the boot lock, so replicas could not exclude each other and nothing was changed; point the reconcile at the server, or at a transaction- or session-mode pool: %w", ErrStatementPooler, err)
+		return fmt.Errorf("%w: it refused the transaction that holds the boot lock, so replicas could not exclude each other and nothing was changed; point the reconcile at the server, or at a transaction- or session-mode pool: %w", ops.ErrStatementPooler, err)
 	}
 	return err
 }

@@ -23,7 +23,7 @@ type postgresDriver struct{}
 
 func (postgresDriver) dialect() dialect.Dialect { return dialect.Postgres }
 
-func (postgresDriver) lockMechanism() string { return LockAdvisoryXact }
+func (postgresDriver) lockMechanism() string { return lockAdvisoryXact }
 
 func (postgresDriver) open(ctx context.Context, db *sql.DB, o *call) (session, error) {
 	return openPostgres(ctx, db, o)

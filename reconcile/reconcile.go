@@ -90,7 +90,8 @@ type Step struct {
 type Report struct {
 	Dialect dialect.Dialect `json:"dialect"`
 	// Lock names the cross-replica lock the reconcile uses on this dialect:
-	// LockAdvisoryXact on PostgreSQL, LockWriteTransaction on SQLite.
+	// "advisory_xact" (a transaction-scoped advisory lock) on PostgreSQL,
+	// "write_transaction" (BEGIN IMMEDIATE) on SQLite.
 	Lock     string   `json:"lock"`
 	Steps    []Step   `json:"steps"`
 	EndState EndState `json:"end_state"`

@@ -18,6 +18,7 @@ import (
 	"github.com/schemastate/schemastate/dialect"
 	"github.com/schemastate/schemastate/internal/dbtest"
 	"github.com/schemastate/schemastate/internal/hooks"
+	"github.com/schemastate/schemastate/internal/ops"
 	"github.com/schemastate/schemastate/keys"
 	"github.com/schemastate/schemastate/reconcile"
 )
@@ -193,7 +194,7 @@ func TestReconcile_AC33a_RealFailureRollsBack(t *testing.T) {
 		rep, err := reconcile.Reconcile(ctx, db.DB, reconcile.WithDDLLockTimeout(200*time.Millisecond))
 		require.ErrorIs(t, err, reconcile.ErrStepFailed, describe(rep))
 		if db.Dialect == dialect.SQLite {
-			require.ErrorIs(t, err, reconcile.ErrNullRow)
+			require.ErrorIs(t, err, ops.ErrNullRow)
 			require.Contains(t, err.Error(), `tool_call_id "toolu_null"`)
 		}
 		require.Equal(t, reconcile.Failed, rep.Step(reconcile.StepShape).Status)

@@ -22,7 +22,7 @@ type sqliteDriver struct{}
 
 func (sqliteDriver) dialect() dialect.Dialect { return dialect.SQLite }
 
-func (sqliteDriver) lockMechanism() string { return LockWriteTransaction }
+func (sqliteDriver) lockMechanism() string { return lockWriteTransaction }
 
 func (sqliteDriver) open(ctx context.Context, db *sql.DB, o *call) (session, error) {
 	return openSQLite(ctx, db, o)

@@ -5,6 +5,8 @@ import (
 	"database/sql"
 	"fmt"
 	"strings"
+
+	"github.com/schemastate/schemastate/internal/ops"
 )
 
 // Atlas's SQLite inspector formats a catalog name into a string literal
@@ -68,7 +70,7 @@ func singleSQLiteStatement(s string) error {
 	if n == 1 && complete {
 		return nil
 	}
-	return fmt.Errorf("%w (a name or expression read off the catalog holds a quote or a comment): %s", ErrNotOneStatement, s)
+	return fmt.Errorf("%w (a name or expression read off the catalog holds a quote or a comment): %s", ops.ErrNotOneStatement, s)
 }
 
 // sqliteStatements counts the statements of s as SQLite's tokenizer splits

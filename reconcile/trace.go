@@ -24,7 +24,7 @@ const instrumentationName = "github.com/schemastate/schemastate/reconcile"
 func WithTracerProvider(tp trace.TracerProvider) Option {
 	return func(o *options) {
 		if tp != nil {
-			o.tracer = tp.Tracer(instrumentationName, trace.WithInstrumentationVersion(PlannerVersion))
+			o.tracer = tp.Tracer(instrumentationName, trace.WithInstrumentationVersion(plannerVersion))
 		}
 	}
 }

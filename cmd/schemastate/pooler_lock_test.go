@@ -112,7 +112,7 @@ func TestPooler_EightConcurrentReconcilesOneApplies(t *testing.T) {
 					require.Equal(t, exitOK, r.code, "replica %d: %s%s", i, r.out, r.stderr)
 					var rep reconcile.Report
 					require.NoError(t, json.Unmarshal([]byte(r.out), &rep), r.out)
-					require.Equal(t, reconcile.LockAdvisoryXact, rep.Lock)
+					require.Equal(t, "advisory_xact", rep.Lock)
 					if rep.Step(reconcile.StepShape).Status == reconcile.Applied {
 						applied++
 						online = strings.Contains(r.out, "online phases")
@@ -131,7 +131,7 @@ func TestPooler_EightConcurrentReconcilesOneApplies(t *testing.T) {
 				require.Equal(t, exitOK, code, stderr)
 				var st struct{ Lock string }
 				require.NoError(t, json.Unmarshal([]byte(out), &st), out)
-				require.Equal(t, reconcile.LockAdvisoryXact, st.Lock, "status names the lock")
+				require.Equal(t, "advisory_xact", st.Lock, "status names the lock")
 				require.Equal(t, before, metricRows(t, p.Direct), "every row and metric value intact")
 				require.Empty(t, advisoryLocks(t, p), "no advisory lock left")
 				requireDefaultLockTimeout(t, p)

@@ -1,0 +1,42 @@
+package ops
+
+import "errors"
+
+// The causes a step's failure can wrap besides the reconcile's public
+// errors: each is reachable with errors.Is through the *StepError Reconcile
+// returns, and its message says what happened and what to do.
+var (
+	// ErrUnsafeName is wrapped by the refusal of a name that cannot be
+	// rendered into SQL safely (ident.go): one in schema.hcl (the error gives
+	// its position), or one in the live catalog that a change would have
+	// Atlas render. The error names it; nothing is run.
+	ErrUnsafeName = errors.New("name refused: not a plain identifier (ASCII letters, digits and underscores, not starting with a digit)")
+	// ErrNotOneStatement is wrapped by the refusal of a SQLite text that
+	// would run as more than one statement (sqlite_ident.go): a name or
+	// check expression read off the catalog that Atlas would render or
+	// query with unbalanced quotes or comments. The error quotes the text;
+	// nothing of it is run.
+	ErrNotOneStatement = errors.New("refused: the SQL text is more than one SQLite statement")
+	// ErrLockLost is the cause of a phase or step stopped before it ran
+	// because the reconcile no longer holds its lock (PostgreSQL: the lock's
+	// transaction ended, its connection lost or timed out by the server):
+	// another replica may hold it now, so this one runs nothing more.
+	ErrLockLost = errors.New("the reconcile lost its lock")
+	// ErrStatementPooler is the cause of a failed lock step behind a
+	// statement-mode pooler (PgBouncer pool_mode = statement), which refuses
+	// the transaction the PostgreSQL lock lives in: exclusion between
+	// replicas cannot be guaranteed there, so the reconcile changes nothing.
+	ErrStatementPooler = errors.New("a statement-mode connection pooler sits between the reconcile and PostgreSQL")
+	// ErrNullRow is wrapped by a SQLite rebuild refused because a row holds
+	// NULL in a column the declaration makes NOT NULL with no DEFAULT: the
+	// copy could not keep the row. The error names the row; give it a value
+	// (or delete it) and the next boot rebuilds.
+	ErrNullRow = errors.New("a row holds NULL where the declaration says NOT NULL")
+	// ErrPhaseBlocked is wrapped by a phase stopped before it ran by an
+	// object that would make it fail (a view over a column being replaced).
+	ErrPhaseBlocked = errors.New("blocked")
+	// ErrBudgetSpent stops an online phase between two batches once the
+	// boot's online budget is spent (WithOnlineBudget); the widen step is
+	// then InProgress, not failed.
+	ErrBudgetSpent = errors.New("online budget spent")
+)
