@@ -26,6 +26,7 @@ import (
 	"time"
 
 	"github.com/schemastate/schemastate/dialect"
+	"github.com/schemastate/schemastate/internal/instant"
 	"github.com/schemastate/schemastate/keys"
 )
 
@@ -201,7 +202,7 @@ func Run(ctx context.Context, q dialect.Querier, d dialect.Dialect, opts ...Opti
 	// AC-24 point 4: capture_since is sampled after the INSERT completed and
 	// before the key writes — never at transaction start, which would
 	// over-claim coverage by the whole scan.
-	res.CaptureSince = keys.Format(o.now())
+	res.CaptureSince = instant.Format(o.now())
 	if err := res.writeKeys(ctx, q, d, o); err != nil {
 		return res, err
 	}
@@ -256,7 +257,7 @@ func (res *Result) readMax(ctx context.Context, q dialect.Querier, stmts stateme
 		return fmt.Errorf("backfill: MAX(created_at) over the source predicate: %w", err)
 	}
 	if maxCol.Valid && maxCol.String != "" {
-		v, err := keys.FromColumn(maxCol.String)
+		v, err := instant.FromColumn(maxCol.String)
 		if err != nil {
 			return fmt.Errorf("backfill: backfill_through: %w", err)
 		}

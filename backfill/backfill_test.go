@@ -15,6 +15,7 @@ import (
 	"github.com/schemastate/schemastate/capture"
 	"github.com/schemastate/schemastate/dialect"
 	"github.com/schemastate/schemastate/internal/dbtest"
+	"github.com/schemastate/schemastate/internal/instant"
 	"github.com/schemastate/schemastate/keys"
 	"github.com/schemastate/schemastate/reconcile"
 	"github.com/schemastate/schemastate/toolstatus"
@@ -120,7 +121,7 @@ func TestBackfill_AC21a_SkipsMessagesMissingAnIdentity(t *testing.T) {
 		)
 		// task_id NULL as well as ''.
 		_, err := db.DB.Exec(db.Q(`INSERT INTO task_session_messages (id, task_session_id, task_id, turn_id, content, metadata, created_at, updated_at)
-			VALUES ('null-task', 's1', NULL, 't', '', ?, ?, ?)`), subagent("toolu_d", nil, nil), keys.RowTime(db.Dialect, base), keys.RowTime(db.Dialect, base))
+			VALUES ('null-task', 's1', NULL, 't', '', ?, ?, ?)`), subagent("toolu_d", nil, nil), instant.RowTime(db.Dialect, base), instant.RowTime(db.Dialect, base))
 		require.NoError(t, err)
 
 		res := mustRun(t, db)
@@ -184,7 +185,7 @@ func TestBackfill_AC22_ExistingRowsUntouchedAndReplayIsNoOp(t *testing.T) {
 			message{ID: "m1", Session: "s1", Task: "task-1", Turn: "t", Created: base, Meta: subagent("toolu_live", map[string]any{"status": "completed"}, map[string]any{"model": "from-message", "total_tokens": 10})},
 			message{ID: "m2", Session: "s1", Task: "task-1", Turn: "t", Created: base, Meta: subagent("toolu_exec", nil, map[string]any{"model": "from-message"})},
 		)
-		live := keys.RowTime(db.Dialect, base.Add(-time.Hour))
+		live := instant.RowTime(db.Dialect, base.Add(-time.Hour))
 		for _, r := range [][]any{{"live-1", "unknown", "toolu_live"}, {"live-2", "2b1f8c3e-0000-4000-8000-000000000001", "toolu_exec"}} {
 			_, err := db.DB.Exec(db.Q(`INSERT INTO task_session_subagents
 				(id, task_session_id, task_id, agent_execution_id, tool_call_id, model, total_tokens, source, observed_at, updated_at)
@@ -294,7 +295,7 @@ func TestBackfill_AC23b_MalformedMetadataNeverAborts(t *testing.T) {
 		require.Equal(t, "m", got["toolu_esc/unknown"].get("model"))
 		require.Equal(t, "failed", got["toolu_scalar/unknown"].get("tool_status"))
 		require.Nil(t, got["toolu_scalar/unknown"].get("model"))
-		require.Equal(t, keys.Format(base), res.BackfillThrough, "no malformed row reaches the MAX")
+		require.Equal(t, instant.Format(base), res.BackfillThrough, "no malformed row reaches the MAX")
 	})
 }
 
@@ -333,7 +334,7 @@ func TestBackfill_AC21_EveryEscapedSpellingOfTheKindQualifies(t *testing.T) {
 			require.NotNil(t, r, "spelling %s", docs[i])
 			require.Equal(t, "<done>", r.get("tool_status"), "spelling %s", docs[i])
 		}
-		require.Equal(t, keys.Format(base), res.BackfillThrough, "no non-qualifying document reaches the MAX")
+		require.Equal(t, instant.Format(base), res.BackfillThrough, "no non-qualifying document reaches the MAX")
 	})
 }
 
@@ -348,10 +349,10 @@ func TestBackfill_AC24f_EmptySentinelWhenNothingMatched(t *testing.T) {
 		ks := keySet(t, db)
 		require.NotNil(t, ks.BackfillThrough)
 		require.Equal(t, "", *ks.BackfillThrough)
-		_, err := keys.NewBoundary(*ks.BackfillThrough)
-		require.ErrorIs(t, err, keys.ErrEmptySentinel)
+		_, err := instant.NewBoundary(*ks.BackfillThrough)
+		require.ErrorIs(t, err, instant.ErrEmptySentinel)
 		require.NotNil(t, ks.CaptureSince)
-		_, err = keys.NewBoundary(*ks.CaptureSince)
+		_, err = instant.NewBoundary(*ks.CaptureSince)
 		require.NoError(t, err)
 	})
 }
@@ -384,7 +385,7 @@ func TestBackfill_AC24_KeyValuesAndSamplingOrder(t *testing.T) {
 		require.Equal(t, []string{backfill.PointMaxTaken, backfill.PointInserted, "clock", backfill.PointFirstKeyWritten}, order)
 
 		ks := keySet(t, db)
-		require.Equal(t, keys.Format(newest), *ks.BackfillThrough)
+		require.Equal(t, instant.Format(newest), *ks.BackfillThrough)
 		require.Equal(t, "2026-07-30T04:39:37.271242000Z", *ks.BackfillThrough)
 		require.Equal(t, res.CaptureSince, *ks.CaptureSince)
 		require.Equal(t, "2026-08-01T12:00:00.000000000Z", *ks.CaptureSince, "AC-24 point 4: the clock's reading after the INSERT")
@@ -414,7 +415,7 @@ func TestBackfill_AC24d_GuardIsBothKeys(t *testing.T) {
 func TestBackfill_AC24d_MaxIsTakenBeforeTheInsert(t *testing.T) {
 	eachDeclared(t, func(t *testing.T, db *dbtest.DB) {
 		seed(t, db, message{ID: "a", Session: "s1", Task: "task-1", Turn: "t", Created: base, Meta: subagent("toolu_a", nil, nil)})
-		late := keys.RowTime(db.Dialect, base.Add(24*time.Hour))
+		late := instant.RowTime(db.Dialect, base.Add(24*time.Hour))
 		meta := subagent("toolu_late", nil, nil)
 		if db.Dialect == dialect.SQLite {
 			_, err := db.DB.Exec(fmt.Sprintf(`CREATE TRIGGER late_message AFTER INSERT ON task_session_subagents BEGIN
@@ -434,7 +435,7 @@ func TestBackfill_AC24d_MaxIsTakenBeforeTheInsert(t *testing.T) {
 		var n int
 		require.NoError(t, db.DB.QueryRow(`SELECT COUNT(*) FROM task_session_messages WHERE id = 'late'`).Scan(&n))
 		require.Equal(t, 1, n, "the trigger did commit a newer message")
-		require.Equal(t, keys.Format(base), *keySet(t, db).BackfillThrough)
+		require.Equal(t, instant.Format(base), *keySet(t, db).BackfillThrough)
 	})
 }
 
@@ -456,7 +457,7 @@ func TestBackfill_AC24d_ConcurrentCommitNeverAdvancesTheKey(t *testing.T) {
 		}
 		// Autocommitted on another pooled connection while Run's transaction is open.
 		_, err := db.DB.Exec(`INSERT INTO task_session_messages (id, task_session_id, task_id, turn_id, content, metadata, created_at, updated_at)
-			VALUES ('b', 's1', 'task-1', 't', '', $1, $2, $2)`, subagent("toolu_b", nil, nil), keys.RowTime(db.Dialect, base.Add(time.Hour)))
+			VALUES ('b', 's1', 'task-1', 't', '', $1, $2, $2)`, subagent("toolu_b", nil, nil), instant.RowTime(db.Dialect, base.Add(time.Hour)))
 		if err != nil {
 			return err
 		}
@@ -467,7 +468,7 @@ func TestBackfill_AC24d_ConcurrentCommitNeverAdvancesTheKey(t *testing.T) {
 	require.EqualValues(t, 1, res.Inserted, "the INSERT copies the scan's winners, not a later snapshot")
 	require.Contains(t, rows(t, db), "toolu_a/unknown")
 	require.NotContains(t, rows(t, db), "toolu_b/unknown")
-	require.Equal(t, keys.Format(base), *keySet(t, db).BackfillThrough, "the key names the newest message the INSERT covered")
+	require.Equal(t, instant.Format(base), *keySet(t, db).BackfillThrough, "the key names the newest message the INSERT covered")
 }
 
 // AC-23a: the backfill performs ONE full scan of task_session_messages. On
@@ -493,7 +494,7 @@ func TestBackfill_AC23a_OneScanOfTheMessages(t *testing.T) {
 	res, err := backfill.Run(ctx, tx, db.Dialect)
 	require.NoError(t, err)
 	require.EqualValues(t, 3, res.Inserted)
-	require.Equal(t, keys.Format(base.Add(4*time.Second)), res.BackfillThrough)
+	require.Equal(t, instant.Format(base.Add(4*time.Second)), res.BackfillThrough)
 	require.EqualValues(t, 1, scans()-before)
 }
 
@@ -646,7 +647,7 @@ func TestBackfill_AC21_UnreadableCreatedAtIsCountedNotDropped(t *testing.T) {
 	require.EqualValues(t, 1, res.Inserted)
 	require.EqualValues(t, 6, res.UnreadableCreatedAt)
 	require.Equal(t, "m-bad1", res.FirstUnreadable)
-	require.Equal(t, keys.Format(base), res.BackfillThrough)
+	require.Equal(t, instant.Format(base), res.BackfillThrough)
 	got := rows(t, db)
 	require.Equal(t, []string{"tc-ok/unknown"}, mapKeys(got))
 	require.Equal(t, "ok", got["tc-ok/unknown"].get("model"))
@@ -692,7 +693,7 @@ func TestBackfill_PostgresGuardedCastOnlyForMalformedCandidates(t *testing.T) {
 			res := mustRun(t, db, backfill.WithProgress(func(m string) { msgs = append(msgs, m) }))
 			require.Equal(t, tc.malformed, guarded(msgs), "%q", msgs)
 			require.EqualValues(t, 1, res.Inserted)
-			require.Equal(t, keys.Format(base), res.BackfillThrough)
+			require.Equal(t, instant.Format(base), res.BackfillThrough)
 			require.Len(t, rows(t, db), 1)
 			require.True(t, keySet(t, db).BackfillDone())
 		})
@@ -910,6 +911,6 @@ func TestCrosscheck_AC19_UnstorableEscapeCostsOnlyItsMember(t *testing.T) {
 		require.Nil(t, got["tc-desc-nul/unknown"].get("description"), "a NUL: the member is absent")
 		require.Nil(t, got["tc-desc-low/unknown"].get("description"), "a lone surrogate: the member is absent")
 		require.Equal(t, `\ud800`, got["tc-not-escapes/unknown"].get("description"), "an escaped backslash is text")
-		require.Equal(t, keys.Format(base.Add(6*time.Second)), res.BackfillThrough, "the skipped message is not a winner")
+		require.Equal(t, instant.Format(base.Add(6*time.Second)), res.BackfillThrough, "the skipped message is not a winner")
 	})
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/schemastate/schemastate/backfill"
 	"github.com/schemastate/schemastate/dialect"
 	"github.com/schemastate/schemastate/internal/dbtest"
+	"github.com/schemastate/schemastate/internal/instant"
 	"github.com/schemastate/schemastate/internal/owned"
 	"github.com/schemastate/schemastate/keys"
 	"github.com/schemastate/schemastate/reconcile"
@@ -97,7 +98,7 @@ func seed(t *testing.T, db *dbtest.DB, ms ...message) {
 		if m.Updated.IsZero() {
 			m.Updated = m.Created
 		}
-		var created any = keys.RowTime(db.Dialect, m.Created)
+		var created any = instant.RowTime(db.Dialect, m.Created)
 		if m.CreatedRaw != "" && db.Dialect == dialect.SQLite {
 			created = m.CreatedRaw
 		}
@@ -108,7 +109,7 @@ func seed(t *testing.T, db *dbtest.DB, ms ...message) {
 		_, err = db.DB.Exec(db.Q(`INSERT INTO task_session_messages
 			(id, task_session_id, task_id, turn_id, content, type, metadata, created_at, updated_at)
 			VALUES (?, ?, ?, ?, '', 'tool_call', ?, ?, ?)`),
-			m.ID, m.Session, m.Task, m.Turn, meta, created, keys.RowTime(db.Dialect, m.Updated))
+			m.ID, m.Session, m.Task, m.Turn, meta, created, instant.RowTime(db.Dialect, m.Updated))
 		require.NoError(t, err)
 	}
 }
@@ -175,7 +176,7 @@ func rows(t *testing.T, db *dbtest.DB) map[string]row {
 // TEXT): on SQLite the host's text form exactly, on PostgreSQL the UTC wall clock.
 func stored(d dialect.Dialect, tm time.Time) string {
 	if d == dialect.SQLite {
-		return keys.RowTime(d, tm).(string)
+		return instant.RowTime(d, tm).(string)
 	}
 	return tm.UTC().Truncate(time.Microsecond).Format("2006-01-02 15:04:05.999999")
 }

@@ -9,7 +9,7 @@ import (
 
 	"github.com/schemastate/schemastate/backfill"
 	"github.com/schemastate/schemastate/internal/dbtest"
-	"github.com/schemastate/schemastate/keys"
+	"github.com/schemastate/schemastate/internal/instant"
 )
 
 // A candidate whose metadata is longer than the limit is not parsed: it
@@ -41,7 +41,7 @@ func TestBackfill_OversizedMetadataIsCountedNotParsed(t *testing.T) {
 		require.EqualValues(t, 2, res.OversizedMetadata)
 		require.Equal(t, "m-big1", res.FirstOversized)
 		require.Zero(t, res.UnreadableCreatedAt)
-		require.Equal(t, keys.Format(base), res.BackfillThrough)
+		require.Equal(t, instant.Format(base), res.BackfillThrough)
 		got := rows(t, db)
 		require.ElementsMatch(t, []string{"tc-edge/unknown", "tc-ok/unknown"}, mapKeys(got))
 		require.Equal(t, "ok", got["tc-ok/unknown"].get("model"))

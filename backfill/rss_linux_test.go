@@ -13,6 +13,7 @@ import (
 	"github.com/schemastate/schemastate/backfill"
 	"github.com/schemastate/schemastate/dialect"
 	"github.com/schemastate/schemastate/internal/dbtest"
+	"github.com/schemastate/schemastate/internal/instant"
 	"github.com/schemastate/schemastate/internal/proctest"
 	"github.com/schemastate/schemastate/keys"
 )
@@ -63,7 +64,7 @@ func bootPeak(t *testing.T, bin string, db *dbtest.DB, id string, n int) (int64,
 	require.NoError(t, err)
 	_, err = db.DB.Exec(db.Q(`INSERT INTO task_session_messages (id, task_session_id, task_id, turn_id, content, type, metadata, created_at, updated_at)
 		VALUES (?, 's1', 'task-1', 't', '', 'tool_call', ? || `+fill+` || ?, ?, ?)`),
-		id, head, n-len(head)-len(tail), tail, keys.RowTime(db.Dialect, base), keys.RowTime(db.Dialect, base))
+		id, head, n-len(head)-len(tail), tail, instant.RowTime(db.Dialect, base), instant.RowTime(db.Dialect, base))
 	require.NoError(t, err)
 	var stored int
 	require.NoError(t, db.DB.QueryRow(db.Q(`SELECT octet_length(metadata) FROM task_session_messages WHERE id = ?`), id).Scan(&stored))

@@ -5,8 +5,8 @@ import (
 	"strings"
 
 	"github.com/schemastate/schemastate/dialect"
+	"github.com/schemastate/schemastate/internal/instant"
 	"github.com/schemastate/schemastate/internal/jsonfield"
-	"github.com/schemastate/schemastate/keys"
 )
 
 // PostgreSQL 15 has no IS JSON predicate and no pg_input_is_valid, and a cast
@@ -97,9 +97,9 @@ func postgresStatements(maxMeta int64) statements {
 		},
 		// timestamp (without time zone) holding UTC wall clock: native
 		// comparison, and copied as is — no TimeZone setting is involved.
-		timeKey: func(col string) string { return keys.ColumnExpr(dialect.Postgres, col) },
+		timeKey: func(col string) string { return instant.ColumnExpr(dialect.Postgres, col) },
 		stored:  func(expr string) string { return expr },
-		max:     func(col string) string { return keys.MaxExpr(dialect.Postgres, col) },
+		max:     func(col string) string { return instant.MaxExpr(dialect.Postgres, col) },
 		temp:    "pg_temp." + winnersTable,
 	}
 	st := build(f, []string{pgPrepare}, []string{pgCleanup})

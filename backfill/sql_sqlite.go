@@ -4,8 +4,8 @@ import (
 	"fmt"
 
 	"github.com/schemastate/schemastate/dialect"
+	"github.com/schemastate/schemastate/internal/instant"
 	"github.com/schemastate/schemastate/internal/jsonfield"
-	"github.com/schemastate/schemastate/keys"
 )
 
 // SQLite: json_valid guards every extraction (jsonb() and json_each on ”
@@ -69,7 +69,7 @@ func sqliteStatements(maxMeta int64) statements {
 		},
 		// keys.ColumnExpr: "YYYY-MM-DD HH:MM:SS.ffffff" in UTC, whatever offset
 		// and fraction width the stored text has; NULL when it is not a time.
-		timeKey: func(col string) string { return keys.ColumnExpr(dialect.SQLite, col) },
+		timeKey: func(col string) string { return instant.ColumnExpr(dialect.SQLite, col) },
 		// The host's form, 2006-01-02 15:04:05.999999999-07:00, in UTC:
 		// trailing fractional zeros trimmed, no fraction on a whole second.
 		stored: func(expr string) string { return fmt.Sprintf(`rtrim(rtrim(%s, '0'), '.') || '+00:00'`, expr) },

@@ -14,7 +14,7 @@ import (
 	"github.com/schemastate/schemastate/capture"
 	"github.com/schemastate/schemastate/dialect"
 	"github.com/schemastate/schemastate/internal/dbtest"
-	"github.com/schemastate/schemastate/keys"
+	"github.com/schemastate/schemastate/internal/instant"
 	"github.com/schemastate/schemastate/reconcile"
 )
 
@@ -58,7 +58,7 @@ func BenchmarkRecord(b *testing.B) {
 					"source", "observed_at", "settled_at", "updated_at"}
 				q := db.Q(`INSERT INTO task_session_subagents (` + strings.Join(cols, ", ") + `) VALUES (` +
 					strings.TrimSuffix(strings.Repeat("?, ", len(cols)), ", ") + `)`)
-				now := keys.RowTime(d, time.Now())
+				now := instant.RowTime(d, time.Now())
 				stmt, err := db.DB.PrepareContext(context.Background(), q) // prepared once, as Record's upsert is
 				require.NoError(b, err)
 				defer stmt.Close()

@@ -15,9 +15,9 @@ import (
 
 	"github.com/schemastate/schemastate/capture"
 	"github.com/schemastate/schemastate/internal/dbtest"
+	"github.com/schemastate/schemastate/internal/instant"
 	"github.com/schemastate/schemastate/internal/owned"
 	"github.com/schemastate/schemastate/internal/proctest"
-	"github.com/schemastate/schemastate/keys"
 	"github.com/schemastate/schemastate/reconcile"
 )
 
@@ -172,7 +172,7 @@ func (s *store) count(t *testing.T, where string, args ...any) int {
 }
 
 // ts is at as the host writes a timestamp column on the store's dialect.
-func (s *store) ts(at time.Time) any { return keys.RowTime(s.Dialect, at) }
+func (s *store) ts(at time.Time) any { return instant.RowTime(s.Dialect, at) }
 
 // logBuffer collects JSON log lines from concurrent writers.
 type logBuffer struct{ proctest.Buffer }

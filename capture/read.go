@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/schemastate/schemastate/dialect"
-	"github.com/schemastate/schemastate/keys"
+	"github.com/schemastate/schemastate/internal/instant"
 )
 
 // Row is one stored subagent context. Nullable columns are pointers; nil is
@@ -54,7 +54,7 @@ func list(ctx context.Context, q dialect.Querier, d dialect.Dialect, col, val st
 	// is never a tiebreak. observed_at is compared as an instant (on SQLite
 	// its stored text is normalized to one fixed-width UTC form first).
 	query := `SELECT ` + SelectList + ` FROM ` + Table + ` WHERE ` + col + ` = ?
-ORDER BY ` + keys.ColumnExpr(d, "observed_at") + ` ASC, tool_call_id ASC, agent_execution_id ASC`
+ORDER BY ` + instant.ColumnExpr(d, "observed_at") + ` ASC, tool_call_id ASC, agent_execution_id ASC`
 	rows, err := q.QueryContext(ctx, d.Rebind(query), val)
 	if err != nil {
 		return nil, fmt.Errorf("capture: list by %s: %w", col, err)

@@ -23,7 +23,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/schemastate/schemastate/dialect"
-	"github.com/schemastate/schemastate/keys"
+	"github.com/schemastate/schemastate/internal/instant"
 	"github.com/schemastate/schemastate/toolstatus"
 )
 
@@ -323,8 +323,8 @@ func (w *Writer) row(f Frame) row {
 		model:            text(p.Model),
 		agentStatus:      text(p.Status),
 		toolStatus:       text(f.ToolStatus),
-		observedAt:       keys.RowTime(w.d, observed),
-		updatedAt:        keys.RowTime(w.d, now),
+		observedAt:       instant.RowTime(w.d, observed),
+		updatedAt:        instant.RowTime(w.d, now),
 	}
 	// AC-31: no execution identity → the shared sentinel, still written.
 	if r.executionID == "" {
@@ -350,7 +350,7 @@ func (w *Writer) row(f Frame) row {
 	// AC-11: settled_at is this frame's observation time when its ACP tool
 	// status is terminal; the conflict clause keeps the first one.
 	if toolstatus.IsTerminal(f.ToolStatus) {
-		r.settledAt = keys.RowTime(w.d, observed)
+		r.settledAt = instant.RowTime(w.d, observed)
 	}
 	return r
 }

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/schemastate/schemastate/internal/instant"
 	"github.com/schemastate/schemastate/keys"
 )
 
@@ -117,6 +118,6 @@ func secondPrecision(v *string) bool {
 	if v == nil || *v == "" {
 		return false
 	}
-	_, err := keys.Parse(*v)
+	_, err := instant.Parse(*v)
 	return err == nil && !strings.Contains(*v, ".")
 }

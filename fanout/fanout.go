@@ -18,6 +18,7 @@ import (
 
 	"github.com/schemastate/schemastate/capture"
 	"github.com/schemastate/schemastate/dialect"
+	"github.com/schemastate/schemastate/internal/instant"
 	"github.com/schemastate/schemastate/internal/readonly"
 	"github.com/schemastate/schemastate/keys"
 )
@@ -145,7 +146,7 @@ type reader struct {
 	d   dialect.Dialect
 	cov Coverage
 	// since is execution_since bound for comparison; nil when absent.
-	since *keys.Boundary
+	since *instant.Boundary
 	// from is what the statements read rows from: the table, or on a table
 	// that predates the amendment the table with the AC-31 sentinel as its
 	// agent_execution_id.
@@ -175,7 +176,7 @@ func inSnapshot(ctx context.Context, db *sql.DB, fn func(*reader) error, s *Summ
 		}
 	}
 	if v := r.cov.Keys.ExecutionSince; v != nil {
-		b, err := keys.NewBoundary(*v)
+		b, err := instant.NewBoundary(*v)
 		if err != nil {
 			return fmt.Errorf("%w: %s = %q: %w", ErrBadKey, keys.ExecutionSince, *v, err)
 		}

@@ -12,6 +12,7 @@ import (
 	"github.com/schemastate/schemastate/fanout"
 	"github.com/schemastate/schemastate/internal/dbtest"
 	"github.com/schemastate/schemastate/internal/hooks"
+	"github.com/schemastate/schemastate/internal/instant"
 	"github.com/schemastate/schemastate/keys"
 )
 
@@ -27,9 +28,9 @@ var since = time.Date(2026, 8, 1, 9, 30, 15, 500000000, time.UTC)
 func activatedAt(t *testing.T, db *dbtest.DB) {
 	t.Helper()
 	db.Host(t)
-	setKey(t, db, keys.CaptureSince, keys.Format(since.Add(-time.Hour).Truncate(time.Second)))
-	setKey(t, db, keys.BackfillThrough, keys.Format(since.Add(-2*time.Hour)))
-	setKey(t, db, keys.ExecutionSince, keys.Format(since))
+	setKey(t, db, keys.CaptureSince, instant.Format(since.Add(-time.Hour).Truncate(time.Second)))
+	setKey(t, db, keys.BackfillThrough, instant.Format(since.Add(-2*time.Hour)))
+	setKey(t, db, keys.ExecutionSince, instant.Format(since))
 	mustReconcile(t, db)
 }
 
@@ -61,7 +62,7 @@ func TestFanout_AC25_LiveClassesAtTheMicrosecondBoundary(t *testing.T) {
 		require.Equal(t, ptr(int64(2)), s.Executions, "distinct real ids; the three 'unknown' rows are not one execution")
 		require.Equal(t, map[string]int64{"live": 6, "backfill": 0}, s.BySource)
 		require.Equal(t, keys.Activated, s.Coverage.State)
-		require.Equal(t, ptr(keys.Format(since)), s.Coverage.ExecutionIdentityFrom)
+		require.Equal(t, ptr(instant.Format(since)), s.Coverage.ExecutionIdentityFrom)
 		for _, d := range s.Coverage.Disclosures {
 			require.NotContains(t, d, "second precision", "keys this build writes carry nine digits, whole second or not")
 		}
@@ -146,7 +147,7 @@ func TestFanout_AC25_SelfHealWindowIdsAreReal(t *testing.T) {
 		res = read(t, db, fanout.Scope{SessionID: "s1"})
 		ks := res.Summary.Coverage.Keys
 		require.NotNil(t, ks.ExecutionSince)
-		b, err := keys.NewBoundary(*ks.ExecutionSince)
+		b, err := instant.NewBoundary(*ks.ExecutionSince)
 		require.NoError(t, err)
 		require.True(t, b.Time().After(now), "every window row precedes the key")
 		require.Equal(t, map[string]fanout.Identity{
@@ -213,7 +214,7 @@ func TestFanout_AC25_RetriedBackfill(t *testing.T) {
 			"toolu_1/unknown/backfill":   fanout.UnrecordedBackfill,
 			"toolu_2/unknown/backfill":   fanout.UnrecordedBackfill,
 		}, classes(res))
-		b, err := keys.NewBoundary(*res.Summary.Coverage.ExecutionIdentityFrom)
+		b, err := instant.NewBoundary(*res.Summary.Coverage.ExecutionIdentityFrom)
 		require.NoError(t, err)
 		for _, r := range res.Rows {
 			require.True(t, r.ObservedAt.After(b.Time()), "%s observed after execution_since", r.ToolCallID)
@@ -228,7 +229,7 @@ func TestFanout_AC25_RetriedBackfill(t *testing.T) {
 		require.False(t, c.AllFanoutUnknown)
 		require.False(t, c.NothingToBackfill)
 		require.Equal(t, c.Keys.CaptureSince, c.CompleteFrom)
-		require.Equal(t, ptr(keys.Format(now.Add(2*time.Millisecond).Truncate(time.Microsecond))), c.FanoutUnknownBefore,
+		require.Equal(t, ptr(instant.Format(now.Add(2*time.Millisecond).Truncate(time.Microsecond))), c.FanoutUnknownBefore,
 			"backfill_through: the newest message the backfill covers")
 	})
 }

@@ -15,7 +15,7 @@ import (
 	"github.com/schemastate/schemastate/fanout"
 	"github.com/schemastate/schemastate/internal/dbtest"
 	"github.com/schemastate/schemastate/internal/hooks"
-	"github.com/schemastate/schemastate/keys"
+	"github.com/schemastate/schemastate/internal/instant"
 	"github.com/schemastate/schemastate/reconcile"
 )
 
@@ -83,7 +83,7 @@ func message(t *testing.T, db *dbtest.DB, id, sessionID, task, toolCallID string
 	_, err = db.DB.Exec(db.Q(`INSERT INTO task_session_messages
 		(id, task_session_id, task_id, turn_id, content, type, metadata, created_at, updated_at)
 		VALUES (?, ?, ?, 'turn-1', '', 'tool_call', ?, ?, ?)`),
-		id, sessionID, task, string(meta), keys.RowTime(db.Dialect, created), keys.RowTime(db.Dialect, created))
+		id, sessionID, task, string(meta), instant.RowTime(db.Dialect, created), instant.RowTime(db.Dialect, created))
 	require.NoError(t, err)
 }
 

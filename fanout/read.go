@@ -7,8 +7,8 @@ import (
 
 	"github.com/schemastate/schemastate/capture"
 	"github.com/schemastate/schemastate/dialect"
+	"github.com/schemastate/schemastate/internal/instant"
 	"github.com/schemastate/schemastate/internal/readonly"
-	"github.com/schemastate/schemastate/keys"
 )
 
 // identity renders the row's execution identity as an SQL expression, with
@@ -25,7 +25,7 @@ func (r *reader) identity() (string, []any) {
 	// equality lands on the after side (AC-24 point 3).
 	return `CASE WHEN agent_execution_id <> ` + lit(capture.UnknownExecution) + ` THEN ` + lit(string(Real)) +
 		` WHEN source = ` + lit(SourceBackfill) + ` THEN ` + lit(string(UnrecordedBackfill)) +
-		` WHEN ` + keys.AtOrAfter(r.d, "observed_at", "?") + ` THEN ` + lit(string(UnrecordedLive)) +
+		` WHEN ` + instant.AtOrAfter(r.d, "observed_at", "?") + ` THEN ` + lit(string(UnrecordedLive)) +
 		` ELSE ` + lit(string(UnrecordedLegacy)) + ` END`, []any{r.since.Arg()}
 }
 
@@ -54,7 +54,7 @@ func (r *reader) rows(ctx context.Context, scope Scope) ([]Row, error) {
 	// agent_execution_id — total within a session. A task or the whole
 	// store spans sessions, which task_session_id orders last; id never does.
 	query := `SELECT ` + capture.SelectList + `, ` + idExpr + ` FROM ` + r.from + cond + `
-ORDER BY ` + keys.ColumnExpr(r.d, "observed_at") + ` ASC, tool_call_id ASC, agent_execution_id ASC, task_session_id ASC`
+ORDER BY ` + instant.ColumnExpr(r.d, "observed_at") + ` ASC, tool_call_id ASC, agent_execution_id ASC, task_session_id ASC`
 	rows, err := r.tx.QueryContext(ctx, r.d.Rebind(query), append(args, condArgs...)...)
 	if err != nil {
 		return nil, fmt.Errorf("fanout: read rows: %w", err)

@@ -20,6 +20,7 @@ import (
 	"github.com/schemastate/schemastate/health"
 	"github.com/schemastate/schemastate/internal/dbtest"
 	"github.com/schemastate/schemastate/internal/gen"
+	"github.com/schemastate/schemastate/internal/instant"
 	"github.com/schemastate/schemastate/internal/owned"
 	"github.com/schemastate/schemastate/keys"
 	"github.com/schemastate/schemastate/reconcile"
@@ -207,7 +208,7 @@ func TestCrosscheck_EndToEnd_ReconcileCaptureHealth(t *testing.T) {
 		ks, err := keys.Read(ctx, db.DB, db.Dialect)
 		require.NoError(t, err)
 		require.Equal(t, keys.Activated, ks.State())
-		since, err := keys.Parse(*ks.CaptureSince)
+		since, err := instant.Parse(*ks.CaptureSince)
 		require.NoError(t, err)
 		require.Equal(t, counts{health.NothingSinceActivation, 0, 0, 0}, countsOf(s.eval()))
 
@@ -240,7 +241,7 @@ func TestCrosscheck_EndToEnd_ReconcileCaptureHealth(t *testing.T) {
 		live("s3", "l-3", "exec-3", now.Add(2*time.Millisecond), true)
 		r := s.eval()
 		require.Equal(t, counts{health.Healthy, 0, 0, 0}, countsOf(r))
-		require.Equal(t, keys.Format(now.Add(2*time.Millisecond)), *r.LastObservedAt)
+		require.Equal(t, instant.Format(now.Add(2*time.Millisecond)), *r.LastObservedAt)
 		require.Equal(t, capture.Counters{Attempted: 8, Persisted: 8, UnknownExecution: 2}, w.Counters())
 
 		// The writer stops; the host keeps writing messages.
@@ -362,7 +363,7 @@ func runDifferential(t *testing.T, d dialect.Dialect, unreadable []string) diffS
 			VALUES (?, 's-irr', ?, 'turn-irr', '', 'tool_call', ?, ?, ?)`, id, task, meta, created, created)
 	}
 	for _, m := range irregularHistory() {
-		at := keys.RowTime(d, diffActivation.Add(m.at))
+		at := instant.RowTime(d, diffActivation.Add(m.at))
 		insert(m.id, m.task, m.meta, at)
 	}
 	// created_at that is not a time: only SQLite's text can hold one.
@@ -389,7 +390,7 @@ func runDifferential(t *testing.T, d dialect.Dialect, unreadable []string) diffS
 	// chosen by the (identical) tool_call_ids, then one health evaluation
 	// against a boundary in the middle of the history.
 	exec(`DELETE FROM kandev_meta WHERE key = ?`, keys.CaptureSince)
-	exec(`INSERT INTO kandev_meta (key, value) VALUES (?, ?)`, keys.CaptureSince, keys.Format(diffActivation))
+	exec(`INSERT INTO kandev_meta (key, value) VALUES (?, ?)`, keys.CaptureSince, instant.Format(diffActivation))
 	exec(`INSERT INTO task_session_subagents (id, task_session_id, task_id, agent_execution_id, tool_call_id, source, observed_at, updated_at)
 		SELECT 'reuse:' || id, task_session_id, task_id, 'exec-2', tool_call_id, 'live', observed_at, updated_at
 		FROM task_session_subagents WHERE substr(tool_call_id, 9, 1) IN ('d', 'e', 'F')`)
@@ -448,7 +449,7 @@ func subagentRows(t *testing.T, db *dbtest.DB) []string {
 	for _, c := range cols {
 		v := "CAST(" + c + " AS TEXT)"
 		if timestamps[c] {
-			v = keys.ColumnExpr(db.Dialect, c)
+			v = instant.ColumnExpr(db.Dialect, c)
 			if db.Dialect == dialect.Postgres {
 				v = "to_char(" + c + ", 'YYYY-MM-DD HH24:MI:SS.US')"
 			}

@@ -22,6 +22,7 @@ import (
 	"strings"
 
 	"github.com/schemastate/schemastate/dialect"
+	"github.com/schemastate/schemastate/internal/instant"
 	"github.com/schemastate/schemastate/internal/readonly"
 	"github.com/schemastate/schemastate/keys"
 )
@@ -138,7 +139,7 @@ func Evaluate(ctx context.Context, db *sql.DB, opts ...Option) (*Report, error) 
 		rep.Verdict = NotActivated
 		return rep, nil
 	}
-	b, err := keys.NewBoundary(*ks.CaptureSince)
+	b, err := instant.NewBoundary(*ks.CaptureSince)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %s = %q: %v", ErrBadKey, keys.CaptureSince, *ks.CaptureSince, err)
 	}
@@ -159,7 +160,7 @@ func Evaluate(ctx context.Context, db *sql.DB, opts ...Option) (*Report, error) 
 	o.hook("counts")
 	rep.Shortfall, rep.Excess, rep.Collisions, rep.UnreadableCreatedAt = &c.shortfall, &c.excess, &c.collisions, &c.unreadable
 	if c.last.Valid {
-		v, err := keys.FromColumn(c.last.String)
+		v, err := instant.FromColumn(c.last.String)
 		if err != nil {
 			return nil, fmt.Errorf("health: last observed: %w", err)
 		}

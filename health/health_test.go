@@ -16,6 +16,7 @@ import (
 	"github.com/schemastate/schemastate/dialect"
 	"github.com/schemastate/schemastate/health"
 	"github.com/schemastate/schemastate/internal/dbtest"
+	"github.com/schemastate/schemastate/internal/instant"
 	"github.com/schemastate/schemastate/keys"
 	"github.com/schemastate/schemastate/reconcile"
 )
@@ -64,7 +65,7 @@ func TestHealth_AC28_ExcessDoesNotAlarm(t *testing.T) {
 		s.row("s1", "exec-1", "tc-straddle", "live", k.Add(time.Millisecond))
 		r := s.eval()
 		require.Equal(t, counts{health.Healthy, 0, 3, 0}, countsOf(r))
-		require.Equal(t, keys.Format(k.Add(4*time.Second)), *r.LastObservedAt)
+		require.Equal(t, instant.Format(k.Add(4*time.Second)), *r.LastObservedAt)
 	})
 }
 
@@ -136,7 +137,7 @@ func TestHealth_AC28_MalformedMetadataIsCountedNotRaised(t *testing.T) {
 			// On PostgreSQL the floor casts every candidate and raises on the
 			// malformed ones: it measures, it does not check.
 			var n int64
-			b, err := keys.NewBoundary(keys.Format(k))
+			b, err := instant.NewBoundary(instant.Format(k))
 			require.NoError(t, err)
 			require.NoError(t, s.db.QueryRowContext(s.ctx, health.FloorQuery(s.db.Dialect), b.Arg()).Scan(&n))
 			require.Equal(t, int64(4), n, "floor: every qualifying message")
@@ -156,7 +157,7 @@ func TestHealth_AC28_AC19_QueriesRunVerbatim(t *testing.T) {
 		require.Equal(t, counts{health.Shortfall, 1, 1, 1}, countsOf(r))
 
 		st := health.Queries(s.db.Dialect)
-		b, err := keys.NewBoundary(*r.CaptureSince)
+		b, err := instant.NewBoundary(*r.CaptureSince)
 		require.NoError(t, err)
 		for name, c := range map[string]struct {
 			q    string
@@ -168,10 +169,10 @@ func TestHealth_AC28_AC19_QueriesRunVerbatim(t *testing.T) {
 		}
 		var last sql.NullString
 		require.NoError(t, s.db.QueryRowContext(s.ctx, st.LastObservedAt, b.Arg()).Scan(&last))
-		v, err := keys.FromColumn(last.String)
+		v, err := instant.FromColumn(last.String)
 		require.NoError(t, err)
 		require.Equal(t, *r.LastObservedAt, v)
-		require.Equal(t, keys.Format(k.Add(3*time.Second)), v)
+		require.Equal(t, instant.Format(k.Add(3*time.Second)), v)
 	})
 }
 
@@ -194,7 +195,7 @@ func TestHealth_AC28_EvaluateEqualsTheNormativeQueries(t *testing.T) {
 			return pick(k.Add(-time.Microsecond), k, k.Add(-time.Hour), k.Add(time.Duration(rng.Intn(3600))*time.Second)).(time.Time)
 		}
 		st := health.Queries(db.Dialect)
-		b, err := keys.NewBoundary(keys.Format(k))
+		b, err := instant.NewBoundary(instant.Format(k))
 		require.NoError(t, err)
 		var seen counts
 		for round := 0; round < 8; round++ {
@@ -228,7 +229,7 @@ func TestHealth_AC28_EvaluateEqualsTheNormativeQueries(t *testing.T) {
 			if !last.Valid {
 				require.Nil(t, r.LastObservedAt, "round %d", round)
 			} else {
-				v, err := keys.FromColumn(last.String)
+				v, err := instant.FromColumn(last.String)
 				require.NoError(t, err)
 				require.Equal(t, v, *r.LastObservedAt, "round %d", round)
 			}
@@ -262,7 +263,7 @@ func TestHealth_AC24e_OneMicrosecondBoundary(t *testing.T) {
 		s.row("s1", "exec-2", "tc-collide-at", "live", k)
 		r = s.eval()
 		require.Equal(t, counts{health.Shortfall, 1, 2, 1}, countsOf(r))
-		require.Equal(t, keys.Format(k), *r.LastObservedAt)
+		require.Equal(t, instant.Format(k), *r.LastObservedAt)
 	})
 }
 
@@ -272,7 +273,7 @@ func TestHealth_AC24e_NanosecondKeyRoundsUp(t *testing.T) {
 	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
 		s := newStore(t, db)
 		kn := k.Add(300 * time.Nanosecond)
-		s.key(keys.CaptureSince, keys.Format(kn))
+		s.key(keys.CaptureSince, instant.Format(kn))
 		s.message("s1", "tc-truncated", k)                  // < kn
 		s.message("s1", "tc-next", k.Add(time.Microsecond)) // > kn
 		require.Equal(t, counts{health.Shortfall, 1, 0, 0}, countsOf(s.eval()))
@@ -293,7 +294,7 @@ func TestHealth_AC24e_SameCalendarDay(t *testing.T) {
 		s.message("s1", "tc-early-same-day", time.Date(2026, 7, 30, 0, 0, 1, 0, time.UTC)) // before the key
 		r := s.eval()
 		require.Equal(t, counts{health.Shortfall, 1, 1, 0}, countsOf(r))
-		require.Equal(t, keys.Format(key.Add(time.Hour)), *r.LastObservedAt)
+		require.Equal(t, instant.Format(key.Add(time.Hour)), *r.LastObservedAt)
 	})
 }
 
@@ -327,13 +328,13 @@ func TestHealth_AC24e_OffsetsAndSessionTimeZone(t *testing.T) {
 				require.NoError(t, err)
 			}
 			msg := `INSERT INTO task_session_messages (id, task_session_id, task_id, turn_id, content, metadata, created_at, updated_at) VALUES ($1, 's1', 'task-s1', 't', '…', $2, $3, $3)`
-			ins(msg, "tz-1", subagentMeta("tc-before-ist"), keys.RowTime(dialect.Postgres, k.Add(-time.Microsecond)))
-			ins(msg, "tz-2", subagentMeta("tc-at-pdt"), keys.RowTime(dialect.Postgres, k))
+			ins(msg, "tz-1", subagentMeta("tc-before-ist"), instant.RowTime(dialect.Postgres, k.Add(-time.Microsecond)))
+			ins(msg, "tz-2", subagentMeta("tc-at-pdt"), instant.RowTime(dialect.Postgres, k))
 			row := `INSERT INTO task_session_subagents (id, task_session_id, task_id, tool_call_id, observed_at, updated_at) VALUES ($1, 's1', 'task-s1', $2, $3, $3)`
-			ins(row, "tz-r1", "tc-row-whole-second", keys.RowTime(dialect.Postgres, time.Date(2026, 7, 30, 8, 0, 1, 0, time.UTC)))
-			ins(row, "tz-r2", "tc-row-chatham", keys.RowTime(dialect.Postgres, k))
-			ins(msg, "tz-3", subagentMeta("tc-after-pdt"), keys.RowTime(dialect.Postgres, time.Date(2026, 7, 30, 13, 0, 0, 0, time.UTC)))
-			ins(row, "tz-r3", "tc-row-azores", keys.RowTime(dialect.Postgres, k.Add(100*time.Millisecond+time.Microsecond)))
+			ins(row, "tz-r1", "tc-row-whole-second", instant.RowTime(dialect.Postgres, time.Date(2026, 7, 30, 8, 0, 1, 0, time.UTC)))
+			ins(row, "tz-r2", "tc-row-chatham", instant.RowTime(dialect.Postgres, k))
+			ins(msg, "tz-3", subagentMeta("tc-after-pdt"), instant.RowTime(dialect.Postgres, time.Date(2026, 7, 30, 13, 0, 0, 0, time.UTC)))
+			ins(row, "tz-r3", "tc-row-azores", instant.RowTime(dialect.Postgres, k.Add(100*time.Millisecond+time.Microsecond)))
 			var stored string
 			require.NoError(t, other.QueryRowContext(s.ctx, `SELECT to_char(created_at, 'YYYY-MM-DD HH24:MI:SS.US') FROM task_session_messages WHERE id = 'tz-2'`).Scan(&stored))
 			require.Equal(t, "2026-07-30 12:00:00.500000", stored, "UTC wall clock, unshifted by the session TimeZone")
@@ -342,7 +343,7 @@ func TestHealth_AC24e_OffsetsAndSessionTimeZone(t *testing.T) {
 		r, err := health.Evaluate(s.ctx, eval)
 		require.NoError(t, err)
 		require.Equal(t, counts{health.Shortfall, 2, 2, 0}, countsOf(r))
-		require.Equal(t, keys.Format(k.Add(100*time.Millisecond+time.Microsecond)), *r.LastObservedAt)
+		require.Equal(t, instant.Format(k.Add(100*time.Millisecond+time.Microsecond)), *r.LastObservedAt)
 	})
 }
 
@@ -392,10 +393,10 @@ func TestHealth_AC28a_AC24c_AbsentKeyRunsNoComparison(t *testing.T) {
 			dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
 				s := newStore(t, db)
 				if tc.capture {
-					s.key(keys.CaptureSince, keys.Format(k))
+					s.key(keys.CaptureSince, instant.Format(k))
 				}
 				if tc.execute {
-					s.key(keys.ExecutionSince, keys.Format(k))
+					s.key(keys.ExecutionSince, instant.Format(k))
 				}
 				s.captured("s1", "tc-a", k.Add(time.Second))
 				s.exec(`ALTER TABLE task_session_messages RENAME TO task_session_messages_away`)
@@ -574,7 +575,7 @@ func BenchmarkHealth(b *testing.B) {
 			db := dbtest.Open(b, d)
 			ctx := context.Background()
 			seedBench(b, ctx, db, n)
-			bound, err := keys.NewBoundary(keys.Format(k))
+			bound, err := instant.NewBoundary(instant.Format(k))
 			require.NoError(b, err)
 
 			var floorPerOp time.Duration
@@ -624,7 +625,7 @@ func seedBench(b *testing.B, ctx context.Context, db *dbtest.DB, n int) {
 		}
 	}
 	exec(`DELETE FROM kandev_meta`)
-	exec(`INSERT INTO kandev_meta (key, value) VALUES (?, ?)`, keys.CaptureSince, keys.Format(k))
+	exec(`INSERT INTO kandev_meta (key, value) VALUES (?, ?)`, keys.CaptureSince, instant.Format(k))
 	for s := 0; s < 38; s++ {
 		exec(`INSERT INTO task_sessions (id, task_id) VALUES (?, ?)`, fmt.Sprintf("s%02d", s), fmt.Sprintf("task-%02d", s))
 	}
@@ -634,7 +635,7 @@ func seedBench(b *testing.B, ctx context.Context, db *dbtest.DB, n int) {
 	require.NoError(b, err)
 	// History spans the activation instant: a quarter before, the rest after.
 	at := func(i, of int) any {
-		return keys.RowTime(db.Dialect, k.Add(time.Duration(i-of/4)*time.Second))
+		return instant.RowTime(db.Dialect, k.Add(time.Duration(i-of/4)*time.Second))
 	}
 	content := "Ordinary agent output: reading files, running tests, summarising the diff for the reviewer."
 	for i := 0; i < n; i++ {
@@ -663,7 +664,7 @@ func seedBench(b *testing.B, ctx context.Context, db *dbtest.DB, n int) {
 			b.Fatal(err)
 		}
 	}
-	late := keys.RowTime(db.Dialect, k.Add(time.Duration(n)*time.Second))
+	late := instant.RowTime(db.Dialect, k.Add(time.Duration(n)*time.Second))
 	for i := 0; i < 3; i++ {
 		if _, err := msg.ExecContext(ctx, fmt.Sprintf("missed%d", i), "s01", "task-01", "turn-1", content, subagentMeta(fmt.Sprintf("toolu_missed_%d", i)), late, late); err != nil {
 			b.Fatal(err)

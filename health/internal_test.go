@@ -16,6 +16,7 @@ import (
 
 	"github.com/schemastate/schemastate/dialect"
 	"github.com/schemastate/schemastate/internal/dbtest"
+	"github.com/schemastate/schemastate/internal/instant"
 	"github.com/schemastate/schemastate/internal/jsonfield"
 	"github.com/schemastate/schemastate/keys"
 	"github.com/schemastate/schemastate/reconcile"
@@ -31,7 +32,7 @@ func setup(t *testing.T, db *dbtest.DB) context.Context {
 	require.NoError(t, err)
 	for _, q := range []string{
 		`DELETE FROM kandev_meta`,
-		`INSERT INTO kandev_meta (key, value) VALUES ('` + keys.CaptureSince + `', '` + keys.Format(since) + `')`,
+		`INSERT INTO kandev_meta (key, value) VALUES ('` + keys.CaptureSince + `', '` + instant.Format(since) + `')`,
 		`INSERT INTO task_sessions (id, task_id) VALUES ('s1', 'task-1')`,
 	} {
 		_, err := db.ExecContext(ctx, q)
@@ -42,7 +43,7 @@ func setup(t *testing.T, db *dbtest.DB) context.Context {
 
 func insertMessage(t *testing.T, ctx context.Context, db *dbtest.DB, id, taskID, metadata string, at time.Time) {
 	t.Helper()
-	ts := keys.RowTime(db.Dialect, at)
+	ts := instant.RowTime(db.Dialect, at)
 	_, err := db.ExecContext(ctx, db.Q(`INSERT INTO task_session_messages (id, task_session_id, task_id, turn_id, content, metadata, created_at, updated_at)
 		VALUES (?, 's1', ?, 't', '…', ?, ?, ?)`), id, taskID, metadata, ts, ts)
 	require.NoError(t, err)
@@ -50,7 +51,7 @@ func insertMessage(t *testing.T, ctx context.Context, db *dbtest.DB, id, taskID,
 
 func insertRow(t *testing.T, ctx context.Context, db *dbtest.DB, id, execution, toolCallID string, at time.Time) {
 	t.Helper()
-	ts := keys.RowTime(db.Dialect, at)
+	ts := instant.RowTime(db.Dialect, at)
 	_, err := db.ExecContext(ctx, db.Q(`INSERT INTO task_session_subagents (id, task_session_id, task_id, agent_execution_id, tool_call_id, observed_at, updated_at)
 		VALUES (?, 's1', 'task-1', ?, ?, ?, ?)`), id, execution, toolCallID, ts, ts)
 	require.NoError(t, err)
@@ -104,12 +105,12 @@ func oneSnapshot(t *testing.T, malformed bool) {
 		require.Equal(t, int64(1), *r.Shortfall)
 		require.Equal(t, int64(0), *r.Excess, "the orphan row committed mid-evaluation")
 		require.Equal(t, int64(0), *r.Collisions, "the second tc-a row committed mid-evaluation")
-		require.Equal(t, keys.Format(since.Add(time.Second)), *r.LastObservedAt)
+		require.Equal(t, instant.Format(since.Add(time.Second)), *r.LastObservedAt)
 
 		r, err = Evaluate(ctx, db.DB)
 		require.NoError(t, err)
 		require.Equal(t, []int64{1, 1, 1}, []int64{*r.Shortfall, *r.Excess, *r.Collisions})
-		require.Equal(t, keys.Format(since.Add(5*time.Second)), *r.LastObservedAt)
+		require.Equal(t, instant.Format(since.Add(5*time.Second)), *r.LastObservedAt)
 	})
 }
 
@@ -185,7 +186,7 @@ func TestMsgCTE_MetadataNormalizationMatchesParser(t *testing.T) {
 		ctx := setup(t, db)
 		tx, err := db.BeginTx(ctx, nil)
 		require.NoError(t, err)
-		ts := keys.RowTime(db.Dialect, since)
+		ts := instant.RowTime(db.Dialect, since)
 		for i, c := range corpus {
 			_, err := tx.ExecContext(ctx, db.Q(`INSERT INTO task_session_messages (id, task_session_id, task_id, turn_id, content, metadata, created_at, updated_at)
 				VALUES (?, 's1', ?, 't', '…', ?, ?, ?)`), fmt.Sprintf("m%03d", i), fmt.Sprintf("d%03d", i), c.doc, ts, ts)
@@ -198,9 +199,9 @@ func TestMsgCTE_MetadataNormalizationMatchesParser(t *testing.T) {
 		if db.Dialect == dialect.Postgres {
 			metaText = "msg.meta::text"
 		}
-		b, err := keys.NewBoundary(keys.Format(since))
+		b, err := instant.NewBoundary(instant.Format(since))
 		require.NoError(t, err)
-		got := metaByTask(t, db.DB, q.msgCTE+"\nSELECT msg.task_id, "+metaText+" FROM msg WHERE "+keys.AtOrAfter(db.Dialect, "msg.created_at", q.param), b.Arg())
+		got := metaByTask(t, db.DB, q.msgCTE+"\nSELECT msg.task_id, "+metaText+" FROM msg WHERE "+instant.AtOrAfter(db.Dialect, "msg.created_at", q.param), b.Arg())
 		require.Less(t, len(got), len(corpus), "the text test must leave rows out")
 
 		accepted := requireReadAsParsed(t, ctx, db, corpus, got, "msg CTE gave", db.Dialect == dialect.Postgres)
@@ -258,13 +259,13 @@ func TestEvalCTE_PostgresDecidesExactlyAsTheParser(t *testing.T) {
 		strings.Repeat("123456,", 40000) + `0]}`})
 	db := dbtest.Open(t, dialect.Postgres)
 	ctx := setup(t, db)
-	ts := keys.RowTime(db.Dialect, since)
+	ts := instant.RowTime(db.Dialect, since)
 	for i, c := range corpus {
 		_, err := db.ExecContext(ctx, `INSERT INTO task_session_messages (id, task_session_id, task_id, turn_id, content, metadata, created_at, updated_at)
 			VALUES ($1, 's1', $2, 't', '…', $3, $4, $4)`, fmt.Sprintf("m%03d", i), fmt.Sprintf("d%03d", i), c.doc, ts)
 		require.NoError(t, err)
 	}
-	b, err := keys.NewBoundary(keys.Format(since))
+	b, err := instant.NewBoundary(instant.Format(since))
 	require.NoError(t, err)
 	tx, err := db.BeginTx(ctx, &sql.TxOptions{ReadOnly: true, Isolation: sql.LevelRepeatableRead})
 	require.NoError(t, err)
@@ -354,7 +355,7 @@ func TestHealth_AC28_UnstorableEscapeCostsOnlyItsMember(t *testing.T) {
 		require.EqualValues(t, 4, *rep.Shortfall, "tc-clean, tc-unread, tc-desc, tc-key")
 		require.EqualValues(t, 0, *rep.Excess, "tc-row's message is read")
 
-		b, err := keys.NewBoundary(keys.Format(since))
+		b, err := instant.NewBoundary(instant.Format(since))
 		require.NoError(t, err)
 		for name, want := range map[string]int64{"shortfall": 4, "excess": 0} {
 			st := map[string]string{"shortfall": Queries(db.Dialect).Shortfall, "excess": Queries(db.Dialect).Excess}[name]

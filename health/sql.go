@@ -6,8 +6,8 @@ import (
 	"fmt"
 
 	"github.com/schemastate/schemastate/dialect"
+	"github.com/schemastate/schemastate/internal/instant"
 	"github.com/schemastate/schemastate/internal/perdialect"
-	"github.com/schemastate/schemastate/keys"
 )
 
 // Statements is the SQL of one health evaluation on one dialect. Every
@@ -40,7 +40,7 @@ type Statements struct {
 // dialect other than the two (dialect.Detect never returns one).
 func Queries(d dialect.Dialect) Statements {
 	q := sqlFor(d)
-	since := func(col string) string { return keys.AtOrAfter(d, col, q.param) }
+	since := func(col string) string { return instant.AtOrAfter(d, col, q.param) }
 	expected, accounting, observed := q.sides(d)
 	return Statements{
 		// EXCEPT is set-based on both dialects: a cross-execution collision
@@ -58,14 +58,14 @@ WHERE %s`, since("s.observed_at")),
 		// would report an instant that never established live-writer health.
 		LastObservedAt: fmt.Sprintf(`SELECT %s
 FROM task_session_subagents s
-WHERE %s`, keys.MaxExpr(d, "s.observed_at"), since("s.observed_at")),
+WHERE %s`, instant.MaxExpr(d, "s.observed_at"), since("s.observed_at")),
 	}
 }
 
 // sides renders the three sets the anti-joins compare, as SELECTs of
 // (task_session_id, tool_call_id) over the msg CTE and the subagent rows.
 func (q dialectSQL) sides(d dialect.Dialect) (expected, accounting, observed string) {
-	since := func(col string) string { return keys.AtOrAfter(d, col, q.param) }
+	since := func(col string) string { return instant.AtOrAfter(d, col, q.param) }
 
 	// The message side. The shortfall half carries exactly the identity
 	// predicates AC-2 and AC-21a skip on (empty session id, task id or
@@ -112,7 +112,7 @@ func (q dialectSQL) sides(d dialect.Dialect) (expected, accounting, observed str
 // reported instead of dropped unseen.
 func evaluation(d dialect.Dialect) string {
 	q := sqlFor(d)
-	since := func(col string) string { return keys.AtOrAfter(d, col, q.param) }
+	since := func(col string) string { return instant.AtOrAfter(d, col, q.param) }
 	return q.evalCTE + fmt.Sprintf(`, sub AS MATERIALIZED (
   SELECT msg.task_session_id, %[1]s AS tool_call_id,
     CASE WHEN COALESCE(msg.task_session_id, '') <> ''
@@ -141,8 +141,8 @@ SELECT
   (SELECT COUNT(*) - COUNT(DISTINCT task_session_id || ':' || tool_call_id) FROM obs),
   (SELECT %[5]s FROM obs),
   (SELECT COUNT(*) FROM sub WHERE expected = 1 AND in_window = 0)`,
-		q.toolCallID, q.kind, since("msg.created_at"), since("s.observed_at"), keys.MaxExpr(d, "observed_at"),
-		keys.ColumnExpr(d, "msg.created_at"))
+		q.toolCallID, q.kind, since("msg.created_at"), since("s.observed_at"), instant.MaxExpr(d, "observed_at"),
+		instant.ColumnExpr(d, "msg.created_at"))
 }
 
 // counts is the one row of evaluation.
@@ -173,7 +173,7 @@ func FloorQuery(d dialect.Dialect) string {
 SELECT COUNT(*)
 FROM msg
 WHERE %s = 'subagent_task'
-  AND %s`, q.kind, keys.AtOrAfter(d, "msg.created_at", q.param))
+  AND %s`, q.kind, instant.AtOrAfter(d, "msg.created_at", q.param))
 }
 
 // dialectSQL holds the only parts of the statements that differ by dialect

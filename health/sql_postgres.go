@@ -4,8 +4,8 @@ import (
 	"fmt"
 
 	"github.com/schemastate/schemastate/dialect"
+	"github.com/schemastate/schemastate/internal/instant"
 	"github.com/schemastate/schemastate/internal/jsonfield"
-	"github.com/schemastate/schemastate/keys"
 )
 
 func postgresSQL() dialectSQL {
@@ -103,7 +103,7 @@ func postgresMsgCTE() string {
   SELECT c.task_session_id, c.task_id, c.created_at,
     (CASE WHEN c.id IN (SELECT id FROM object_metadata) THEN c.metadata::jsonb ELSE '{}'::jsonb END) AS meta
   FROM candidate c
-)`, pgAnyString, pgValidWrapped, pgScalar, pgInnermost, pgMayNameKind, keys.AtOrAfter(dialect.Postgres, "m.created_at", "$1"),
+)`, pgAnyString, pgValidWrapped, pgScalar, pgInnermost, pgMayNameKind, instant.AtOrAfter(dialect.Postgres, "m.created_at", "$1"),
 		jsonfield.PostgresMayHoldUnstorable("m.metadata"), jsonfield.PostgresReadable("m.metadata"))
 }
 
@@ -122,7 +122,7 @@ func pgCandidates(cols string) string {
       OR (strpos(m.metadata::text, '\u00') > 0 AND m.metadata::text ~ '%s'))
     AND %s`, cols, pgMayNameKind, window)
 	}
-	return one(keys.AtOrAfter(dialect.Postgres, "m.created_at", "$1")) + "\nUNION ALL\n" + one("m.created_at IS NULL")
+	return one(instant.AtOrAfter(dialect.Postgres, "m.created_at", "$1")) + "\nUNION ALL\n" + one("m.created_at IS NULL")
 }
 
 // postgresEvalCTE is the msg CTE of Evaluate on PostgreSQL, exact for a

@@ -12,6 +12,7 @@ import (
 
 	"github.com/schemastate/schemastate/health"
 	"github.com/schemastate/schemastate/internal/dbtest"
+	"github.com/schemastate/schemastate/internal/instant"
 	"github.com/schemastate/schemastate/keys"
 	"github.com/schemastate/schemastate/reconcile"
 )
@@ -73,8 +74,8 @@ func (s *store) key(name, value string) {
 // installation has both) at k.
 func (s *store) activate(k time.Time) {
 	s.t.Helper()
-	s.key(keys.CaptureSince, keys.Format(k))
-	s.key(keys.ExecutionSince, keys.Format(k))
+	s.key(keys.CaptureSince, instant.Format(k))
+	s.key(keys.ExecutionSince, instant.Format(k))
 }
 
 // subagentMeta is the metadata the host writes on a subagent tool-call message.
@@ -130,7 +131,7 @@ func (s *store) captured(session, toolCallID string, at time.Time) {
 	s.row(session, "exec-1", toolCallID, "live", at)
 }
 
-func (s *store) ts(t time.Time) any { return keys.RowTime(s.db.Dialect, t) }
+func (s *store) ts(t time.Time) any { return instant.RowTime(s.db.Dialect, t) }
 
 func (s *store) eval() *health.Report {
 	s.t.Helper()

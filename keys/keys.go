@@ -11,7 +11,6 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"time"
 
 	"github.com/schemastate/schemastate/dialect"
 )
@@ -115,14 +114,3 @@ func WriteOnce(ctx context.Context, q dialect.Querier, d dialect.Dialect, key, v
 	}
 	return n == 1, nil
 }
-
-// keyLayout is RFC3339 with a fixed nine-digit fraction: nanosecond precision
-// (AC-24 point 3) that never collapses to the second-precision form on a whole
-// second, as time.RFC3339Nano would.
-const keyLayout = "2006-01-02T15:04:05.000000000Z07:00"
-
-// Format renders an instant as a key value: UTC, RFC3339, nine fractional digits.
-func Format(t time.Time) string { return t.UTC().Format(keyLayout) }
-
-// Now samples the backend clock for a key write.
-func Now() string { return Format(time.Now()) }

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/schemastate/schemastate/internal/dbtest"
+	"github.com/schemastate/schemastate/internal/instant"
 	"github.com/schemastate/schemastate/keys"
 	"github.com/schemastate/schemastate/reconcile"
 )
@@ -32,18 +33,18 @@ func TestKeys_AC24e_FormatRoundTripsAtNanosecondPrecision(t *testing.T) {
 	}
 	for name, in := range cases {
 		t.Run(name, func(t *testing.T) {
-			v := keys.Format(in)
+			v := instant.Format(in)
 			require.Regexp(t, nanoForm, v)
 			require.NotEqual(t, in.UTC().Format(time.RFC3339), v)
-			back, err := keys.Parse(v)
+			back, err := instant.Parse(v)
 			require.NoError(t, err)
 			require.True(t, back.Equal(in), "%s → %s → %s", in, v, back)
-			require.Equal(t, v, keys.Format(back))
+			require.Equal(t, v, instant.Format(back))
 		})
 	}
-	require.Equal(t, "2026-07-30T01:39:37.000000000Z", keys.Format(cases["whole second"]))
-	require.Equal(t, "2026-07-30T01:39:37.271235000Z", keys.Format(cases["non-UTC zone"]))
-	require.Regexp(t, nanoForm, keys.Now())
+	require.Equal(t, "2026-07-30T01:39:37.000000000Z", instant.Format(cases["whole second"]))
+	require.Equal(t, "2026-07-30T01:39:37.271235000Z", instant.Format(cases["non-UTC zone"]))
+	require.Regexp(t, nanoForm, instant.Now())
 }
 
 // AC-24e precision, end to end: the three keys a reconcile of this build
@@ -55,8 +56,8 @@ func TestKeys_AC24e_EveryKeyThisBuildWritesIsNanosecondForm(t *testing.T) {
 		_, err := db.DB.Exec(db.Q(`INSERT INTO task_session_messages (id, task_session_id, task_id, turn_id, content, metadata, created_at, updated_at)
 			VALUES ('m1', 's1', 'k1', 't', '', ?, ?, ?)`),
 			`{"tool_call_id":"toolu_1","normalized":{"kind":"subagent_task","subagent_task":{}}}`,
-			keys.RowTime(db.Dialect, time.Date(2026, 7, 30, 1, 39, 37, 0, time.UTC)),
-			keys.RowTime(db.Dialect, time.Date(2026, 7, 30, 1, 39, 37, 0, time.UTC)))
+			instant.RowTime(db.Dialect, time.Date(2026, 7, 30, 1, 39, 37, 0, time.UTC)),
+			instant.RowTime(db.Dialect, time.Date(2026, 7, 30, 1, 39, 37, 0, time.UTC)))
 		require.NoError(t, err)
 		_, err = reconcile.Reconcile(ctx, db.DB, reconcile.WithLogger(slog.New(slog.DiscardHandler)))
 		require.NoError(t, err)
@@ -65,9 +66,9 @@ func TestKeys_AC24e_EveryKeyThisBuildWritesIsNanosecondForm(t *testing.T) {
 		for name, v := range map[string]*string{keys.CaptureSince: ks.CaptureSince, keys.BackfillThrough: ks.BackfillThrough, keys.ExecutionSince: ks.ExecutionSince} {
 			require.NotNil(t, v, name)
 			require.Regexp(t, nanoForm, *v, name)
-			p, err := keys.Parse(*v)
+			p, err := instant.Parse(*v)
 			require.NoError(t, err)
-			require.Equal(t, *v, keys.Format(p), name)
+			require.Equal(t, *v, instant.Format(p), name)
 		}
 		require.Equal(t, "2026-07-30T01:39:37.000000000Z", *ks.BackfillThrough, "a whole-second created_at still yields the nine-digit form")
 	})
@@ -75,13 +76,13 @@ func TestKeys_AC24e_EveryKeyThisBuildWritesIsNanosecondForm(t *testing.T) {
 
 // AC-24f: the empty backfill_through is a sentinel; parsing it as an instant fails loudly.
 func TestKeys_AC24f_EmptyValueIsNeverAnInstant(t *testing.T) {
-	_, err := keys.Parse("")
-	require.ErrorIs(t, err, keys.ErrEmptySentinel)
-	_, err = keys.NewBoundary("")
-	require.ErrorIs(t, err, keys.ErrEmptySentinel)
-	_, err = keys.NewBoundary("2026-07-30 01:39:37")
+	_, err := instant.Parse("")
+	require.ErrorIs(t, err, instant.ErrEmptySentinel)
+	_, err = instant.NewBoundary("")
+	require.ErrorIs(t, err, instant.ErrEmptySentinel)
+	_, err = instant.NewBoundary("2026-07-30 01:39:37")
 	require.Error(t, err, "a key is RFC3339, not the column's form")
-	_, err = keys.NewBoundary("2026-07-30T01:39:37Z")
+	_, err = instant.NewBoundary("2026-07-30T01:39:37Z")
 	require.NoError(t, err, "AC-24 point 5: a legacy second-precision key is still a valid boundary")
 }
 
@@ -93,7 +94,7 @@ func TestKeys_AC24_WriteOnceNeverRewrites(t *testing.T) {
 		wrote, err := keys.WriteOnce(ctx, db.DB, db.Dialect, keys.CaptureSince, "2026-07-30T01:39:37Z")
 		require.NoError(t, err)
 		require.True(t, wrote)
-		wrote, err = keys.WriteOnce(ctx, db.DB, db.Dialect, keys.CaptureSince, keys.Now())
+		wrote, err = keys.WriteOnce(ctx, db.DB, db.Dialect, keys.CaptureSince, instant.Now())
 		require.NoError(t, err)
 		require.False(t, wrote)
 		v, ok, err := keys.Get(ctx, db.DB, db.Dialect, keys.CaptureSince)
@@ -101,7 +102,7 @@ func TestKeys_AC24_WriteOnceNeverRewrites(t *testing.T) {
 		require.True(t, ok)
 		require.Equal(t, "2026-07-30T01:39:37Z", v)
 
-		nano := keys.Format(time.Date(2026, 7, 30, 1, 39, 37, 123456789, time.UTC))
+		nano := instant.Format(time.Date(2026, 7, 30, 1, 39, 37, 123456789, time.UTC))
 		_, err = keys.WriteOnce(ctx, db.DB, db.Dialect, keys.ExecutionSince, nano)
 		require.NoError(t, err)
 		_, err = keys.WriteOnce(ctx, db.DB, db.Dialect, keys.BackfillThrough, "")

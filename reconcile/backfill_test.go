@@ -11,6 +11,7 @@ import (
 	"github.com/schemastate/schemastate/dialect"
 	"github.com/schemastate/schemastate/internal/dbtest"
 	"github.com/schemastate/schemastate/internal/hooks"
+	"github.com/schemastate/schemastate/internal/instant"
 	"github.com/schemastate/schemastate/keys"
 	"github.com/schemastate/schemastate/reconcile"
 )
@@ -32,7 +33,7 @@ func bfMessage(t *testing.T, db *dbtest.DB, id, s, toolCall string, created time
 	require.NoError(t, err)
 	meta := fmt.Sprintf(`{"tool_call_id":%q,"status":"completed","normalized":{"kind":"subagent_task","subagent_task":{"status":"completed","model":"from-message","total_tokens":42}}}`, toolCall)
 	_, err = db.DB.Exec(db.Q(`INSERT INTO task_session_messages (id, task_session_id, task_id, turn_id, content, metadata, created_at, updated_at)
-		VALUES (?, ?, ?, 'turn-1', 'x', ?, ?, ?)`), id, s, "k-"+s, meta, keys.RowTime(db.Dialect, created), keys.RowTime(db.Dialect, created))
+		VALUES (?, ?, ?, 'turn-1', 'x', ?, ?, ?)`), id, s, "k-"+s, meta, instant.RowTime(db.Dialect, created), instant.RowTime(db.Dialect, created))
 	require.NoError(t, err)
 }
 
@@ -147,7 +148,7 @@ func TestBackfill_AC24a_FailedBackfillWritesNoKeyAndRetries(t *testing.T) {
 		require.Equal(t, reconcile.Applied, rep.Step(reconcile.StepBackfill).Status, "retried, not skipped")
 		require.EqualValues(t, 2, *rep.Step(reconcile.StepBackfill).Rows)
 		ks = readKeys(t, db)
-		require.Equal(t, keys.Format(newest), *ks.BackfillThrough)
+		require.Equal(t, instant.Format(newest), *ks.BackfillThrough)
 		require.NotNil(t, ks.CaptureSince)
 	})
 }
@@ -182,7 +183,7 @@ func TestBackfill_AC24d_SecondKeyWriteFailureLeavesNeither(t *testing.T) {
 				remove()
 				mustReconcile(t, db, quiet)
 				ks = readKeys(t, db)
-				require.Equal(t, keys.Format(newest), *ks.BackfillThrough)
+				require.Equal(t, instant.Format(newest), *ks.BackfillThrough)
 				require.NotNil(t, ks.CaptureSince)
 				require.Equal(t, 2, bfRows(t, db))
 			})
@@ -208,10 +209,10 @@ func TestBackfill_AC24d_PartialPairRepaired(t *testing.T) {
 				require.True(t, ks.BackfillDone())
 				if present == keys.CaptureSince {
 					require.Equal(t, legacySecondKey, *ks.CaptureSince)
-					require.Equal(t, keys.Format(newest), *ks.BackfillThrough, "true high-water mark of the source predicate")
+					require.Equal(t, instant.Format(newest), *ks.BackfillThrough, "true high-water mark of the source predicate")
 				} else {
 					require.Equal(t, legacySecondKey, *ks.BackfillThrough)
-					_, err := keys.NewBoundary(*ks.CaptureSince)
+					_, err := instant.NewBoundary(*ks.CaptureSince)
 					require.NoError(t, err)
 					require.NotEqual(t, legacySecondKey, *ks.CaptureSince)
 				}
@@ -252,7 +253,7 @@ func TestBackfill_AC24_BackfillThroughAcrossRetry(t *testing.T) {
 		rep := mustReconcile(t, db, quiet)
 		require.EqualValues(t, 2, *rep.Step(reconcile.StepBackfill).Rows)
 		first := readKeys(t, db)
-		require.Equal(t, keys.Format(newest), *first.BackfillThrough)
+		require.Equal(t, instant.Format(newest), *first.BackfillThrough)
 
 		_, err := db.DB.Exec(db.Q(`DELETE FROM kandev_meta WHERE key = ?`), keys.CaptureSince)
 		require.NoError(t, err)
@@ -283,7 +284,7 @@ func TestBackfill_AC24_CaptureSinceSampledAfterInsert(t *testing.T) {
 		mustReconcile(t, db, append(opts, quiet)...)
 		stepBegan, insertDone := read[hooks.FailpointBackfillMaxTaken], read[hooks.FailpointBackfillInserted]
 		require.False(t, stepBegan.IsZero())
-		cs, err := keys.Parse(*readKeys(t, db).CaptureSince)
+		cs, err := instant.Parse(*readKeys(t, db).CaptureSince)
 		require.NoError(t, err)
 		require.False(t, cs.Before(insertDone), "capture_since %s precedes the INSERT's completion %s", cs, insertDone)
 	})
@@ -308,7 +309,7 @@ func TestBackfill_AC33c_AC22_PreAmendmentTableWithLiveRows(t *testing.T) {
 		require.EqualValues(t, 1, *rep.Step(reconcile.StepBackfill).Rows)
 		ks := readKeys(t, db)
 		require.True(t, ks.BackfillDone())
-		require.Equal(t, keys.Format(bfBase.Add(time.Minute)), *ks.BackfillThrough)
+		require.Equal(t, instant.Format(bfBase.Add(time.Minute)), *ks.BackfillThrough)
 
 		require.Equal(t, 1, count(t, db, `SELECT COUNT(*) FROM task_session_subagents WHERE task_session_id = 's1' AND tool_call_id = 'toolu_1'`), "AC-22: not duplicated")
 		require.Equal(t, 1, count(t, db, `SELECT COUNT(*) FROM task_session_subagents WHERE tool_call_id = 'toolu_9' AND source = 'backfill' AND agent_execution_id = 'unknown'`))

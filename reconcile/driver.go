@@ -7,7 +7,6 @@ import (
 
 	"ariga.io/atlas/sql/migrate"
 	"ariga.io/atlas/sql/schema"
-	"github.com/zclconf/go-cty/cty"
 
 	"github.com/schemastate/schemastate/dialect"
 	"github.com/schemastate/schemastate/internal/perdialect"
@@ -31,14 +30,6 @@ type driver interface {
 	schemaName(ctx context.Context, q querier) (string, error)
 	// atlas is Atlas's driver over q: inspection, diff and SQL rendering.
 	atlas(q querier) (migrate.Driver, error)
-
-	// evalHCL evaluates schema.hcl for the dialect.
-	evalHCL(src []byte, s *schema.Schema, vars map[string]cty.Value) error
-	// declared completes an owned table as the dialect reads the
-	// declaration (a unique index is a UNIQUE constraint on PostgreSQL).
-	declared(t *schema.Table)
-	// formatType spells a type as the dialect's SQL does (TypeName).
-	formatType(t schema.Type) (string, error)
 
 	// tablesQuery selects, of n tables named by parameters 1…n, those that
 	// exist in the reconcile's schema.

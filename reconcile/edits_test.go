@@ -243,7 +243,7 @@ func TestEdit_FailingValidationLeavesNothing(t *testing.T) {
 				require.Equal(t, reconcile.Failed, rep.Step(reconcile.StepShape).Status)
 				require.Contains(t, err.Error(), "task_session_subagents")
 				if db.Dialect == dialect.Postgres {
-					require.ErrorIs(t, err, reconcile.ErrRowsBreakConstraint)
+					require.ErrorIs(t, err, ops.ErrRowsBreakConstraint)
 					require.Contains(t, err.Error(), "1 rows of task_session_subagents break")
 					require.Contains(t, err.Error(), "(keys r2)")
 					require.Contains(t, err.Error(), strings.TrimPrefix(e.constraint, "schemastate_nn_"))
@@ -282,7 +282,7 @@ func TestEdit_ValidationFailureDropsTheNotValidConstraint(t *testing.T) {
 				return nil
 			})
 			_, err := reconcile.Reconcile(ctx, db.DB, editOptions(t, e, fp)...)
-			require.ErrorIs(t, err, reconcile.ErrRowsBreakConstraint)
+			require.ErrorIs(t, err, ops.ErrRowsBreakConstraint)
 			require.Contains(t, err.Error(), "validate."+e.constraint)
 			require.Contains(t, err.Error(), "(keys r2)")
 			require.Empty(t, constraints(t, db, e.constraint), "the NOT VALID constraint is dropped")

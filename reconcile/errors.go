@@ -5,31 +5,19 @@ import "errors"
 // The errors a host can test for with errors.Is on what Reconcile returns.
 // A failed step is a *StepError (matching ErrStepFailed) whose cause keeps
 // its chain, so the sentinels below are reachable through it, as is the
-// database's own error (errors.As(err, &pgErr)).
+// database's own error (errors.As(err, &pgErr)). Every other cause (a
+// destructive change refused, a host table missing, rows that break a
+// declared constraint, a table lock not acquired in its budget) names
+// itself in the error's message and in the failed step (Report.Step).
 var (
 	// ErrStepFailed matches (errors.Is) every error Reconcile returns for a
 	// failed step.
 	ErrStepFailed = errors.New("reconcile: step failed")
-	// ErrRefused is the cause of the refused step: the declaration asks for
-	// a change that would destroy data, which is never applied at boot.
-	ErrRefused = errors.New("refused destructive change")
-	// ErrHostTablesMissing is the cause of a failed host_tables step: a table
-	// the module needs from the host is absent (schemastate never creates
-	// host tables).
-	ErrHostTablesMissing = errors.New("host tables missing")
 	// ErrLockHeld is the cause of a failed lock step whose lock stayed taken
 	// for the whole lock wait (WithLockWait): on PostgreSQL another reconcile
 	// (another replica) held the advisory lock; on SQLite the database's write
 	// lock was held, by another reconcile or by a host writer.
 	ErrLockHeld = errors.New("another reconcile holds the lock")
-	// ErrRowsBreakConstraint is wrapped by an online recipe's check_rows or
-	// validate phase that found rows breaking the constraint it adds (a
-	// NULL, a check, an orphan): the error names the table, the constraint,
-	// how many rows and a few of their keys, and nothing is left behind.
-	ErrRowsBreakConstraint = errors.New("rows break a declared constraint")
-	// ErrLockNotAcquired is wrapped by a phase that could not get its table
-	// lock within its budget.
-	ErrLockNotAcquired = errors.New("table lock not acquired within the budget")
 	// ErrInvalidOption is returned, naming the option, by Reconcile, Plan and
 	// Observe when an option's value cannot be used; nothing runs.
 	ErrInvalidOption = errors.New("reconcile: invalid option")

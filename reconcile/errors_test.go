@@ -21,6 +21,7 @@ import (
 	"github.com/schemastate/schemastate/internal/dbtest"
 	"github.com/schemastate/schemastate/internal/fixtures"
 	"github.com/schemastate/schemastate/internal/hooks"
+	"github.com/schemastate/schemastate/internal/ops"
 	"github.com/schemastate/schemastate/reconcile"
 )
 
@@ -180,17 +181,17 @@ func TestReconcile_SentinelsReachTheHostThroughStepError(t *testing.T) {
 		}
 		// No host tables yet.
 		rep, err := reconcile.Reconcile(ctx, db.DB, quiet)
-		require.ErrorIs(t, err, reconcile.ErrHostTablesMissing, describe(rep))
+		require.ErrorIs(t, err, ops.ErrHostTablesMissing, describe(rep))
 		require.ErrorIs(t, err, reconcile.ErrStepFailed)
 		require.Equal(t, reconcile.StepHostTables, stepOf(err))
-		require.NotErrorIs(t, err, reconcile.ErrRefused)
+		require.NotErrorIs(t, err, ops.ErrRefused)
 
 		db.Host(t)
 		settle(t, db, quiet)
 		// A declaration that drops a column is refused.
 		src := strings.Replace(string(schemastate.SchemaHCL), "column \"model\"", "column \"model_renamed\"", 1)
 		rep, err = reconcile.Reconcile(ctx, db.DB, quiet, reconcile.WithDeclaration([]byte(src), "renamed.hcl"))
-		require.ErrorIs(t, err, reconcile.ErrRefused, describe(rep))
+		require.ErrorIs(t, err, ops.ErrRefused, describe(rep))
 		require.Equal(t, reconcile.StepRefused, stepOf(err))
 		require.Contains(t, err.Error(), "refused destructive change (never applied at boot): task_session_subagents: would drop column model (renamed.hcl)")
 		require.NotErrorIs(t, err, reconcile.ErrLockHeld)
@@ -200,7 +201,7 @@ func TestReconcile_SentinelsReachTheHostThroughStepError(t *testing.T) {
 		rep, err = reconcile.Reconcile(ctx, db.DB, quiet, reconcile.WithLockWait(100*time.Millisecond), reconcile.WithSchemaFile(editedDeclaration(t)))
 		require.ErrorIs(t, err, reconcile.ErrLockHeld, describe(rep))
 		require.Equal(t, reconcile.StepLock, stepOf(err))
-		require.NotErrorIs(t, err, reconcile.ErrHostTablesMissing)
+		require.NotErrorIs(t, err, ops.ErrHostTablesMissing)
 		_, err = finish()
 		require.NoError(t, err)
 	})

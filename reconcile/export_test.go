@@ -12,6 +12,7 @@ var (
 	WithCopyPause      = withCopyPause
 	WithCopyBatchPages = withCopyBatchPages
 	WithDDLLockAttempt = withDDLLockAttempt
+	WithDDLLockTimeout = withDDLLockTimeout
 )
 
 type Event = event

@@ -15,6 +15,7 @@ import (
 
 	schemastate "github.com/schemastate/schemastate"
 	"github.com/schemastate/schemastate/dialect"
+	"github.com/schemastate/schemastate/internal/declare"
 	"github.com/schemastate/schemastate/keys"
 )
 
@@ -250,7 +251,7 @@ func (r *run) certified(ctx context.Context, sess session) (keys.Set, bool) {
 // certify records a certificate for the live catalog, after a full check in
 // this pass found no change to make and observed the whole end state. It is
 // bookkeeping for the next boot: a failure is logged and changes nothing.
-func (r *run) certify(ctx context.Context, q querier, decl *Declaration, schemaName string) {
+func (r *run) certify(ctx context.Context, q querier, decl *declare.Declaration, schemaName string) {
 	// In a savepoint of its own: on PostgreSQL a failed statement would
 	// otherwise abort the step's transaction and lose the key written in it.
 	if _, err := q.ExecContext(ctx, "SAVEPOINT schemastate_certificate"); err != nil {
@@ -265,7 +266,7 @@ func (r *run) certify(ctx context.Context, q querier, decl *Declaration, schemaN
 	_, _ = q.ExecContext(ctx, "RELEASE SAVEPOINT schemastate_certificate")
 }
 
-func (r *run) writeCertificate(ctx context.Context, q querier, decl *Declaration, schemaName string) error {
+func (r *run) writeCertificate(ctx context.Context, q querier, decl *declare.Declaration, schemaName string) error {
 	src, _, err := r.o.declaration()
 	if err != nil {
 		return err

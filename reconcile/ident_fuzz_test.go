@@ -8,6 +8,7 @@ import (
 	"ariga.io/atlas/sql/schema"
 
 	"github.com/schemastate/schemastate/dialect"
+	"github.com/schemastate/schemastate/internal/ident"
 	"github.com/schemastate/schemastate/internal/ops"
 )
 
@@ -84,7 +85,7 @@ func FuzzIdentifier(f *testing.F) {
 					if !errors.Is(err, ops.ErrUnsafeName) {
 						t.Fatalf("%s %T %q: refused without ErrUnsafeName: %v", d, c, name, err)
 					}
-					if plainIdent(name) {
+					if ident.Plain(name) {
 						t.Fatalf("%s %T %q: a plain name refused: %v", d, c, name, err)
 					}
 					continue
@@ -102,7 +103,7 @@ func FuzzIdentifier(f *testing.F) {
 				if _, drop := c.(*schema.DropIndex); drop && idents[len(idents)-1] != name {
 					t.Fatalf("%s: %s names %q, not %q", d, stmts[0], idents[len(idents)-1], name)
 				}
-				if _, add := c.(*schema.AddIndex); add && (!plainIdent(name) || !contains(idents, name)) {
+				if _, add := c.(*schema.AddIndex); add && (!ident.Plain(name) || !contains(idents, name)) {
 					t.Fatalf("%s: %s rendered for %q", d, stmts[0], name)
 				}
 			}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/schemastate/schemastate/dialect"
 	"github.com/schemastate/schemastate/internal/dbtest"
+	"github.com/schemastate/schemastate/internal/declare"
 	"github.com/schemastate/schemastate/internal/ops"
 	"github.com/schemastate/schemastate/reconcile"
 )
@@ -213,11 +214,11 @@ func TestReconcile_HostileDeclaredNameRefusedWithPosition(t *testing.T) {
 // (PostgreSQL's current_schema(), which an operator names): one that is not
 // plain is refused by name, with the declaration it was to be bound to.
 func TestDeclaration_HostileSchemaNameRefused(t *testing.T) {
-	_, err := reconcile.LoadDeclaration("", dialect.Postgres, `s";DROP TABLE kandev_meta;--`)
+	_, err := declare.Load("", dialect.Postgres, `s";DROP TABLE kandev_meta;--`)
 	require.ErrorIs(t, err, ops.ErrUnsafeName)
 	require.Contains(t, err.Error(), `schema.hcl (built in): `)
 	require.Contains(t, err.Error(), `schema "s\";DROP TABLE kandev_meta;--"`)
-	_, err = reconcile.LoadDeclaration("", dialect.Postgres, "public")
+	_, err = declare.Load("", dialect.Postgres, "public")
 	require.NoError(t, err)
 }
 

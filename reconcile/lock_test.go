@@ -234,7 +234,7 @@ func TestLock_ConcurrentWaitBoundedWithoutSessionState(t *testing.T) {
 	opts := append(append([]reconcile.Option{}, online...), reconcile.WithConcurrentWait(time.Second))
 	rep, err := reconcile.Reconcile(cctx, db.DB, opts...)
 	require.NoError(t, cctx.Err(), "the build's wait was bounded")
-	require.ErrorIs(t, err, reconcile.ErrLockNotAcquired, describe(rep))
+	require.ErrorIs(t, err, ops.ErrLockNotAcquired, describe(rep))
 	require.Contains(t, rep.Step(reconcile.StepShape).Detail, "waited 1s")
 	require.Contains(t, rep.Step(reconcile.StepShape).Detail, "pid "+strconv.Itoa(oldPID))
 	require.Less(t, time.Since(start), 15*time.Second)

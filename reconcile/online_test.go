@@ -280,7 +280,7 @@ func TestOnline_LongReaderDuringSwapFailsCleanlyThenSucceeds(t *testing.T) {
 	require.ErrorIs(t, err, reconcile.ErrStepFailed)
 	shape := rep.Step(reconcile.StepShape)
 	require.Equal(t, reconcile.Failed, shape.Status)
-	require.ErrorIs(t, shape.Err, reconcile.ErrLockNotAcquired)
+	require.ErrorIs(t, shape.Err, ops.ErrLockNotAcquired)
 	require.Contains(t, shape.Detail, "swap_key")
 	require.Contains(t, shape.Detail, fmt.Sprintf("pid %d (AccessShareLock", readerPID), "the reader is named")
 	require.Equal(t, reconcile.Skipped, rep.Step(reconcile.StepExecutionSince).Status)

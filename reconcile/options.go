@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/schemastate/schemastate/dialect"
+	"github.com/schemastate/schemastate/internal/declare"
 	"github.com/schemastate/schemastate/internal/hooks"
 	"github.com/schemastate/schemastate/internal/ops"
 )
@@ -101,10 +102,10 @@ func WithLogger(l *slog.Logger) Option { return func(o *options) { o.logger = l 
 // WithLockWait bounds how long a reconcile waits for another replica's lock (default 60s).
 func WithLockWait(d time.Duration) Option { return func(o *options) { o.lockWait = d } }
 
-// WithDDLLockTimeout is the budget a PostgreSQL DDL statement has to get its
+// withDDLLockTimeout is the budget a PostgreSQL DDL statement has to get its
 // table lock, over all its attempts (default 5s). When it is spent the step
 // fails, naming the sessions holding the table, and is retried next boot.
-func WithDDLLockTimeout(d time.Duration) Option { return func(o *options) { o.ddlLockTimeout = d } }
+func withDDLLockTimeout(d time.Duration) Option { return func(o *options) { o.ddlLockTimeout = d } }
 
 // withDDLLockAttempt is the lock_timeout of one attempt of a PostgreSQL DDL
 // statement that takes an exclusive lock (default 50ms): the longest the
@@ -263,16 +264,16 @@ func (o *options) declaration() ([]byte, string, error) {
 	if o.declSrc != nil {
 		return o.declSrc, o.declName, nil
 	}
-	return readDeclaration(o.schemaFile)
+	return declare.Read(o.schemaFile)
 }
 
 // loadDeclaration evaluates the declared shape for drv's dialect.
-func (o *options) loadDeclaration(drv driver, schemaName string) (*Declaration, error) {
+func (o *options) loadDeclaration(drv driver, schemaName string) (*declare.Declaration, error) {
 	src, file, err := o.declaration()
 	if err != nil {
 		return nil, err
 	}
-	return evalDeclaration(drv, src, file, schemaName)
+	return declare.Eval(src, file, drv.dialect(), schemaName)
 }
 
 // newOptions applies opts, validates them and chooses the dialect's driver,
@@ -339,7 +340,7 @@ func (o *options) validate() error {
 	for _, d := range []struct {
 		name string
 		v    time.Duration
-	}{{"WithDDLLockTimeout", o.ddlLockTimeout}, {"withDDLLockAttempt", o.ddlLockAttempt}, {"withConcurrentWait", o.concurrentWait}} {
+	}{{"withDDLLockTimeout", o.ddlLockTimeout}, {"withDDLLockAttempt", o.ddlLockAttempt}, {"withConcurrentWait", o.concurrentWait}} {
 		if d.v <= 0 {
 			bad("%s(%s): must be positive", d.name, d.v)
 		}

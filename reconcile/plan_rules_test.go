@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/schemastate/schemastate/dialect"
+	"github.com/schemastate/schemastate/internal/declare"
 	"github.com/schemastate/schemastate/internal/describe"
 	"github.com/schemastate/schemastate/internal/ops"
 )
@@ -193,7 +194,7 @@ func pgT(key string, keyCols []string, more func(t *schema.Table)) func() *schem
 			}
 			t.AddIndexes(idx)
 		}
-		postgresDriver{}.declared(t)
+		declare.UniqueConstraints(t)
 		return t
 	}
 }

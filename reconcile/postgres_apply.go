@@ -24,7 +24,7 @@ import (
 // becomes an outage when a host transaction holds the table. So every
 // statement that takes a table lock runs under a short lock_timeout (the
 // attempt, withDDLLockAttempt) and is retried with exponential backoff and
-// jitter until the budget (WithDDLLockTimeout) is spent; then the phase fails,
+// jitter until the budget (withDDLLockTimeout) is spent; then the phase fails,
 // naming the sessions that hold the table, and the step is retried next boot.
 
 // transact runs fn in one transaction whose lock waits end after the
@@ -96,7 +96,7 @@ func (s *pgSession) concurrently(ctx context.Context, ph ops.Phase, h phaseHooks
 			h.executed(stmt)
 		}
 		if err != nil && waited() {
-			err = fmt.Errorf("%w: %s: waited %s%s: %w", ErrLockNotAcquired, ph.Table, s.o.concurrentWait, s.holders(ctx, ph.Table), err)
+			err = fmt.Errorf("%w: %s: waited %s%s: %w", ops.ErrLockNotAcquired, ph.Table, s.o.concurrentWait, s.holders(ctx, ph.Table), err)
 		}
 		if err != nil {
 			err = fmt.Errorf("%s: %w", firstLine(stmt), withDetail(err))
@@ -326,7 +326,7 @@ func (s *pgSession) withLockRetry(ctx context.Context, table string, attempt fun
 		}
 		if time.Now().Add(wait / 2).After(deadline) {
 			return fmt.Errorf("%w: %s after %d attempts in %s (each waited at most %s)%s: %w",
-				ErrLockNotAcquired, table, n, budget, per, s.holders(ctx, table), err)
+				ops.ErrLockNotAcquired, table, n, budget, per, s.holders(ctx, table), err)
 		}
 		sleep := wait/2 + rand.N(wait)
 		select {

@@ -11,7 +11,6 @@ import (
 	"ariga.io/atlas/sql/postgres"
 	"ariga.io/atlas/sql/schema"
 	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/zclconf/go-cty/cty"
 
 	"github.com/schemastate/schemastate/dialect"
 )
@@ -37,20 +36,6 @@ func (postgresDriver) schemaName(ctx context.Context, q querier) (string, error)
 
 func (postgresDriver) atlas(q querier) (migrate.Driver, error) { return postgres.Open(q) }
 
-func (postgresDriver) evalHCL(src []byte, s *schema.Schema, vars map[string]cty.Value) error {
-	return postgres.EvalHCLBytes(src, s, vars)
-}
-
-// declared: a unique index in the declaration is a UNIQUE constraint on
-// PostgreSQL (schema.hcl header; atlas-and-dialect-facts.md).
-func (postgresDriver) declared(t *schema.Table) {
-	for _, idx := range t.Indexes {
-		if idx.Unique {
-			idx.AddAttrs(postgres.UniqueConstraint(idx.Name))
-		}
-	}
-}
-
 // dropSQL: an index that backs a UNIQUE constraint, a foreign key and a
 // check are dropped as constraints of the table, any other index by its
 // schema-qualified name.
@@ -71,8 +56,6 @@ func (postgresDriver) dropSQL(schemaName, table string, c schema.Change) (string
 	}
 	return "ALTER TABLE " + qualified(schemaName, table) + " DROP CONSTRAINT " + dialect.QuoteIdent(name), nil
 }
-
-func (postgresDriver) formatType(t schema.Type) (string, error) { return postgres.FormatType(t) }
 
 func (postgresDriver) tablesQuery(n int) string {
 	return `SELECT table_name FROM information_schema.tables WHERE table_schema = current_schema() AND table_name IN (` + placeholders(dialect.Postgres, 1, n) + `)`

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 
+	"ariga.io/atlas/sql/postgres"
 	"ariga.io/atlas/sql/schema"
 
 	"github.com/schemastate/schemastate/dialect"
@@ -280,7 +281,7 @@ func columnTypeSQL(c *schema.Column) (string, bool) {
 	if c.Type.Raw != "" {
 		return c.Type.Raw, true
 	}
-	s, err := (postgresDriver{}).formatType(c.Type.Type)
+	s, err := postgres.FormatType(c.Type.Type)
 	return s, err == nil
 }
 

@@ -292,7 +292,7 @@ func brokenRows(ctx context.Context, q querier, ph ops.Phase) error {
 		return fmt.Errorf("count the rows that break %s: %w", ph.Constraint, err)
 	}
 	return fmt.Errorf("%w: %d rows of %s break %s (keys %s); nothing was added — correct or delete them, and the next boot tries again",
-		ErrRowsBreakConstraint, n, ph.Table, ph.Constraint, strings.Join(keys, ", "))
+		ops.ErrRowsBreakConstraint, n, ph.Table, ph.Constraint, strings.Join(keys, ", "))
 }
 
 // ownTx runs an own_transaction phase (a VALIDATE): its SQL in one

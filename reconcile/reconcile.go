@@ -1,27 +1,37 @@
-// Package reconcile keeps the tables schema.hcl declares in their declared
-// shape. The host calls Reconcile on every boot; `schemastate reconcile` runs
-// the same sequence.
+// Package reconcile keeps the tables this module owns (task_session_subagents,
+// as schema.hcl declares it) in their declared shape, on SQLite and
+// PostgreSQL. A host calls Reconcile once on every boot with its *sql.DB:
 //
-// The sequence, in the spec's order:
+//	rep, err := reconcile.Reconcile(ctx, db, reconcile.WithLogger(logger))
+//
+// Reconcile never aborts the boot. A failed step is logged at WARN by name,
+// leaves the database as it was and is retried on the next boot; err (also
+// rep.Err()) is a *StepError per failed step, matching ErrStepFailed and
+// keeping its cause's chain. When nothing needs changing it runs no DDL and
+// takes no lock. Plan is the dry run (what Reconcile would execute now) and
+// Observe the read-only status; neither takes a lock or changes anything.
+// Spans and metrics go through the host's own OpenTelemetry providers
+// (WithTracerProvider, WithMeterProvider) and nowhere without them.
+//
+// What a Reconcile does, in the spec's order:
 //
 //	lock → host tables → shape (inspect, diff, plan, apply) → [refused] →
 //	[widen, PostgreSQL] → execution_since (observe the end state, write the
 //	key) → backfill
 //
-// Before the lock (and again right after it, for a boot that had to take
-// it), a boot whose live catalog and declaration match the certificate the
-// last full check recorded takes the fast path: it takes no lock and runs
-// none of the later steps (fingerprint.go). Indexes, foreign keys and checks
-// the declaration does not name are kept and reported, never dropped unless
-// asked (drift.go). Reconcile never aborts the host's
-// boot: a failed step is logged at WARN with its name, rolled back whole,
-// reported, and tried again on the next call.
+// Before the lock (and again right after it, for a boot that had to take it),
+// a boot whose live catalog and declaration match the certificate the last
+// full check recorded takes the fast path: no lock and none of the later
+// steps (fingerprint.go). Indexes, foreign keys and checks the declaration
+// does not name are kept and reported, never dropped unless asked
+// (WithPrune; drift.go). On PostgreSQL a table at or above WithOnlineAbove is
+// changed in online phases whose every exclusive lock is catalog-only and
+// short (docs/reconcile.md).
 //
-// Everything a dialect decides — its session and lock, the catalog facts
-// planning needs, the planning rules, the certificate's catalog read, type
-// spelling, HCL evaluation — sits behind one driver (driver.go), chosen once
-// per call; sqlite*.go and postgres*.go implement it. The plan is a value
-// (plan.go) and one applier runs it on both dialects (apply.go).
+// Everything a dialect decides sits behind one driver (driver.go), chosen once
+// per call; sqlite*.go and postgres*.go implement it. The plan is a value, a
+// list of typed phases (internal/ops), and one applier runs it on both
+// dialects (apply.go).
 package reconcile
 
 import (
@@ -37,7 +47,9 @@ import (
 
 	"github.com/schemastate/schemastate/backfill"
 	"github.com/schemastate/schemastate/dialect"
+	"github.com/schemastate/schemastate/internal/declare"
 	"github.com/schemastate/schemastate/internal/hooks"
+	"github.com/schemastate/schemastate/internal/instant"
 	"github.com/schemastate/schemastate/internal/ops"
 	"github.com/schemastate/schemastate/keys"
 )
@@ -266,7 +278,7 @@ func (r *run) lock(ctx context.Context, db *sql.DB) (session, bool) {
 }
 
 // hostTables loads the declaration and checks the host tables exist.
-func (r *run) hostTables(ctx context.Context, sess session) (*Declaration, bool) {
+func (r *run) hostTables(ctx context.Context, sess session) (*declare.Declaration, bool) {
 	decl, err := r.o.loadDeclaration(r.drv, sess.schemaName())
 	if err != nil {
 		r.record(Step{Name: StepHostTables, Status: Failed, Detail: err.Error(), Err: err})
@@ -278,7 +290,7 @@ func (r *run) hostTables(ctx context.Context, sess session) (*Declaration, bool)
 		// Name the schema: on PostgreSQL it is current_schema(), the first
 		// schema on search_path that exists, which need not be where the host's
 		// own unqualified queries find these tables.
-		err = fmt.Errorf("%w: %s (looked in schema %q; schemastate never creates host tables; internal/fixtures/host has a fixture)", ErrHostTablesMissing, strings.Join(missing, ", "), sess.schemaName())
+		err = fmt.Errorf("%w: %s (looked in schema %q; schemastate never creates host tables; internal/fixtures/host has a fixture)", ops.ErrHostTablesMissing, strings.Join(missing, ", "), sess.schemaName())
 	}
 	if err != nil {
 		r.record(Step{Name: StepHostTables, Status: Failed, Detail: err.Error(), Err: err})
@@ -294,7 +306,7 @@ func (r *run) hostTables(ctx context.Context, sess session) (*Declaration, bool)
 // clean reports that the full check found nothing to change and refused
 // nothing, so the live catalog may be certified; plan is nil when planning
 // failed.
-func (r *run) shape(ctx context.Context, sess session, decl *Declaration) (plan *ShapePlan, clean bool) {
+func (r *run) shape(ctx context.Context, sess session, decl *declare.Declaration) (plan *ShapePlan, clean bool) {
 	r.stepOwnTx(ctx, StepShape, func(ctx context.Context) Step {
 		var err error
 		if plan, err = planShape(ctx, r.drv, sess.querier(), decl, sess.schemaName(), r.o.options); err != nil {
@@ -322,7 +334,7 @@ func (r *run) refuse(plan *ShapePlan) {
 		return
 	}
 	if refused := plan.Refused(); len(refused) > 0 {
-		err := fmt.Errorf("%w (never applied at boot): %s", ErrRefused, strings.Join(refused, "; "))
+		err := fmt.Errorf("%w (never applied at boot): %s", ops.ErrRefused, strings.Join(refused, "; "))
 		r.record(Step{Name: StepRefused, Status: Failed, Detail: err.Error(), Err: err})
 	}
 }
@@ -331,7 +343,7 @@ func (r *run) refuse(plan *ShapePlan) {
 // the plan has any. When the shape step changed the catalog, the widening is
 // planned again from it: the rebuild carries the table's indexes and
 // constraints as they are once the key is swapped, not as they were.
-func (r *run) widen(ctx context.Context, sess session, decl *Declaration, plan *ShapePlan) {
+func (r *run) widen(ctx context.Context, sess session, decl *declare.Declaration, plan *ShapePlan) {
 	if plan == nil || len(plan.stepPhases(StepWiden)) == 0 {
 		return
 	}
@@ -455,7 +467,7 @@ func (r *run) reportDrift() {
 // from nothing, and an amended table whose earlier key write failed all get
 // the key. It returns the end state it observed (zero when it observed none),
 // which gates the backfill (AC-33c).
-func (r *run) executionSince(ctx context.Context, sess session, decl *Declaration, clean bool) (es EndState) {
+func (r *run) executionSince(ctx context.Context, sess session, decl *declare.Declaration, clean bool) (es EndState) {
 	r.step(ctx, sess, StepExecutionSince, func(ctx context.Context, q querier) Step {
 		if err := r.o.fail(hooks.FailpointExecutionSinceObserve); err != nil {
 			return failed(err)
@@ -474,7 +486,7 @@ func (r *run) executionSince(ctx context.Context, sess session, decl *Declaratio
 		// The key names an instant the end state was observed to hold: sampled
 		// after the observation, at the write, never at the transaction's start
 		// or before the boot looked.
-		wrote, err := keys.WriteOnce(ctx, q, r.o.dialect, keys.ExecutionSince, keys.Format(r.o.now()))
+		wrote, err := keys.WriteOnce(ctx, q, r.o.dialect, keys.ExecutionSince, instant.Format(r.o.now()))
 		if err != nil {
 			return failed(err)
 		}
@@ -489,7 +501,7 @@ func (r *run) executionSince(ctx context.Context, sess session, decl *Declaratio
 	return es
 }
 
-func (r *run) observe(ctx context.Context, q querier, decl *Declaration, schemaName string) (EndState, error) {
+func (r *run) observe(ctx context.Context, q querier, decl *declare.Declaration, schemaName string) (EndState, error) {
 	_, live, err := inspectLive(ctx, r.drv, q, decl, schemaName)
 	if err != nil {
 		return EndState{}, err

@@ -18,8 +18,8 @@ import (
 	"github.com/schemastate/schemastate/dialect"
 	"github.com/schemastate/schemastate/internal/dbtest"
 	"github.com/schemastate/schemastate/internal/hooks"
+	"github.com/schemastate/schemastate/internal/instant"
 	"github.com/schemastate/schemastate/internal/ops"
-	"github.com/schemastate/schemastate/keys"
 	"github.com/schemastate/schemastate/reconcile"
 )
 
@@ -33,7 +33,7 @@ func TestReconcile_AC17_AC33b_FreshDatabase(t *testing.T) {
 		require.Equal(t, reconcile.Applied, rep.Step(reconcile.StepExecutionSince).Status)
 		ks := readKeys(t, db)
 		require.NotNil(t, ks.ExecutionSince)
-		_, err := keys.Parse(*ks.ExecutionSince)
+		_, err := instant.Parse(*ks.ExecutionSince)
 		require.NoError(t, err)
 		obs := observeKeyBearing(t, db)
 		require.True(t, obs.EndState.IndexesMatchDeclaration)
@@ -223,7 +223,7 @@ func TestReconcile_AC24_ExecutionSinceSampledAfterObservingTheEndState(t *testin
 		observing, written := read[hooks.FailpointExecutionSinceObserve], read[hooks.FailpointBackfillMaxTaken]
 		require.False(t, observing.IsZero())
 		require.False(t, written.IsZero())
-		es, err := keys.Parse(*readKeys(t, db).ExecutionSince)
+		es, err := instant.Parse(*readKeys(t, db).ExecutionSince)
 		require.NoError(t, err)
 		require.False(t, es.Before(observing), "execution_since %s precedes the observation's start %s", es, observing)
 		require.False(t, es.After(written), "execution_since %s follows the key write %s", es, written)

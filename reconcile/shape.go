@@ -9,6 +9,8 @@ import (
 	"ariga.io/atlas/sql/schema"
 
 	"github.com/schemastate/schemastate/dialect"
+	"github.com/schemastate/schemastate/internal/declare"
+	"github.com/schemastate/schemastate/internal/ident"
 	"github.com/schemastate/schemastate/internal/ops"
 	"github.com/schemastate/schemastate/internal/typechange"
 )
@@ -42,25 +44,12 @@ type ShapePlan struct {
 	MissingHostTables []string
 }
 
-// TableChanges is one owned table's diff as the shape step planned it.
-type TableChanges struct {
-	Table string
-	// Live is the table as inspected (nil when it does not exist yet);
-	// Want as declared.
-	Live, Want *schema.Table
-	// Changes are Atlas's changes from Live to Want, the undeclared objects
-	// kept out of them, before they are split into phases.
-	Changes []schema.Change
-	// Refused names each change the shape step refuses (Refused).
-	Refused []string
-}
-
 // Tables lists every owned table's diff, in declaration order: what the
 // phases were planned from, for a caller judging a change (schemastate lint).
-func (p *ShapePlan) Tables() []TableChanges {
-	out := make([]TableChanges, len(p.tables))
+func (p *ShapePlan) Tables() []ops.TableChanges {
+	out := make([]ops.TableChanges, len(p.tables))
 	for i, t := range p.tables {
-		out[i] = TableChanges{Table: t.Table, Live: t.Live, Want: t.Want, Changes: t.Changes, Refused: t.Refused}
+		out[i] = ops.TableChanges{Table: t.Table, Live: t.Live, Want: t.Want, Changes: t.Changes, Refused: t.Refused}
 	}
 	return out
 }
@@ -96,7 +85,7 @@ func (p *ShapePlan) Refused() []string {
 
 // inspect reads the live shape of the owned tables only. A table that does
 // not exist is simply absent from the result.
-func inspect(ctx context.Context, drv migrate.Driver, decl *Declaration, schemaName string) (*schema.Schema, error) {
+func inspect(ctx context.Context, drv migrate.Driver, decl *declare.Declaration, schemaName string) (*schema.Schema, error) {
 	names := make([]string, len(decl.Owned))
 	for i, t := range decl.Owned {
 		names[i] = t.Name
@@ -112,7 +101,7 @@ func inspect(ctx context.Context, drv migrate.Driver, decl *Declaration, schemaN
 }
 
 // inspectLive opens Atlas's driver over q and inspects the owned tables.
-func inspectLive(ctx context.Context, drv driver, q querier, decl *Declaration, schemaName string) (migrate.Driver, *schema.Schema, error) {
+func inspectLive(ctx context.Context, drv driver, q querier, decl *declare.Declaration, schemaName string) (migrate.Driver, *schema.Schema, error) {
 	ad, err := drv.atlas(q)
 	if err != nil {
 		return nil, nil, err
@@ -150,7 +139,7 @@ func (pc *planContext) render(changes ...schema.Change) ([]string, error) {
 		return nil, err
 	}
 	for _, c := range changes {
-		if err := atlasNames(c, requirePlain); err != nil {
+		if err := ident.AtlasNames(c, ident.RequirePlain); err != nil {
 			return nil, err
 		}
 	}
@@ -187,7 +176,7 @@ func (pc *planContext) diff(tp *tablePlan) (changes, kept []schema.Change, err e
 
 // planShape inspects, diffs and plans every owned table. It executes nothing.
 // Undeclared indexes, foreign keys and checks are kept unless o.prune is set.
-func planShape(ctx context.Context, drv driver, q querier, decl *Declaration, schemaName string, o *options) (*ShapePlan, error) {
+func planShape(ctx context.Context, drv driver, q querier, decl *declare.Declaration, schemaName string, o *options) (*ShapePlan, error) {
 	ad, live, err := inspectLive(ctx, drv, q, decl, schemaName)
 	if err != nil {
 		return nil, err

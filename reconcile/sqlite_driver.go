@@ -8,7 +8,6 @@ import (
 	"ariga.io/atlas/sql/migrate"
 	"ariga.io/atlas/sql/schema"
 	"ariga.io/atlas/sql/sqlite"
-	"github.com/zclconf/go-cty/cty"
 
 	"github.com/schemastate/schemastate/dialect"
 )
@@ -34,12 +33,6 @@ func (sqliteDriver) schemaName(context.Context, querier) (string, error) { retur
 // one statement (sqlite_ident.go).
 func (sqliteDriver) atlas(q querier) (migrate.Driver, error) { return sqlite.Open(oneStatement{q}) }
 
-func (sqliteDriver) evalHCL(src []byte, s *schema.Schema, vars map[string]cty.Value) error {
-	return sqlite.EvalHCLBytes(src, s, vars)
-}
-
-func (sqliteDriver) declared(*schema.Table) {}
-
 // dropSQL: SQLite drops an index by name; a foreign key or check goes only
 // with a rebuild, which never renders it.
 func (sqliteDriver) dropSQL(_, _ string, c schema.Change) (string, error) {
@@ -48,8 +41,6 @@ func (sqliteDriver) dropSQL(_, _ string, c schema.Change) (string, error) {
 	}
 	return "", fmt.Errorf("SQLite drops a %T only by rebuilding the table", c)
 }
-
-func (sqliteDriver) formatType(t schema.Type) (string, error) { return sqlite.FormatType(t) }
 
 func (sqliteDriver) tablesQuery(n int) string {
 	return `SELECT name FROM sqlite_master WHERE type = 'table' AND name IN (` + placeholders(dialect.SQLite, 1, n) + `)`

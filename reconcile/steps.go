@@ -3,13 +3,15 @@ package reconcile
 import (
 	"context"
 	"database/sql"
+
+	"github.com/schemastate/schemastate/internal/declare"
 )
 
 // boot is what the steps of one reconcile hand each other, as values.
 type boot struct {
 	db    *sql.DB
 	sess  session
-	decl  *Declaration
+	decl  *declare.Declaration
 	plan  *ShapePlan
 	clean bool // the full check found nothing to change (shape)
 	es    EndState

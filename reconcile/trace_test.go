@@ -13,6 +13,7 @@ import (
 
 	"github.com/schemastate/schemastate/dialect"
 	"github.com/schemastate/schemastate/internal/dbtest"
+	"github.com/schemastate/schemastate/internal/ops"
 	"github.com/schemastate/schemastate/reconcile"
 )
 
@@ -78,7 +79,7 @@ func TestTrace_FailedStepCarriesItsError(t *testing.T) {
 	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
 		tp, rec := recorded() // no host tables: the host_tables step fails
 		_, err := reconcile.Reconcile(ctx, db.DB, quiet, reconcile.WithTracerProvider(tp))
-		require.ErrorIs(t, err, reconcile.ErrHostTablesMissing)
+		require.ErrorIs(t, err, ops.ErrHostTablesMissing)
 		var step, root sdktrace.ReadOnlySpan
 		for _, s := range rec.Ended() {
 			switch s.Name() {
@@ -109,6 +110,20 @@ func TestTrace_NoProviderTracesNothing(t *testing.T) {
 	db := dbtest.Open(t, dialect.SQLite).Host(t)
 	mustReconcile(t, db, quiet)
 	require.Empty(t, rec.Ended())
+}
+
+// Without WithMeterProvider a Reconcile registers and counts nothing, not
+// even through a global meter provider the host set.
+func TestMetrics_NoProviderRegistersNothing(t *testing.T) {
+	reader := sdkmetric.NewManualReader()
+	prev := otel.GetMeterProvider()
+	otel.SetMeterProvider(sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)))
+	t.Cleanup(func() { otel.SetMeterProvider(prev) })
+	db := dbtest.Open(t, dialect.SQLite).Host(t)
+	mustReconcile(t, db, quiet)
+	var rm metricdata.ResourceMetrics
+	require.NoError(t, reader.Collect(ctx, &rm))
+	require.Empty(t, rm.ScopeMetrics)
 }
 
 // Given a meter provider, each Reconcile counts its steps by step and

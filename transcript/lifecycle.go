@@ -9,7 +9,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/schemastate/schemastate/dialect"
-	"github.com/schemastate/schemastate/keys"
+	"github.com/schemastate/schemastate/internal/instant"
 )
 
 // LifecycleTable is the host's lifecycle summary of background executions,
@@ -115,7 +115,7 @@ func (l *Lifecycle) Start(ctx context.Context, e Entry) error {
 		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
 		ON CONFLICT (workspace_path, session_id, agent_id) DO NOTHING`),
 		dbText(e.WorkspacePath), dbText(e.SessionID), dbText(e.AgentID), nullable(e.ExecutionID), dbText(e.Kind),
-		nullable(e.Provider), nullable(e.Model), dbText(e.Status), keys.RowTime(l.d, e.StartedAt))
+		nullable(e.Provider), nullable(e.Model), dbText(e.Status), instant.RowTime(l.d, e.StartedAt))
 	if err != nil {
 		return fmt.Errorf("%s: start %s/%s: %w", LifecycleTable, e.SessionID, e.AgentID, err)
 	}
@@ -135,7 +135,7 @@ func (l *Lifecycle) end(ctx context.Context, id Identity, status Status, at time
 	res, err := l.q.ExecContext(ctx, l.d.Rebind(`UPDATE background_agent_log
 		SET status = ?, completed_at = ?, error = ?, model = COALESCE(model, ?)
 		WHERE workspace_path = ? AND session_id = ? AND agent_id = ? AND status NOT IN `+terminalList),
-		string(status), keys.RowTime(l.d, at), nullable(errText), nullable(model),
+		string(status), instant.RowTime(l.d, at), nullable(errText), nullable(model),
 		dbText(id.WorkspacePath), dbText(id.SessionID), dbText(id.AgentID))
 	if err != nil {
 		return false, fmt.Errorf("%s: end %s/%s: %w", LifecycleTable, id.SessionID, id.AgentID, err)

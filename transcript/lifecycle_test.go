@@ -13,7 +13,7 @@ import (
 	"github.com/schemastate/schemastate/dialect"
 	"github.com/schemastate/schemastate/internal/dbtest"
 	"github.com/schemastate/schemastate/internal/fixtures"
-	"github.com/schemastate/schemastate/keys"
+	"github.com/schemastate/schemastate/internal/instant"
 	"github.com/schemastate/schemastate/reconcile"
 	"github.com/schemastate/schemastate/transcript"
 )
@@ -96,14 +96,14 @@ func TestLifecycle_ReconcileAddsTranscriptColumnsWithoutRebuild(t *testing.T) {
 		for i, a := range []string{"agent-a", "agent-b", "agent-c"} {
 			var completed, errText any
 			if i > 0 {
-				completed, errText = keys.RowTime(db.Dialect, at.Add(time.Minute)), nil
+				completed, errText = instant.RowTime(db.Dialect, at.Add(time.Minute)), nil
 			}
 			if i == 2 {
 				errText = "Measurement Validator: failed"
 			}
 			_, err := db.DB.Exec(db.Q(`INSERT INTO background_agent_log (workspace_path, session_id, agent_id, execution_id, kind, provider, model, status, started_at, completed_at, error)
 				VALUES ('/ws', 'schedule-cron--fba2d19b', ?, ?, 'scheduled', NULL, 'gpt-5', ?, ?, ?, ?)`),
-				a, "exec-"+a, []string{"running", "completed", "failed"}[i], keys.RowTime(db.Dialect, at), completed, errText)
+				a, "exec-"+a, []string{"running", "completed", "failed"}[i], instant.RowTime(db.Dialect, at), completed, errText)
 			require.NoError(t, err)
 		}
 		before, rootBefore := rowsAsText(t, db), storageID(t, db)

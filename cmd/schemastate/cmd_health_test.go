@@ -11,6 +11,7 @@ import (
 
 	"github.com/schemastate/schemastate/dialect"
 	"github.com/schemastate/schemastate/internal/dbtest"
+	"github.com/schemastate/schemastate/internal/instant"
 	"github.com/schemastate/schemastate/keys"
 )
 
@@ -32,14 +33,14 @@ var healthK = time.Date(2026, 7, 30, 12, 0, 0, 500000000, time.UTC)
 
 func seedMessage(t *testing.T, db *dbtest.DB, exec func(string, ...any), id, toolCallID string, at time.Time) {
 	t.Helper()
-	ts := keys.RowTime(db.Dialect, at)
+	ts := instant.RowTime(db.Dialect, at)
 	exec(`INSERT INTO task_session_messages (id, task_session_id, task_id, turn_id, content, metadata, created_at, updated_at) VALUES (?, 's1', 'task-1', 't', '…', ?, ?, ?)`,
 		id, `{"tool_call_id":"`+toolCallID+`","normalized":{"kind":"subagent_task","subagent_task":{"status":"completed"}}}`, ts, ts)
 }
 
 func seedRow(t *testing.T, db *dbtest.DB, exec func(string, ...any), id, toolCallID string, at time.Time) {
 	t.Helper()
-	ts := keys.RowTime(db.Dialect, at)
+	ts := instant.RowTime(db.Dialect, at)
 	exec(`INSERT INTO task_session_subagents (id, task_session_id, task_id, agent_execution_id, tool_call_id, observed_at, updated_at) VALUES (?, 's1', 'task-1', 'exec-1', ?, ?, ?)`,
 		id, toolCallID, ts, ts)
 }
@@ -51,7 +52,7 @@ func seedRow(t *testing.T, db *dbtest.DB, exec func(string, ...any), id, toolCal
 func TestCLI_Health_AC28_AC28a_AC29_VerdictsAndExitCodes(t *testing.T) {
 	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
 		exec := healthStore(t, db)
-		since := keys.Format(healthK)
+		since := instant.Format(healthK)
 		// requireJSON runs health --json and requires its exit code and object.
 		requireJSON := func(wantCode int, want map[string]any) {
 			t.Helper()
@@ -84,14 +85,14 @@ func TestCLI_Health_AC28_AC28a_AC29_VerdictsAndExitCodes(t *testing.T) {
 		seedRow(t, db, exec, "r-a", "tc-a", healthK)
 		seedRow(t, db, exec, "r-orphan", "tc-orphan", healthK.Add(time.Second))
 		requireJSON(exitOK, map[string]any{"capture_since": since, "verdict": "healthy", "shortfall": 0.0,
-			"excess": 1.0, "collisions": 0.0, "last_observed_at": keys.Format(healthK.Add(time.Second)), "unreadable_created_at": 0.0})
+			"excess": 1.0, "collisions": 0.0, "last_observed_at": instant.Format(healthK.Add(time.Second)), "unreadable_created_at": 0.0})
 		requireText(exitOK, "verdict:          healthy",
 			"excess:           1 (reported for attribution, never an alarm)",
 			"unreadable_created_at: 0")
 
 		seedMessage(t, db, exec, "m-missed", "tc-missed", healthK.Add(2*time.Second))
 		requireJSON(exitUnhealthy, map[string]any{"capture_since": since, "verdict": "shortfall", "shortfall": 1.0,
-			"excess": 1.0, "collisions": 0.0, "last_observed_at": keys.Format(healthK.Add(time.Second)), "unreadable_created_at": 0.0})
+			"excess": 1.0, "collisions": 0.0, "last_observed_at": instant.Format(healthK.Add(time.Second)), "unreadable_created_at": 0.0})
 		requireText(exitUnhealthy, "verdict:          shortfall — 1 subagent message(s) since activation have no row",
 			"capture_since:    "+since)
 	})
@@ -113,7 +114,7 @@ func TestCLI_Health_ErrorsExit2(t *testing.T) {
 		require.Equal(t, exitUsage, code)
 		require.Contains(t, stderr, keys.CaptureSince+` = "2026-07-30T01:39:37"`)
 
-		exec(`UPDATE kandev_meta SET value = ? WHERE key = ?`, keys.Format(healthK), keys.CaptureSince)
+		exec(`UPDATE kandev_meta SET value = ? WHERE key = ?`, instant.Format(healthK), keys.CaptureSince)
 		exec(`DROP TABLE task_session_subagents`)
 		code, _, stderr = healthCLI(t, "--db", db.CLIDSN, "--json")
 		require.Equal(t, exitUsage, code)

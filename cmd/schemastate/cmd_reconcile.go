@@ -12,6 +12,7 @@ import (
 
 	"github.com/schemastate/schemastate/dialect"
 	"github.com/schemastate/schemastate/fanout"
+	"github.com/schemastate/schemastate/internal/declare"
 	"github.com/schemastate/schemastate/internal/dsn"
 	"github.com/schemastate/schemastate/internal/ops"
 	"github.com/schemastate/schemastate/keys"
@@ -79,7 +80,7 @@ func (f shapeFlags) check(e *env, d dialect.Dialect) bool {
 	if *f.schemaFile == "" {
 		return true
 	}
-	if _, err := reconcile.LoadDeclaration(*f.schemaFile, d, "main"); err != nil {
+	if _, err := declare.Load(*f.schemaFile, d, "main"); err != nil {
 		fmt.Fprintf(e.stderr, "schemastate: --schema: %v\n", err)
 		return false
 	}

@@ -10,7 +10,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/schemastate/schemastate/capture"
-	"github.com/schemastate/schemastate/keys"
+	"github.com/schemastate/schemastate/internal/instant"
 )
 
 // plainInsert is the floor's statement: one row of the same 22 columns,
@@ -106,7 +106,7 @@ func (b *bench) capture(ctx context.Context, rep *Report, rowsN int) error {
 					uuid.NewString(), f.SessionID, f.TaskID, f.TurnID, f.ExecutionID, f.ToolCallID,
 					nil, f.Subagent.SubagentType, f.Subagent.Description, f.Subagent.AgentID, nil,
 					f.Subagent.Model, f.Subagent.Status, f.ToolStatus, 1, nil, nil,
-					nil, "live", keys.RowTime(b.d, f.ObservedAt), keys.RowTime(b.d, f.ObservedAt), keys.RowTime(b.d, now))
+					nil, "live", instant.RowTime(b.d, f.ObservedAt), instant.RowTime(b.d, f.ObservedAt), instant.RowTime(b.d, now))
 				return err
 			})
 			if err != nil {

@@ -9,8 +9,8 @@ import (
 	"ariga.io/atlas/sql/sqlclient"
 	"github.com/zclconf/go-cty/cty"
 
+	"github.com/schemastate/schemastate/internal/instant"
 	"github.com/schemastate/schemastate/internal/perdialect"
-	"github.com/schemastate/schemastate/keys"
 )
 
 // dialectBench is what the benchmark does differently on each dialect
@@ -43,7 +43,7 @@ type dialectBench struct {
 
 	// healthFloor is the health floor's statement and its one bind value
 	// for the capture_since boundary.
-	healthFloor func(bound keys.Boundary) (string, any)
+	healthFloor func(bound instant.Boundary) (string, any)
 
 	// series is a FROM item k(i) of the integers from 0 below the one bind
 	// parameter; settle leaves a restored store as a running host's would.

@@ -8,7 +8,7 @@ import (
 	"ariga.io/atlas/sql/postgres"
 	"ariga.io/atlas/sql/sqlclient"
 
-	"github.com/schemastate/schemastate/keys"
+	"github.com/schemastate/schemastate/internal/instant"
 )
 
 var postgresBench = dialectBench{
@@ -31,7 +31,7 @@ var postgresBench = dialectBench{
 	lockUpTo:      1_000_000,
 	tableBytes:    `SELECT pg_total_relation_size('task_session_subagents')`,
 
-	healthFloor: func(bound keys.Boundary) (string, any) { return healthFloorPostgres, bound.Arg() },
+	healthFloor: func(bound instant.Boundary) (string, any) { return healthFloorPostgres, bound.Arg() },
 
 	series: "generate_series(0, $1::int - 1) AS k(i)",
 	settle: "ANALYZE task_session_subagents",

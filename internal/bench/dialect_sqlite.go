@@ -9,7 +9,7 @@ import (
 	"ariga.io/atlas/sql/sqlite"
 
 	"github.com/schemastate/schemastate/dialect"
-	"github.com/schemastate/schemastate/keys"
+	"github.com/schemastate/schemastate/internal/instant"
 )
 
 var sqliteBench = dialectBench{
@@ -28,12 +28,12 @@ var sqliteBench = dialectBench{
 	tableBytes:    `SELECT COALESCE(SUM(pgsize), 0) FROM dbstat WHERE name IN (SELECT name FROM sqlite_master WHERE tbl_name = 'task_session_subagents')`,
 
 	// The host's text form, rounded up to the microsecond as the key is.
-	healthFloor: func(bound keys.Boundary) (string, any) {
+	healthFloor: func(bound instant.Boundary) (string, any) {
 		t := bound.Time()
 		if tr := t.Truncate(time.Microsecond); !tr.Equal(t) {
 			t = tr.Add(time.Microsecond)
 		}
-		return healthFloorSQLite, keys.RowTime(dialect.SQLite, t)
+		return healthFloorSQLite, instant.RowTime(dialect.SQLite, t)
 	},
 
 	series: "(WITH RECURSIVE s(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM s WHERE i + 1 < ?) SELECT i FROM s) k",

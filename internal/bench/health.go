@@ -8,6 +8,7 @@ import (
 
 	"github.com/schemastate/schemastate/dialect"
 	"github.com/schemastate/schemastate/health"
+	"github.com/schemastate/schemastate/internal/instant"
 	"github.com/schemastate/schemastate/internal/readonly"
 	"github.com/schemastate/schemastate/keys"
 )
@@ -127,7 +128,7 @@ func healthFloorQuery(d dialect.Dialect, captureSince string) (string, any, erro
 	if err != nil {
 		return "", nil, fmt.Errorf("bench: %w", err)
 	}
-	bound, err := keys.NewBoundary(captureSince)
+	bound, err := instant.NewBoundary(captureSince)
 	if err != nil {
 		return "", nil, err
 	}

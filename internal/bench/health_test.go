@@ -10,6 +10,7 @@ import (
 	"github.com/schemastate/schemastate/health"
 	"github.com/schemastate/schemastate/internal/dbtest"
 	"github.com/schemastate/schemastate/internal/gen"
+	"github.com/schemastate/schemastate/internal/instant"
 	"github.com/schemastate/schemastate/keys"
 	"github.com/schemastate/schemastate/reconcile"
 )
@@ -27,13 +28,13 @@ func TestHealthFloor_SameNumbersAsEvaluate(t *testing.T) {
 		b := &bench{db: db.DB, d: db.Dialect}
 		ks, err := keys.Read(ctx, db.DB, db.Dialect)
 		require.NoError(t, err)
-		bound, err := keys.NewBoundary(*ks.CaptureSince)
+		bound, err := instant.NewBoundary(*ks.CaptureSince)
 		require.NoError(t, err)
 
 		// A shortfall: the rows of three messages in the window are gone.
 		var ids []string
 		rows, err := db.Query(db.Dialect.Rebind(`SELECT id FROM task_session_subagents WHERE observed_at >= ? ORDER BY id LIMIT 3`),
-			keys.RowTime(db.Dialect, bound.Time().Add(time.Microsecond)))
+			instant.RowTime(db.Dialect, bound.Time().Add(time.Microsecond)))
 		require.NoError(t, err)
 		for rows.Next() {
 			var id string
@@ -49,7 +50,7 @@ func TestHealthFloor_SameNumbersAsEvaluate(t *testing.T) {
 		// An excess row, and a collision: one tool_call_id in two executions.
 		var session, task string
 		require.NoError(t, db.QueryRow(`SELECT id, task_id FROM task_sessions ORDER BY id LIMIT 1`).Scan(&session, &task))
-		now := keys.RowTime(db.Dialect, time.Now())
+		now := instant.RowTime(db.Dialect, time.Now())
 		for i, exec := range []string{"00000000-0000-4000-8000-000000000001", "00000000-0000-4000-8000-000000000002"} {
 			_, err := db.DB.Exec(db.Dialect.Rebind(`INSERT INTO task_session_subagents (id, task_session_id, task_id, agent_execution_id, tool_call_id, source, observed_at, updated_at)
 VALUES (?, ?, ?, ?, 'toolu_no_message', 'live', ?, ?)`), "excess-"+string(rune('a'+i)), session, task, exec, now, now)

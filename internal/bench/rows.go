@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/schemastate/schemastate/internal/declare"
 	"github.com/schemastate/schemastate/internal/hooks"
 	"github.com/schemastate/schemastate/internal/readonly"
 	"github.com/schemastate/schemastate/reconcile"
@@ -199,8 +200,8 @@ func (b *bench) fixedCosts(ctx context.Context) ([]Cost, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := add("HCL evaluation (reconcile.LoadDeclaration)", func() error {
-		_, err := reconcile.LoadDeclaration("", b.d, schema)
+	if err := add("HCL evaluation (declare.Load)", func() error {
+		_, err := declare.Load("", b.d, schema)
 		return err
 	}); err != nil {
 		return nil, err

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/schemastate/schemastate/dialect"
+	"github.com/schemastate/schemastate/internal/declare"
 	"github.com/schemastate/schemastate/internal/readonly"
 	"github.com/schemastate/schemastate/keys"
 	"github.com/schemastate/schemastate/reconcile"
@@ -35,7 +36,7 @@ func (b *bench) steady(ctx context.Context, rep *Report, family string, n, messa
 	if err != nil {
 		return err
 	}
-	decl, err := reconcile.LoadDeclaration("", b.d, name)
+	decl, err := declare.Load("", b.d, name)
 	if err != nil {
 		return err
 	}

@@ -21,6 +21,7 @@ import (
 
 	"github.com/schemastate/schemastate/dialect"
 	"github.com/schemastate/schemastate/internal/basestate"
+	"github.com/schemastate/schemastate/internal/instant"
 	"github.com/schemastate/schemastate/internal/owned"
 	"github.com/schemastate/schemastate/internal/perdialect"
 	"github.com/schemastate/schemastate/internal/readonly"
@@ -337,7 +338,7 @@ func (g *generator) activate(ctx context.Context) error {
 	if rep.Keys.CaptureSince == nil {
 		return errors.New("gen: amended state: reconcile wrote no capture_since")
 	}
-	at, err := keys.Parse(*rep.Keys.CaptureSince)
+	at, err := instant.Parse(*rep.Keys.CaptureSince)
 	if err != nil {
 		return err
 	}

@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/schemastate/schemastate/keys"
+	"github.com/schemastate/schemastate/internal/instant"
 )
 
 // session streams one session: its row, then turn by turn a user message,
@@ -65,7 +65,7 @@ func (g *generator) session(si int, sp sessionPlan, start time.Time) error {
 	return nil
 }
 
-func (g *generator) at(t time.Time) any { return keys.RowTime(g.d, t) }
+func (g *generator) at(t time.Time) any { return instant.RowTime(g.d, t) }
 
 // plainMeta is an ordinary message's metadata: '{}', and now and then one
 // of the forms older hosts left behind (NULL, the empty string, 'null').

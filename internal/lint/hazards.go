@@ -8,9 +8,10 @@ import (
 	"ariga.io/atlas/sql/schema"
 
 	"github.com/schemastate/schemastate/dialect"
+	"github.com/schemastate/schemastate/internal/declare"
+	"github.com/schemastate/schemastate/internal/endstate"
 	"github.com/schemastate/schemastate/internal/ops"
 	"github.com/schemastate/schemastate/internal/typechange"
-	"github.com/schemastate/schemastate/reconcile"
 )
 
 // Level ranks a hazard for --fail-on.
@@ -88,7 +89,7 @@ type Hazard struct {
 
 // planHazards judges one state's plan: the diff of every table it changes,
 // and the phases chosen for it.
-func planHazards(d dialect.Dialect, state string, tables []reconcile.TableChanges, phases []ops.Phase) []Hazard {
+func planHazards(d dialect.Dialect, state string, tables []ops.TableChanges, phases []ops.Phase) []Hazard {
 	var out []Hazard
 	add := func(h Hazard) {
 		h.Dialect, h.State = d, state
@@ -120,7 +121,7 @@ func planHazards(d dialect.Dialect, state string, tables []reconcile.TableChange
 				// declared without NOT NULL inspects as nullable (the host's
 				// `id TEXT PRIMARY KEY`), every writer gives a key, and the
 				// rebuild refuses a row whose key is NULL by naming it
-				// (reconcile.ErrNullRow) — the shape the store already had,
+				// (ops.ErrNullRow) — the shape the store already had,
 				// not a change the declaration makes.
 				if c.Change.Is(schema.ChangeNull) && !c.To.Type.Null && c.To.Default == nil && !inPrimaryKey(tc.Live, c.From.Name) {
 					// With a default, the reconcile fills the NULLs first
@@ -202,7 +203,7 @@ func indexColumns(idx *schema.Index) string {
 }
 
 // declarationHazards compares the base and new declarations of one dialect.
-func declarationHazards(d dialect.Dialect, base, next Source, bd, nd *reconcile.Declaration) []Hazard {
+func declarationHazards(d dialect.Dialect, base, next Source, bd, nd *declare.Declaration) []Hazard {
 	var out []Hazard
 	add := func(h Hazard) {
 		h.Dialect = d
@@ -246,7 +247,7 @@ func declarationHazards(d dialect.Dialect, base, next Source, bd, nd *reconcile.
 	return out
 }
 
-func endStateHazard(d dialect.Dialect, reached bool, es reconcile.EndState) Hazard {
+func endStateHazard(d dialect.Dialect, reached bool, es endstate.Facts) Hazard {
 	if reached {
 		return Hazard{Code: CodeEndState, Level: LevelNotice, Dialect: d, Table: "task_session_subagents",
 			Detail: "the new declaration reaches AC-33's end state (clauses 1–3) and the base did not: the reconcile writes subagent_context_execution_since, and the backfill runs",
@@ -257,10 +258,10 @@ func endStateHazard(d dialect.Dialect, reached bool, es reconcile.EndState) Haza
 		Advice: "keep agent_execution_id NOT NULL and the three-column unique key, and declare no two-column unique"}
 }
 
-func hostTableNames(a, b *reconcile.Declaration) []string {
+func hostTableNames(a, b *declare.Declaration) []string {
 	var out []string
 	seen := map[string]bool{}
-	for _, d := range []*reconcile.Declaration{a, b} {
+	for _, d := range []*declare.Declaration{a, b} {
 		for _, t := range d.Host {
 			if !seen[t.Name] {
 				seen[t.Name] = true
@@ -271,7 +272,7 @@ func hostTableNames(a, b *reconcile.Declaration) []string {
 	return out
 }
 
-func hostTable(d *reconcile.Declaration, name string) *schema.Table {
+func hostTable(d *declare.Declaration, name string) *schema.Table {
 	for _, t := range d.Host {
 		if t.Name == name {
 			return t

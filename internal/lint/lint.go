@@ -26,6 +26,7 @@ import (
 	"github.com/schemastate/schemastate"
 	"github.com/schemastate/schemastate/dialect"
 	"github.com/schemastate/schemastate/internal/basestate"
+	"github.com/schemastate/schemastate/internal/declare"
 	"github.com/schemastate/schemastate/internal/dsn"
 	"github.com/schemastate/schemastate/internal/ops"
 	"github.com/schemastate/schemastate/internal/perdialect"
@@ -188,13 +189,13 @@ func Lint(ctx context.Context, cfg Config) (rep *Report, err error) {
 		if err != nil {
 			return nil, fmt.Errorf("%w: %w", ErrEvaluate, err)
 		}
-		newDecl, err := reconcile.EvalDeclaration(cfg.New.text(), cfg.New.name(), d, "main")
+		newDecl, err := declare.Eval(cfg.New.text(), cfg.New.name(), d, "main")
 		if err != nil {
 			return nil, fmt.Errorf("%w: %w", ErrEvaluate, err)
 		}
-		var baseDecl *reconcile.Declaration
+		var baseDecl *declare.Declaration
 		if cfg.Base != nil {
-			if baseDecl, err = reconcile.EvalDeclaration(cfg.Base.text(), cfg.Base.name(), d, "main"); err != nil {
+			if baseDecl, err = declare.Eval(cfg.Base.text(), cfg.Base.name(), d, "main"); err != nil {
 				return nil, fmt.Errorf("%w: %w", ErrEvaluate, err)
 			}
 			rep.Declaration = append(rep.Declaration, declarationHazards(d, *cfg.Base, cfg.New, baseDecl, newDecl)...)

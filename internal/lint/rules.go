@@ -7,7 +7,6 @@ import (
 	"github.com/schemastate/schemastate/internal/dsn"
 	"github.com/schemastate/schemastate/internal/ops"
 	"github.com/schemastate/schemastate/internal/perdialect"
-	"github.com/schemastate/schemastate/reconcile"
 )
 
 // dialectRules are the parts of lint's judgement that differ by dialect
@@ -18,7 +17,7 @@ type dialectRules struct {
 	differ schema.Differ
 	// lockHazards adds the hazards of change c to table tc that come from
 	// the dialect's table locks, beside the rules every dialect shares.
-	lockHazards func(d dialect.Dialect, tc reconcile.TableChanges, c schema.Change, phases []ops.Phase, add func(Hazard))
+	lockHazards func(d dialect.Dialect, tc ops.TableChanges, c schema.Change, phases []ops.Phase, add func(Hazard))
 	// storesOnServer: the scratch stores are built on the server --db names
 	// (else in temporary files); without one, noServer is what Skipped says.
 	storesOnServer bool

@@ -11,7 +11,6 @@ import (
 	"github.com/schemastate/schemastate/internal/ops"
 	"github.com/schemastate/schemastate/internal/pgtypes"
 	"github.com/schemastate/schemastate/internal/typechange"
-	"github.com/schemastate/schemastate/reconcile"
 )
 
 var postgresRules = dialectRules{
@@ -26,7 +25,7 @@ var postgresRules = dialectRules{
 // EXCLUSIVE (or a foreign key's SHARE ROW EXCLUSIVE), and an index built
 // inside the reconcile's transaction — unless the plan's phases make the
 // change online (an online recipe's phase names the column or constraint).
-func postgresLockHazards(d dialect.Dialect, tc reconcile.TableChanges, c schema.Change, phases []ops.Phase, add func(Hazard)) {
+func postgresLockHazards(d dialect.Dialect, tc ops.TableChanges, c schema.Change, phases []ops.Phase, add func(Hazard)) {
 	switch c := c.(type) {
 	case *schema.AddColumn:
 		if _, raw := c.C.Default.(*schema.RawExpr); raw && !hasPhase(phases, tc.Table, ops.PhaseAddColumn, c.C.Name) && alterScans(phases, tc.Table) {

@@ -9,7 +9,6 @@ import (
 	"github.com/schemastate/schemastate/dialect"
 	"github.com/schemastate/schemastate/internal/dsn"
 	"github.com/schemastate/schemastate/internal/ops"
-	"github.com/schemastate/schemastate/reconcile"
 )
 
 // sqliteRules: SQLite takes no lock but the database's write lock, so a
@@ -17,7 +16,7 @@ import (
 // its own.
 var sqliteRules = dialectRules{
 	differ:      sqlite.DefaultDiff,
-	lockHazards: func(dialect.Dialect, reconcile.TableChanges, schema.Change, []ops.Phase, func(Hazard)) {},
+	lockHazards: func(dialect.Dialect, ops.TableChanges, schema.Change, []ops.Phase, func(Hazard)) {},
 	// The file must exist: opening it read-only never creates it.
 	readOnly: func(t dsn.Target) (dsn.Target, error) {
 		if _, err := os.Stat(t.Path); err != nil {

@@ -8,6 +8,7 @@ import (
 	"ariga.io/atlas/sql/schema"
 
 	"github.com/schemastate/schemastate/dialect"
+	"github.com/schemastate/schemastate/internal/ops"
 	"github.com/schemastate/schemastate/reconcile"
 )
 
@@ -72,7 +73,7 @@ type breaker struct {
 
 // breakers lists the constraints tc's changes add: a column made NOT NULL
 // with no DEFAULT to fill it, a check, a foreign key, a unique key.
-func breakers(tc reconcile.TableChanges) []breaker {
+func breakers(tc ops.TableChanges) []breaker {
 	t := dialect.QuoteIdent(tc.Table)
 	where := func(cond string) string { return fmt.Sprintf("SELECT count(*) FROM %s t WHERE %s", t, cond) }
 	var out []breaker

@@ -39,4 +39,19 @@ var (
 	// boot's online budget is spent (WithOnlineBudget); the widen step is
 	// then InProgress, not failed.
 	ErrBudgetSpent = errors.New("online budget spent")
+	// ErrRefused is the cause of the refused step: the declaration asks for
+	// a change that would destroy data, which is never applied at boot.
+	ErrRefused = errors.New("refused destructive change")
+	// ErrRowsBreakConstraint is wrapped by an online recipe's check_rows or
+	// validate phase that found rows breaking the constraint it adds (a
+	// NULL, a check, an orphan): the error names the table, the constraint,
+	// how many rows and a few of their keys, and nothing is left behind.
+	ErrRowsBreakConstraint = errors.New("rows break a declared constraint")
+	// ErrLockNotAcquired is wrapped by a phase that could not get its table
+	// lock within its budget.
+	ErrLockNotAcquired = errors.New("table lock not acquired within the budget")
+	// ErrHostTablesMissing is the cause of a failed host_tables step: a table
+	// the module needs from the host is absent (schemastate never creates
+	// host tables).
+	ErrHostTablesMissing = errors.New("host tables missing")
 )

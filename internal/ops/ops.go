@@ -5,6 +5,8 @@
 // here touches a database.
 package ops
 
+import "ariga.io/atlas/sql/schema"
+
 // LockClass is the strongest table lock a phase takes, and for how long.
 type LockClass string
 
@@ -250,4 +252,17 @@ func (p Phase) ID() string {
 		id += "." + p.Object
 	}
 	return id
+}
+
+// TableChanges is one owned table's diff as the shape step planned it.
+type TableChanges struct {
+	Table string
+	// Live is the table as inspected (nil when it does not exist yet);
+	// Want as declared.
+	Live, Want *schema.Table
+	// Changes are Atlas's changes from Live to Want, the undeclared objects
+	// kept out of them, before they are split into phases.
+	Changes []schema.Change
+	// Refused names each change the shape step refuses (reconcile.ShapePlan.Refused).
+	Refused []string
 }

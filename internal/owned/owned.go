@@ -11,7 +11,7 @@ import (
 
 	"github.com/schemastate/schemastate"
 	"github.com/schemastate/schemastate/dialect"
-	"github.com/schemastate/schemastate/reconcile"
+	"github.com/schemastate/schemastate/internal/declare"
 )
 
 // Subagents is the owned table of subagent invocations.
@@ -23,8 +23,8 @@ const amendmentColumn = "agent_execution_id"
 
 // builtin is schema.hcl evaluated once, on first use. The column names are
 // the same on both dialects (a test pins it); only their types differ.
-var builtin = sync.OnceValues(func() (*reconcile.Declaration, error) {
-	return reconcile.EvalDeclaration(schemastate.SchemaHCL, "schema.hcl (built in)", dialect.SQLite, "main")
+var builtin = sync.OnceValues(func() (*declare.Declaration, error) {
+	return declare.Eval(schemastate.SchemaHCL, "schema.hcl (built in)", dialect.SQLite, "main")
 })
 
 // Columns is the owned table's columns in the order schema.hcl declares

@@ -10,6 +10,7 @@ import (
 	"github.com/schemastate/schemastate"
 	"github.com/schemastate/schemastate/dialect"
 	"github.com/schemastate/schemastate/internal/dbtest"
+	"github.com/schemastate/schemastate/internal/declare"
 	"github.com/schemastate/schemastate/internal/owned"
 	"github.com/schemastate/schemastate/reconcile"
 )
@@ -47,7 +48,7 @@ func TestColumns_AreTheLiveTablesColumns(t *testing.T) {
 func TestColumns_SameOnBothDialects(t *testing.T) {
 	cols, err := owned.Columns(owned.Subagents)
 	require.NoError(t, err)
-	pg, err := reconcile.EvalDeclaration(schemastate.SchemaHCL, "schema.hcl", dialect.Postgres, "public")
+	pg, err := declare.Eval(schemastate.SchemaHCL, "schema.hcl", dialect.Postgres, "public")
 	require.NoError(t, err)
 	var names []string
 	for _, c := range pg.Table(owned.Subagents).Columns {

@@ -18,10 +18,10 @@ import (
 	"ariga.io/atlas/sql/schema"
 
 	"github.com/schemastate/schemastate/dialect"
+	"github.com/schemastate/schemastate/internal/declare"
 	"github.com/schemastate/schemastate/internal/describe"
 	"github.com/schemastate/schemastate/internal/perdialect"
 	"github.com/schemastate/schemastate/internal/readonly"
-	"github.com/schemastate/schemastate/reconcile"
 )
 
 // Snapshot is the shape of every owned table of one database, as its catalog
@@ -103,7 +103,7 @@ func Read(ctx context.Context, db *sql.DB, schemaFile string) (*Snapshot, error)
 	if err != nil {
 		return nil, fmt.Errorf("read the current schema: %w", err)
 	}
-	decl, err := reconcile.LoadDeclaration(schemaFile, d, name)
+	decl, err := declare.Load(schemaFile, d, name)
 	if err != nil {
 		return nil, err
 	}

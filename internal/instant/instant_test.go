@@ -1,6 +1,7 @@
-package keys_test
+package instant_test
 
 import (
+	"context"
 	"database/sql"
 	"fmt"
 	"testing"
@@ -10,8 +11,10 @@ import (
 
 	"github.com/schemastate/schemastate/dialect"
 	"github.com/schemastate/schemastate/internal/dbtest"
-	"github.com/schemastate/schemastate/keys"
+	"github.com/schemastate/schemastate/internal/instant"
 )
+
+var ctx = context.Background()
 
 // The AC-24e comparison is exercised against a scratch table with one
 // TIMESTAMP column, declared like the host's (timestamp without time zone on
@@ -35,12 +38,12 @@ func stamp(t *testing.T, q dialect.Querier, d dialect.Dialect, id string, v any)
 // AtOrAfter and Before are exact complements.
 func classify(t *testing.T, q dialect.Querier, d dialect.Dialect, key, id string) bool {
 	t.Helper()
-	b, err := keys.NewBoundary(key)
+	b, err := instant.NewBoundary(key)
 	require.NoError(t, err)
 	var after, before bool
 	require.NoError(t, q.QueryRowContext(ctx, d.Rebind(fmt.Sprintf(
 		`SELECT CASE WHEN %s THEN 1 ELSE 0 END, CASE WHEN %s THEN 1 ELSE 0 END FROM stamps WHERE id = ?`,
-		keys.AtOrAfter(d, "ts", "?"), keys.Before(d, "ts", "?"))), b.Arg(), b.Arg(), id).Scan(&after, &before))
+		instant.AtOrAfter(d, "ts", "?"), instant.Before(d, "ts", "?"))), b.Arg(), b.Arg(), id).Scan(&after, &before))
 	require.NotEqual(t, after, before, "%s: at-or-after and before must be complements", id)
 	return after
 }
@@ -51,17 +54,17 @@ func classify(t *testing.T, q dialect.Querier, d dialect.Dialect, key, id string
 func TestInstant_AC24e_OneMicrosecondBoundary(t *testing.T) {
 	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
 		stamps(t, db.DB)
-		key := keys.Format(keyInstant)
-		stamp(t, db.DB, db.Dialect, "minus1us", keys.RowTime(db.Dialect, keyInstant.Add(-time.Microsecond)))
-		stamp(t, db.DB, db.Dialect, "at", keys.RowTime(db.Dialect, keyInstant))
-		stamp(t, db.DB, db.Dialect, "plus1us", keys.RowTime(db.Dialect, keyInstant.Add(time.Microsecond)))
+		key := instant.Format(keyInstant)
+		stamp(t, db.DB, db.Dialect, "minus1us", instant.RowTime(db.Dialect, keyInstant.Add(-time.Microsecond)))
+		stamp(t, db.DB, db.Dialect, "at", instant.RowTime(db.Dialect, keyInstant))
+		stamp(t, db.DB, db.Dialect, "plus1us", instant.RowTime(db.Dialect, keyInstant.Add(time.Microsecond)))
 		require.False(t, classify(t, db.DB, db.Dialect, key, "minus1us"))
 		require.True(t, classify(t, db.DB, db.Dialect, key, "at"))
 		require.True(t, classify(t, db.DB, db.Dialect, key, "plus1us"))
 
 		// A key with sub-microsecond digits never equals a column value: the
 		// row at its microsecond is before it, the next microsecond after.
-		sub := keys.Format(keyInstant.Add(500 * time.Nanosecond))
+		sub := instant.Format(keyInstant.Add(500 * time.Nanosecond))
 		require.False(t, classify(t, db.DB, db.Dialect, sub, "at"))
 		require.True(t, classify(t, db.DB, db.Dialect, sub, "plus1us"))
 	})
@@ -74,16 +77,16 @@ func TestInstant_AC24e_SameCalendarDay(t *testing.T) {
 	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
 		stamps(t, db.DB)
 		day := func(h, m, s, us int) time.Time { return time.Date(2026, 7, 30, h, m, s, us*1000, time.UTC) }
-		stamp(t, db.DB, db.Dialect, "late same day", keys.RowTime(db.Dialect, day(23, 59, 59, 999999)))
-		stamp(t, db.DB, db.Dialect, "same instant", keys.RowTime(db.Dialect, keyInstant))
-		stamp(t, db.DB, db.Dialect, "early same day", keys.RowTime(db.Dialect, day(0, 0, 0, 0)))
-		stamp(t, db.DB, db.Dialect, "same second, later", keys.RowTime(db.Dialect, day(1, 39, 37, 500000)))
-		stamp(t, db.DB, db.Dialect, "previous day", keys.RowTime(db.Dialect, day(0, 0, 0, 0).Add(-time.Microsecond)))
+		stamp(t, db.DB, db.Dialect, "late same day", instant.RowTime(db.Dialect, day(23, 59, 59, 999999)))
+		stamp(t, db.DB, db.Dialect, "same instant", instant.RowTime(db.Dialect, keyInstant))
+		stamp(t, db.DB, db.Dialect, "early same day", instant.RowTime(db.Dialect, day(0, 0, 0, 0)))
+		stamp(t, db.DB, db.Dialect, "same second, later", instant.RowTime(db.Dialect, day(1, 39, 37, 500000)))
+		stamp(t, db.DB, db.Dialect, "previous day", instant.RowTime(db.Dialect, day(0, 0, 0, 0).Add(-time.Microsecond)))
 
 		for key, want := range map[string]map[string]bool{
-			keys.Format(keyInstant): {"late same day": true, "same instant": true, "early same day": false, "same second, later": true, "previous day": false},
-			"2026-07-30T01:39:37Z":  {"late same day": true, "same instant": true, "early same day": false, "same second, later": true, "previous day": false},
-			"2026-07-30T00:00:00Z":  {"late same day": true, "same instant": true, "early same day": true, "same second, later": true, "previous day": false},
+			instant.Format(keyInstant): {"late same day": true, "same instant": true, "early same day": false, "same second, later": true, "previous day": false},
+			"2026-07-30T01:39:37Z":     {"late same day": true, "same instant": true, "early same day": false, "same second, later": true, "previous day": false},
+			"2026-07-30T00:00:00Z":     {"late same day": true, "same instant": true, "early same day": true, "same second, later": true, "previous day": false},
 		} {
 			for id, after := range want {
 				require.Equal(t, after, classify(t, db.DB, db.Dialect, key, id), "key %s, row %s", key, id)
@@ -121,17 +124,17 @@ func TestInstant_AC24e_OffsetsAndTrimmedFractions(t *testing.T) {
 		for _, c := range cases {
 			var v any = c.sqlite
 			if db.Dialect == dialect.Postgres {
-				v = keys.RowTime(db.Dialect, c.tm)
+				v = instant.RowTime(db.Dialect, c.tm)
 			}
 			stamp(t, db.DB, db.Dialect, c.id, v)
 		}
 		for _, c := range cases {
-			require.Equal(t, c.after, classify(t, db.DB, db.Dialect, keys.Format(keyInstant), c.id), c.id)
+			require.Equal(t, c.after, classify(t, db.DB, db.Dialect, instant.Format(keyInstant), c.id), c.id)
 		}
 		// MAX across mixed offsets is the latest instant, not the greatest text.
 		var max sql.NullString
-		require.NoError(t, db.DB.QueryRow(`SELECT `+keys.MaxExpr(db.Dialect, "ts")+` FROM stamps`).Scan(&max))
-		v, err := keys.FromColumn(max.String)
+		require.NoError(t, db.DB.QueryRow(`SELECT `+instant.MaxExpr(db.Dialect, "ts")+` FROM stamps`).Scan(&max))
+		v, err := instant.FromColumn(max.String)
 		require.NoError(t, err)
 		require.Equal(t, "2026-07-30T01:39:38.000000000Z", v)
 	})
@@ -141,17 +144,17 @@ func TestInstant_AC24e_OffsetsAndTrimmedFractions(t *testing.T) {
 // "2006-01-02 15:04:05.999999999-07:00" in UTC, truncated to the microsecond.
 func TestInstant_RowTimeIsTheHostStorageForm(t *testing.T) {
 	plus2 := time.FixedZone("+02:00", 2*3600)
-	require.Equal(t, "2026-07-30 01:39:37.271235+00:00", keys.RowTime(dialect.SQLite, keyInstant.Add(999*time.Nanosecond).In(plus2)))
-	require.Equal(t, "2026-07-30 01:39:37.2+00:00", keys.RowTime(dialect.SQLite, keyInstant.Truncate(100*time.Millisecond)))
-	require.Equal(t, "2026-07-30 01:39:37+00:00", keys.RowTime(dialect.SQLite, keyInstant.Truncate(time.Second)))
-	pg := keys.RowTime(dialect.Postgres, keyInstant.Add(999*time.Nanosecond).In(plus2)).(time.Time)
+	require.Equal(t, "2026-07-30 01:39:37.271235+00:00", instant.RowTime(dialect.SQLite, keyInstant.Add(999*time.Nanosecond).In(plus2)))
+	require.Equal(t, "2026-07-30 01:39:37.2+00:00", instant.RowTime(dialect.SQLite, keyInstant.Truncate(100*time.Millisecond)))
+	require.Equal(t, "2026-07-30 01:39:37+00:00", instant.RowTime(dialect.SQLite, keyInstant.Truncate(time.Second)))
+	pg := instant.RowTime(dialect.Postgres, keyInstant.Add(999*time.Nanosecond).In(plus2)).(time.Time)
 	require.Equal(t, time.UTC, pg.Location())
 	require.True(t, pg.Equal(keyInstant))
 
-	b, err := keys.NewBoundary(keys.Format(keyInstant.Add(time.Nanosecond)))
+	b, err := instant.NewBoundary(instant.Format(keyInstant.Add(time.Nanosecond)))
 	require.NoError(t, err)
 	require.Equal(t, "2026-07-30 01:39:37.271236", b.Arg(), "rounded UP to the microsecond")
-	b, err = keys.NewBoundary(keys.Format(keyInstant))
+	b, err = instant.NewBoundary(instant.Format(keyInstant))
 	require.NoError(t, err)
 	require.Equal(t, "2026-07-30 01:39:37.271235", b.Arg())
 }
@@ -170,19 +173,19 @@ func TestInstant_AC24e_PostgresSessionTimeZoneChangesNothing(t *testing.T) {
 		require.NoError(t, err)
 		_, err = conn.ExecContext(ctx, `DELETE FROM stamps`)
 		require.NoError(t, err)
-		stamp(t, conn, db.Dialect, "minus1us", keys.RowTime(db.Dialect, keyInstant.Add(-time.Microsecond)))
-		stamp(t, conn, db.Dialect, "at", keys.RowTime(db.Dialect, keyInstant))
-		key := keys.Format(keyInstant)
+		stamp(t, conn, db.Dialect, "minus1us", instant.RowTime(db.Dialect, keyInstant.Add(-time.Microsecond)))
+		stamp(t, conn, db.Dialect, "at", instant.RowTime(db.Dialect, keyInstant))
+		key := instant.Format(keyInstant)
 		var max string
-		require.NoError(t, conn.QueryRowContext(ctx, `SELECT `+keys.MaxExpr(db.Dialect, "ts")+` FROM stamps`).Scan(&max))
-		maxKey, err := keys.FromColumn(max)
+		require.NoError(t, conn.QueryRowContext(ctx, `SELECT `+instant.MaxExpr(db.Dialect, "ts")+` FROM stamps`).Scan(&max))
+		maxKey, err := instant.FromColumn(max)
 		require.NoError(t, err)
 		var text string
 		require.NoError(t, conn.QueryRowContext(ctx, `SELECT ts::text FROM stamps WHERE id = 'at'`).Scan(&text))
 		results[tz] = []any{classify(t, conn, db.Dialect, key, "minus1us"), classify(t, conn, db.Dialect, key, "at"), maxKey, text}
 		require.NoError(t, conn.Close())
 	}
-	want := []any{false, true, keys.Format(keyInstant), "2026-07-30 01:39:37.271235"}
+	want := []any{false, true, instant.Format(keyInstant), "2026-07-30 01:39:37.271235"}
 	for tz, got := range results {
 		require.Equal(t, want, got, tz)
 	}
@@ -193,10 +196,10 @@ func TestInstant_AC24e_PostgresSessionTimeZoneChangesNothing(t *testing.T) {
 func TestInstant_UnknownDialectFailsLoudly(t *testing.T) {
 	const other = dialect.Dialect("mysql")
 	for name, f := range map[string]func(){
-		"ColumnExpr": func() { keys.ColumnExpr(other, "c") },
-		"ParamExpr":  func() { keys.ParamExpr(other, "?") },
-		"MaxExpr":    func() { keys.MaxExpr(other, "c") },
-		"RowTime":    func() { keys.RowTime(other, time.Now()) },
+		"ColumnExpr": func() { instant.ColumnExpr(other, "c") },
+		"ParamExpr":  func() { instant.ParamExpr(other, "?") },
+		"MaxExpr":    func() { instant.MaxExpr(other, "c") },
+		"RowTime":    func() { instant.RowTime(other, time.Now()) },
 	} {
 		require.PanicsWithValue(t, `perdialect: unsupported dialect "mysql"`, f, name)
 	}

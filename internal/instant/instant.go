@@ -1,4 +1,8 @@
-package keys
+// Package instant is how the module writes and compares the activation keys'
+// instants in SQL (AC-24e): the normalized column and parameter forms, the
+// boundary a key value is bound as, the key's own text form and the host's
+// storage form for a timestamp column, per dialect.
+package instant
 
 import (
 	"errors"
@@ -137,3 +141,14 @@ type instantSQL interface {
 }
 
 var instants = perdialect.Of[instantSQL]{Postgres: postgresInstant{}, SQLite: sqliteInstant{}}
+
+// keyLayout is RFC3339 with a fixed nine-digit fraction: nanosecond precision
+// (AC-24 point 3) that never collapses to the second-precision form on a whole
+// second, as time.RFC3339Nano would.
+const keyLayout = "2006-01-02T15:04:05.000000000Z07:00"
+
+// Format renders an instant as a key value: UTC, RFC3339, nine fractional digits.
+func Format(t time.Time) string { return t.UTC().Format(keyLayout) }
+
+// Now samples the backend clock for a key write.
+func Now() string { return Format(time.Now()) }

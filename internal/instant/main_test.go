@@ -1,0 +1,11 @@
+package instant_test
+
+import (
+	"os"
+	"testing"
+
+	"github.com/schemastate/schemastate/internal/dbtest"
+)
+
+// TestMain gives this package's PostgreSQL tests a database of their own.
+func TestMain(m *testing.M) { os.Exit(dbtest.Main(m)) }
