@@ -10,14 +10,14 @@ import (
 // instrumentationName names the meter the writer's metrics come from.
 const instrumentationName = "github.com/schemastate/schemastate/capture"
 
-// FramesMetric is the name of the writer's counter of observed frames, one
-// series per outcome (the attribute "outcome": attempted, persisted,
-// skipped_no_identity, failed, anomalous_value, unstorable_text,
-// unknown_execution, retried — the fields of Counters).
-const FramesMetric = "schemastate.capture.frames"
+// framesMetric is the name of the writer's counter of observed frames.
+const framesMetric = "schemastate.capture.frames"
 
 // WithMeterProvider publishes the Writer's counters (Counters) as the
-// observable counter FramesMetric through mp: read when the host's reader
+// observable counter schemastate.capture.frames through mp, one series per
+// outcome (the attribute "outcome": attempted, persisted,
+// skipped_no_identity, failed, anomalous_value, unstorable_text,
+// unknown_execution, retried — the fields of Counters): read when the host's reader
 // collects, never on Record's path. Without it nothing is registered. Close
 // unregisters it. A registration that fails is logged and leaves the Writer
 // as it would be without the option.
@@ -28,7 +28,7 @@ func WithMeterProvider(mp otelmetric.MeterProvider) Option {
 // registerMetrics registers the Writer's counter with its meter provider.
 func (w *Writer) registerMetrics() error {
 	meter := w.meters.Meter(instrumentationName)
-	frames, err := meter.Int64ObservableCounter(FramesMetric, otelmetric.WithUnit("{frame}"),
+	frames, err := meter.Int64ObservableCounter(framesMetric, otelmetric.WithUnit("{frame}"),
 		otelmetric.WithDescription("frames the writer observed, by outcome"))
 	if err != nil {
 		return err

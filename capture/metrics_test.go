@@ -14,7 +14,7 @@ import (
 	"github.com/schemastate/schemastate/internal/dbtest"
 )
 
-// frames collects the reader's FramesMetric series, by outcome; nil when
+// frames collects the reader's schemastate.capture.frames series, by outcome; nil when
 // the metric is not there.
 func framesSeries(t *testing.T, r sdkmetric.Reader) map[string]int64 {
 	t.Helper()
@@ -23,7 +23,7 @@ func framesSeries(t *testing.T, r sdkmetric.Reader) map[string]int64 {
 	var out map[string]int64
 	for _, sm := range rm.ScopeMetrics {
 		for _, m := range sm.Metrics {
-			if m.Name != capture.FramesMetric {
+			if m.Name != "schemastate.capture.frames" {
 				continue
 			}
 			sum, ok := m.Data.(metricdata.Sum[int64])
@@ -40,7 +40,7 @@ func framesSeries(t *testing.T, r sdkmetric.Reader) map[string]int64 {
 }
 
 // Given a meter provider, the writer's counters are the observable counter
-// FramesMetric, one series per outcome, equal to Counters; after Close the
+// schemastate.capture.frames, one series per outcome, equal to Counters; after Close the
 // writer publishes nothing.
 func TestMetrics_WriterCountersThroughTheMeterProvider(t *testing.T) {
 	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
