@@ -216,132 +216,181 @@ func Tables(rep *Report, imagePrefix string) []byte {
 	for _, g := range groups(rep) {
 		name, family := g[0], g[1]
 		pts := rep.points(name, family)
-		fmt.Fprintf(&b, "#### %s — %s, by %s\n\n", titles[name], rep.Dialect, family)
-		fmt.Fprintf(&b, "![%s, by %s (%s)](%s%s-%s-%s.svg)\n\n", titles[name], family, rep.Dialect, imagePrefix, rep.Dialect, name, family)
-		fmt.Fprintf(&b, "Ours: %s.  \nFloor: %s.\n", pts[0].OursIs, pts[0].FloorIs)
-		var anchors []string
-		for _, a := range firstAnchors(pts) {
-			anchors = append(anchors, a.Name)
-			is := a.Is
-			if a.Name == AnchorPhysical {
-				is = "the rebuilt table and its indexes written once at the disk's sequential write rate, measured right before the size's runs (both per size below)"
-			}
-			fmt.Fprintf(&b, "Anchor *%s*: %s.\n", a.Name, is)
+		anchors := writeHeading(&b, rep, name, family, pts, imagePrefix)
+		writeResults(&b, name, family, pts, anchors)
+		writeFixed(&b, family, pts)
+		writeWhere(&b, pts)
+	}
+	writeMemory(&b, rep, imagePrefix)
+	writeLocks(&b, rep)
+	writeRun(&b, rep)
+	return b.Bytes()
+}
+
+// writeHeading writes a curve's title, chart, what each side and anchor runs,
+// and returns the anchors' names in the order the table shows them.
+func writeHeading(b *bytes.Buffer, rep *Report, name, family string, pts []*Measurement, imagePrefix string) []string {
+	fmt.Fprintf(b, "#### %s — %s, by %s\n\n", titles[name], rep.Dialect, family)
+	fmt.Fprintf(b, "![%s, by %s (%s)](%s%s-%s-%s.svg)\n\n", titles[name], family, rep.Dialect, imagePrefix, rep.Dialect, name, family)
+	fmt.Fprintf(b, "Ours: %s.  \nFloor: %s.\n", pts[0].OursIs, pts[0].FloorIs)
+	var anchors []string
+	for _, a := range firstAnchors(pts) {
+		anchors = append(anchors, a.Name)
+		is := a.Is
+		if a.Name == AnchorPhysical {
+			is = "the rebuilt table and its indexes written once at the disk's sequential write rate, measured right before the size's runs (both per size below)"
 		}
-		b.WriteString("\n| " + family + " | ours | floor | ours / floor | target |")
-		for _, a := range anchors {
-			b.WriteString(" " + a + " |")
-		}
-		b.WriteString("\n|---:|---:|---:|---:|---|")
-		for range anchors {
-			b.WriteString("---:|")
-		}
-		b.WriteString("\n")
-		for _, m := range pts {
-			target := "—"
-			if m.Target > 0 {
-				met := "not met"
-				if m.Met != nil && *m.Met {
-					met = "met"
-				}
-				if isRate(name) {
-					target = fmt.Sprintf("rate ≥ %.2f×: %s", 1/m.Target, met)
-				} else {
-					target = fmt.Sprintf("≤ %.2f×: %s", m.Target, met)
-				}
+		fmt.Fprintf(b, "Anchor *%s*: %s.\n", a.Name, is)
+	}
+	return anchors
+}
+
+// against is how a table compares a side with the floor, and says so in its
+// column heading: time over the floor's time, or for a rate (live capture)
+// the side's rate over the floor's rate, so that every ratio points the same
+// way as its target (≤ for a time, ≥ for a rate).
+func against(name string) (heading string, ratio func(side, floor time.Duration) float64) {
+	if isRate(name) {
+		return "rate: ours / floor", func(side, floor time.Duration) float64 { return float64(floor) / float64(max(side, 1)) }
+	}
+	return "time: ours / floor", func(side, floor time.Duration) float64 { return float64(side) / float64(max(floor, 1)) }
+}
+
+// writeResults writes a curve's table, a row per size, and the anchors that
+// failed.
+func writeResults(b *bytes.Buffer, name, family string, pts []*Measurement, anchors []string) {
+	heading, ratio := against(name)
+	b.WriteString("\n| " + family + " | ours | floor | " + heading + " | target |")
+	for _, a := range anchors {
+		b.WriteString(" " + a + " (" + heading + ") |")
+	}
+	b.WriteString("\n|---:|---:|---:|---:|---|" + strings.Repeat("---:|", len(anchors)) + "\n")
+	for _, m := range pts {
+		fmt.Fprintf(b, "| %s | %s | %s | %.2f× | %s |", FormatCount(float64(m.N)), cell(m, m.Ours), cell(m, m.Floor), ratio(m.Ours, m.Floor), target(name, m))
+		for _, an := range anchors {
+			a := m.Anchor(an)
+			switch {
+			case a == nil:
+				b.WriteString(" — |")
+			case a.Err != "":
+				b.WriteString(" fails (see below) |")
+			default:
+				fmt.Fprintf(b, " %s (%.2f×) |", cell(m, a.Median), ratio(a.Median, m.Floor))
 			}
-			fmt.Fprintf(&b, "| %s | %s | %s | %.2f× | %s |", FormatCount(float64(m.N)), cell(m, m.Ours), cell(m, m.Floor), m.Ratio, target)
-			for _, an := range anchors {
-				a := m.Anchor(an)
-				switch {
-				case a == nil:
-					b.WriteString(" — |")
-				case a.Err != "":
-					b.WriteString(" fails (see below) |")
-				default:
-					fmt.Fprintf(&b, " %s (%.2f×) |", cell(m, a.Median), float64(a.Median)/float64(max(m.Floor, 1)))
-				}
-			}
-			b.WriteString("\n")
-		}
-		b.WriteString("\n")
-		for _, m := range pts {
-			for _, a := range m.Anchors {
-				if a.Err != "" {
-					fmt.Fprintf(&b, "- at %s: *%s* failed: `%s`\n", FormatCount(float64(m.N)), a.Name, oneLine(a.Err, 300))
-				}
-			}
-		}
-		if len(pts[0].Fixed) > 0 {
-			fmt.Fprintf(&b, "\nFixed costs inside ours, each timed alone (median of 3):\n\n| %s |", family)
-			for _, c := range pts[0].Fixed {
-				b.WriteString(" " + c.Name + " |")
-			}
-			b.WriteString("\n|---:|")
-			for range pts[0].Fixed {
-				b.WriteString("---:|")
-			}
-			b.WriteString("\n")
-			for _, m := range pts {
-				fmt.Fprintf(&b, "| %s |", FormatCount(float64(m.N)))
-				for _, c := range m.Fixed {
-					fmt.Fprintf(&b, " %s |", Dur(c.Median))
-				}
-				b.WriteString("\n")
-			}
-		}
-		b.WriteString("\nWhere the time goes, per size:\n\n")
-		for _, m := range pts {
-			extra := ""
-			if m.Bytes > 0 {
-				extra = fmt.Sprintf(" Table and indexes written: %.1f MiB, %.1f MiB/s by ours, %.1f MiB/s by the floor.", float64(m.Bytes)/(1<<20),
-					float64(m.Bytes)/(1<<20)/m.Ours.Seconds(), float64(m.Bytes)/(1<<20)/m.Floor.Seconds())
-			}
-			if a := m.Anchor(AnchorPhysical); a != nil {
-				extra += " Physical limit: " + a.Is + "."
-			}
-			fmt.Fprintf(&b, "- %s: %s.%s\n", FormatCount(float64(m.N)), m.Detail, extra)
 		}
 		b.WriteString("\n")
 	}
-	if len(rep.Memory) > 0 {
-		fmt.Fprintf(&b, "#### memory — %s\n\n", rep.Dialect)
-		for _, f := range []string{FamilyRows, FamilyMessages} {
-			for _, m := range rep.Memory {
-				if m.Family == f {
-					fmt.Fprintf(&b, "![memory, %s family (%s)](%s%s-memory-%s.svg)\n", f, rep.Dialect, imagePrefix, rep.Dialect, f)
-					break
-				}
+	b.WriteString("\n")
+	for _, m := range pts {
+		for _, a := range m.Anchors {
+			if a.Err != "" {
+				fmt.Fprintf(b, "- at %s: *%s* failed: `%s`\n", FormatCount(float64(m.N)), a.Name, oneLine(a.Err, 300))
 			}
 		}
-		fmt.Fprintf(&b, "\n| family | size | operation | Go heap peak | RSS before | RSS peak |\n|---|---:|---|---:|---:|---:|\n")
+	}
+}
+
+// target is a size's target and whether it was met, in the direction of the
+// table's ratio.
+func target(name string, m *Measurement) string {
+	if m.Target <= 0 {
+		return "—"
+	}
+	met := "not met"
+	if m.Met != nil && *m.Met {
+		met = "met"
+	}
+	if isRate(name) {
+		return fmt.Sprintf("rate ≥ %.2f×: %s", 1/m.Target, met)
+	}
+	return fmt.Sprintf("≤ %.2f×: %s", m.Target, met)
+}
+
+// writeFixed writes the fixed costs inside ours, each timed alone.
+func writeFixed(b *bytes.Buffer, family string, pts []*Measurement) {
+	if len(pts[0].Fixed) == 0 {
+		return
+	}
+	fmt.Fprintf(b, "\nFixed costs inside ours, each timed alone (median of 3):\n\n| %s |", family)
+	for _, c := range pts[0].Fixed {
+		b.WriteString(" " + c.Name + " |")
+	}
+	b.WriteString("\n|---:|" + strings.Repeat("---:|", len(pts[0].Fixed)) + "\n")
+	for _, m := range pts {
+		fmt.Fprintf(b, "| %s |", FormatCount(float64(m.N)))
+		for _, c := range m.Fixed {
+			fmt.Fprintf(b, " %s |", Dur(c.Median))
+		}
+		b.WriteString("\n")
+	}
+}
+
+// writeWhere writes where the time goes, per size.
+func writeWhere(b *bytes.Buffer, pts []*Measurement) {
+	b.WriteString("\nWhere the time goes, per size:\n\n")
+	for _, m := range pts {
+		extra := ""
+		if m.Bytes > 0 {
+			extra = fmt.Sprintf(" Table and indexes written: %.1f MiB, %.1f MiB/s by ours, %.1f MiB/s by the floor.", float64(m.Bytes)/(1<<20),
+				float64(m.Bytes)/(1<<20)/m.Ours.Seconds(), float64(m.Bytes)/(1<<20)/m.Floor.Seconds())
+		}
+		if a := m.Anchor(AnchorPhysical); a != nil {
+			extra += " Physical limit: " + a.Is + "."
+		}
+		fmt.Fprintf(b, "- %s: %s.%s\n", FormatCount(float64(m.N)), m.Detail, extra)
+	}
+	b.WriteString("\n")
+}
+
+// writeMemory writes the memory charts and table.
+func writeMemory(b *bytes.Buffer, rep *Report, imagePrefix string) {
+	if len(rep.Memory) == 0 {
+		return
+	}
+	fmt.Fprintf(b, "#### memory — %s\n\n", rep.Dialect)
+	for _, f := range []string{FamilyRows, FamilyMessages} {
 		for _, m := range rep.Memory {
-			fmt.Fprintf(&b, "| %s | %s | %s | %.1f MiB | %.1f MiB | %.1f MiB |\n", m.Family, FormatCount(float64(m.N)), m.Operation,
-				float64(m.HeapPeak)/(1<<20), float64(m.RSSBefore)/(1<<20), float64(m.RSSPeak)/(1<<20))
+			if m.Family == f {
+				fmt.Fprintf(b, "![memory, %s family (%s)](%s%s-memory-%s.svg)\n", f, rep.Dialect, imagePrefix, rep.Dialect, f)
+				break
+			}
 		}
-		b.WriteString("\n")
 	}
-	if len(rep.Locks) > 0 {
-		b.WriteString("#### PostgreSQL: the swap seen from outside (one extra untimed reconcile per size)\n\n| rows | ACCESS EXCLUSIVE seen | reader worst | reader worst, nothing running | poll interval |\n|---:|---:|---:|---:|---:|\n")
-		for _, l := range rep.Locks {
-			fmt.Fprintf(&b, "| %s | %s | %s | %s | %s |\n", FormatCount(float64(l.Rows)), Dur(l.Held), Dur(l.ReaderWorst), Dur(l.ReaderBaseline), Dur(l.PollInterval))
-		}
-		b.WriteString("\n")
+	fmt.Fprintf(b, "\n| family | size | operation | Go heap peak | RSS before | RSS peak |\n|---|---:|---|---:|---:|---:|\n")
+	for _, m := range rep.Memory {
+		fmt.Fprintf(b, "| %s | %s | %s | %.1f MiB | %.1f MiB | %.1f MiB |\n", m.Family, FormatCount(float64(m.N)), m.Operation,
+			float64(m.HeapPeak)/(1<<20), float64(m.RSSBefore)/(1<<20), float64(m.RSSPeak)/(1<<20))
 	}
+	b.WriteString("\n")
+}
+
+// writeLocks writes the PostgreSQL swap as seen from outside.
+func writeLocks(b *bytes.Buffer, rep *Report) {
+	if len(rep.Locks) == 0 {
+		return
+	}
+	b.WriteString("#### PostgreSQL: the swap seen from outside (one extra untimed reconcile per size)\n\n| rows | ACCESS EXCLUSIVE seen | reader worst | reader worst, nothing running | poll interval |\n|---:|---:|---:|---:|---:|\n")
+	for _, l := range rep.Locks {
+		fmt.Fprintf(b, "| %s | %s | %s | %s | %s |\n", FormatCount(float64(l.Rows)), Dur(l.Held), Dur(l.ReaderWorst), Dur(l.ReaderBaseline), Dur(l.PollInterval))
+	}
+	b.WriteString("\n")
+}
+
+// writeRun writes what the run measured on.
+func writeRun(b *bytes.Buffer, rep *Report) {
 	b.WriteString("#### the run\n\n")
 	for _, s := range rep.Stores {
-		fmt.Fprintf(&b, "- store (%s family): %.0f MiB requested, %.1f MiB written, %d messages, %d subagent messages, generated in %s\n",
+		fmt.Fprintf(b, "- store (%s family): %.0f MiB requested, %.1f MiB written, %d messages, %d subagent messages, generated in %s\n",
 			s.Family, s.ScaleMB, float64(s.Bytes)/(1<<20), s.Messages, s.Subagents, Dur(s.Generate))
 	}
 	for _, d := range rep.Disk {
-		fmt.Fprintf(&b, "- disk sequential write (%d MiB, fsync, in %s): %.0f MiB/s\n", d.Bytes>>20, d.Path, d.BytesPerSec/(1<<20))
+		fmt.Fprintf(b, "- disk sequential write (%d MiB, fsync, in %s): %.0f MiB/s\n", d.Bytes>>20, d.Path, d.BytesPerSec/(1<<20))
 	}
-	fmt.Fprintf(&b, "- %s, %d CPUs, %d runs per point (%d at a million and above), %d frames per capture run, started %s\n",
+	fmt.Fprintf(b, "- %s, %d CPUs, %d runs per point (%d at a million and above), %d frames per capture run, started %s\n",
 		rep.GoVersion, rep.CPUs, rep.Runs, rep.LargeRuns, rep.Frames, rep.Started.Format(time.RFC3339))
 	for _, s := range rep.Skipped {
-		fmt.Fprintf(&b, "- not measured: %s\n", s)
+		fmt.Fprintf(b, "- not measured: %s\n", s)
 	}
-	return b.Bytes()
 }
 
 // isRate says whether a measurement is reported as a rate (Count per run).
