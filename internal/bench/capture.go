@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"sync"
@@ -26,38 +27,9 @@ VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
 // same connection settings, one autocommit statement each. Rows written are
 // removed after each run, untimed.
 func (b *bench) capture(ctx context.Context, rep *Report, rowsN int) error {
-	type sess struct{ id, task string }
-	var sessions []sess
-	rows, err := b.db.QueryContext(ctx, `SELECT id, task_id FROM task_sessions ORDER BY id LIMIT 64`)
+	sessions, err := b.captureSessions(ctx)
 	if err != nil {
 		return err
-	}
-	for rows.Next() {
-		var s sess
-		if err := rows.Scan(&s.id, &s.task); err != nil {
-			rows.Close()
-			return err
-		}
-		sessions = append(sessions, s)
-	}
-	rows.Close()
-	if len(sessions) == 0 {
-		return fmt.Errorf("%w: no sessions to capture into", errUnexpected)
-	}
-	n := b.cfg.Frames
-	cleanup := func() error {
-		_, err := b.db.ExecContext(ctx, `DELETE FROM task_session_subagents WHERE tool_call_id LIKE 'toolu_bench_%'`)
-		return err
-	}
-	frame := func(run, i int) capture.Frame {
-		s := sessions[i%len(sessions)]
-		return capture.Frame{
-			SessionID: s.id, TaskID: s.task, TurnID: fmt.Sprintf("turn-bench-%d", i/3),
-			ExecutionID: fmt.Sprintf("00000000-0000-4000-8000-%012d", run), ToolCallID: fmt.Sprintf("toolu_bench_%d_%d", run, i),
-			ToolStatus: "completed", ObservedAt: time.Now(),
-			Subagent: capture.SubagentTask{Status: "async_launched", SubagentType: "code-reviewer", Description: "Review the change",
-				AgentID: fmt.Sprintf("a%016d", i), Model: "claude-opus-5[1m]", IsAsync: true},
-		}
 	}
 	// The floor prepares its INSERT once, as the fastest plain writer would:
 	// Record keeps its upsert prepared too.
@@ -68,59 +40,14 @@ func (b *bench) capture(ctx context.Context, rep *Report, rowsN int) error {
 	defer insert.Close()
 	w := capture.NewWriter(b.db, b.d, capture.WithLogger(b.quiet))
 	defer w.Close()
-	// fanOut runs one(i) for every frame i < n on writers goroutines, writer
-	// k taking frames k, k+writers, …, and returns the wall time.
-	fanOut := func(writers int, one func(i int) error) (time.Duration, error) {
-		t0 := time.Now()
-		var wg sync.WaitGroup
-		errs := make([]error, writers)
-		for k := 0; k < writers; k++ {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for i := k; i < n && errs[k] == nil; i += writers {
-					errs[k] = one(i)
-				}
-			}()
-		}
-		wg.Wait()
-		return time.Since(t0), errors.Join(errs...)
-	}
-	record := func(writers int) func(run int) (time.Duration, error) {
-		return func(run int) (time.Duration, error) {
-			el, err := fanOut(writers, func(i int) error { return w.Record(ctx, frame(run, i)) })
-			if err != nil {
-				return 0, err
-			}
-			return el, cleanup()
-		}
-	}
-	plain := func(writers int) func(run int) (time.Duration, error) {
-		return func(run int) (time.Duration, error) {
-			el, err := fanOut(writers, func(i int) error {
-				f := frame(run, i)
-				now := time.Now()
-				// A random (version 4) id, the kind Record writes, so both
-				// insert into the primary key at random places.
-				_, err := insert.ExecContext(ctx,
-					uuid.NewString(), f.SessionID, f.TaskID, f.TurnID, f.ExecutionID, f.ToolCallID,
-					nil, f.Subagent.SubagentType, f.Subagent.Description, f.Subagent.AgentID, nil,
-					f.Subagent.Model, f.Subagent.Status, f.ToolStatus, 1, nil, nil,
-					nil, "live", instant.RowTime(b.d, f.ObservedAt), instant.RowTime(b.d, f.ObservedAt), instant.RowTime(b.d, now))
-				return err
-			})
-			if err != nil {
-				return 0, err
-			}
-			return el, cleanup()
-		}
-	}
+	cr := &captureRuns{b: b, ctx: ctx, sessions: sessions, n: b.cfg.Frames, insert: insert, w: w}
+	n := cr.n
 	rate := func(d time.Duration) float64 { return float64(n) / d.Seconds() }
 
 	m := Measurement{Name: Capture, Family: FamilyRows, N: rowsN, Rows: rowsN, Count: n, Target: 1 / 0.9,
 		OursIs:  fmt.Sprintf("%d async_launched frames through capture.Writer.Record, each creating a row", n),
 		FloorIs: fmt.Sprintf("%d plain single-row INSERTs of the same 22 columns through the same pool, prepared once, one autocommit statement each, ids random UUIDs as Record's are", n)}
-	if err := b.measure(&m, b.cfg.runsAt(rowsN), record(1), plain(1)); err != nil {
+	if err := b.measure(&m, b.cfg.runsAt(rowsN), cr.record(1), cr.plain(1)); err != nil {
 		return err
 	}
 	m.Detail = fmt.Sprintf("%.0f frames/s through Record vs %.0f rows/s plain (%.2f× the plain rate; target ≥ 0.90×)",
@@ -135,7 +62,7 @@ func (b *bench) capture(ctx context.Context, rep *Report, rowsN int) error {
 	mc := Measurement{Name: CaptureConcurrent, Family: FamilyRows, N: rowsN, Rows: rowsN, Count: n,
 		OursIs:  fmt.Sprintf("the same %d frames through one capture.Writer from %d concurrent writers", n, captureWriters),
 		FloorIs: fmt.Sprintf("the same %d plain single-row INSERTs from %d concurrent writers through the same pool", n, captureWriters)}
-	if err := b.measure(&mc, b.cfg.runsAt(rowsN), record(captureWriters), plain(captureWriters)); err != nil {
+	if err := b.measure(&mc, b.cfg.runsAt(rowsN), cr.record(captureWriters), cr.plain(captureWriters)); err != nil {
 		return err
 	}
 	after := w.Counters()
@@ -144,6 +71,115 @@ func (b *bench) capture(ctx context.Context, rep *Report, rowsN int) error {
 		after.Retried-before.Retried, after.Attempted-before.Attempted)
 	rep.Measurements = append(rep.Measurements, mc)
 	return nil
+}
+
+type captureSession struct{ id, task string }
+
+// captureSessions are up to 64 of the store's sessions, which the frames
+// are spread over.
+func (b *bench) captureSessions(ctx context.Context) ([]captureSession, error) {
+	rows, err := b.db.QueryContext(ctx, `SELECT id, task_id FROM task_sessions ORDER BY id LIMIT 64`)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var sessions []captureSession
+	for rows.Next() {
+		var s captureSession
+		if err := rows.Scan(&s.id, &s.task); err != nil {
+			return nil, err
+		}
+		sessions = append(sessions, s)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	if len(sessions) == 0 {
+		return nil, fmt.Errorf("%w: no sessions to capture into", errUnexpected)
+	}
+	return sessions, nil
+}
+
+// captureRuns are the two sides of a capture measurement: n frames through
+// the Writer, or as plain INSERTs.
+type captureRuns struct {
+	b        *bench
+	ctx      context.Context
+	sessions []captureSession
+	n        int
+	insert   *sql.Stmt
+	w        *capture.Writer
+}
+
+// frame is frame i of run run.
+func (c *captureRuns) frame(run, i int) capture.Frame {
+	s := c.sessions[i%len(c.sessions)]
+	return capture.Frame{
+		SessionID: s.id, TaskID: s.task, TurnID: fmt.Sprintf("turn-bench-%d", i/3),
+		ExecutionID: fmt.Sprintf("00000000-0000-4000-8000-%012d", run), ToolCallID: fmt.Sprintf("toolu_bench_%d_%d", run, i),
+		ToolStatus: "completed", ObservedAt: time.Now(),
+		Subagent: capture.SubagentTask{Status: "async_launched", SubagentType: "code-reviewer", Description: "Review the change",
+			AgentID: fmt.Sprintf("a%016d", i), Model: "claude-opus-5[1m]", IsAsync: true},
+	}
+}
+
+func (c *captureRuns) cleanup() error {
+	_, err := c.b.db.ExecContext(c.ctx, `DELETE FROM task_session_subagents WHERE tool_call_id LIKE 'toolu_bench_%'`)
+	return err
+}
+
+// fanOut runs one(i) for every frame i < n on writers goroutines, writer k
+// taking frames k, k+writers, …, and returns the wall time.
+func (c *captureRuns) fanOut(writers int, one func(i int) error) (time.Duration, error) {
+	t0 := time.Now()
+	var wg sync.WaitGroup
+	errs := make([]error, writers)
+	for k := 0; k < writers; k++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := k; i < c.n && errs[k] == nil; i += writers {
+				errs[k] = one(i)
+			}
+		}()
+	}
+	wg.Wait()
+	return time.Since(t0), errors.Join(errs...)
+}
+
+// record is ours: every frame through Record, from writers goroutines.
+func (c *captureRuns) record(writers int) func(run int) (time.Duration, error) {
+	return func(run int) (time.Duration, error) {
+		el, err := c.fanOut(writers, func(i int) error { return c.w.Record(c.ctx, c.frame(run, i)) })
+		if err != nil {
+			return 0, err
+		}
+		return el, c.cleanup()
+	}
+}
+
+// plain is the floor: the same rows as plain INSERTs, from writers
+// goroutines.
+func (c *captureRuns) plain(writers int) func(run int) (time.Duration, error) {
+	d := c.b.d
+	return func(run int) (time.Duration, error) {
+		el, err := c.fanOut(writers, func(i int) error {
+			f := c.frame(run, i)
+			now := time.Now()
+			// A random (version 4) id, the kind Record writes, so both
+			// insert into the primary key at random places.
+			_, err := c.insert.ExecContext(c.ctx,
+				uuid.NewString(), f.SessionID, f.TaskID, f.TurnID, f.ExecutionID, f.ToolCallID,
+				nil, f.Subagent.SubagentType, f.Subagent.Description, f.Subagent.AgentID, nil,
+				f.Subagent.Model, f.Subagent.Status, f.ToolStatus, 1, nil, nil,
+				nil, "live", instant.RowTime(d, f.ObservedAt), instant.RowTime(d, f.ObservedAt), instant.RowTime(d, now))
+			return err
+		})
+		if err != nil {
+			return 0, err
+		}
+		return el, c.cleanup()
+	}
 }
 
 // captureWriters is how many concurrent writers CaptureConcurrent uses.
