@@ -76,71 +76,7 @@ func (b *bench) backfill(ctx context.Context, rep *Report, n int, sum *gen.Summa
 	m := Measurement{Name: Backfill, Family: FamilyMessages, N: n, Messages: sum.Messages, Target: 1.0,
 		OursIs:  "the backfill step of reconcile.Reconcile on the predating store (its own Duration: the one scan into the winners table, the MAX, the INSERT, the keys)",
 		FloorIs: "the same algorithm with nothing extra, in the step's transaction shape: one scan through the same text pre-filter into a temp table of the per-key winners (ROW_NUMBER), the MAX over them, one INSERT … SELECT from them (no guard, key writes, defensive JSON reading, timestamp normalization or unreadable count)"}
-	var scans, inserts, boots []time.Duration
-	var rows int64
-	var mem *Memory
-	ours := func(run int) (time.Duration, error) {
-		if err := b.restorePredating(ctx); err != nil {
-			return 0, err
-		}
-		if err := b.checkpoint(ctx); err != nil {
-			return 0, err
-		}
-		var tMax, tInsert, tScan time.Time
-		fp := func(point string) error {
-			switch point {
-			case hooks.FailpointBackfillMaxTaken:
-				tMax = time.Now()
-			case hooks.FailpointBackfillInserted:
-				tInsert = time.Now()
-			}
-			return nil
-		}
-		progress := func(p reconcile.Progress) {
-			if p.Step == reconcile.StepBackfill && tScan.IsZero() && strings.HasPrefix(p.Message, "computing") {
-				tScan = time.Now()
-			}
-		}
-		el, r, err := b.sampledReconcile(hooks.With(ctx, hooks.Hooks{Failpoint: fp}), run, &mem, FamilyMessages, n, "reconcile of the predating store (table created, full backfill)",
-			reconcile.WithProgress(progress))
-		if err != nil {
-			return 0, err
-		}
-		s := r.Step(reconcile.StepBackfill)
-		if s.Status != reconcile.Applied || s.Rows == nil {
-			return 0, fmt.Errorf("%w: backfill step %s: %s", errUnexpected, s.Status, s.Detail)
-		}
-		if *s.Rows != rows {
-			return 0, fmt.Errorf("%w: backfill wrote %d rows, the floor %d", errUnexpected, *s.Rows, rows)
-		}
-		if !tScan.IsZero() && !tMax.IsZero() && !tInsert.IsZero() {
-			scans = append(scans, tMax.Sub(tScan))
-			inserts = append(inserts, tInsert.Sub(tMax))
-		}
-		boots = append(boots, el)
-		return s.Duration, nil
-	}
-	floor := func(int) (time.Duration, error) {
-		if err := b.restorePredating(ctx); err != nil {
-			return 0, err
-		}
-		stop := func(point string) error {
-			if point == hooks.FailpointBackfillMaxTaken {
-				return errStopBackfill
-			}
-			return nil
-		}
-		r, _ := reconcile.Reconcile(hooks.With(ctx, hooks.Hooks{Failpoint: stop}), b.db, reconcile.WithLogger(b.quiet))
-		if s := r.Step(reconcile.StepBackfill); s == nil || s.Status != reconcile.Failed {
-			return 0, fmt.Errorf("%w: the floor's setup reconcile did not stop at the backfill", errUnexpected)
-		}
-		if err := b.checkpoint(ctx); err != nil {
-			return 0, err
-		}
-		d, n, err := b.floorInsert(ctx)
-		rows = n
-		return d, err
-	}
+	r := &backfillRuns{b: b, ctx: ctx, n: n}
 	var anchors []anchorRun
 	if b.cfg.Exe != "" {
 		anchors = append(anchors, anchorRun{AnchorCLI, "`schemastate reconcile --db …` on the predating store as a child process, wall time (process start, the whole boot: table created, execution_since, the backfill)", func(int) (time.Duration, error) {
@@ -153,17 +89,98 @@ func (b *bench) backfill(ctx context.Context, rep *Report, n int, sum *gen.Summa
 			return b.cli("reconcile", "--db", b.dsn)
 		}})
 	}
-	if err := b.measure(&m, b.cfg.runsAt(n), ours, floor, anchors...); err != nil {
+	if err := b.measure(&m, b.cfg.runsAt(n), r.ours, r.floor, anchors...); err != nil {
 		return err
 	}
-	if mem != nil {
-		rep.Memory = append(rep.Memory, *mem)
+	if r.mem != nil {
+		rep.Memory = append(rep.Memory, *r.mem)
 	}
-	m.Rows = int(rows)
+	m.Rows = int(r.rows)
 	m.Detail = fmt.Sprintf("%d rows; the scan into the winners table and the MAX %s median, the INSERT from the winners %s median, the rest is the guard, key writes and transaction; the whole boot in process (table created, execution_since, backfill, COMMIT) %s median",
-		rows, median(scans).Round(time.Microsecond), median(inserts).Round(time.Microsecond), median(boots).Round(time.Microsecond))
+		r.rows, median(r.scans).Round(time.Microsecond), median(r.inserts).Round(time.Microsecond), median(r.boots).Round(time.Microsecond))
 	rep.Measurements = append(rep.Measurements, m)
 	return nil
+}
+
+// backfillRuns are the two sides of the backfill measurement, with the
+// parts of ours kept per run and the rows the floor wrote, which ours must
+// write too.
+type backfillRuns struct {
+	b                     *bench
+	ctx                   context.Context
+	n                     int
+	scans, inserts, boots []time.Duration
+	rows                  int64
+	mem                   *Memory
+}
+
+// ours is the backfill step of a reconcile of the predating store.
+func (r *backfillRuns) ours(run int) (time.Duration, error) {
+	b, ctx := r.b, r.ctx
+	if err := b.restorePredating(ctx); err != nil {
+		return 0, err
+	}
+	if err := b.checkpoint(ctx); err != nil {
+		return 0, err
+	}
+	var tMax, tInsert, tScan time.Time
+	fp := func(point string) error {
+		switch point {
+		case hooks.FailpointBackfillMaxTaken:
+			tMax = time.Now()
+		case hooks.FailpointBackfillInserted:
+			tInsert = time.Now()
+		}
+		return nil
+	}
+	progress := func(p reconcile.Progress) {
+		if p.Step == reconcile.StepBackfill && tScan.IsZero() && strings.HasPrefix(p.Message, "computing") {
+			tScan = time.Now()
+		}
+	}
+	el, rep, err := b.sampledReconcile(hooks.With(ctx, hooks.Hooks{Failpoint: fp}), run, &r.mem, FamilyMessages, r.n, "reconcile of the predating store (table created, full backfill)",
+		reconcile.WithProgress(progress))
+	if err != nil {
+		return 0, err
+	}
+	s := rep.Step(reconcile.StepBackfill)
+	if s.Status != reconcile.Applied || s.Rows == nil {
+		return 0, fmt.Errorf("%w: backfill step %s: %s", errUnexpected, s.Status, s.Detail)
+	}
+	if *s.Rows != r.rows {
+		return 0, fmt.Errorf("%w: backfill wrote %d rows, the floor %d", errUnexpected, *s.Rows, r.rows)
+	}
+	if !tScan.IsZero() && !tMax.IsZero() && !tInsert.IsZero() {
+		r.scans = append(r.scans, tMax.Sub(tScan))
+		r.inserts = append(r.inserts, tInsert.Sub(tMax))
+	}
+	r.boots = append(r.boots, el)
+	return s.Duration, nil
+}
+
+// floor is the same algorithm by hand, on the store a reconcile stopped at
+// the backfill left.
+func (r *backfillRuns) floor(int) (time.Duration, error) {
+	b, ctx := r.b, r.ctx
+	if err := b.restorePredating(ctx); err != nil {
+		return 0, err
+	}
+	stop := func(point string) error {
+		if point == hooks.FailpointBackfillMaxTaken {
+			return errStopBackfill
+		}
+		return nil
+	}
+	rep, _ := reconcile.Reconcile(hooks.With(ctx, hooks.Hooks{Failpoint: stop}), b.db, reconcile.WithLogger(b.quiet))
+	if s := rep.Step(reconcile.StepBackfill); s == nil || s.Status != reconcile.Failed {
+		return 0, fmt.Errorf("%w: the floor's setup reconcile did not stop at the backfill", errUnexpected)
+	}
+	if err := b.checkpoint(ctx); err != nil {
+		return 0, err
+	}
+	d, n, err := b.floorInsert(ctx)
+	r.rows = n
+	return d, err
 }
 
 // checkpoint empties SQLite's WAL so a run does not pay for the previous

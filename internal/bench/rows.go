@@ -74,72 +74,12 @@ func (b *bench) rebuild(ctx context.Context, rep *Report, n int) error {
 	if err != nil {
 		return err
 	}
-	var shapeSteps, applies []time.Duration
-	var mem *Memory
-	ours := func(run int) (time.Duration, error) {
-		if err := b.restoreLegacy(ctx); err != nil {
-			return 0, err
-		}
-		var tApply, tApplied time.Time
-		progress := func(p reconcile.Progress) {
-			if p.Step == reconcile.StepShape && p.Message == "applying task_session_subagents" {
-				tApply = time.Now()
-			}
-		}
-		fp := func(point string) error {
-			if point == hooks.FailpointShapeApplied {
-				tApplied = time.Now()
-			}
-			return nil
-		}
-		el, r, err := b.sampledReconcile(hooks.With(ctx, hooks.Hooks{Failpoint: fp}), run, &mem, FamilyRows, n, m.Name, reconcile.WithProgress(progress))
-		if err != nil {
-			return 0, err
-		}
-		s := r.Step(reconcile.StepShape)
-		if s == nil || s.Status != reconcile.Applied {
-			return 0, fmt.Errorf("%w: shape step %v", errUnexpected, s)
-		}
-		d := s.Duration
-		if w := r.Step(reconcile.StepWiden); w != nil {
-			d += w.Duration
-		}
-		shapeSteps = append(shapeSteps, d)
-		if !tApply.IsZero() && !tApplied.IsZero() {
-			applies = append(applies, tApplied.Sub(tApply))
-		}
-		return el, nil
-	}
+	ours := &rebuildRuns{b: b, ctx: ctx, n: n, name: m.Name}
 	floorRun := func(int) (time.Duration, error) {
 		if err := b.restoreLegacy(ctx); err != nil {
 			return 0, err
 		}
 		return b.handMigration(ctx, floor)
-	}
-	// Anchors in this order so the last run leaves ours (or the host's)
-	// end state behind.
-	var anchors []anchorRun
-	anchors = append(anchors, anchorRun{AnchorAtlas, b.on.atlasIs, func(int) (time.Duration, error) {
-		if err := b.restoreLegacy(ctx); err != nil {
-			return 0, err
-		}
-		return b.amended(ctx, n)(b.atlasApply(ctx))
-	}})
-	if b.on.hostAnchor {
-		anchors = append(anchors, anchorRun{AnchorHost, hostIs, func(int) (time.Duration, error) {
-			if err := b.restoreLegacy(ctx); err != nil {
-				return 0, err
-			}
-			return b.amended(ctx, n)(b.hostRecreate(ctx))
-		}})
-	}
-	if b.cfg.Exe != "" {
-		anchors = append(anchors, anchorRun{AnchorCLI, "`schemastate reconcile --db …` as a child process, wall time (process start, open, the same Reconcile)", func(int) (time.Duration, error) {
-			if err := b.restoreLegacy(ctx); err != nil {
-				return 0, err
-			}
-			return b.cli("reconcile", "--db", b.dsn)
-		}})
 	}
 	// The disk's rate right before this size's runs: the physical limit
 	// below uses it.
@@ -153,21 +93,103 @@ func (b *bench) rebuild(ctx context.Context, rep *Report, n int) error {
 	if err != nil {
 		return err
 	}
-	if err := b.measure(&m, b.cfg.runsAt(n), ours, floorRun, anchors...); err != nil {
+	if err := b.measure(&m, b.cfg.runsAt(n), ours.run, floorRun, b.rebuildAnchors(ctx, n)...); err != nil {
 		return err
 	}
 	m.Fixed = fixed
-	if mem != nil {
-		rep.Memory = append(rep.Memory, *mem)
+	if ours.mem != nil {
+		rep.Memory = append(rep.Memory, *ours.mem)
 	}
-	// The physical limit: the table and its indexes as the floor wrote them,
-	// at this disk's sequential write rate.
+	if err := b.physicalLimit(ctx, rep, &m, floor); err != nil {
+		return err
+	}
+	m.Detail = fmt.Sprintf("shape step (and widen) %s median, of which executing the planned statements %s; the rest of ours is the boot around it",
+		median(ours.shapeSteps).Round(time.Microsecond), median(ours.applies).Round(time.Microsecond))
+	rep.Measurements = append(rep.Measurements, m)
+	return nil
+}
+
+// rebuildRuns is ours: a reconcile of the legacy store, timed whole, with
+// the shape (and widen) steps' time and the planned statements' time inside
+// it kept per run.
+type rebuildRuns struct {
+	b                   *bench
+	ctx                 context.Context
+	n                   int
+	name                string
+	shapeSteps, applies []time.Duration
+	mem                 *Memory
+}
+
+func (r *rebuildRuns) run(run int) (time.Duration, error) {
+	b, ctx := r.b, r.ctx
+	if err := b.restoreLegacy(ctx); err != nil {
+		return 0, err
+	}
+	var tApply, tApplied time.Time
+	progress := func(p reconcile.Progress) {
+		if p.Step == reconcile.StepShape && p.Message == "applying task_session_subagents" {
+			tApply = time.Now()
+		}
+	}
+	fp := func(point string) error {
+		if point == hooks.FailpointShapeApplied {
+			tApplied = time.Now()
+		}
+		return nil
+	}
+	el, rep, err := b.sampledReconcile(hooks.With(ctx, hooks.Hooks{Failpoint: fp}), run, &r.mem, FamilyRows, r.n, r.name, reconcile.WithProgress(progress))
+	if err != nil {
+		return 0, err
+	}
+	s := rep.Step(reconcile.StepShape)
+	if s == nil || s.Status != reconcile.Applied {
+		return 0, fmt.Errorf("%w: shape step %v", errUnexpected, s)
+	}
+	d := s.Duration
+	if w := rep.Step(reconcile.StepWiden); w != nil {
+		d += w.Duration
+	}
+	r.shapeSteps = append(r.shapeSteps, d)
+	if !tApply.IsZero() && !tApplied.IsZero() {
+		r.applies = append(r.applies, tApplied.Sub(tApply))
+	}
+	return el, nil
+}
+
+// rebuildAnchors are the tools a host would pick instead, each from the
+// legacy store, in this order so the last run leaves ours (or the host's)
+// end state behind.
+func (b *bench) rebuildAnchors(ctx context.Context, n int) []anchorRun {
+	from := func(run func() (time.Duration, error)) func(int) (time.Duration, error) {
+		return func(int) (time.Duration, error) {
+			if err := b.restoreLegacy(ctx); err != nil {
+				return 0, err
+			}
+			return run()
+		}
+	}
+	anchors := []anchorRun{{AnchorAtlas, b.on.atlasIs, from(func() (time.Duration, error) { return b.amended(ctx, n)(b.atlasApply(ctx)) })}}
+	if b.on.hostAnchor {
+		anchors = append(anchors, anchorRun{AnchorHost, hostIs, from(func() (time.Duration, error) { return b.amended(ctx, n)(b.hostRecreate(ctx)) })})
+	}
+	if b.cfg.Exe != "" {
+		anchors = append(anchors, anchorRun{AnchorCLI, "`schemastate reconcile --db …` as a child process, wall time (process start, open, the same Reconcile)",
+			from(func() (time.Duration, error) { return b.cli("reconcile", "--db", b.dsn) })})
+	}
+	return anchors
+}
+
+// physicalLimit adds the anchor of the table and its indexes as the floor
+// wrote them, at this disk's sequential write rate.
+func (b *bench) physicalLimit(ctx context.Context, rep *Report, m *Measurement, floor []string) error {
 	if err := b.restoreLegacy(ctx); err != nil {
 		return err
 	}
 	if _, err := b.handMigration(ctx, floor); err != nil {
 		return err
 	}
+	var err error
 	if m.Bytes, err = b.tableBytes(ctx); err != nil {
 		return err
 	}
@@ -176,9 +198,6 @@ func (b *bench) rebuild(ctx context.Context, rep *Report, n int) error {
 			Is:     fmt.Sprintf("the rebuilt table and its indexes (%.1f MiB) written once at the disk's sequential rate (%.0f MiB/s, measured in this run)", float64(m.Bytes)/(1<<20), rate/(1<<20)),
 			Median: time.Duration(float64(m.Bytes) / rate * float64(time.Second))})
 	}
-	m.Detail = fmt.Sprintf("shape step (and widen) %s median, of which executing the planned statements %s; the rest of ours is the boot around it",
-		median(shapeSteps).Round(time.Microsecond), median(applies).Round(time.Microsecond))
-	rep.Measurements = append(rep.Measurements, m)
 	return nil
 }
 

@@ -40,9 +40,9 @@ func (b *bench) steady(ctx context.Context, rep *Report, family string, n, messa
 	if err != nil {
 		return err
 	}
-	var owned []string
+	r := &steadyRuns{b: b, ctx: ctx, host: decl.HostTables()}
 	for _, t := range decl.Owned {
-		owned = append(owned, t.Name)
+		r.owned = append(r.owned, t.Name)
 	}
 	before, err := b.fingerprint(ctx)
 	if err != nil {
@@ -55,72 +55,81 @@ func (b *bench) steady(ctx context.Context, rep *Report, family string, n, messa
 	m := Measurement{Name: SteadyState, Family: family, N: n, Rows: rows, Messages: messages, Target: 1.2,
 		OursIs:  fmt.Sprintf("reconcile.Reconcile on a store in its declared shape, in process, wall time (each run the mean of %d boots)", steadyBoots),
 		FloorIs: fmt.Sprintf("on a pinned connection and without a lock (a certified boot takes none), one read of the three keys and the certificate row and one catalog read of the owned tables and the host tables (raw catalog columns on PostgreSQL), hashed (each run the mean of %d)", steadyBoots)}
-	var ddl int
-	var lockSteps, outside []time.Duration
-	// A boot takes a fraction of a millisecond, so one run is the mean of
-	// steadyBoots boots back to back (and the floor's likewise): a single
-	// boot's time is mostly where the caches happen to be.
-	ours := func(int) (time.Duration, error) {
-		var total time.Duration
-		for k := 0; k < steadyBoots; k++ {
-			t0 := time.Now()
-			r, err := reconcile.Reconcile(ctx, b.db, reconcile.WithLogger(b.quiet))
-			el := time.Since(t0)
-			if err != nil {
-				return 0, err
-			}
-			total += el
-			var in time.Duration
-			for _, s := range r.Steps {
-				ddl += s.Statements
-				in += s.Duration
-				if s.Name == reconcile.StepLock {
-					lockSteps = append(lockSteps, s.Duration)
-				}
-			}
-			outside = append(outside, el-in)
-		}
-		return total / steadyBoots, nil
-	}
-	var want string
-	host := decl.HostTables()
-	floor := func(int) (time.Duration, error) {
-		var total time.Duration
-		for k := 0; k < steadyBoots; k++ {
-			d, sum, err := b.catalogFloor(ctx, owned, host)
-			if err != nil {
-				return 0, err
-			}
-			if want == "" {
-				want = sum
-			} else if sum != want {
-				return 0, fmt.Errorf("%w: the floor's catalog hash moved between runs", errUnexpected)
-			}
-			total += d
-		}
-		return total / steadyBoots, nil
-	}
 	var anchors []anchorRun
 	if b.cfg.Exe != "" {
 		anchors = append(anchors, anchorRun{AnchorCLI, "`schemastate reconcile --db …` as a child process, wall time", func(int) (time.Duration, error) {
 			return b.cli("reconcile", "--db", b.dsn)
 		}})
 	}
-	if err := b.measure(&m, b.cfg.runsAt(n), ours, floor, anchors...); err != nil {
+	if err := b.measure(&m, b.cfg.runsAt(n), r.ours, r.floor, anchors...); err != nil {
 		return err
 	}
 	after, err := b.fingerprint(ctx)
 	if err != nil {
 		return err
 	}
-	zero := ddl == 0 && before == after
+	zero := r.ddl == 0 && before == after
 	met := m.Met != nil && *m.Met && zero
 	m.Met = &met
 	m.ZeroDDL = &zero
 	m.Detail = fmt.Sprintf("zero DDL: %v (%d statements, catalog fingerprint unchanged: %v); the lock step, which on a certified boot is the session and the certificate check (the keys read and the catalog read; no lock is taken), %s median, the rest of the boot %s",
-		zero, ddl, before == after, median(lockSteps).Round(time.Microsecond), median(outside).Round(time.Microsecond))
+		zero, r.ddl, before == after, median(r.lockSteps).Round(time.Microsecond), median(r.outside).Round(time.Microsecond))
 	rep.Measurements = append(rep.Measurements, m)
 	return nil
+}
+
+// steadyRuns are the two sides of the steady-state measurement. A boot takes
+// a fraction of a millisecond, so one run is the mean of steadyBoots boots
+// back to back (and the floor's likewise): a single boot's time is mostly
+// where the caches happen to be.
+type steadyRuns struct {
+	b                  *bench
+	ctx                context.Context
+	owned, host        []string
+	ddl                int
+	lockSteps, outside []time.Duration
+	// want is the floor's catalog hash, which must not move between runs.
+	want string
+}
+
+func (r *steadyRuns) ours(int) (time.Duration, error) {
+	var total time.Duration
+	for k := 0; k < steadyBoots; k++ {
+		t0 := time.Now()
+		rep, err := reconcile.Reconcile(r.ctx, r.b.db, reconcile.WithLogger(r.b.quiet))
+		el := time.Since(t0)
+		if err != nil {
+			return 0, err
+		}
+		total += el
+		var in time.Duration
+		for _, s := range rep.Steps {
+			r.ddl += s.Statements
+			in += s.Duration
+			if s.Name == reconcile.StepLock {
+				r.lockSteps = append(r.lockSteps, s.Duration)
+			}
+		}
+		r.outside = append(r.outside, el-in)
+	}
+	return total / steadyBoots, nil
+}
+
+func (r *steadyRuns) floor(int) (time.Duration, error) {
+	var total time.Duration
+	for k := 0; k < steadyBoots; k++ {
+		d, sum, err := r.b.catalogFloor(r.ctx, r.owned, r.host)
+		if err != nil {
+			return 0, err
+		}
+		if r.want == "" {
+			r.want = sum
+		} else if sum != r.want {
+			return 0, fmt.Errorf("%w: the floor's catalog hash moved between runs", errUnexpected)
+		}
+		total += d
+	}
+	return total / steadyBoots, nil
 }
 
 // steadyBoots is how many boots (and floor reads) one steady-state run
