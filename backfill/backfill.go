@@ -26,20 +26,9 @@ import (
 	"time"
 
 	"github.com/schemastate/schemastate/dialect"
+	"github.com/schemastate/schemastate/internal/hooks"
 	"github.com/schemastate/schemastate/internal/instant"
 	"github.com/schemastate/schemastate/keys"
-)
-
-// Failpoints Run calls through WithFailpoint. An error returned there fails
-// Run exactly as a database error at that point would.
-const (
-	// PointMaxTaken runs after the scan and backfill_through are computed,
-	// before the INSERT.
-	PointMaxTaken = "backfill.max_taken"
-	// PointInserted runs after the INSERT completes, before capture_since is sampled.
-	PointInserted = "backfill.inserted"
-	// PointFirstKeyWritten runs between the two key writes.
-	PointFirstKeyWritten = "backfill.first_key_written"
 )
 
 // Unknown is the shared execution-identity sentinel every backfilled row
@@ -111,11 +100,6 @@ func WithMaxMetadata(n int64) Option {
 	}
 }
 
-// WithFailpoint installs fn, called at each Point*.
-func WithFailpoint(fn func(point string) error) Option {
-	return func(o *options) { o.failpoint = fn }
-}
-
 // WithProgress installs fn, called before and after the long statements.
 func WithProgress(fn func(msg string)) Option { return func(o *options) { o.progress = fn } }
 
@@ -151,7 +135,8 @@ func (o *options) report(msg string) {
 // task_session_subagents must already be in its amended shape (AC-33c): the
 // reconciler calls Run only in a pass that observed that end state.
 func Run(ctx context.Context, q dialect.Querier, d dialect.Dialect, opts ...Option) (Result, error) {
-	o := &options{now: time.Now, maxMeta: MaxMetadata}
+	// The failpoints (internal/hooks) are a test's, passed in ctx.
+	o := &options{now: time.Now, maxMeta: MaxMetadata, failpoint: hooks.From(ctx).Failpoint}
 	for _, opt := range opts {
 		opt(o)
 	}
@@ -181,7 +166,7 @@ func Run(ctx context.Context, q dialect.Querier, d dialect.Dialect, opts ...Opti
 	if err := res.readMax(ctx, q, stmts, o); err != nil {
 		return res, err
 	}
-	if err := o.fail(PointMaxTaken); err != nil {
+	if err := o.fail(hooks.FailpointBackfillMaxTaken); err != nil {
 		return res, err
 	}
 
@@ -195,7 +180,7 @@ func Run(ctx context.Context, q dialect.Querier, d dialect.Dialect, opts ...Opti
 		return res, fmt.Errorf("backfill: rows inserted: %w", err)
 	}
 	o.report(fmt.Sprintf("inserted %d rows", res.Inserted))
-	if err := o.fail(PointInserted); err != nil {
+	if err := o.fail(hooks.FailpointBackfillInserted); err != nil {
 		return res, err
 	}
 
@@ -283,7 +268,7 @@ func (res *Result) writeKeys(ctx context.Context, q dialect.Querier, d dialect.D
 	if _, err := keys.WriteOnce(ctx, q, d, keys.BackfillThrough, res.BackfillThrough); err != nil {
 		return err
 	}
-	if err := o.fail(PointFirstKeyWritten); err != nil {
+	if err := o.fail(hooks.FailpointBackfillFirstKeyWritten); err != nil {
 		return err
 	}
 	_, err := keys.WriteOnce(ctx, q, d, keys.CaptureSince, res.CaptureSince)

@@ -15,6 +15,7 @@ import (
 	"github.com/schemastate/schemastate/capture"
 	"github.com/schemastate/schemastate/dialect"
 	"github.com/schemastate/schemastate/internal/dbtest"
+	"github.com/schemastate/schemastate/internal/hooks"
 	"github.com/schemastate/schemastate/internal/instant"
 	"github.com/schemastate/schemastate/keys"
 	"github.com/schemastate/schemastate/reconcile"
@@ -373,16 +374,17 @@ func TestBackfill_AC24_KeyValuesAndSamplingOrder(t *testing.T) {
 		)
 		sampled := time.Date(2026, 8, 1, 12, 0, 0, 0, time.UTC) // a whole second: still nine digits
 		var order []string
-		res := mustRun(t, db,
-			backfill.WithFailpoint(func(p string) error {
+		res, err := runHooked(t, db,
+			func(p string) error {
 				order = append(order, p)
 				return nil
-			}),
+			},
 			backfill.WithClock(func() time.Time {
 				order = append(order, "clock")
 				return sampled
 			}))
-		require.Equal(t, []string{backfill.PointMaxTaken, backfill.PointInserted, "clock", backfill.PointFirstKeyWritten}, order)
+		require.NoError(t, err)
+		require.Equal(t, []string{hooks.FailpointBackfillMaxTaken, hooks.FailpointBackfillInserted, "clock", hooks.FailpointBackfillFirstKeyWritten}, order)
 
 		ks := keySet(t, db)
 		require.Equal(t, instant.Format(newest), *ks.BackfillThrough)
@@ -451,8 +453,8 @@ func TestBackfill_AC24d_ConcurrentCommitNeverAdvancesTheKey(t *testing.T) {
 	declared(t, db)
 	seed(t, db, message{ID: "a", Session: "s1", Task: "task-1", Turn: "t", Created: base, Meta: subagent("toolu_a", nil, nil)})
 	var visible int
-	res := mustRun(t, db, backfill.WithFailpoint(func(p string) error {
-		if p != backfill.PointMaxTaken {
+	res, err := runHooked(t, db, func(p string) error {
+		if p != hooks.FailpointBackfillMaxTaken {
 			return nil
 		}
 		// Autocommitted on another pooled connection while Run's transaction is open.
@@ -463,7 +465,8 @@ func TestBackfill_AC24d_ConcurrentCommitNeverAdvancesTheKey(t *testing.T) {
 		}
 		// Control: committed, so any snapshot taken from here on sees it.
 		return db.DB.QueryRow(`SELECT COUNT(*) FROM task_session_messages WHERE id = 'b'`).Scan(&visible)
-	}))
+	})
+	require.NoError(t, err)
 	require.Equal(t, 1, visible, "the concurrent message was committed before the INSERT ran")
 	require.EqualValues(t, 1, res.Inserted, "the INSERT copies the scan's winners, not a later snapshot")
 	require.Contains(t, rows(t, db), "toolu_a/unknown")
@@ -501,17 +504,17 @@ func TestBackfill_AC23a_OneScanOfTheMessages(t *testing.T) {
 // AC-24a/AC-24d at the package boundary: any failure returns an error and the
 // caller's rollback leaves neither rows nor keys.
 func TestBackfill_AC24d_FailureAtEveryPointLeavesNothing(t *testing.T) {
-	for _, point := range []string{backfill.PointMaxTaken, backfill.PointInserted, backfill.PointFirstKeyWritten} {
+	for _, point := range []string{hooks.FailpointBackfillMaxTaken, hooks.FailpointBackfillInserted, hooks.FailpointBackfillFirstKeyWritten} {
 		t.Run(point, func(t *testing.T) {
 			eachDeclared(t, func(t *testing.T, db *dbtest.DB) {
 				seed(t, db, message{ID: "a", Session: "s1", Task: "task-1", Turn: "t", Created: base, Meta: subagent("toolu_a", nil, nil)})
 				boom := errors.New("boom")
-				_, err := run(t, db, backfill.WithFailpoint(func(p string) error {
+				_, err := runHooked(t, db, func(p string) error {
 					if p == point {
 						return boom
 					}
 					return nil
-				}))
+				})
 				require.ErrorIs(t, err, boom)
 				ks := keySet(t, db)
 				require.Nil(t, ks.CaptureSince)

@@ -13,6 +13,7 @@ import (
 	"github.com/schemastate/schemastate/backfill"
 	"github.com/schemastate/schemastate/dialect"
 	"github.com/schemastate/schemastate/internal/dbtest"
+	"github.com/schemastate/schemastate/internal/hooks"
 	"github.com/schemastate/schemastate/internal/instant"
 	"github.com/schemastate/schemastate/internal/owned"
 	"github.com/schemastate/schemastate/keys"
@@ -60,7 +61,13 @@ func clearKeys(t testing.TB, db *dbtest.DB, names ...string) {
 // run executes backfill.Run in its own transaction and commits it only on success.
 func run(t testing.TB, db *dbtest.DB, opts ...backfill.Option) (backfill.Result, error) {
 	t.Helper()
-	ctx := context.Background()
+	return runHooked(t, db, nil, opts...)
+}
+
+// runHooked is run with fp called at each failpoint (internal/hooks).
+func runHooked(t testing.TB, db *dbtest.DB, fp func(point string) error, opts ...backfill.Option) (backfill.Result, error) {
+	t.Helper()
+	ctx := hooks.With(context.Background(), hooks.Hooks{Failpoint: fp})
 	tx, err := db.DB.BeginTx(ctx, nil)
 	require.NoError(t, err)
 	res, err := backfill.Run(ctx, tx, db.Dialect, opts...)

@@ -522,8 +522,9 @@ func (r *run) backfill(ctx context.Context, sess session, es EndState) {
 		if !es.KeyBearing() {
 			return Step{Status: Skipped, Detail: "AC-33c: end state not observed in this pass; retried next boot"}
 		}
-		res, err := backfill.Run(ctx, q, r.o.dialect,
-			backfill.WithFailpoint(r.o.fail),
+		// The backfill's failpoints are the reconcile's, told to its
+		// observers as every other failpoint is.
+		res, err := backfill.Run(hooks.With(ctx, hooks.Hooks{Failpoint: r.o.fail}), q, r.o.dialect,
 			backfill.WithClock(r.o.now),
 			backfill.WithProgress(func(msg string) { r.progress(StepBackfill, msg) }))
 		if err != nil {

@@ -1,7 +1,5 @@
 package hooks
 
-import "github.com/schemastate/schemastate/backfill"
-
 // Failpoints a test (or an operator reproducing a fault) can hook with
 // the reconcile's failpoint hook (Hooks.Failpoint). Returning an error there fails the step exactly as a
 // database error would.
@@ -18,11 +16,11 @@ const (
 	// FailpointExecutionSinceWrite runs just before the execution_since key write.
 	FailpointExecutionSinceWrite = "execution_since.write"
 	// FailpointBackfillMaxTaken runs after backfill_through is computed, before the INSERT.
-	FailpointBackfillMaxTaken = backfill.PointMaxTaken
+	FailpointBackfillMaxTaken = "backfill.max_taken"
 	// FailpointBackfillInserted runs after the backfill INSERT, before capture_since is sampled.
-	FailpointBackfillInserted = backfill.PointInserted
+	FailpointBackfillInserted = "backfill.inserted"
 	// FailpointBackfillFirstKeyWritten runs between the two backfill key writes.
-	FailpointBackfillFirstKeyWritten = backfill.PointFirstKeyWritten
+	FailpointBackfillFirstKeyWritten = "backfill.first_key_written"
 )
 
 // FailpointAfterPhase is the failpoint run right after the phase with this
