@@ -50,7 +50,28 @@ func WriteFiles(dir, imagePrefix string, rep *Report) ([]string, error) {
 	if err := put("tables.md", Tables(rep, imagePrefix)); err != nil {
 		return nil, err
 	}
+	if err := put("summary.md", Summary(rep)); err != nil {
+		return nil, err
+	}
 	return written, nil
+}
+
+// Summary renders one table of every measured point of a report: ours, the
+// floor, their ratio in the direction of the target (time over time, or a
+// rate over a rate for live capture) and the target with whether it was
+// met. docs/benchmarks.md holds it as written.
+func Summary(rep *Report) []byte {
+	var b bytes.Buffer
+	fmt.Fprintf(&b, "| measurement (%s) | size | ours | floor | ours / floor | target |\n|---|---:|---:|---:|---:|---|\n", rep.Dialect)
+	for _, g := range groups(rep) {
+		name, family := g[0], g[1]
+		heading, ratio := against(name)
+		for _, m := range rep.points(name, family) {
+			fmt.Fprintf(&b, "| %s | %s %s | %s | %s | %.2f× (%s) | %s |\n", titles[name], FormatCount(float64(m.N)), family,
+				cell(m, m.Ours), cell(m, m.Floor), ratio(m.Ours, m.Floor), strings.TrimSuffix(heading, ": ours / floor"), target(name, m))
+		}
+	}
+	return b.Bytes()
 }
 
 // CSV renders one line per measured point and series (ours, floor, each
