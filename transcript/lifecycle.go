@@ -144,7 +144,7 @@ func (l *Lifecycle) end(ctx context.Context, id Identity, status Status, at time
 	return n > 0, err
 }
 
-// RecordTranscript records a transcript operation's outcome (StatusText) and
+// RecordTranscript records a transcript operation's outcome (statusText) and
 // the transcript's path. The first error is kept: neither 'ok' nor a later
 // error overwrites an 'error: …', because a transcript that once missed a
 // write is never again fully auditable (requirement 5).

@@ -107,7 +107,7 @@ func Recover(ctx context.Context, root string, l *Lifecycle, workspace string) (
 			p, _ := s.PathsFor(session, sum.AgentID)
 			for _, r := range rows {
 				id := Identity{WorkspacePath: r.WorkspacePath, SessionID: r.SessionID, AgentID: r.AgentID}
-				if err := l.RecordTranscript(ctx, id, p.Transcript, StatusText("recover", errors.New(reason))); err != nil {
+				if err := l.RecordTranscript(ctx, id, p.Transcript, statusText("recover", errors.New(reason))); err != nil {
 					return nil, err
 				}
 			}

@@ -446,7 +446,7 @@ func (s *Store) record(ctx context.Context, op, session, agent, path string, opE
 		}
 	}
 	id := Identity{WorkspacePath: s.workspace, SessionID: session, AgentID: agent}
-	if err := s.life.RecordTranscript(ctx, id, path, StatusText(op, opErr)); err != nil {
+	if err := s.life.RecordTranscript(ctx, id, path, statusText(op, opErr)); err != nil {
 		errs = append(errs, err)
 	}
 	if len(errs) == 0 {
@@ -459,8 +459,8 @@ func (s *Store) record(ctx context.Context, op, session, agent, path string, opE
 	return errors.Join(opErr, lerr)
 }
 
-// StatusText is the transcript_status value for an operation's outcome.
-func StatusText(op string, err error) string {
+// statusText is the transcript_status value for an operation's outcome.
+func statusText(op string, err error) string {
 	if err == nil {
 		return "ok"
 	}
