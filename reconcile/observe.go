@@ -7,6 +7,7 @@ import (
 	"ariga.io/atlas/sql/schema"
 
 	"github.com/schemastate/schemastate/internal/declare"
+	"github.com/schemastate/schemastate/internal/describe"
 	"github.com/schemastate/schemastate/internal/endstate"
 )
 
@@ -33,6 +34,27 @@ func (e EndState) KeyBearing() bool { return endstate.Facts(e).KeyBearing() }
 
 // Missing names each AC-33 clause (1–3) the end state lacks, in clause order.
 func (e EndState) Missing() []string { return endstate.Facts(e).Missing() }
+
+// observeEndState inspects the owned tables and reads AC-33's end state off
+// the live task_session_subagents: what the execution_since step writes its
+// key from and what status reports. indexes are the live tables' index sets
+// (describe.IndexSet), as inspected, before the dialect reads the table as
+// the end state sees it (driver.observable).
+func observeEndState(ctx context.Context, drv driver, q querier, decl *declare.Declaration, schemaName string) (es EndState, indexes map[string][]string, err error) {
+	_, live, err := inspectLive(ctx, drv, q, decl, schemaName)
+	if err != nil {
+		return EndState{}, nil, err
+	}
+	indexes = map[string][]string{}
+	for _, t := range live.Tables {
+		indexes[t.Name] = describe.IndexSet(t)
+	}
+	lt, _ := live.Table(subagentsTable)
+	if err := drv.observable(ctx, q, lt); err != nil {
+		return EndState{}, nil, err
+	}
+	return observe(lt, decl.Table(subagentsTable)), indexes, nil
+}
 
 // observe reads the end state off an inspected live table (endstate.Observe).
 func observe(live, want *schema.Table) EndState { return EndState(endstate.Observe(live, want)) }

@@ -502,15 +502,8 @@ func (r *run) executionSince(ctx context.Context, sess session, decl *declare.De
 }
 
 func (r *run) observe(ctx context.Context, q querier, decl *declare.Declaration, schemaName string) (EndState, error) {
-	_, live, err := inspectLive(ctx, r.drv, q, decl, schemaName)
-	if err != nil {
-		return EndState{}, err
-	}
-	lt, _ := live.Table(subagentsTable)
-	if err := r.drv.observable(ctx, q, lt); err != nil {
-		return EndState{}, err
-	}
-	return observe(lt, decl.Table(subagentsTable)), nil
+	es, _, err := observeEndState(ctx, r.drv, q, decl, schemaName)
+	return es, err
 }
 
 // backfill is the last step; it runs only in a pass that observed the AC-33

@@ -6,7 +6,6 @@ import (
 	"fmt"
 
 	"github.com/schemastate/schemastate/dialect"
-	"github.com/schemastate/schemastate/internal/describe"
 	"github.com/schemastate/schemastate/keys"
 )
 
@@ -55,25 +54,16 @@ func Observe(ctx context.Context, db *sql.DB, opts ...Option) (*Observation, err
 	if err != nil {
 		return nil, err
 	}
-	obs := &Observation{Dialect: o.dialect, Lock: drv.lockMechanism(), Indexes: map[string][]string{}, HostTables: decl.HostTables()}
+	obs := &Observation{Dialect: o.dialect, Lock: drv.lockMechanism(), HostTables: decl.HostTables()}
 	if obs.MissingHostTables, err = missingTables(ctx, drv, db, decl.HostTables()); err != nil {
 		return nil, err
 	}
 	if obs.MissingHostTables == nil {
 		obs.MissingHostTables = []string{}
 	}
-	_, live, err := inspectLive(ctx, drv, db, decl, name)
-	if err != nil {
+	if obs.EndState, obs.Indexes, err = observeEndState(ctx, drv, db, decl, name); err != nil {
 		return nil, err
 	}
-	for _, t := range live.Tables {
-		obs.Indexes[t.Name] = describe.IndexSet(t)
-	}
-	lt, _ := live.Table(subagentsTable)
-	if err := drv.observable(ctx, db, lt); err != nil {
-		return nil, err
-	}
-	obs.EndState = observe(lt, decl.Table(subagentsTable))
 	plain := *o
 	plain.prune = false // drift is reported as kept: Observe plans what a plain boot would
 	plan, err := planShape(ctx, drv, db, decl, name, &plain)
