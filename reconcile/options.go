@@ -320,6 +320,7 @@ func (o *options) hooked(h hooks.Hooks) {
 // validate names every option whose value cannot be used, rather than
 // clamping it where it is used (a zero DDL lock budget would be no
 // lock_timeout at all).
+// An unexported option is named as the package's tests call it (export_test.go).
 func (o *options) validate() error {
 	var errs []error
 	bad := func(format string, args ...any) {
@@ -332,7 +333,7 @@ func (o *options) validate() error {
 		bad("WithDeclaration(%q): the declaration is empty", o.declName)
 	}
 	if o.now == nil {
-		bad("withClock(nil): a clock is required (time.Now is the default)")
+		bad("WithClock(nil): a clock is required (time.Now is the default)")
 	}
 	if o.lockWait < 0 {
 		bad("WithLockWait(%s): must not be negative", o.lockWait)
@@ -340,7 +341,7 @@ func (o *options) validate() error {
 	for _, d := range []struct {
 		name string
 		v    time.Duration
-	}{{"withDDLLockTimeout", o.ddlLockTimeout}, {"withDDLLockAttempt", o.ddlLockAttempt}, {"withConcurrentWait", o.concurrentWait}} {
+	}{{"WithDDLLockTimeout", o.ddlLockTimeout}, {"WithDDLLockAttempt", o.ddlLockAttempt}, {"WithConcurrentWait", o.concurrentWait}} {
 		if d.v <= 0 {
 			bad("%s(%s): must be positive", d.name, d.v)
 		}
@@ -349,13 +350,13 @@ func (o *options) validate() error {
 		bad("WithOnlineAbove(%d): must not be negative", o.onlineAbove)
 	}
 	if o.copyPause < 0 || math.IsNaN(o.copyPause) || math.IsInf(o.copyPause, 0) {
-		bad("withCopyPause(%v): must be a finite ratio, 0 or more", o.copyPause)
+		bad("WithCopyPause(%v): must be a finite ratio, 0 or more", o.copyPause)
 	}
 	if o.onlineBudget < 0 {
 		bad("WithOnlineBudget(%s): must not be negative (0: no bound)", o.onlineBudget)
 	}
 	if o.copyBatchPages < 1 {
-		bad("withCopyBatchPages(%d): must be at least 1", o.copyBatchPages)
+		bad("WithCopyBatchPages(%d): must be at least 1", o.copyBatchPages)
 	}
 	return errors.Join(errs...)
 }
