@@ -262,6 +262,10 @@ type Lock struct {
 	ReaderBaseline time.Duration `json:"reader_baseline_ns"`
 	ReaderQueries  int           `json:"reader_queries"`
 	PollInterval   time.Duration `json:"poll_interval_ns"`
+	// Err is the extra reconcile's failure, when a step of it failed: a swap
+	// that could not get its lock within its budget, under the reader, is
+	// reported, not a failure of the run (the boot would go on and retry).
+	Err string `json:"error,omitempty"`
 }
 
 // Store is one generated store.

@@ -21,10 +21,14 @@ func (b *bench) lock(ctx context.Context, rep *Report, n int) error {
 	if err != nil {
 		return err
 	}
-	_, err = reconcile.Reconcile(ctx, b.db, reconcile.WithLogger(b.quiet))
+	r, err := reconcile.Reconcile(ctx, b.db, reconcile.WithLogger(b.quiet))
 	held, worst, reads, poll := w.stop()
-	if err != nil {
+	if err != nil && (r == nil || r.Err() == nil || ctx.Err() != nil) {
 		return err
+	}
+	if err != nil {
+		rep.Locks = append(rep.Locks, Lock{Rows: n, Held: held, ReaderWorst: worst, ReaderQueries: reads, PollInterval: poll, Err: oneLine(err.Error(), 300)})
+		return nil
 	}
 	base, err := b.readerBaseline(ctx, reads)
 	if err != nil {

@@ -392,6 +392,10 @@ func writeLocks(b *bytes.Buffer, rep *Report) {
 	}
 	b.WriteString("#### PostgreSQL: the swap seen from outside (one extra untimed reconcile per size)\n\n| rows | ACCESS EXCLUSIVE seen | reader worst | reader worst, nothing running | poll interval |\n|---:|---:|---:|---:|---:|\n")
 	for _, l := range rep.Locks {
+		if l.Err != "" {
+			fmt.Fprintf(b, "| %s | failed: `%s` | %s | — | %s |\n", FormatCount(float64(l.Rows)), l.Err, Dur(l.ReaderWorst), Dur(l.PollInterval))
+			continue
+		}
 		fmt.Fprintf(b, "| %s | %s | %s | %s | %s |\n", FormatCount(float64(l.Rows)), Dur(l.Held), Dur(l.ReaderWorst), Dur(l.ReaderBaseline), Dur(l.PollInterval))
 	}
 	b.WriteString("\n")
