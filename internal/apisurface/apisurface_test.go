@@ -27,7 +27,6 @@ func TestSurface_Counts(t *testing.T) {
 	for _, p := range public {
 		s, err := apisurface.Of(filepath.Join("..", "..", p))
 		require.NoError(t, err, p)
-		require.NotEmpty(t, s.Identifiers, p)
 		t.Logf("%-10s %3d identifiers, %3d methods, %3d exported fields", p, len(s.Identifiers), len(s.Methods), s.Fields)
 	}
 }
