@@ -10,6 +10,8 @@ import (
 	"go/parser"
 	"go/token"
 	"os"
+	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 )
@@ -24,24 +26,37 @@ type Surface struct {
 	Fields int
 }
 
-// Of reads the package in dir.
+// Of reads the package in dir: every non-test Go file, whatever its build
+// constraints (a name declared once per platform is counted once).
 func Of(dir string) (Surface, error) {
-	fset := token.NewFileSet()
-	pkgs, err := parser.ParseDir(fset, dir, func(fi os.FileInfo) bool { return !strings.HasSuffix(fi.Name(), "_test.go") }, 0)
+	entries, err := os.ReadDir(dir)
 	if err != nil {
 		return Surface{}, err
 	}
+	fset := token.NewFileSet()
 	var s Surface
-	for _, p := range pkgs {
-		for _, f := range p.Files {
-			for _, d := range f.Decls {
-				s.add(d)
-			}
+	for _, e := range entries {
+		name := e.Name()
+		if e.IsDir() || !strings.HasSuffix(name, ".go") || strings.HasSuffix(name, "_test.go") {
+			continue
+		}
+		f, err := parser.ParseFile(fset, filepath.Join(dir, name), nil, 0)
+		if err != nil {
+			return Surface{}, err
+		}
+		for _, d := range f.Decls {
+			s.add(d)
 		}
 	}
-	sort.Strings(s.Identifiers)
-	sort.Strings(s.Methods)
+	s.Identifiers = sortedSet(s.Identifiers)
+	s.Methods = sortedSet(s.Methods)
 	return s, nil
+}
+
+// sortedSet is xs sorted, each once.
+func sortedSet(xs []string) []string {
+	sort.Strings(xs)
+	return slices.Compact(xs)
 }
 
 func (s *Surface) add(d ast.Decl) {
