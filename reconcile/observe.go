@@ -7,7 +7,6 @@ import (
 	"ariga.io/atlas/sql/schema"
 
 	"github.com/schemastate/schemastate/internal/declare"
-	"github.com/schemastate/schemastate/internal/describe"
 	"github.com/schemastate/schemastate/internal/endstate"
 )
 
@@ -37,23 +36,22 @@ func (e EndState) Missing() []string { return endstate.Facts(e).Missing() }
 
 // observeEndState inspects the owned tables and reads AC-33's end state off
 // the live task_session_subagents: what the execution_since step writes its
-// key from and what status reports. indexes are the live tables' index sets
-// (describe.IndexSet), as inspected, before the dialect reads the table as
-// the end state sees it (driver.observable).
-func observeEndState(ctx context.Context, drv driver, q querier, decl *declare.Declaration, schemaName string) (es EndState, indexes map[string][]string, err error) {
+// key from and what status reports. seen, when not nil, is given the
+// inspection as read, before the dialect reads the table as the end state
+// sees it (driver.observable): status takes its index sets there.
+func observeEndState(ctx context.Context, drv driver, q querier, decl *declare.Declaration, schemaName string, seen func(live *schema.Schema)) (EndState, error) {
 	_, live, err := inspectLive(ctx, drv, q, decl, schemaName)
 	if err != nil {
-		return EndState{}, nil, err
+		return EndState{}, err
 	}
-	indexes = map[string][]string{}
-	for _, t := range live.Tables {
-		indexes[t.Name] = describe.IndexSet(t)
+	if seen != nil {
+		seen(live)
 	}
 	lt, _ := live.Table(subagentsTable)
 	if err := drv.observable(ctx, q, lt); err != nil {
-		return EndState{}, nil, err
+		return EndState{}, err
 	}
-	return observe(lt, decl.Table(subagentsTable)), indexes, nil
+	return observe(lt, decl.Table(subagentsTable)), nil
 }
 
 // observe reads the end state off an inspected live table (endstate.Observe).

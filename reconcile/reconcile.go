@@ -502,8 +502,7 @@ func (r *run) executionSince(ctx context.Context, sess session, decl *declare.De
 }
 
 func (r *run) observe(ctx context.Context, q querier, decl *declare.Declaration, schemaName string) (EndState, error) {
-	es, _, err := observeEndState(ctx, r.drv, q, decl, schemaName)
-	return es, err
+	return observeEndState(ctx, r.drv, q, decl, schemaName, nil)
 }
 
 // backfill is the last step; it runs only in a pass that observed the AC-33

@@ -5,7 +5,10 @@ import (
 	"database/sql"
 	"fmt"
 
+	"ariga.io/atlas/sql/schema"
+
 	"github.com/schemastate/schemastate/dialect"
+	"github.com/schemastate/schemastate/internal/describe"
 	"github.com/schemastate/schemastate/keys"
 )
 
@@ -61,7 +64,13 @@ func Observe(ctx context.Context, db *sql.DB, opts ...Option) (*Observation, err
 	if obs.MissingHostTables == nil {
 		obs.MissingHostTables = []string{}
 	}
-	if obs.EndState, obs.Indexes, err = observeEndState(ctx, drv, db, decl, name); err != nil {
+	obs.Indexes = map[string][]string{}
+	indexSets := func(live *schema.Schema) {
+		for _, t := range live.Tables {
+			obs.Indexes[t.Name] = describe.IndexSet(t)
+		}
+	}
+	if obs.EndState, err = observeEndState(ctx, drv, db, decl, name, indexSets); err != nil {
 		return nil, err
 	}
 	plain := *o

@@ -65,10 +65,10 @@ func Summary(rep *Report) []byte {
 	fmt.Fprintf(&b, "| measurement (%s) | size | ours | floor | ours / floor | target |\n|---|---:|---:|---:|---:|---|\n", rep.Dialect)
 	for _, g := range groups(rep) {
 		name, family := g[0], g[1]
-		heading, ratio := against(name)
+		kind, ratio := against(name)
 		for _, m := range rep.points(name, family) {
 			fmt.Fprintf(&b, "| %s | %s %s | %s | %s | %.2f× (%s) | %s |\n", titles[name], FormatCount(float64(m.N)), family,
-				cell(m, m.Ours), cell(m, m.Floor), ratio(m.Ours, m.Floor), strings.TrimSuffix(heading, ": ours / floor"), target(name, m))
+				cell(m, m.Ours), cell(m, m.Floor), ratio(m.Ours, m.Floor), kind, target(name, m))
 		}
 	}
 	return b.Bytes()
@@ -270,17 +270,18 @@ func writeHeading(b *bytes.Buffer, rep *Report, name, family string, pts []*Meas
 // column heading: time over the floor's time, or for a rate (live capture)
 // the side's rate over the floor's rate, so that every ratio points the same
 // way as its target (≤ for a time, ≥ for a rate).
-func against(name string) (heading string, ratio func(side, floor time.Duration) float64) {
+func against(name string) (kind string, ratio func(side, floor time.Duration) float64) {
 	if isRate(name) {
-		return "rate: ours / floor", func(side, floor time.Duration) float64 { return float64(floor) / float64(max(side, 1)) }
+		return "rate", func(side, floor time.Duration) float64 { return float64(floor) / float64(max(side, 1)) }
 	}
-	return "time: ours / floor", func(side, floor time.Duration) float64 { return float64(side) / float64(max(floor, 1)) }
+	return "time", func(side, floor time.Duration) float64 { return float64(side) / float64(max(floor, 1)) }
 }
 
 // writeResults writes a curve's table, a row per size, and the anchors that
 // failed.
 func writeResults(b *bytes.Buffer, name, family string, pts []*Measurement, anchors []string) {
-	heading, ratio := against(name)
+	kind, ratio := against(name)
+	heading := kind + ": ours / floor"
 	b.WriteString("\n| " + family + " | ours | floor | " + heading + " | target |")
 	for _, a := range anchors {
 		b.WriteString(" " + a + " (" + heading + ") |")

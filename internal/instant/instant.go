@@ -149,6 +149,3 @@ const keyLayout = "2006-01-02T15:04:05.000000000Z07:00"
 
 // Format renders an instant as a key value: UTC, RFC3339, nine fractional digits.
 func Format(t time.Time) string { return t.UTC().Format(keyLayout) }
-
-// Now samples the backend clock for a key write.
-func Now() string { return Format(time.Now()) }
