@@ -62,36 +62,40 @@ func (postgresDriver) tablesQuery(n int) string {
 }
 
 // catalogQuery reads stored forms where a deparser would cost a lookup per
-// row (an index is its whole pg_index row, whatever columns this server
-// version has; a default its stored expression) and joins comments rather
-// than fetching them per row (col_description, obj_description): a
-// definition's stored form changes whenever its rendering does, so the hash
-// still covers everything the full check compares, at a third of the cost.
-// (A REINDEX or CLUSTER also changes an index's row: one full check.)
-// Constraints and triggers keep their deparsed form (a handful of rows; it
-// names the referenced table as it is called now).
+// row (a column's type is its type's oid and modifier, its collation the
+// collation's oid, an index its whole pg_index row whatever columns this
+// server version has, a default its stored expression) and reads every
+// comment of the tables, their indexes and constraints in one branch, keyed
+// by the commented object's oid, rather than joining the comments to each
+// kind of row: a definition's stored form changes whenever its rendering
+// does, so the hash still covers everything the full check compares, and
+// the server plans fewer joins (planning was the larger half of this read).
+// (A REINDEX or CLUSTER also changes an index's row, and a recreated type
+// or collation its oid: one full check.) Constraints and triggers keep their
+// deparsed form (a handful of rows; it names the referenced table as it is
+// called now).
 func (postgresDriver) catalogQuery(ownedIn, hostIn string) string {
 	return `WITH rel AS (
-  SELECT c.oid, c.relname, c.relkind, c.relpersistence, c.reloptions FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
-  WHERE n.nspname = current_schema() AND c.relkind IN ('r', 'p') AND c.relname IN (` + ownedIn + `)
+  SELECT c.oid, c.relname, c.relkind, c.relpersistence, c.reloptions FROM pg_class c
+  WHERE c.relnamespace = current_schema()::regnamespace AND c.relkind IN ('r', 'p') AND c.relname IN (` + ownedIn + `)
 )
-SELECT 'col:' || rel.relname || ':' || a.attnum::text || ':' || a.attname || ':' || format_type(a.atttypid, a.atttypmod) || ':' || COALESCE(coll.collname, '') || ':' || a.attnotnull::text || ':' || a.attidentity::text || ':' || a.attgenerated::text || ':' || COALESCE(ad.adbin::text, '') || ':' || COALESCE(d.description, '')
+SELECT 'col:' || rel.relname || ':' || a.attnum::text || ':' || a.attname || ':' || a.atttypid::text || ',' || a.atttypmod::text || ':' || a.attcollation::text || ':' || a.attnotnull::text || ':' || a.attidentity::text || ':' || a.attgenerated::text || ':' || COALESCE(ad.adbin::text, '')
   FROM rel JOIN pg_attribute a ON a.attrelid = rel.oid AND a.attnum > 0 AND NOT a.attisdropped
   LEFT JOIN pg_attrdef ad ON ad.adrelid = rel.oid AND ad.adnum = a.attnum
-  LEFT JOIN pg_collation coll ON coll.oid = a.attcollation
-  LEFT JOIN pg_description d ON d.objoid = rel.oid AND d.classoid = 'pg_class'::regclass AND d.objsubid = a.attnum
-UNION ALL SELECT 'idx:' || rel.relname || ':' || ic.relname || ':' || ic.relam::text || ':' || i::text || ':' || COALESCE(array_to_string(ic.reloptions, ','), '') || ':' || COALESCE(d.description, '')
+UNION ALL SELECT 'idx:' || rel.relname || ':' || ic.relname || ':' || ic.relam::text || ':' || i::text || ':' || COALESCE(array_to_string(ic.reloptions, ','), '')
   FROM rel JOIN pg_index i ON i.indrelid = rel.oid JOIN pg_class ic ON ic.oid = i.indexrelid
-  LEFT JOIN pg_description d ON d.objoid = i.indexrelid AND d.classoid = 'pg_class'::regclass AND d.objsubid = 0
-UNION ALL SELECT 'con:' || rel.relname || ':' || con.conname || ':' || con.contype::text || ':' || pg_get_constraintdef(con.oid) || ':' || con.condeferrable::text || ':' || con.condeferred::text || ':' || con.convalidated::text || ':' || COALESCE(d.description, '')
+UNION ALL SELECT 'con:' || rel.relname || ':' || con.conname || ':' || con.contype::text || ':' || pg_get_constraintdef(con.oid) || ':' || con.condeferrable::text || ':' || con.condeferred::text || ':' || con.convalidated::text
   FROM rel JOIN pg_constraint con ON con.conrelid = rel.oid
-  LEFT JOIN pg_description d ON d.objoid = con.oid AND d.classoid = 'pg_constraint'::regclass AND d.objsubid = 0
 UNION ALL SELECT 'trg:' || rel.relname || ':' || pg_get_triggerdef(t.oid) || ':' || t.tgenabled::text
   FROM rel JOIN pg_trigger t ON t.tgrelid = rel.oid AND NOT t.tgisinternal
-UNION ALL SELECT 'tbl:' || rel.relname || ':' || rel.relkind::text || ':' || rel.relpersistence::text || ':' || COALESCE(array_to_string(rel.reloptions, ','), '') || ':' || COALESCE(d.description, '')
-  FROM rel LEFT JOIN pg_description d ON d.objoid = rel.oid AND d.classoid = 'pg_class'::regclass AND d.objsubid = 0
-UNION ALL SELECT 'host:' || c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
-  WHERE n.nspname = current_schema() AND c.relkind IN ('r', 'p') AND c.relname IN (` + hostIn + `)
+UNION ALL SELECT 'tbl:' || rel.relname || ':' || rel.oid::text || ':' || rel.relkind::text || ':' || rel.relpersistence::text || ':' || COALESCE(array_to_string(rel.reloptions, ','), '')
+  FROM rel
+UNION ALL SELECT 'dsc:' || d.classoid::text || ':' || d.objoid::text || ':' || d.objsubid::text || ':' || d.description
+  FROM pg_description d WHERE d.objoid IN (SELECT oid FROM rel
+    UNION ALL SELECT i.indexrelid FROM rel JOIN pg_index i ON i.indrelid = rel.oid
+    UNION ALL SELECT con.oid FROM rel JOIN pg_constraint con ON con.conrelid = rel.oid)
+UNION ALL SELECT 'host:' || c.relname FROM pg_class c
+  WHERE c.relnamespace = current_schema()::regnamespace AND c.relkind IN ('r', 'p') AND c.relname IN (` + hostIn + `)
 ORDER BY 1`
 }
 
