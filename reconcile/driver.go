@@ -48,9 +48,10 @@ type driver interface {
 	// dropSQL renders the drop of an index, foreign key or check of table
 	// with the module's own quoting (ident.go: a name Atlas must not render).
 	dropSQL(schemaName, table string, c schema.Change) (string, error)
-	// observable removes from an inspected live table what cannot serve as
-	// the key AC-33 observes (a DEFERRABLE unique on PostgreSQL).
-	observable(ctx context.Context, q querier, live *schema.Table) error
+	// observable is the inspected live table without what cannot serve as
+	// the key AC-33 observes (a DEFERRABLE unique on PostgreSQL): a new
+	// table, the inspected one left as read.
+	observable(ctx context.Context, q querier, live *schema.Table) (*schema.Table, error)
 	// explain adds to a statement's error what the database said beyond
 	// its message (PostgreSQL's DETAIL and HINT).
 	explain(err error) error

@@ -1,5 +1,7 @@
 package reconcile
 
+import "github.com/schemastate/schemastate/internal/ops"
+
 // The reconcile's test hooks, for its own tests: the options below are no
 // part of the public API (a test outside the package passes internal/hooks
 // in its context).
@@ -13,6 +15,7 @@ var (
 	WithCopyBatchPages = withCopyBatchPages
 	WithDDLLockAttempt = withDDLLockAttempt
 	WithDDLLockTimeout = withDDLLockTimeout
+	ReadQuoted         = readQuoted
 )
 
 type Event = event
@@ -24,10 +27,10 @@ const (
 )
 
 const (
-	DurationMetric       = durationMetric
-	RowsMetric           = rowsMetric
-	StepsMetric          = stepsMetric
-	PlannerVersion       = plannerVersion
-	LockAdvisoryXact     = lockAdvisoryXact
-	LockWriteTransaction = lockWriteTransaction
+	DurationMetric   = durationMetric
+	RowsMetric       = rowsMetric
+	StepsMetric      = stepsMetric
+	PlannerVersion   = plannerVersion
+	LockAdvisoryXact = lockAdvisoryXact
+	LockSQLiteWrite  = string(ops.LockSQLiteWrite)
 )

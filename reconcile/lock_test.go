@@ -59,7 +59,7 @@ func killLockHolder(t *testing.T, db *dbtest.DB) {
 
 // The report and the status name the lock each dialect uses.
 func TestLock_ReportAndStatusNameTheMechanism(t *testing.T) {
-	want := map[dialect.Dialect]string{dialect.Postgres: reconcile.LockAdvisoryXact, dialect.SQLite: reconcile.LockWriteTransaction}
+	want := map[dialect.Dialect]string{dialect.Postgres: reconcile.LockAdvisoryXact, dialect.SQLite: reconcile.LockSQLiteWrite}
 	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
 		db.Host(t).Legacy(t)
 		rep := mustReconcile(t, db)

@@ -35,10 +35,10 @@ func (e EndState) KeyBearing() bool { return endstate.Facts(e).KeyBearing() }
 func (e EndState) Missing() []string { return endstate.Facts(e).Missing() }
 
 // observeEndState inspects the owned tables and reads AC-33's end state off
-// the live task_session_subagents: what the execution_since step writes its
-// key from and what status reports. seen, when not nil, is given the
-// inspection as read, before the dialect reads the table as the end state
-// sees it (driver.observable): status takes its index sets there.
+// the live task_session_subagents as the end state sees it
+// (driver.observable): what the execution_since step writes its key from
+// and what status reports. seen, when not nil, is given the inspection as
+// read: status takes its index sets there.
 func observeEndState(ctx context.Context, drv driver, q querier, decl *declare.Declaration, schemaName string, seen func(live *schema.Schema)) (EndState, error) {
 	_, live, err := inspectLive(ctx, drv, q, decl, schemaName)
 	if err != nil {
@@ -48,7 +48,7 @@ func observeEndState(ctx context.Context, drv driver, q querier, decl *declare.D
 		seen(live)
 	}
 	lt, _ := live.Table(subagentsTable)
-	if err := drv.observable(ctx, q, lt); err != nil {
+	if lt, err = drv.observable(ctx, q, lt); err != nil {
 		return EndState{}, err
 	}
 	return observe(lt, decl.Table(subagentsTable)), nil

@@ -39,6 +39,40 @@ func phaseIDs(phases []ops.Phase) []string {
 	return out
 }
 
+// The dry run predicts the indexes the rebuild builds on its new table —
+// among them the key the shape phases build first — as pg_get_indexdef
+// will read them back once those phases ran; the reconcile builds exactly
+// those.
+func TestOnline_DryRunPredictsTheRebuildsIndexBuilds(t *testing.T) {
+	db, _ := seededOnlineStore(t)
+	plan, err := reconcile.Plan(ctx, db.DB, online...)
+	require.NoError(t, err)
+	var predicted []string
+	for _, ph := range plan.Phases() {
+		if ph.Name == ops.PhaseRebuildIndex {
+			predicted = ph.Loop.Builds
+		}
+	}
+	require.True(t, slices.ContainsFunc(predicted, func(b string) bool {
+		return strings.Contains(b, "UNIQUE") && strings.Contains(b, "(task_session_id, agent_execution_id, tool_call_id)")
+	}), "the key the shape phases build, as the server renders it: %v", predicted)
+	var ran []string
+	mustReconcile(t, db, append(online, reconcile.WithExecHook(func(s string) { ran = append(ran, s) }))...)
+	for _, b := range predicted {
+		require.Contains(t, ran, b, "a predicted build is what ran")
+	}
+}
+
+// The names the dry run's predicted index definitions spell are the
+// server's own quote_ident: bare when lower-case and no key word.
+func TestOnline_ColumnNamesQuotedAsTheServerQuotesThem(t *testing.T) {
+	db := openPostgres(t)
+	got, err := reconcile.ReadQuoted(ctx, db.DB, []string{"plain_1", "order", "user", "Mixed", "two words", `q"x`, "ünï"})
+	require.NoError(t, err)
+	require.Equal(t, map[string]string{"plain_1": "plain_1", "order": `"order"`, "user": `"user"`, "Mixed": `"Mixed"`,
+		"two words": `"two words"`, `q"x`: `"q""x"`, "ünï": `"ünï"`}, got)
+}
+
 func columnType(t *testing.T, db *dbtest.DB, col string) string {
 	t.Helper()
 	var typ string

@@ -118,6 +118,13 @@ func (postgresDriver) facts(ctx context.Context, q querier, schemaName string, l
 	if f.rebuild, err = readRebuildFacts(ctx, q, schemaName, live.Name); err != nil {
 		return f, err
 	}
+	names := make([]string, len(want.Columns))
+	for i, c := range want.Columns {
+		names[i] = c.Name
+	}
+	if f.rebuild.quoted, err = readQuoted(ctx, q, names); err != nil {
+		return f, fmt.Errorf("quote the column names of %s: %w", live.Name, err)
+	}
 	if f.notValid, err = notValidConstraints(ctx, q, schemaName, live.Name); err != nil {
 		return f, err
 	}
@@ -127,8 +134,8 @@ func (postgresDriver) facts(ctx context.Context, q querier, schemaName string, l
 	return f, nil
 }
 
-func (postgresDriver) observable(ctx context.Context, q querier, live *schema.Table) error {
-	return dropDeferrableUniques(ctx, q, live)
+func (postgresDriver) observable(ctx context.Context, q querier, live *schema.Table) (*schema.Table, error) {
+	return withoutDeferrableUniques(ctx, q, live)
 }
 
 func (postgresDriver) explain(err error) error { return withDetail(err) }

@@ -16,36 +16,6 @@ import (
 	"github.com/schemastate/schemastate/internal/ops"
 )
 
-// pgIdent quotes an identifier as PostgreSQL's quote_ident does for the
-// names a declaration uses (bare when lower-case and not reserved), so the
-// dry run prints the index definitions pg_get_indexdef will read back.
-func pgIdent(name string) string {
-	plain := name != ""
-	for i, r := range name {
-		if !(r == '_' || r >= 'a' && r <= 'z' || i > 0 && r >= '0' && r <= '9') {
-			plain = false
-		}
-	}
-	if !plain || reservedWords[name] {
-		return dialect.QuoteIdent(name)
-	}
-	return name
-}
-
-// reservedWords are PostgreSQL's reserved key words (quote_ident quotes them).
-var reservedWords = func() map[string]bool {
-	m := map[string]bool{}
-	for _, w := range strings.Fields(`all analyse analyze and any array as asc asymmetric authorization binary both case cast check collate collation
- column concurrently constraint create cross current_catalog current_date current_role current_schema current_time current_timestamp
- current_user default deferrable desc distinct do else end except false fetch for foreign freeze from full grant group having ilike in
- initially inner intersect into is isnull join lateral leading left like limit localtime localtimestamp natural not notnull null offset
- on only or order outer overlaps placing primary references returning right select session_user similar some symmetric system_user table
- tablesample then to trailing true union unique user using variadic verbose when where window with`) {
-		m[w] = true
-	}
-	return m
-}()
-
 // afterShape is the live table's index set as the shape phases leave it —
 // what the rebuild then carries. (Reconcile plans the widening again once
 // the shape step has applied, from the catalog; this keeps the dry run's
@@ -87,7 +57,7 @@ func afterShape(schemaName string, tp *tablePlan, builds, dropKeys, dropIndexes 
 		}
 		cols := make([]string, len(idx.Parts))
 		for i, part := range idx.Parts {
-			cols[i] = pgIdent(part.C.Name)
+			cols[i] = rb.quote(part.C.Name)
 			if part.Desc {
 				cols[i] += " DESC"
 			}
@@ -170,11 +140,12 @@ func indexColumns(idx *schema.Index) string {
 // is a declared one under another name — the host's own DDL leaves the
 // three-column key auto-named — and plans a RENAME CONSTRAINT instead of the
 // drop and re-add a name-based diff would plan (which rebuilds the unique
-// index under an ACCESS EXCLUSIVE lock). The live table is updated to the
-// declared name so the diff sees the same constraint. A partial index, a
-// plain unique index and a column order that differs are never equivalent.
-func renameEquivalentUniques(schemaName string, live, want *schema.Table, deferrable map[string]bool) []string {
-	var stmts []string
+// index under an ACCESS EXCLUSIVE lock). The returned table is live with
+// the declared name, so the diff sees the same constraint; renamed maps each
+// old name to its new one. A partial index, a plain unique index and a
+// column order that differs are never equivalent.
+func renameEquivalentUniques(schemaName string, live, want *schema.Table, deferrable map[string]bool) (_ *schema.Table, stmts []string, renamed map[string]string) {
+	live, renamed = cloneTable(live), map[string]string{}
 	for _, idx := range live.Indexes {
 		if !isUniqueConstraint(idx) || deferrable[idx.Name] {
 			continue
@@ -188,12 +159,13 @@ func renameEquivalentUniques(schemaName string, live, want *schema.Table, deferr
 			}
 			stmts = append(stmts, fmt.Sprintf("ALTER TABLE %s.%s RENAME CONSTRAINT %s TO %s",
 				dialect.QuoteIdent(schemaName), dialect.QuoteIdent(live.Name), dialect.QuoteIdent(idx.Name), dialect.QuoteIdent(w.Name)))
+			renamed[idx.Name] = w.Name
 			idx.Name = w.Name
 			idx.Attrs = append([]schema.Attr(nil), w.Attrs...)
 			break
 		}
 	}
-	return stmts
+	return live, stmts, renamed
 }
 
 func isUniqueConstraint(idx *schema.Index) bool {
@@ -214,50 +186,44 @@ func hasPredicate(idx *schema.Index) bool {
 	return false
 }
 
-// dropDeferrableUniques removes DEFERRABLE unique constraints from an
-// inspected PostgreSQL table before the end state is observed. Atlas does not
+// withoutDeferrableUniques is an inspected PostgreSQL table without its
+// DEFERRABLE unique constraints, for the end state to observe. Atlas does not
 // model deferrability, and INSERT … ON CONFLICT cannot use a deferrable
 // constraint as its arbiter, so such a constraint is not AC-33 clause 2: the
 // live upsert would fail against it, and execution_since must not be published.
-func dropDeferrableUniques(ctx context.Context, q dialect.Querier, live *schema.Table) error {
+func withoutDeferrableUniques(ctx context.Context, q dialect.Querier, live *schema.Table) (*schema.Table, error) {
 	if live == nil {
-		return nil
+		return nil, nil
 	}
 	deferrable, err := deferrableUniques(ctx, q, live.Name)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	kept := live.Indexes[:0:0]
-	for _, idx := range live.Indexes {
-		if !deferrable[idx.Name] {
-			kept = append(kept, idx)
-		}
-	}
-	live.Indexes = kept
-	return nil
+	live = cloneTable(live)
+	live.Indexes = slices.DeleteFunc(live.Indexes, func(idx *schema.Index) bool { return deferrable[idx.Name] })
+	return live, nil
 }
 
 // replaceDeferrableKeys plans, on PostgreSQL, replacing a declared unique
 // constraint that is live but DEFERRABLE: it is not the declared key (no ON
-// CONFLICT arbiter, see dropDeferrableUniques), yet Atlas's diff, blind to
+// CONFLICT arbiter, see withoutDeferrableUniques), yet Atlas's diff, blind to
 // deferrability, sees no change, and every boot would observe the end state
-// missing and change nothing. The constraint is removed from the live table,
-// so the diff adds the declared one, and dropped first by the returned
-// statement, in the same transaction. deferrable names every deferrable
+// missing and change nothing. The returned table is live without the
+// constraint, so the diff adds the declared one, and the returned statement
+// drops it first, in the same transaction. deferrable names every deferrable
 // unique (tableFacts), which renameEquivalentUniques never adopts either.
-func replaceDeferrableKeys(schemaName string, live, want *schema.Table, deferrable map[string]bool) []string {
+func replaceDeferrableKeys(schemaName string, live, want *schema.Table, deferrable map[string]bool) (*schema.Table, []string) {
 	var stmts []string
-	kept := live.Indexes[:0:0]
-	for _, idx := range live.Indexes {
-		if _, declared := want.Index(idx.Name); declared && deferrable[idx.Name] {
-			stmts = append(stmts, fmt.Sprintf("ALTER TABLE %s.%s DROP CONSTRAINT %s",
-				dialect.QuoteIdent(schemaName), dialect.QuoteIdent(live.Name), dialect.QuoteIdent(idx.Name)))
-			continue
+	live = cloneTable(live)
+	live.Indexes = slices.DeleteFunc(live.Indexes, func(idx *schema.Index) bool {
+		if _, declared := want.Index(idx.Name); !declared || !deferrable[idx.Name] {
+			return false
 		}
-		kept = append(kept, idx)
-	}
-	live.Indexes = kept
-	return stmts
+		stmts = append(stmts, fmt.Sprintf("ALTER TABLE %s.%s DROP CONSTRAINT %s",
+			dialect.QuoteIdent(schemaName), dialect.QuoteIdent(live.Name), dialect.QuoteIdent(idx.Name)))
+		return true
+	})
+	return live, stmts
 }
 
 func deferrableUniques(ctx context.Context, q querier, table string) (map[string]bool, error) {

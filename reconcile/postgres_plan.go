@@ -79,13 +79,14 @@ type inflight struct {
 
 func (f *inflight) any() bool { return f != nil && len(f.notes) > 0 }
 
-// resumeOnline removes from an inspected live table the artefacts of an
+// resumeOnline is an inspected live table without the artefacts of an
 // online upgrade in flight — shadow columns, INVALID indexes, an index built
 // but not yet attached as the declared key — so the diff plans the remaining
-// changes as if they were not there. invalid names the table's INVALID
-// indexes (tableFacts).
-func resumeOnline(live, want *schema.Table, invalid []string) *inflight {
+// changes as if they were not there, with what it took out. invalid names
+// the table's INVALID indexes (tableFacts).
+func resumeOnline(live, want *schema.Table, invalid []string) (*schema.Table, *inflight) {
 	f := &inflight{invalid: map[string]bool{}}
+	live = cloneTable(live)
 	cols := live.Columns[:0:0]
 	for _, c := range live.Columns {
 		if base, ok := strings.CutSuffix(c.Name, shadowSuffix); ok {
@@ -118,7 +119,7 @@ func resumeOnline(live, want *schema.Table, invalid []string) *inflight {
 		idxs = append(idxs, idx)
 	}
 	live.Indexes = idxs
-	return f
+	return live, f
 }
 
 // resumeNext takes an index built beside a declared one for its new
@@ -228,15 +229,16 @@ func (postgresDriver) planTable(pc *planContext, tp *tablePlan, f tableFacts) er
 		}
 		return nil
 	}
-	tp.Inflight = resumeOnline(tp.Live, tp.Want, f.invalid)
+	// Each normalization returns a new table: the inspected one is left as
+	// the catalog holds it.
+	live, in := resumeOnline(tp.Live, tp.Want, f.invalid)
+	tp.Inflight = in
 	if tp.Inflight.rebuild = f.rebuild; f.rebuild.inflight() {
 		tp.Inflight.notes = append(tp.Inflight.notes, f.rebuild.notes(tp.Table)...)
 	}
-	var filling []*schema.Column
-	tp.Inflight.nnChecks, filling = normalizeRecipes(tp.Live, tp.Want, f)
-	tp.Inflight.filling = filling
+	live, in.nnChecks, in.filling = normalizeRecipes(live, tp.Want, f)
 	var recipeNotes []string
-	for _, c := range filling {
+	for _, c := range in.filling {
 		recipeNotes = append(recipeNotes, fmt.Sprintf("column %s added, its fill in flight", c.Name))
 	}
 	for chk, col := range tp.Inflight.nnChecks {
@@ -249,18 +251,10 @@ func (postgresDriver) planTable(pc *planContext, tp *tablePlan, f tableFacts) er
 	}
 	slices.Sort(recipeNotes)
 	tp.Inflight.notes = append(tp.Inflight.notes, recipeNotes...)
-	pre := prelude{replaced: replaceDeferrableKeys(pc.schema, tp.Live, tp.Want, f.deferrable)}
-	names := make([]string, len(tp.Live.Indexes))
-	for i, idx := range tp.Live.Indexes {
-		names[i] = idx.Name
-	}
-	pre.renames = renameEquivalentUniques(pc.schema, tp.Live, tp.Want, f.deferrable)
-	tp.Inflight.renamed = map[string]string{}
-	for i, idx := range tp.Live.Indexes {
-		if i < len(names) && names[i] != idx.Name {
-			tp.Inflight.renamed[names[i]] = idx.Name
-		}
-	}
+	var pre prelude
+	live, pre.replaced = replaceDeferrableKeys(pc.schema, live, tp.Want, f.deferrable)
+	live, pre.renames, in.renamed = renameEquivalentUniques(pc.schema, live, tp.Want, f.deferrable)
+	tp.Live = live // what the diff and the phases plan from
 	changes, _, err := pc.diff(tp)
 	if err != nil || len(tp.Refused) > 0 {
 		return err

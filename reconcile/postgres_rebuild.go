@@ -96,6 +96,32 @@ type rebuildFacts struct {
 	// row, when its table exists.
 	newExists, logExists, triggerExists, stateExists bool
 	state                                            rebuildProgress
+	// quoted is each declared column's name as the server's quote_ident
+	// renders it (bare when lower-case and not a key word), so the dry run
+	// predicts an index the shape phases build as pg_get_indexdef will read
+	// it back (afterShape): the server keeps its own key-word list.
+	quoted map[string]string
+}
+
+// quote is name as quoted holds it, else quoted always (a name the facts
+// did not read: the same index, spelled with quotes).
+func (f *rebuildFacts) quote(name string) string {
+	if q, ok := f.quoted[name]; ok {
+		return q
+	}
+	return dialect.QuoteIdent(name)
+}
+
+// readQuoted reads quote_ident of each of names.
+func readQuoted(ctx context.Context, q querier, names []string) (map[string]string, error) {
+	pairs, err := readonly.Rows(ctx, q, func(rows *sql.Rows) (p [2]string, err error) {
+		return p, rows.Scan(&p[0], &p[1])
+	}, `SELECT n, quote_ident(n) FROM unnest($1::text[]) AS n`, names)
+	out := make(map[string]string, len(pairs))
+	for _, p := range pairs {
+		out[p[0]] = p[1]
+	}
+	return out, err
 }
 
 type liveIndex struct {

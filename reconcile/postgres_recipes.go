@@ -378,14 +378,14 @@ func deparse(ctx context.Context, q querier, expr string) (string, error) {
 	return "", fmt.Errorf("no output line in the plan of %q", expr)
 }
 
-// normalizeRecipes removes from an inspected live table what a recipe in
+// normalizeRecipes is an inspected live table without what a recipe in
 // flight left, so the diff plans the rest of the recipe: a NOT VALID check
 // or foreign key of a declared name (added again by the diff, whose
 // add_not_valid phase is then done and whose validate phase runs), the
 // recipe's own NOT NULL checks (returned, with the columns they are for),
 // and a default that is the declared one as the server prints it.
-func normalizeRecipes(live, want *schema.Table, f tableFacts) (nnChecks map[string]string, filling []*schema.Column) {
-	nnChecks = map[string]string{}
+func normalizeRecipes(live, want *schema.Table, f tableFacts) (_ *schema.Table, nnChecks map[string]string, filling []*schema.Column) {
+	live, nnChecks = cloneTable(live), map[string]string{}
 	for _, lc := range live.Columns {
 		wc, declared := want.Column(lc.Name)
 		if !declared {
@@ -432,7 +432,7 @@ func normalizeRecipes(live, want *schema.Table, f tableFacts) (nnChecks map[stri
 			lc.Default = wc.Default
 		}
 	}
-	return nnChecks, filling
+	return live, nnChecks, filling
 }
 
 func declaredCheck(t *schema.Table, name string) bool {

@@ -103,7 +103,8 @@ type Report struct {
 	Dialect dialect.Dialect `json:"dialect"`
 	// Lock names the cross-replica lock the reconcile uses on this dialect:
 	// "advisory_xact" (a transaction-scoped advisory lock) on PostgreSQL,
-	// "write_transaction" (BEGIN IMMEDIATE) on SQLite.
+	// "sqlite_write" on SQLite (the database's write lock, taken by BEGIN
+	// IMMEDIATE; the lock class every SQLite phase names in a plan).
 	Lock     string   `json:"lock"`
 	Steps    []Step   `json:"steps"`
 	EndState EndState `json:"end_state"`

@@ -60,11 +60,6 @@ func openSQLite(ctx context.Context, db *sql.DB, o *call) (*sqliteSession, error
 	return &sqliteSession{conn: conn, lockWait: o.lockWait}, nil
 }
 
-// lockWriteTransaction names SQLite's boot lock in Report.Lock: the
-// database's write lock, held by the reconcile's one BEGIN IMMEDIATE
-// transaction.
-const lockWriteTransaction = "write_transaction"
-
 // holding: every step runs inside the transaction that holds the write
 // lock, so a step cannot outlive the lock; a lost connection fails the step
 // itself.

@@ -10,6 +10,7 @@ import (
 	"ariga.io/atlas/sql/sqlite"
 
 	"github.com/schemastate/schemastate/dialect"
+	"github.com/schemastate/schemastate/internal/ops"
 )
 
 // SQLite's driver: its declaration and catalog reads, here; its planning in
@@ -21,7 +22,9 @@ type sqliteDriver struct{}
 
 func (sqliteDriver) dialect() dialect.Dialect { return dialect.SQLite }
 
-func (sqliteDriver) lockMechanism() string { return lockWriteTransaction }
+// lockMechanism: the database's write lock, held by the reconcile's one
+// BEGIN IMMEDIATE transaction; the same lock every SQLite phase names.
+func (sqliteDriver) lockMechanism() string { return string(ops.LockSQLiteWrite) }
 
 func (sqliteDriver) open(ctx context.Context, db *sql.DB, o *call) (session, error) {
 	return openSQLite(ctx, db, o)
@@ -86,6 +89,8 @@ func (sqliteDriver) facts(ctx context.Context, q querier, _ string, live, _ *sch
 	return f, rows.Err()
 }
 
-func (sqliteDriver) observable(context.Context, querier, *schema.Table) error { return nil }
+func (sqliteDriver) observable(_ context.Context, _ querier, live *schema.Table) (*schema.Table, error) {
+	return live, nil
+}
 
 func (sqliteDriver) explain(err error) error { return err }

@@ -29,7 +29,7 @@ func (sqliteDriver) planTable(pc *planContext, tp *tablePlan, f tableFacts) erro
 		tp.Phases = []ops.Phase{sqlitePhase(ops.PhaseCreate, tp.Table, stmts)}
 		return nil
 	}
-	normalizeLive(tp.Live, tp.Want)
+	tp.Live = normalizedLive(tp.Live, tp.Want) // the inspected table is left as read
 	changes, kept, err := pc.diff(tp)
 	if err != nil || len(tp.Refused) > 0 || len(changes) == 0 {
 		return err
@@ -58,9 +58,10 @@ func sqlitePhase(name, table string, stmts []string) ops.Phase {
 	return ops.Phase{Step: StepShape, Name: name, Kind: ops.KindStatements, Table: table, SQL: stmts, Transactional: true, Lock: ops.LockSQLiteWrite}
 }
 
-// normalizeLive removes differences that are spellings of the same shape, so
-// an equivalent live table plans no change (and runs no DDL).
-func normalizeLive(live, want *schema.Table) {
+// normalizedLive is live without the differences that are spellings of the
+// same shape, so an equivalent live table plans no change (and runs no DDL).
+func normalizedLive(live, want *schema.Table) *schema.Table {
+	live = cloneTable(live)
 	// An inline UNIQUE (…) constraint inspects as sqlite_autoindex_T_N; it is
 	// the same uniqueness as a declared unique index over the same columns.
 	for _, idx := range live.Indexes {
@@ -83,6 +84,7 @@ func normalizeLive(live, want *schema.Table) {
 			lc.Default = wc.Default
 		}
 	}
+	return live
 }
 
 func sameColumns(a, b *schema.Index) bool {
