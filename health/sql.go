@@ -161,13 +161,13 @@ func evaluate(ctx context.Context, tx *sql.Tx, q dialectSQL, d dialect.Dialect, 
 	return q.evaluate(ctx, tx, evaluation(d), since, c)
 }
 
-// FloorQuery is one full scan of the qualifying-message predicate with the
+// floorQuery is one full scan of the qualifying-message predicate with the
 // metadata normalization Evaluate applies: the least work any correct health
 // check must do. The benchmark compares Evaluate against it. On PostgreSQL it
 // casts every candidate, so it raises when one is malformed — a measuring
 // stick for a store without such a document, not a check. It panics on a
 // dialect other than the two.
-func FloorQuery(d dialect.Dialect) string {
+func floorQuery(d dialect.Dialect) string {
 	q := sqlFor(d)
 	return q.floorCTE + fmt.Sprintf(`
 SELECT COUNT(*)
@@ -185,7 +185,7 @@ type dialectSQL struct {
 	// subagent candidates in the window and those whose created_at is not a
 	// time. On SQLite it is msgCTE; see postgresEvalCTE for PostgreSQL.
 	evalCTE string
-	// floorCTE is msg as FloorQuery reads it: evalCTE with nothing left out.
+	// floorCTE is msg as floorQuery reads it: evalCTE with nothing left out.
 	floorCTE   string
 	kind       string // metadata.normalized.kind as text
 	toolCallID string // metadata.tool_call_id when it is a JSON string, else NULL
@@ -199,6 +199,6 @@ type dialectSQL struct {
 var dialects = perdialect.Of[dialectSQL]{Postgres: postgresSQL(), SQLite: sqliteSQL()}
 
 // sqlFor is d's dialectSQL; it panics on a dialect other than the two (the
-// exported Queries and FloorQuery have no error to return; Evaluate checks
+// exported Queries and floorQuery have no error to return; Evaluate checks
 // the dialect first).
 func sqlFor(d dialect.Dialect) dialectSQL { return dialects.Must(d) }
