@@ -462,6 +462,25 @@ func TestEdit_BinaryCoercibleTypeChangeInPlace(t *testing.T) {
 			require.Equal(t, before, snapshot(t, db))
 			requireConverged(t, db, editOptions(t, c.e)...)
 		})
+		// Under the online threshold the same change is the small path's
+		// widen phase, which names the catalog-only lock it takes.
+		t.Run(c.name+", small table", func(t *testing.T) {
+			db := openPostgres(t)
+			declaredStore(t, db, edit{})
+			db.Exec(t, c.live)
+			small := append(editOptions(t, c.e), reconcile.WithOnlineAbove(1<<40))
+			p, err := reconcile.Plan(ctx, db.DB, small...)
+			require.NoError(t, err)
+			var got []string
+			for _, ph := range p.Phases() {
+				got = append(got, fmt.Sprintf("%s %s %s scans=%t", ph.ID(), ph.Kind, ph.Lock, ph.Scans))
+			}
+			require.Equal(t, []string{"task_session_subagents.widen statements access_exclusive_catalog scans=false"}, got)
+			mustReconcile(t, db, small...)
+			require.Equal(t, c.want, count(t, db, `SELECT `+c.wantLength+` FROM information_schema.columns
+ WHERE table_schema = current_schema() AND table_name = 'task_session_subagents' AND column_name = '`+c.column+`'`))
+			requireConverged(t, db, small...)
+		})
 	}
 }
 

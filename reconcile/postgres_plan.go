@@ -12,6 +12,7 @@ import (
 	"github.com/schemastate/schemastate/dialect"
 	"github.com/schemastate/schemastate/internal/describe"
 	"github.com/schemastate/schemastate/internal/ops"
+	"github.com/schemastate/schemastate/internal/pgtypes"
 )
 
 // PostgreSQL planning: the single-transaction path and the online phases.
@@ -308,8 +309,8 @@ func planPhases(pc *planContext, tp *tablePlan, size tableSize, pre prelude, alt
 		why = fmt.Sprintf("table is %s, under the online threshold %s: single transaction", size, byteSize(pc.onlineAbove))
 	}
 	if !online {
+		rest, widened := splitWidenings(tp.Changes)
 		if len(alter) > 0 {
-			rest, _ := splitWidenings(tp.Changes)
 			lock, scans := ops.LockCatalog, !pre.catalogOnly() || slices.ContainsFunc(rest, pgScans)
 			if scans {
 				lock = ops.LockRewrite
@@ -317,7 +318,16 @@ func planPhases(pc *planContext, tp *tablePlan, size tableSize, pre prelude, alt
 			tp.Phases = append(tp.Phases, ops.Phase{Step: StepShape, Name: ops.PhaseAlter, Kind: ops.KindStatements, Table: tp.Table, SQL: alter, Transactional: true, Lock: lock, Scans: scans, Detail: why})
 		}
 		if len(widen) > 0 {
-			tp.Phases = append(tp.Phases, ops.Phase{Step: StepWiden, Name: ops.PhaseWiden, Kind: ops.KindStatements, Table: tp.Table, SQL: widen, Transactional: true, Lock: ops.LockRewrite, Scans: true, Detail: why})
+			// A widening PostgreSQL makes in the catalog (varchar(n) growth,
+			// varchar → text, …) neither scans nor rewrites.
+			lock, scans := ops.LockCatalog, slices.ContainsFunc(widened, func(c schema.Change) bool {
+				m := c.(*schema.ModifyColumn)
+				return !pgtypes.BinaryCoercible(m.From.Type.Type, m.To.Type.Type)
+			})
+			if scans {
+				lock = ops.LockRewrite
+			}
+			tp.Phases = append(tp.Phases, ops.Phase{Step: StepWiden, Name: ops.PhaseWiden, Kind: ops.KindStatements, Table: tp.Table, SQL: widen, Transactional: true, Lock: lock, Scans: scans, Detail: why})
 		}
 		return nil
 	}
