@@ -16,6 +16,7 @@ import (
 	"github.com/schemastate/schemastate/dialect"
 	"github.com/schemastate/schemastate/internal/dbtest"
 	"github.com/schemastate/schemastate/internal/dsn"
+	"github.com/schemastate/schemastate/internal/fixtures"
 	"github.com/schemastate/schemastate/internal/hooks"
 	"github.com/schemastate/schemastate/internal/replicatest"
 	"github.com/schemastate/schemastate/reconcile"
@@ -501,4 +502,43 @@ func TestReconcile_CertificateKeyedByPlannerVersion(t *testing.T) {
 		rep = mustReconcile(t, db, quiet)
 		require.Contains(t, rep.Step(reconcile.StepShape).Detail, certifiedDetail, describe(rep))
 	})
+}
+
+// A schema whose name needs quoting (upper case) beside its lower-case
+// twin: the certificate's catalog read looks in the reconcile's own schema
+// by name, never as an identifier the server folds, so the boot certifies
+// there, and a change made in that schema breaks the certificate while the
+// twin's tables are no part of it.
+func TestReconcile_CertificateReadsASchemaWhoseNameNeedsQuoting(t *testing.T) {
+	db := openPostgres(t)
+	mixed := strings.ToUpper(db.Schema[:1]) + db.Schema[1:] + "_Q"
+	twin := strings.ToLower(mixed)
+	host, err := fixtures.HostFixture(string(dialect.Postgres))
+	require.NoError(t, err)
+	for _, s := range []string{mixed, twin} {
+		db.Exec(t, `CREATE SCHEMA "`+s+`"`)
+		t.Cleanup(func() { _, _ = db.DB.Exec(`DROP SCHEMA "` + s + `" CASCADE`) })
+	}
+	open := func(schema string) *sql.DB {
+		pool, err := sql.Open("pgx", dbtest.WithParam(t, db.DSN, "search_path", `"`+schema+`"`))
+		require.NoError(t, err)
+		t.Cleanup(func() { pool.Close() })
+		_, err = pool.Exec(host)
+		require.NoError(t, err)
+		return pool
+	}
+	inMixed, inTwin := open(mixed), open(twin)
+	boot := func(pool *sql.DB) *reconcile.Report {
+		rep, err := reconcile.Reconcile(ctx, pool, quiet)
+		require.NoError(t, err, describe(rep))
+		return rep
+	}
+	for range 2 {
+		boot(inTwin)
+		boot(inMixed)
+	}
+	require.Contains(t, boot(inMixed).Step(reconcile.StepShape).Detail, certifiedDetail, "the quoted schema's boot certifies")
+	_, err = inMixed.Exec(`CREATE INDEX idx_subagents_model ON task_session_subagents (model)`)
+	require.NoError(t, err)
+	require.NotContains(t, boot(inMixed).Step(reconcile.StepShape).Detail, certifiedDetail, "a change in the quoted schema breaks its certificate")
 }

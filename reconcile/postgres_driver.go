@@ -77,7 +77,7 @@ func (postgresDriver) tablesQuery(n int) string {
 func (postgresDriver) catalogQuery(ownedIn, hostIn string) string {
 	return `WITH rel AS (
   SELECT c.oid, c.relname, c.relkind, c.relpersistence, c.reloptions FROM pg_class c
-  WHERE c.relnamespace = current_schema()::regnamespace AND c.relkind IN ('r', 'p') AND c.relname IN (` + ownedIn + `)
+  WHERE c.relnamespace = (SELECT oid FROM pg_namespace WHERE nspname = current_schema()) AND c.relkind IN ('r', 'p') AND c.relname IN (` + ownedIn + `)
 )
 SELECT 'col:' || rel.relname || ':' || a.attnum::text || ':' || a.attname || ':' || a.atttypid::text || ',' || a.atttypmod::text || ':' || a.attcollation::text || ':' || a.attnotnull::text || ':' || a.attidentity::text || ':' || a.attgenerated::text || ':' || COALESCE(ad.adbin::text, '')
   FROM rel JOIN pg_attribute a ON a.attrelid = rel.oid AND a.attnum > 0 AND NOT a.attisdropped
@@ -95,7 +95,7 @@ UNION ALL SELECT 'dsc:' || d.classoid::text || ':' || d.objoid::text || ':' || d
     UNION ALL SELECT i.indexrelid FROM rel JOIN pg_index i ON i.indrelid = rel.oid
     UNION ALL SELECT con.oid FROM rel JOIN pg_constraint con ON con.conrelid = rel.oid)
 UNION ALL SELECT 'host:' || c.relname FROM pg_class c
-  WHERE c.relnamespace = current_schema()::regnamespace AND c.relkind IN ('r', 'p') AND c.relname IN (` + hostIn + `)
+  WHERE c.relnamespace = (SELECT oid FROM pg_namespace WHERE nspname = current_schema()) AND c.relkind IN ('r', 'p') AND c.relname IN (` + hostIn + `)
 ORDER BY 1`
 }
 
