@@ -9,3 +9,10 @@ import _ "embed"
 //
 //go:embed schema.hcl
 var SchemaHCL []byte
+
+// WritersJSON is what this release's writers write, as data (writers.json):
+// read by internal/contract, judged against a declaration by lint and the
+// reconcile, and against the live table by the writer's start.
+//
+//go:embed writers.json
+var WritersJSON []byte

@@ -787,7 +787,8 @@ func TestCrosscheck_AC7_AC9_AC23_MetricEdgesAgree(t *testing.T) {
 		{"null", nil, nil, nil},
 	}
 	eachDeclared(t, func(t *testing.T, db *dbtest.DB) {
-		w := capture.NewWriter(db.DB, db.Dialect)
+		w, err := capture.NewWriter(context.Background(), db.DB, db.Dialect)
+		require.NoError(t, err)
 		rejected := map[string]string{}
 		for i, c := range cases {
 			metrics := `"total_tokens":` + c.lit + `,"tool_use_count":` + c.lit + `,"duration_ms":` + c.lit
@@ -845,7 +846,8 @@ func TestCrosscheck_AC1_AC11_AC12_BackfilledRowMergedLive(t *testing.T) {
 				Meta: subagent("tc-open", map[string]any{"status": "in_progress"}, map[string]any{"status": "started"})},
 		)
 		mustRun(t, db)
-		w := capture.NewWriter(db.DB, db.Dialect)
+		w, err := capture.NewWriter(context.Background(), db.DB, db.Dialect)
+		require.NoError(t, err)
 		live := base.Add(time.Minute)
 		for _, f := range []capture.Frame{
 			{SessionID: "s1", TaskID: "task-s1", ToolCallID: "tc-settled", ToolStatus: "in_progress", ObservedAt: live,

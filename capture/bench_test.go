@@ -86,7 +86,9 @@ func benchStore(b *testing.B, d dialect.Dialect) (*capture.Writer, *dbtest.DB) {
 	require.NoError(b, err)
 	_, err = db.DB.Exec(db.Q(`INSERT INTO task_sessions (id, task_id) VALUES (?, ?)`), sessA, taskA)
 	require.NoError(b, err)
-	return capture.NewWriter(db.DB, d), db
+	w, err := capture.NewWriter(context.Background(), db.DB, d)
+	require.NoError(b, err)
+	return w, db
 }
 
 func benchFrame() capture.Frame {

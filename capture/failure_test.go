@@ -99,8 +99,8 @@ func TestRecord_AC27_FailedWriteWarnsCountsAndNeverBreaksCaller(t *testing.T) {
 func TestCheck_RequiresDeclaredTable(t *testing.T) {
 	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
 		db.Host(t)
-		w := capture.NewWriter(db.DB, db.Dialect, capture.WithLogger(slog.New(slog.DiscardHandler)))
-		require.Error(t, w.Check(context.Background()))
+		_, err := capture.NewWriter(context.Background(), db.DB, db.Dialect, capture.WithLogger(slog.New(slog.DiscardHandler)))
+		require.ErrorIs(t, err, capture.ErrIncompatibleTable, "no table: the writer refuses to start")
 		s := newStore(t, db)
 		require.NoError(t, s.w.Check(context.Background()))
 	})

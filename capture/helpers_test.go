@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/schemastate/schemastate/capture"
+	"github.com/schemastate/schemastate/dialect"
 	"github.com/schemastate/schemastate/internal/dbtest"
 	"github.com/schemastate/schemastate/internal/instant"
 	"github.com/schemastate/schemastate/internal/owned"
@@ -54,7 +55,17 @@ func newStore(t *testing.T, db *dbtest.DB) *store {
 	db.Host(t)
 	_, err := reconcile.Reconcile(ctx, db.DB, reconcile.WithLogger(slog.New(slog.DiscardHandler)))
 	require.NoError(t, err)
-	return withSessions(t, db)
+	s := withSessions(t, db)
+	require.NoError(t, s.w.Check(ctx), "the writer starts on the declared table")
+	return s
+}
+
+// writer is NewWriter on a table it must start on.
+func writer(t testing.TB, db *sql.DB, d dialect.Dialect, opts ...capture.Option) *capture.Writer {
+	t.Helper()
+	w, err := capture.NewWriter(context.Background(), db, d, opts...)
+	require.NoError(t, err)
+	return w
 }
 
 func withSessions(t *testing.T, db *dbtest.DB) *store {
@@ -64,7 +75,7 @@ func withSessions(t *testing.T, db *dbtest.DB) *store {
 		require.NoError(t, err)
 	}
 	s := &store{DB: db, log: &logBuffer{}}
-	s.w = capture.NewWriter(db.DB, db.Dialect, s.logger())
+	s.w = capture.NewUncheckedWriter(db.DB, db.Dialect, s.logger())
 	return s
 }
 

@@ -47,7 +47,7 @@ func TestMetrics_WriterCountersThroughTheMeterProvider(t *testing.T) {
 		s := newStore(t, db)
 		reader := sdkmetric.NewManualReader()
 		mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
-		w := capture.NewWriter(db.DB, db.Dialect, capture.WithMeterProvider(mp), s.logger())
+		w := writer(t, db.DB, db.Dialect, capture.WithMeterProvider(mp), s.logger())
 		ctx := context.Background()
 		for _, f := range []capture.Frame{
 			frame("toolu_1", at(0)),

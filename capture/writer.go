@@ -23,6 +23,9 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/schemastate/schemastate/dialect"
+	"github.com/schemastate/schemastate/internal/catalog"
+	"github.com/schemastate/schemastate/internal/contract"
+	"github.com/schemastate/schemastate/internal/hooks"
 	"github.com/schemastate/schemastate/internal/instant"
 	"github.com/schemastate/schemastate/toolstatus"
 )
@@ -40,7 +43,8 @@ type Writer struct {
 	d        dialect.Dialect
 	logger   *slog.Logger
 	now      func() time.Time
-	upsert   string
+	contract *contract.Writer
+	upsert   upsert
 	retry    RetryPolicy
 	counters counterSet
 
@@ -71,9 +75,39 @@ func WithLogger(l *slog.Logger) Option { return func(w *Writer) { w.logger = l }
 // observation time (default time.Now).
 func WithClock(now func() time.Time) Option { return func(w *Writer) { w.now = now } }
 
-// NewWriter returns a Writer over db, whose dialect is d.
-func NewWriter(db *sql.DB, d dialect.Dialect, opts ...Option) *Writer {
-	w := &Writer{db: db, d: d, logger: slog.Default(), now: time.Now, upsert: d.Rebind(upsertSQL), retry: DefaultRetryPolicy}
+// NewWriter returns a Writer over db, whose dialect is d, once the live
+// table is one it can write every frame to: it reads the table off the
+// catalog and judges it against what this release's writer writes
+// (writers.json). A table that would reject frames the writer writes — a
+// NOT NULL where a frame has no value, a check a value breaks, a foreign key
+// the frames' order breaks, no unique key for the conflict target, a
+// missing table or column — is refused with an error (ErrIncompatibleTable)
+// naming the table, the column or constraint and the frames that would
+// fail, and no frame is attempted. What the contract cannot decide (a check
+// of another form) is logged at WARN and does not refuse.
+func NewWriter(ctx context.Context, db *sql.DB, d dialect.Dialect, opts ...Option) (*Writer, error) {
+	w, err := newWriter(ctx, db, d, opts...)
+	if err != nil {
+		return nil, err
+	}
+	if err := w.Check(ctx); err != nil {
+		return nil, errors.Join(err, w.Close())
+	}
+	return w, nil
+}
+
+// newWriter is NewWriter without the table's check.
+func newWriter(ctx context.Context, db *sql.DB, d dialect.Dialect, opts ...Option) (*Writer, error) {
+	cw, err := writerContract(ctx)
+	if err != nil {
+		return nil, err
+	}
+	u, err := upsertFor(cw)
+	if err != nil {
+		return nil, fmt.Errorf("capture: %s: %w", contract.File, err)
+	}
+	u.sql = d.Rebind(u.sql)
+	w := &Writer{db: db, d: d, logger: slog.Default(), now: time.Now, contract: cw, upsert: u, retry: DefaultRetryPolicy}
 	for _, o := range opts {
 		o(w)
 	}
@@ -82,7 +116,24 @@ func NewWriter(db *sql.DB, d dialect.Dialect, opts ...Option) *Writer {
 			w.logger.Warn("capture: the writer's metrics are not published", "error", err)
 		}
 	}
-	return w
+	return w, nil
+}
+
+// writerContract is this release's "capture" writer, or the one ctx
+// carries (internal/hooks: compat writes by another release's contract).
+func writerContract(ctx context.Context) (*contract.Writer, error) {
+	if cw := hooks.From(ctx).Writer; cw != nil {
+		return cw, nil
+	}
+	c, err := contract.Builtin()
+	if err != nil {
+		return nil, fmt.Errorf("capture: %w", err)
+	}
+	cw := c.Writer("capture")
+	if cw == nil {
+		return nil, fmt.Errorf("capture: %s has no \"capture\" writer", contract.File)
+	}
+	return cw, nil
 }
 
 // Close releases the statement the Writer keeps prepared on the pool's
@@ -117,7 +168,7 @@ func (w *Writer) prepared(ctx context.Context) *sql.Stmt {
 	if stmt := w.stmt.Load(); stmt != nil {
 		return stmt
 	}
-	stmt, err := w.db.PrepareContext(ctx, w.upsert+preparedMark)
+	stmt, err := w.db.PrepareContext(ctx, w.upsert.sql+preparedMark)
 	if err != nil {
 		if statementLost(err) {
 			w.unprepared.Store(true)
@@ -139,27 +190,35 @@ const preparedMark = "\n-- prepared"
 // ExpvarName).
 func (w *Writer) Counters() Counters { return w.counters.snapshot() }
 
-// Check verifies that the writer's statement can run against the live table:
-// the table exists, has every column the writer names, and carries the
-// three-column unique key the conflict target needs (AC-14). It writes
-// nothing. A table still in its pre-amendment shape fails here, as every
-// Record against it would (AC-33a).
-//
-// Behind a pooler, preparing can fail for a reason that is not the table's
-// (statementLost); the upsert is then checked by planning it unprepared
-// (EXPLAIN, which runs nothing).
+// ErrIncompatibleTable is wrapped by the error of NewWriter and Check when
+// the live table would reject frames the writer writes.
+var ErrIncompatibleTable = errors.New("capture: the table would reject frames this writer writes")
+
+// Check reads the live table off the catalog and judges it against what
+// the writer writes (see NewWriter): nil when every frame can be written.
+// It writes nothing and prepares nothing — PostgreSQL resolves a conflict
+// target only when it plans the statement, and an INVALID unique index
+// (a failed concurrent build) is read for what it is.
 func (w *Writer) Check(ctx context.Context) error {
-	stmt, err := w.db.PrepareContext(ctx, w.upsert)
-	if statementLost(err) {
-		_, err = w.db.ExecContext(ctx, "EXPLAIN "+w.upsert, make([]any, len(columns))...)
-		if err == nil {
-			return nil
-		}
-	}
+	t, err := catalog.ReadTable(ctx, w.db, w.d, Table)
 	if err != nil {
-		return fmt.Errorf("capture: %s cannot take the upsert: %w", Table, err)
+		return fmt.Errorf("capture: read %s off the catalog: %w", Table, err)
 	}
-	return stmt.Close()
+	findings := contract.Judge(w.contract, contract.Table{T: t.T, Invalid: t.Invalid})
+	var refused []string
+	for _, f := range findings {
+		if f.Refused {
+			refused = append(refused, f.String())
+			continue
+		}
+		w.logger.LogAttrs(ctx, slog.LevelWarn, "capture: the table may reject some frames",
+			slog.String("table", f.Table), slog.String("column", f.Column), slog.String("constraint", f.Constraint),
+			slog.String("code", f.Code), slog.String("detail", f.Detail))
+	}
+	if len(refused) > 0 {
+		return fmt.Errorf("%w: %s", ErrIncompatibleTable, strings.Join(refused, "; "))
+	}
+	return nil
 }
 
 // Record writes one frame with a single atomic upsert and counts it (AC-26).
@@ -205,7 +264,7 @@ func (w *Writer) record(ctx context.Context, f Frame, line int) error {
 	r := w.row(f)
 	// The upsert is idempotent, so sending it again after an attempt whose
 	// outcome is unknown (a dropped connection) cannot double anything.
-	args := r.args()
+	args := w.upsert.bind(r.args())
 	attempts, err := w.retry.do(ctx, func(ctx context.Context) error {
 		if stmt := w.prepared(ctx); stmt != nil {
 			_, err := stmt.ExecContext(ctx, args...)
@@ -218,7 +277,7 @@ func (w *Writer) record(ctx context.Context, f Frame, line int) error {
 			// once, unprepared (Close still releases the statement).
 			w.unprepared.Store(true)
 		}
-		_, err := w.db.ExecContext(ctx, w.upsert, args...)
+		_, err := w.db.ExecContext(ctx, w.upsert.sql, args...)
 		return err
 	})
 	// AC-9: anomalous_value counts every frame that reached the write.
@@ -386,44 +445,3 @@ func metric(v int64, zeroReported bool) (any, bool) {
 
 // newID is a random (version 4) UUID.
 func newID() string { return uuid.NewString() }
-
-// columns is the insert column list, in args() order.
-var columns = []string{"id", "task_session_id", "task_id", "turn_id", "agent_execution_id", "tool_call_id",
-	"parent_tool_call_id", "subagent_type", "description", "agent_id", "child_session_id",
-	"model", "agent_status", "tool_status", "is_async", "total_tokens", "tool_use_count",
-	"duration_ms", "source", "observed_at", "settled_at", "updated_at"}
-
-// upsertSQL is the one statement per frame (AC-14). Columns absent from the
-// SET list are write-once: id, task_session_id, agent_execution_id and
-// tool_call_id (the key, AC-30), task_id (AC-5), source and observed_at
-// (AC-1, AC-1a). "excluded" is the frame; the table name is the stored row.
-var upsertSQL = `INSERT INTO ` + Table + ` (` + strings.Join(columns, ", ") + `)
-VALUES (` + strings.TrimSuffix(strings.Repeat("?, ", len(columns)), ", ") + `)
-ON CONFLICT (task_session_id, agent_execution_id, tool_call_id) DO UPDATE SET
-	-- AC-2a: first non-empty turn wins; a stored NULL is filled forward.
-	turn_id = COALESCE(` + Table + `.turn_id, excluded.turn_id),
-	-- AC-4/AC-5: a reported value replaces, an absent one (NULL) never blanks.
-	parent_tool_call_id = COALESCE(excluded.parent_tool_call_id, ` + Table + `.parent_tool_call_id),
-	subagent_type = COALESCE(excluded.subagent_type, ` + Table + `.subagent_type),
-	description = COALESCE(excluded.description, ` + Table + `.description),
-	agent_id = COALESCE(excluded.agent_id, ` + Table + `.agent_id),
-	child_session_id = COALESCE(excluded.child_session_id, ` + Table + `.child_session_id),
-	model = COALESCE(excluded.model, ` + Table + `.model),
-	agent_status = COALESCE(excluded.agent_status, ` + Table + `.agent_status),
-	-- AC-12: once settled, tool_status stays the terminal value; before, AC-5.
-	-- settled_at marks settlement: every writer sets it together with the
-	-- first terminal tool_status (AC-11 here, AC-23a in the backfill). A
-	-- stored terminal status freezes too, so a row from an older writer that
-	-- left settled_at NULL is never unsettled by a late non-terminal frame.
-	tool_status = CASE WHEN ` + Table + `.settled_at IS NOT NULL OR ` + Table + `.tool_status IN (` + terminalList + `) THEN ` + Table + `.tool_status
-		ELSE COALESCE(excluded.tool_status, ` + Table + `.tool_status) END,
-	-- AC-11: write-once at the first terminal observation.
-	settled_at = COALESCE(` + Table + `.settled_at, excluded.settled_at),
-	-- Sticky: set on a positive report, never back to 0.
-	is_async = CASE WHEN excluded.is_async = 1 THEN 1 ELSE ` + Table + `.is_async END,
-	-- AC-7a, AC-9: zero (tokens, duration) and negative metrics arrive as NULL,
-	-- so they never blank a learned measurement (AC-4).
-	total_tokens = COALESCE(excluded.total_tokens, ` + Table + `.total_tokens),
-	tool_use_count = COALESCE(excluded.tool_use_count, ` + Table + `.tool_use_count),
-	duration_ms = COALESCE(excluded.duration_ms, ` + Table + `.duration_ms),
-	updated_at = excluded.updated_at`

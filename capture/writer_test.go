@@ -211,7 +211,7 @@ func TestRecord_AC5_WriteOnceColumnsAndUpdatedAt(t *testing.T) {
 	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
 		s := newStore(t, db)
 		clock := at(time.Hour)
-		s.w = capture.NewWriter(db.DB, db.Dialect, capture.WithClock(func() time.Time { return clock }))
+		s.w = writer(t, db.DB, db.Dialect, capture.WithClock(func() time.Time { return clock }))
 		s.record(t, frame("toolu_w", at(0)))
 		clock = at(2 * time.Hour)
 		s.record(t, frame("toolu_w", at(time.Minute), func(f *capture.Frame) { f.TaskID = "task-other" }))

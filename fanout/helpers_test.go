@@ -65,7 +65,8 @@ func session(t *testing.T, db *dbtest.DB, id, task string) {
 func record(t *testing.T, db *dbtest.DB, sessionID, task, toolCallID, execID string, observed time.Time) {
 	t.Helper()
 	session(t, db, sessionID, task)
-	w := capture.NewWriter(db.DB, db.Dialect, capture.WithLogger(quiet))
+	w, err := capture.NewWriter(ctx, db.DB, db.Dialect, capture.WithLogger(quiet))
+	require.NoError(t, err)
 	defer w.Close()
 	require.NoError(t, w.Record(ctx, capture.Frame{SessionID: sessionID, TaskID: task, TurnID: "turn-1",
 		ExecutionID: execID, ToolCallID: toolCallID, ToolStatus: "in_progress", ObservedAt: observed,

@@ -132,7 +132,8 @@ func TestCrosscheck_AC2_AC21a_LiveSkipsWhatTheBackfillSkips(t *testing.T) {
 	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
 		s := newStore(t, db)
 		s.session("")
-		w := capture.NewWriter(db.DB, db.Dialect)
+		w, err := capture.NewWriter(context.Background(), db.DB, db.Dialect)
+		require.NoError(t, err)
 		seen := map[string]bool{}
 		for _, m := range edgeMessages {
 			if m.liveToolCallID == "" && m.meta != kindDoc(`""`) {
@@ -214,7 +215,8 @@ func TestCrosscheck_EndToEnd_ReconcileCaptureHealth(t *testing.T) {
 
 		// Live: the host writes each message and the writer records the frames
 		// (recognised on an update, settled on a terminal frame).
-		w := capture.NewWriter(db.DB, db.Dialect)
+		w, err := capture.NewWriter(context.Background(), db.DB, db.Dialect)
+		require.NoError(t, err)
 		live := func(session, toolCallID, execution string, observed time.Time, writeMessage bool) {
 			if writeMessage {
 				s.rawMessage(session, "task-"+session, histMeta(toolCallID, "completed", map[string]any{"status": "completed"}), s.ts(observed))

@@ -6,7 +6,8 @@ import "errors"
 // A failed step is a *StepError (matching ErrStepFailed) whose cause keeps
 // its chain, so the sentinels below are reachable through it, as is the
 // database's own error (errors.As(err, &pgErr)). Every other cause (a
-// destructive change refused, a host table missing, rows that break a
+// destructive change refused, a host table missing, a declaration this
+// release's writer cannot write, rows that break a
 // declared constraint, a table lock not acquired in its budget) names
 // itself in the error's message and in the failed step (Report.Step).
 var (

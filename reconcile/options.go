@@ -43,9 +43,12 @@ type options struct {
 	failpoint      func(string) error
 	progress       func(Progress)
 	prune          bool
-	execHook       func(string)
-	now            func() time.Time
-	observers      []observer
+	// allowWriterBreak (WithAllowWriterBreak) applies a declaration this
+	// release's writers cannot write every frame to.
+	allowWriterBreak bool
+	execHook         func(string)
+	now              func() time.Time
+	observers        []observer
 	// tracer is WithTracerProvider's (nil: nothing is traced); meters
 	// WithMeterProvider's (nil: nothing is counted).
 	tracer trace.Tracer
@@ -95,6 +98,13 @@ func WithDeclaration(src []byte, name string) Option {
 		o.schemaFile, o.declSrc, o.declName = "", append([]byte{}, src...), name
 	}
 }
+
+// WithAllowWriterBreak lets the shape step apply a declaration that this
+// release's own writers (writers.json) could not write every row to — a NOT
+// NULL where a frame has no value, a lost conflict target, a check or key
+// their rows break. Without it the shape step fails on such a declaration,
+// naming each break, applies nothing, and is retried next boot.
+func WithAllowWriterBreak() Option { return func(o *options) { o.allowWriterBreak = true } }
 
 // WithLogger sets the structured logger (default slog.Default()).
 func WithLogger(l *slog.Logger) Option { return func(o *options) { o.logger = l } }

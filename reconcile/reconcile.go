@@ -315,6 +315,9 @@ func (r *run) shape(ctx context.Context, sess session, decl *declare.Declaration
 		}
 		r.rep.Drift = plan.Drift()
 		r.reportDrift()
+		if err := r.writerCheck(ctx, plan, decl); err != nil {
+			return failed(err)
+		}
 		s := r.applyPhases(ctx, sess, StepShape, plan.stepPhases(StepShape))
 		if s.Status == Unchanged {
 			clean = len(plan.Refused()) == 0 && len(plan.stepPhases(StepWiden)) == 0
@@ -325,6 +328,25 @@ func (r *run) shape(ctx context.Context, sess session, decl *declare.Declaration
 		return s
 	})
 	return plan, clean
+}
+
+// writerCheck stops the shape step before its first phase when the
+// declaration breaks this release's writers and there is something to
+// apply: the step fails, naming each break, and is retried next boot.
+// WithAllowWriterBreak applies it anyway, with a WARN naming each.
+func (r *run) writerCheck(ctx context.Context, plan *ShapePlan, decl *declare.Declaration) error {
+	breaks := plan.WriterBreaks()
+	if len(breaks) == 0 || len(plan.stepPhases(StepShape)) == 0 {
+		return nil
+	}
+	if r.o.allowWriterBreak {
+		for _, b := range breaks {
+			r.o.logger.WarnContext(ctx, "reconcile: applying a declaration this release's writer cannot write (WithAllowWriterBreak)", "break", b)
+		}
+		return nil
+	}
+	return fmt.Errorf("%w (%s): %s; nothing applied: ship the edit in two releases, writer first (docs/parity-and-lint.md), or apply it WithAllowWriterBreak / --allow-writer-break",
+		ops.ErrWriterBreak, decl.File, strings.Join(breaks, "; "))
 }
 
 // refuse records the destructive changes the plan refused, when it refused

@@ -9,6 +9,7 @@ import (
 	"ariga.io/atlas/sql/schema"
 
 	"github.com/schemastate/schemastate/dialect"
+	"github.com/schemastate/schemastate/internal/contract"
 	"github.com/schemastate/schemastate/internal/declare"
 	"github.com/schemastate/schemastate/internal/ident"
 	"github.com/schemastate/schemastate/internal/ops"
@@ -38,6 +39,10 @@ type tablePlan struct {
 // ShapePlan is the dry-run result of the shape step.
 type ShapePlan struct {
 	tables []*tablePlan
+	// writerBreaks are what in the declaration this release's writers'
+	// rows would break (internal/contract): the shape step applies nothing
+	// while there is one, unless WithAllowWriterBreak.
+	writerBreaks []string
 	// MissingHostTables names the host tables the live database lacks (set
 	// by Plan). A reconcile refuses to run without them, so none of the
 	// statements would run either.
@@ -72,6 +77,11 @@ func (p *ShapePlan) Drift() []Drift {
 	}
 	return out
 }
+
+// WriterBreaks lists what in the declaration this release's writers could
+// not write (writers.json): each names the writer, the table, the column or
+// constraint and the rows (frames) that would fail.
+func (p *ShapePlan) WriterBreaks() []string { return p.writerBreaks }
 
 // Refused lists the destructive changes the shape step refuses, each naming
 // its table.
@@ -197,7 +207,27 @@ func planShape(ctx context.Context, drv driver, q querier, decl *declare.Declara
 			return nil, err
 		}
 	}
+	if plan.writerBreaks, err = writerBreaks(decl); err != nil {
+		return nil, err
+	}
 	return plan, nil
+}
+
+// writerBreaks judges the declared tables against what this release's
+// writers write (writers.json): the refused findings, each as one line.
+func writerBreaks(decl *declare.Declaration) ([]string, error) {
+	c, err := contract.Builtin()
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for i := range c.Writers {
+		w := &c.Writers[i]
+		for _, f := range contract.Refused(contract.Judge(w, contract.Table{T: decl.Table(w.Table)})) {
+			out = append(out, "writer "+f.Writer+": "+f.String())
+		}
+	}
+	return out, nil
 }
 
 // fills maps each column the declaration makes NOT NULL with a DEFAULT, and

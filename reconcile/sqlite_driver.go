@@ -10,6 +10,7 @@ import (
 	"ariga.io/atlas/sql/sqlite"
 
 	"github.com/schemastate/schemastate/dialect"
+	"github.com/schemastate/schemastate/internal/catalog"
 	"github.com/schemastate/schemastate/internal/ops"
 )
 
@@ -34,7 +35,9 @@ func (sqliteDriver) schemaName(context.Context, querier) (string, error) { retur
 
 // atlas opens Atlas's driver over q, refusing any text that is more than
 // one statement (sqlite_ident.go).
-func (sqliteDriver) atlas(q querier) (migrate.Driver, error) { return sqlite.Open(oneStatement{q}) }
+func (sqliteDriver) atlas(q querier) (migrate.Driver, error) {
+	return sqlite.Open(catalog.SQLiteQuerier(q))
+}
 
 // dropSQL: SQLite drops an index by name; a foreign key or check goes only
 // with a rebuild, which never renders it.

@@ -76,6 +76,25 @@ func (l *Lifecycle) Check(ctx context.Context) error {
 
 const terminalList = "('completed', 'failed', 'cancelled', 'timed_out')"
 
+// The lifecycle writer's statements: what writers.json's "transcript" writer
+// says they write (TestLifecycle_StatementsAreTheContracts holds them equal).
+const (
+	// startSQL: a row already there (the host may write it first) is left
+	// exactly as it is.
+	startSQL = `INSERT INTO background_agent_log
+		(workspace_path, session_id, agent_id, execution_id, kind, provider, model, status, started_at)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
+		ON CONFLICT (workspace_path, session_id, agent_id) DO NOTHING`
+	endSQL = `UPDATE background_agent_log
+		SET status = ?, completed_at = ?, error = ?, model = COALESCE(model, ?)
+		WHERE workspace_path = ? AND session_id = ? AND agent_id = ? AND status NOT IN ` + terminalList
+	// recordTranscriptSQL keeps the first error (requirement 5).
+	recordTranscriptSQL = `UPDATE background_agent_log
+		SET transcript_path = COALESCE(?, transcript_path), transcript_status = ?
+		WHERE workspace_path = ? AND session_id = ? AND agent_id = ?
+		  AND (transcript_status IS NULL OR transcript_status = 'ok')`
+)
+
 func nullable(s string) any {
 	if s == "" {
 		return nil
@@ -110,10 +129,7 @@ func (l *Lifecycle) Start(ctx context.Context, e Entry) error {
 	if e.Status == "" {
 		e.Status = string(Running)
 	}
-	_, err := l.q.ExecContext(ctx, l.d.Rebind(`INSERT INTO background_agent_log
-		(workspace_path, session_id, agent_id, execution_id, kind, provider, model, status, started_at)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
-		ON CONFLICT (workspace_path, session_id, agent_id) DO NOTHING`),
+	_, err := l.q.ExecContext(ctx, l.d.Rebind(startSQL),
 		dbText(e.WorkspacePath), dbText(e.SessionID), dbText(e.AgentID), nullable(e.ExecutionID), dbText(e.Kind),
 		nullable(e.Provider), nullable(e.Model), dbText(e.Status), instant.RowTime(l.d, e.StartedAt))
 	if err != nil {
@@ -132,9 +148,7 @@ func (l *Lifecycle) End(ctx context.Context, id Identity, status Status, at time
 // reported — in a row that has none: a model the host gave is never
 // overwritten. Status and model change in one statement.
 func (l *Lifecycle) end(ctx context.Context, id Identity, status Status, at time.Time, errText, model string) (bool, error) {
-	res, err := l.q.ExecContext(ctx, l.d.Rebind(`UPDATE background_agent_log
-		SET status = ?, completed_at = ?, error = ?, model = COALESCE(model, ?)
-		WHERE workspace_path = ? AND session_id = ? AND agent_id = ? AND status NOT IN `+terminalList),
+	res, err := l.q.ExecContext(ctx, l.d.Rebind(endSQL),
 		string(status), instant.RowTime(l.d, at), nullable(errText), nullable(model),
 		dbText(id.WorkspacePath), dbText(id.SessionID), dbText(id.AgentID))
 	if err != nil {
@@ -149,10 +163,7 @@ func (l *Lifecycle) end(ctx context.Context, id Identity, status Status, at time
 // error overwrites an 'error: …', because a transcript that once missed a
 // write is never again fully auditable (requirement 5).
 func (l *Lifecycle) RecordTranscript(ctx context.Context, id Identity, path, status string) error {
-	res, err := l.q.ExecContext(ctx, l.d.Rebind(`UPDATE background_agent_log
-		SET transcript_path = COALESCE(?, transcript_path), transcript_status = ?
-		WHERE workspace_path = ? AND session_id = ? AND agent_id = ?
-		  AND (transcript_status IS NULL OR transcript_status = 'ok')`),
+	res, err := l.q.ExecContext(ctx, l.d.Rebind(recordTranscriptSQL),
 		nullable(path), dbText(status), dbText(id.WorkspacePath), dbText(id.SessionID), dbText(id.AgentID))
 	if err != nil {
 		return fmt.Errorf("%s: record transcript status of %s/%s: %w", LifecycleTable, id.SessionID, id.AgentID, err)

@@ -49,13 +49,13 @@ func runIngest(ctx context.Context, e *env, args []string) int {
 		return exitUsage
 	}
 	defer conn.Close()
-	w := capture.NewWriter(conn, target.Dialect, capture.WithLogger(e.logger))
-	defer w.Close()
-	if err := w.Check(ctx); err != nil {
-		fmt.Fprintf(e.stderr, "schemastate ingest: %s on %s is not in its declared shape: %v\n", capture.Table, target.Display, err)
-		fmt.Fprintf(e.stderr, "run 'schemastate reconcile --db …' first\n")
+	w, err := capture.NewWriter(ctx, conn, target.Dialect, capture.WithLogger(e.logger))
+	if err != nil {
+		fmt.Fprintf(e.stderr, "schemastate ingest: %s on %s is not in its declared shape, or not in one this release's writer can write: the writer refuses to start and no frame was attempted: %v\n", capture.Table, target.Display, err)
+		fmt.Fprintf(e.stderr, "run 'schemastate reconcile --db …' first, or see 'schemastate lint' for a declaration this writer cannot write\n")
 		return exitUsage
 	}
+	defer w.Close()
 
 	// SIGTERM or SIGINT (ctx) ends the reading at once, even of input that
 	// never ends (/dev/zero) or a pipe nobody writes to; the frames already

@@ -26,7 +26,8 @@ func subagentStore(t *testing.T, db *dbtest.DB) {
 	require.Equal(t, exitOK, code, stderr)
 	db.Exec(t, `INSERT INTO task_sessions (id, task_id) VALUES ('s1', 'k1');
 INSERT INTO task_sessions (id, task_id) VALUES ('s2', 'k2')`)
-	w := capture.NewWriter(db.DB, db.Dialect, capture.WithLogger(slog.New(slog.DiscardHandler)))
+	w, err := capture.NewWriter(context.Background(), db.DB, db.Dialect, capture.WithLogger(slog.New(slog.DiscardHandler)))
+	require.NoError(t, err)
 	defer w.Close()
 	now := time.Now()
 	for i, f := range []capture.Frame{

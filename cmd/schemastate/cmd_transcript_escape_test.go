@@ -63,7 +63,8 @@ func TestCLI_TranscriptShow_EscapesControlCharactersInText(t *testing.T) {
 func TestCLI_Subagents_TextEscapesControlCharacters(t *testing.T) {
 	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
 		subagentStore(t, db)
-		w := capture.NewWriter(db.DB, db.Dialect, capture.WithLogger(slog.New(slog.DiscardHandler)))
+		w, err := capture.NewWriter(context.Background(), db.DB, db.Dialect, capture.WithLogger(slog.New(slog.DiscardHandler)))
+		require.NoError(t, err)
 		defer w.Close()
 		id := "toolu_" + osc52 + "\tx\ny"
 		require.NoError(t, w.Record(context.Background(), capture.Frame{SessionID: "s2", TaskID: "k2", ToolCallID: id,

@@ -38,7 +38,10 @@ func (b *bench) capture(ctx context.Context, rep *Report, rowsN int) error {
 		return err
 	}
 	defer insert.Close()
-	w := capture.NewWriter(b.db, b.d, capture.WithLogger(b.quiet))
+	w, err := capture.NewWriter(ctx, b.db, b.d, capture.WithLogger(b.quiet))
+	if err != nil {
+		return err
+	}
 	defer w.Close()
 	cr := &captureRuns{b: b, ctx: ctx, sessions: sessions, n: b.cfg.Frames, insert: insert, w: w}
 	n := cr.n

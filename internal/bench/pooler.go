@@ -155,7 +155,10 @@ func (b *bench) poolerCapture(ctx context.Context, rep *Report, n int, pooled *s
 	frames := b.cfg.Frames
 	record := func(db *sql.DB, writers int) timed {
 		return func(run int) (time.Duration, error) {
-			w := capture.NewWriter(db, b.d, capture.WithLogger(b.quiet))
+			w, err := capture.NewWriter(ctx, db, b.d, capture.WithLogger(b.quiet))
+			if err != nil {
+				return 0, err
+			}
 			defer w.Close()
 			t0 := time.Now()
 			var wg sync.WaitGroup
@@ -181,7 +184,7 @@ func (b *bench) poolerCapture(ctx context.Context, rep *Report, n int, pooled *s
 			if err := errors.Join(errs...); err != nil {
 				return 0, err
 			}
-			_, err := b.db.ExecContext(ctx, `DELETE FROM task_session_subagents WHERE tool_call_id LIKE 'toolu_poolbench_%'`)
+			_, err = b.db.ExecContext(ctx, `DELETE FROM task_session_subagents WHERE tool_call_id LIKE 'toolu_poolbench_%'`)
 			return el, err
 		}
 	}

@@ -10,6 +10,8 @@ package hooks
 import (
 	"context"
 	"time"
+
+	"github.com/schemastate/schemastate/internal/contract"
 )
 
 // Hooks are the test hooks of one reconcile. A nil field is no hook.
@@ -22,6 +24,10 @@ type Hooks struct {
 	Executed func(stmt string)
 	// Now is the clock execution_since and capture_since are sampled from.
 	Now func() time.Time
+	// Writer, read by capture.NewWriter, is the writer contract its Writer
+	// writes by in place of this release's: compat writes the frame corpus
+	// by another release's contract (its columns and conflict target).
+	Writer *contract.Writer
 }
 
 type key struct{}

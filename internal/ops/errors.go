@@ -42,6 +42,11 @@ var (
 	// ErrRefused is the cause of the refused step: the declaration asks for
 	// a change that would destroy data, which is never applied at boot.
 	ErrRefused = errors.New("refused destructive change")
+	// ErrWriterBreak is the cause of a failed shape step whose declaration
+	// this release's writers could not write every row to (writers.json):
+	// nothing was applied. Ship the change in two releases, writer first
+	// (docs/parity-and-lint.md), or apply it WithAllowWriterBreak.
+	ErrWriterBreak = errors.New("the declaration breaks this release's writer")
 	// ErrRowsBreakConstraint is wrapped by an online recipe's check_rows or
 	// validate phase that found rows breaking the constraint it adds (a
 	// NULL, a check, an orphan): the error names the table, the constraint,
