@@ -4,14 +4,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"strings"
 
 	"github.com/schemastate/schemastate/dialect"
+	"github.com/schemastate/schemastate/internal/contract"
 	"github.com/schemastate/schemastate/internal/dsn"
 	"github.com/schemastate/schemastate/internal/lint"
 )
 
-const lintUsage = `[--base OLD.hcl | --base-git REF] [NEW.hcl] [--dialect sqlite|postgres|both] [--db DSN] [--fail-on refused|rewrite|any] [--json]
+const lintUsage = `[--base OLD.hcl [--base-writers OLD.json] | --base-git REF] [NEW.hcl] [--writers NEW.json] [--dialect sqlite|postgres|both] [--db DSN] [--fail-on refused|rewrite|any] [--json]
 
 Plans the reconcile to NEW.hcl (default: the built-in schema.hcl; with --base-git, the
 working tree's schema.hcl) on a scratch store
@@ -22,12 +24,20 @@ temporary files; PostgreSQL stores are temporary schemas on the --db server, dro
 afterwards (without a PostgreSQL --db, PostgreSQL is skipped and said so). A --db
 that is a real store also gives the row counts a rebuild or rewrite will copy.
 --base-git REF reads the base with 'git show REF:schema.hcl'.
+
+The new declaration is also judged against what the writers write (writers.json): this
+release's (built in; with --base-git and no NEW.hcl, the working tree's; or --writers)
+and the base release's, which keeps writing during a rolling deploy (--base-git reads
+REF:writers.json; or --base-writers). Each writer-* hazard names the writer, the column
+or constraint and the frames that would fail, and how to ship the edit in two releases.
 `
 
 func runLint(ctx context.Context, e *env, args []string) int {
 	fs := flags(e, "lint", lintUsage)
 	base := fs.String("base", "", "the declaration installations run today, from a file")
 	baseGit := fs.String("base-git", "", "the declaration installations run today, as 'git show REF:schema.hcl' reads it")
+	writers := fs.String("writers", "", "this release's writer contract, from a file (default: the built-in writers.json)")
+	baseWriters := fs.String("base-writers", "", "the base release's writer contract, from a file (--base-git reads REF:writers.json)")
 	dialects := fs.String("dialect", "both", "sqlite, postgres or both")
 	db := fs.String("db", "", "PostgreSQL server for the PostgreSQL stores, and/or a real store (either dialect) for row counts")
 	failOn := fs.String("fail-on", "refused", "exit 1 on a hazard at or above: refused, rewrite or any")
@@ -92,6 +102,9 @@ func runLint(ctx context.Context, e *env, args []string) int {
 			}
 		}
 	}
+	if cfg.Writers, err = lintWriters(ctx, *writers, *baseWriters, *baseGit, fs.NArg() == 0); err != nil {
+		return usageErr("%v", err)
+	}
 	rep, err := lint.Lint(ctx, cfg)
 	if err != nil {
 		// Lint's errors all wrap lint.ErrEvaluate; say it once, as "lint".
@@ -103,6 +116,44 @@ func runLint(ctx context.Context, e *env, args []string) int {
 		printLint(e, rep, level)
 	}
 	return rep.Exit(level)
+}
+
+// lintWriters reads the writer contracts a lint judges against: --writers
+// (or, with --base-git and no NEW.hcl, the working tree's writers.json) and
+// --base-writers (or REF:writers.json with --base-git).
+func lintWriters(ctx context.Context, this, base, baseGit string, workTree bool) (lint.Writers, error) {
+	var ws lint.Writers
+	var err error
+	switch {
+	case this != "":
+		ws.This, err = contractFile(this)
+	case baseGit != "" && workTree:
+		var s lint.Source
+		if s, err = lint.WorkTreeSource(ctx, ".", contract.File); err == nil {
+			ws.This, err = contract.Parse(s.HCL, s.File)
+		}
+	}
+	if err != nil {
+		return ws, fmt.Errorf("--writers: %w", err)
+	}
+	switch {
+	case base != "":
+		ws.Base, err = contractFile(base)
+	case baseGit != "":
+		ws.Base, err = lint.GitWriters(ctx, ".", baseGit)
+	}
+	if err != nil {
+		return ws, fmt.Errorf("--base-writers: %w", err)
+	}
+	return ws, nil
+}
+
+func contractFile(path string) (*contract.Contract, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	return contract.Parse(b, path)
 }
 
 func printLint(e *env, r *lint.Report, level lint.Level) {
@@ -148,7 +199,7 @@ func printLint(e *env, r *lint.Report, level lint.Level) {
 			obj += "." + h.Column
 		}
 		if h.Index != "" {
-			obj += " index " + h.Index
+			obj += " " + indexWord(h.Code) + " " + h.Index
 		}
 		rows := ""
 		if h.Rows != nil {
@@ -156,4 +207,13 @@ func printLint(e *env, r *lint.Report, level lint.Level) {
 		}
 		fmt.Fprintf(e.stdout, "%-7s %-20s %-28s %s: %s%s\n        advice: %s\n", strings.ToUpper(string(h.Level)), h.Code, where, obj, h.Detail, rows, h.Advice)
 	}
+}
+
+// indexWord names what a hazard's Index field holds: a writer-* hazard's
+// constraint may be a check or a foreign key.
+func indexWord(code string) string {
+	if strings.HasPrefix(code, "writer-") {
+		return "constraint"
+	}
+	return "index"
 }

@@ -26,9 +26,10 @@ const (
 )
 
 func runReconcile(ctx context.Context, e *env, args []string) int {
-	fs := flags(e, "reconcile", "[--db DSN] [--schema FILE] [--prune] [--lock-wait D] [--json]")
+	fs := flags(e, "reconcile", "[--db DSN] [--schema FILE] [--prune] [--allow-writer-break] [--lock-wait D] [--json]")
 	sf := addShapeFlags(fs, "print the report as one JSON object")
 	prune := pruneFlag(fs)
+	allowBreak := fs.Bool("allow-writer-break", false, "apply a declaration this release's writer cannot write every frame to (refused otherwise: the shape step fails, naming each break)")
 	lockWait := durationFlag(fs, "lock-wait", 60*time.Second, "how long to wait for another replica's lock")
 	return runOnDB(ctx, e, fs, args, sf.dsn, readWrite, func(db *sql.DB, target dsn.Target) int {
 		if !sf.check(e, target.Dialect) {
@@ -37,6 +38,9 @@ func runReconcile(ctx context.Context, e *env, args []string) int {
 		opts := append(sf.options(), reconcile.WithLogger(e.logger), reconcile.WithLockWait(*lockWait))
 		if *prune {
 			opts = append(opts, reconcile.WithPrune())
+		}
+		if *allowBreak {
+			opts = append(opts, reconcile.WithAllowWriterBreak())
 		}
 		asJSON := sf.asJSON
 		if !*asJSON {
@@ -155,7 +159,7 @@ func progressPrinter(e *env) func(reconcile.Progress) {
 
 func runPlan(ctx context.Context, e *env, args []string) int {
 	fs := flags(e, "plan", "[--db DSN] [--schema FILE] [--prune] [--json]")
-	sf := addShapeFlags(fs, "print {\"statements\":[…],\"refused\":[…],\"drift\":[…],\"phases\":[…],\"resumed\":[…]}")
+	sf := addShapeFlags(fs, "print {\"statements\":[…],\"refused\":[…],\"writer_breaks\":[…],\"drift\":[…],\"phases\":[…],\"resumed\":[…]}")
 	prune := pruneFlag(fs)
 	return runOnDB(ctx, e, fs, args, sf.dsn, readOnly, func(db *sql.DB, _ dsn.Target) int {
 		asJSON := sf.asJSON
@@ -186,7 +190,7 @@ func runPlan(ctx context.Context, e *env, args []string) int {
 				phases = []ops.Phase{}
 			}
 			writeJSON(e.stdout, map[string]any{"statements": nonNil(stmts), "refused": nonNil(refused), "drift": drift,
-				"phases": phases, "resumed": nonNil(resumed)})
+				"phases": phases, "resumed": nonNil(resumed), "writer_breaks": nonNil(plan.WriterBreaks())})
 		} else {
 			if len(stmts) == 0 && len(refused) == 0 {
 				fmt.Fprintln(e.stdout, "-- no change: the declared shape holds")
@@ -216,6 +220,11 @@ func runPlan(ctx context.Context, e *env, args []string) int {
 			}
 			for _, r := range refused {
 				fmt.Fprintf(e.stdout, "-- REFUSED (destroys data, never applied at boot): %s\n", r)
+			}
+			if breaks := plan.WriterBreaks(); len(breaks) > 0 && len(stmts) > 0 {
+				for _, b := range breaks {
+					fmt.Fprintf(e.stdout, "-- WRITER BREAK (the shape step refuses to apply this plan; reconcile --allow-writer-break overrides): %s\n", b)
+				}
 			}
 			verb := "kept; --prune drops it"
 			if *prune {

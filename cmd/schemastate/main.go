@@ -59,6 +59,8 @@ var commands = []*command{
 		run:      runTranscript},
 	{name: "parity", summary: "CI check: fresh, pre-amendment and host-DDL stores reconciled end identical; --against: drift of a live database",
 		exits: "0 identical, 1 different, 2 usage or error", run: runParity},
+	{name: "compat", summary: "CI check: the writers of this and the base release can both write the frame corpus to the shapes both releases' reconciles leave",
+		exits: "0 every frame written, 1 a writer could not write some frame (or refused to start), 2 usage or error", run: runCompat},
 	{name: "lint", summary: "review a schema.hcl change: the plan and its hazards on every dialect and installed-base state",
 		exits: "0 no hazard at or above --fail-on, 1 hazards at or above it, 2 usage or evaluation error (a bad HCL names file:line)", run: runLint},
 	{name: "demo", summary: "try it: give a store the host fixture (and a pre-amendment store) if it has none, then reconcile",

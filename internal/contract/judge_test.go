@@ -1,6 +1,7 @@
 package contract_test
 
 import (
+	"slices"
 	"strings"
 	"testing"
 
@@ -26,7 +27,9 @@ func addToSubagents(t *testing.T, blocks string) []byte {
 	return edit(t, "  index \"idx_subagents_turn_id\" {\n    columns = [column.turn_id]\n  }\n", "  index \"idx_subagents_turn_id\" {\n    columns = [column.turn_id]\n  }\n"+blocks)
 }
 
-func judgeDecl(t *testing.T, src []byte, d dialect.Dialect) []contract.Finding {
+// judgeDecl judges src's tables against the built-in writers named (all
+// of them when none is).
+func judgeDecl(t *testing.T, src []byte, d dialect.Dialect, names ...string) []contract.Finding {
 	t.Helper()
 	decl, err := declare.Eval(src, "edited.hcl", d, "main")
 	require.NoError(t, err)
@@ -35,7 +38,9 @@ func judgeDecl(t *testing.T, src []byte, d dialect.Dialect) []contract.Finding {
 	var out []contract.Finding
 	for i := range c.Writers {
 		w := &c.Writers[i]
-		out = append(out, contract.Judge(w, contract.Table{T: decl.Table(w.Table)})...)
+		if len(names) == 0 || slices.Contains(names, w.Name) {
+			out = append(out, contract.Judge(w, contract.Table{T: decl.Table(w.Table)})...)
+		}
 	}
 	return out
 }
@@ -98,7 +103,7 @@ func TestJudge_NamesEveryEditTheWriterFailsOn(t *testing.T) {
 	for _, d := range []dialect.Dialect{dialect.SQLite, dialect.Postgres} {
 		for _, c := range cases {
 			t.Run(string(d)+"/"+c.name, func(t *testing.T) {
-				got := judgeDecl(t, c.src, d)
+				got := judgeDecl(t, c.src, d, "capture")
 				require.Len(t, got, len(c.want), "%v", got)
 				for i, w := range c.want {
 					require.Equal(t, w.code, got[i].Code, "%v", got[i])
@@ -109,6 +114,23 @@ func TestJudge_NamesEveryEditTheWriterFailsOn(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// The backfill is a writer too: the edits that break its rows are named for
+// it, and its bounded values (source, the execution sentinel) are decided.
+func TestJudge_TheBackfillIsJudgedToo(t *testing.T) {
+	for _, d := range []dialect.Dialect{dialect.SQLite, dialect.Postgres} {
+		got := judgeDecl(t, edit(t, "column \"turn_id\" {\n    type = local.text\n    null = true\n  }", "column \"turn_id\" {\n    type    = local.text\n    null    = false\n    default = \"\"\n  }"), d, "backfill")
+		require.Len(t, got, 1)
+		require.Equal(t, contract.CodeNotNull, got[0].Code)
+		require.Equal(t, "backfill", got[0].Writer)
+		require.Contains(t, got[0].Frames, "messages without a turn id")
+		check := addToSubagents(t, "  check \"ck\" {\n    expr = \"source IN ('live')\"\n  }\n")
+		got = judgeDecl(t, check, d)
+		require.Len(t, got, 1, "the live writer writes only 'live'; the backfill 'backfill'")
+		require.Equal(t, "backfill", got[0].Writer)
+		require.Contains(t, got[0].Frames, "source = backfill")
 	}
 }
 

@@ -28,6 +28,10 @@ type Hooks struct {
 	// writes by in place of this release's: compat writes the frame corpus
 	// by another release's contract (its columns and conflict target).
 	Writer *contract.Writer
+	// Unchecked makes capture.NewWriter start without judging the table:
+	// compat writes through a writer that would have refused, to name each
+	// frame the table rejects.
+	Unchecked bool
 }
 
 type key struct{}

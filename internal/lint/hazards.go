@@ -78,8 +78,11 @@ type Hazard struct {
 	Table   string          `json:"table"`
 	Column  string          `json:"column,omitempty"`
 	Index   string          `json:"index,omitempty"`
-	Detail  string          `json:"detail"`
-	Advice  string          `json:"advice"`
+	// Writer names the writer a writer-* hazard is of: this release's or
+	// the base release's, and where its contract was read.
+	Writer string `json:"writer,omitempty"`
+	Detail string `json:"detail"`
+	Advice string `json:"advice"`
 	// Rows is the table's row count in the real store --db names, for a
 	// hazard whose cost grows with it; absent without one.
 	Rows *int64 `json:"rows,omitempty"`

@@ -79,6 +79,9 @@ type Config struct {
 	DB string
 	// Logger receives the scratch reconciles' logs (default: discarded).
 	Logger *slog.Logger
+	// Writers are the writer contracts the new declaration is judged
+	// against: this release's (nil: the built-in one) and the base's.
+	Writers Writers
 	// Options are added to every plan (reconcile.WithOnlineAbove, to plan
 	// the online path a large field table takes).
 	Options []reconcile.Option
@@ -176,6 +179,9 @@ func Lint(ctx context.Context, cfg Config) (rep *Report, err error) {
 	}
 	if cfg.Base != nil {
 		rep.Base = cfg.Base.name()
+		if cfg.Writers.Base == nil {
+			rep.Skipped = append(rep.Skipped, "the base has no writer contract (writers.json at the base, or --base-writers): the base release's writer, which keeps writing during a rolling deploy, was not checked")
+		}
 	} else {
 		rep.Skipped = append(rep.Skipped, "no base declaration (--base or --base-git): the old-shape state, and the edits to host tables, the dropped tables, the AC-33 end state and the certificate, which compare two declarations, were not checked")
 	}
@@ -202,6 +208,11 @@ func Lint(ctx context.Context, cfg Config) (rep *Report, err error) {
 		} else if es := newDecl.EndState(); !es.KeyBearing() {
 			rep.Declaration = append(rep.Declaration, endStateHazard(d, false, es))
 		}
+		wh, err := writerHazards(d, newDecl, cfg.Writers)
+		if err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrEvaluate, err)
+		}
+		rep.Declaration = append(rep.Declaration, wh...)
 		server := ""
 		if r.storesOnServer {
 			if real == nil || real.t.Dialect != d {
@@ -292,7 +303,9 @@ func Build(ctx context.Context, sc *store.Scratch, state *basestate.State, baseF
 	}
 	opts := []reconcile.Option{reconcile.WithLogger(logger)}
 	if baseFile != "" {
-		opts = append(opts, reconcile.WithSchemaFile(baseFile))
+		// The base release's reconcile applied its declaration with its
+		// own writers; whether this release's can write it is lint's to say.
+		opts = append(opts, reconcile.WithSchemaFile(baseFile), reconcile.WithAllowWriterBreak())
 	}
 	st, err := state.Build(ctx, sc, opts...)
 	if err != nil {
