@@ -14,6 +14,7 @@ import (
 	"github.com/schemastate/schemastate"
 	"github.com/schemastate/schemastate/dialect"
 	"github.com/schemastate/schemastate/internal/basestate"
+	"github.com/schemastate/schemastate/internal/contract"
 	"github.com/schemastate/schemastate/internal/dbtest"
 	"github.com/schemastate/schemastate/internal/dsn"
 	"github.com/schemastate/schemastate/internal/hooks"
@@ -65,6 +66,17 @@ const noteAfter = `  column "updated_at" {
 
 var certificate = map[string][]string{"sqlite/declaration": {"certificate *"}, "postgres/declaration": {"certificate *"}}
 
+// writersBreak is the declaration's hazards of an edit that the live writer
+// and the backfill (both of this release, writers.json) would fail on: the
+// certificate, what else is named, and each writer hazard once per writer.
+func writersBreak(also []string, found ...string) map[string][]string {
+	decl := append([]string{"certificate *"}, also...)
+	for _, f := range found {
+		decl = append(decl, f, f)
+	}
+	return map[string][]string{"sqlite/declaration": decl, "postgres/declaration": decl}
+}
+
 // with is m overlaid with each of more in turn; a later map's state wins.
 func with(m map[string][]string, more ...map[string][]string) map[string][]string {
 	out := map[string][]string{}
@@ -112,7 +124,7 @@ var edits = []edit{
 		want: certificate, exit: 0},
 	{name: "add a NOT NULL column without a default", old: noteAfter, new: noteAfter + "  column \"note\" {\n    type = local.text\n    null = false\n  }\n",
 		// SQLite cannot ADD COLUMN … NOT NULL without a default: rebuild.
-		want: with(certificate,
+		want: with(writersBreak(nil, "writer-not-null "+subagents+".note"),
 			sqliteRebuild("not-null-no-default "+subagents+".note"),
 			onPostgres("not-null-no-default "+subagents+".note")), exit: 1},
 	{name: "widen a type", old: "  column \"is_async\" {\n    type    = local.int\n", new: "  column \"is_async\" {\n    type    = local.int64\n",
@@ -126,9 +138,7 @@ var edits = []edit{
 			"postgres/old-shape":     {"type-change " + subagents + ".total_tokens"},
 		}), exit: 1},
 	{name: "drop a column", old: "  column \"model\" {\n    type = local.text\n    null = true\n  }\n  column \"agent_status\"", new: "  column \"agent_status\"",
-		want: with(certificate, map[string][]string{
-			"sqlite/declaration":     {"certificate *", "drop-column " + subagents + ".model"},
-			"postgres/declaration":   {"certificate *", "drop-column " + subagents + ".model"},
+		want: with(writersBreak([]string{"drop-column " + subagents + ".model"}, "writer-column "+subagents+".model"), map[string][]string{
 			"sqlite/pre-amendment":   {"drop-column " + subagents + ".model"},
 			"sqlite/host-ddl":        {"drop-column " + subagents + ".model"},
 			"sqlite/old-shape":       {"drop-column " + subagents + ".model"},
@@ -139,7 +149,9 @@ var edits = []edit{
 	{name: "add an index", old: "  index \"idx_subagents_turn_id\" {", new: "  index \"idx_subagents_model\" {\n    columns = [column.model]\n  }\n  index \"idx_subagents_turn_id\" {",
 		want: with(certificate, onPostgres("index-not-concurrent "+subagents+" index idx_subagents_model")), exit: 0},
 	{name: "add a unique", old: "  index \"idx_subagents_turn_id\" {", new: "  index \"task_session_subagents_agent_id_key\" {\n    unique  = true\n    columns = [column.agent_id]\n  }\n  index \"idx_subagents_turn_id\" {",
-		want: with(certificate, onPostgres("index-not-concurrent "+subagents+" index task_session_subagents_agent_id_key")), exit: 0},
+		// Neither writer bounds agent_id: a notice (exit 0), once per writer.
+		want: with(writersBreak(nil, "writer-unique "+subagents+".agent_id index task_session_subagents_agent_id_key"),
+			onPostgres("index-not-concurrent "+subagents+" index task_session_subagents_agent_id_key")), exit: 0},
 	{name: "rename an index", old: `index "idx_subagents_task_id" {`, new: `index "idx_subagents_task" {`,
 		want: with(certificate, onPostgres("index-not-concurrent "+subagents+" index idx_subagents_task")), exit: 0},
 	{name: "redefine an index", old: "    columns = [column.task_id]\n", new: "    columns = [column.task_id, column.observed_at]\n",
@@ -153,7 +165,7 @@ var edits = []edit{
 		}), exit: 1},
 	{name: "tighten a column to NOT NULL", old: "  column \"turn_id\" {\n    type = local.text\n    null = true\n  }\n", new: "  column \"turn_id\" {\n    type = local.text\n    null = false\n  }\n",
 		// The host's own row holds a NULL turn_id: the tightening fails there.
-		want: with(certificate,
+		want: with(writersBreak(nil, "writer-not-null "+subagents+".turn_id"),
 			sqliteRebuild("not-null-no-default "+subagents+".turn_id"),
 			onPostgres("not-null-no-default "+subagents+".turn_id", "table-rewrite "+subagents+".turn_id")), exit: 1},
 	{name: "add a column with a volatile default", old: noteAfter, new: noteAfter + "  column \"nonce\" {\n    type    = local.text\n    null    = true\n    default = local.pg ? sql(\"gen_random_uuid()\") : sql(\"(lower(hex(randomblob(16))))\")\n  }\n",
@@ -162,11 +174,9 @@ var edits = []edit{
 	{name: "retire the upsert key", old: "  index \"task_session_subagents_session_execution_tool_call_key\" {\n    unique  = true\n", new: "  index \"task_session_subagents_session_execution_tool_call_key\" {\n    unique  = false\n",
 		// The key becomes a plain index: rebuilt on SQLite, built beside the
 		// host's own unique constraint (kept as undeclared) on PostgreSQL.
-		want: with(certificate, map[string][]string{
-			"sqlite/declaration":   {"certificate *", "end-state " + subagents},
-			"postgres/declaration": {"certificate *", "end-state " + subagents},
-			"sqlite/old-shape":     {"sqlite-rebuild " + subagents},
-			"postgres/host-ddl":    plus("postgres/host-ddl", "index-not-concurrent "+subagents+" index task_session_subagents_session_execution_tool_call_key"),
+		want: with(writersBreak([]string{"end-state " + subagents}, "writer-conflict-target "+subagents), map[string][]string{
+			"sqlite/old-shape":  {"sqlite-rebuild " + subagents},
+			"postgres/host-ddl": plus("postgres/host-ddl", "index-not-concurrent "+subagents+" index task_session_subagents_session_execution_tool_call_key"),
 			// The declared key redefined as a plain index: dropped and built
 			// again inside the transaction on the small-table path.
 			"postgres/old-shape": {"index-not-concurrent " + subagents + " index task_session_subagents_session_execution_tool_call_key"},
@@ -272,7 +282,10 @@ func TestLint_Edits_PlanIsWhatReconcileRuns(t *testing.T) {
 						for _, ph := range run.Phases {
 							planned = append(planned, ph.SQL...)
 						}
-						opts := PlanOptions(d, newFile, append([]reconcile.Option{reconcile.WithLogger(slog.New(slog.DiscardHandler))}, c.extra...))
+						// The plan is what runs once applied: the writers' check,
+						// which refuses some of these edits before any phase, is
+						// TestReconcile_RefusesAnEditThatBreaksItsOwnWriter's.
+						opts := PlanOptions(d, newFile, append([]reconcile.Option{reconcile.WithLogger(slog.New(slog.DiscardHandler)), reconcile.WithAllowWriterBreak()}, c.extra...))
 						rep, err := reconcile.Reconcile(hooks.With(ctx, hooks.Hooks{Executed: func(s string) { ran = append(ran, s) }}), db, opts...)
 						if failedStep(rep, reconcile.StepShape) || failedStep(rep, reconcile.StepWiden) {
 							require.True(t, hasCode(run, CodeNotNullNoDefault), "%s: an unexpected failure: %v", state, err)
@@ -379,8 +392,11 @@ func TestLint_NoBase_EndStateStillChecked(t *testing.T) {
 	require.Equal(t, "retire the upsert key", e.name)
 	rep, err := Lint(context.Background(), Config{New: Source{HCL: e.hcl(t), File: "schema.hcl"}, Dialects: []dialect.Dialect{dialect.SQLite}})
 	require.NoError(t, err)
-	require.Len(t, rep.Declaration, 1)
-	require.Equal(t, CodeEndState, rep.Declaration[0].Code)
+	var codes []string
+	for _, h := range rep.Declaration {
+		codes = append(codes, h.Code)
+	}
+	require.Equal(t, []string{CodeEndState, contract.CodeConflictTarget, contract.CodeConflictTarget}, codes, "the end state, and the lost conflict target for the live writer and the backfill")
 	require.Equal(t, LevelRefused, rep.Declaration[0].Level)
 	require.Equal(t, 1, rep.Exit(LevelRefused))
 	require.Len(t, rep.Runs, 3, "no old-shape state without a base")

@@ -5,9 +5,11 @@ import (
 	"fmt"
 	"strings"
 
+	"ariga.io/atlas/sql/postgres"
 	"ariga.io/atlas/sql/schema"
 
 	"github.com/schemastate/schemastate/dialect"
+	"github.com/schemastate/schemastate/internal/describe"
 	"github.com/schemastate/schemastate/internal/ops"
 	"github.com/schemastate/schemastate/reconcile"
 )
@@ -92,19 +94,8 @@ func breakers(tc ops.TableChanges) []breaker {
 		case *schema.ModifyForeignKey:
 			out = append(out, fkBreaker(t, c.To))
 		case *schema.AddIndex:
-			if c.I.Unique {
-				var cols []string
-				for _, p := range c.I.Parts {
-					if p.C == nil {
-						cols = nil
-						break
-					}
-					cols = append(cols, dialect.QuoteIdent(p.C.Name))
-				}
-				if len(cols) > 0 {
-					out = append(out, breaker{what: "unique " + c.I.Name, index: c.I.Name,
-						count: fmt.Sprintf("SELECT count(*) FROM (SELECT 1 FROM %s GROUP BY %s HAVING count(*) > 1) d", t, strings.Join(cols, ", "))})
-				}
+			if b, ok := uniqueBreaker(t, c.I); ok {
+				out = append(out, b)
 			}
 		}
 	}
@@ -124,4 +115,51 @@ func fkBreaker(t string, fk *schema.ForeignKey) breaker {
 	}
 	return breaker{what: "foreign key " + fk.Symbol, count: fmt.Sprintf("SELECT count(*) FROM %s t WHERE %s AND NOT EXISTS (SELECT 1 FROM %s r WHERE %s)",
 		t, strings.Join(present, " AND "), dialect.QuoteIdent(fk.RefTable.Name), strings.Join(match, " AND "))}
+}
+
+// uniqueBreaker counts the groups of rows a new unique index would reject,
+// with the index's own NULL semantics: a unique index admits any number of
+// rows with a NULL in one of its columns (both dialects' default), unless
+// PostgreSQL's NULLS NOT DISTINCT says otherwise, and a partial index
+// constrains only the rows its predicate holds for. An index over an
+// expression is not counted (ok is false).
+func uniqueBreaker(t string, idx *schema.Index) (breaker, bool) {
+	if !idx.Unique {
+		return breaker{}, false
+	}
+	var cols, present []string
+	for _, p := range idx.Parts {
+		if p.C == nil {
+			return breaker{}, false
+		}
+		cols = append(cols, dialect.QuoteIdent(p.C.Name))
+		present = append(present, dialect.QuoteIdent(p.C.Name)+" IS NOT NULL")
+	}
+	if len(cols) == 0 {
+		return breaker{}, false
+	}
+	var where []string
+	if nullsDistinct(idx) {
+		where = present
+	}
+	if pred := describe.Index(idx).Predicate; pred != "" {
+		where = append(where, "("+pred+")")
+	}
+	filter := ""
+	if len(where) > 0 {
+		filter = " WHERE " + strings.Join(where, " AND ")
+	}
+	return breaker{what: "unique " + idx.Name, index: idx.Name,
+		count: fmt.Sprintf("SELECT count(*) FROM (SELECT 1 FROM %s%s GROUP BY %s HAVING count(*) > 1) d", t, filter, strings.Join(cols, ", "))}, true
+}
+
+// nullsDistinct reports whether idx treats NULLs as distinct: always on
+// SQLite, and on PostgreSQL unless it is declared NULLS NOT DISTINCT.
+func nullsDistinct(idx *schema.Index) bool {
+	for _, a := range idx.Attrs {
+		if nd, ok := a.(*postgres.IndexNullsDistinct); ok {
+			return nd.V
+		}
+	}
+	return true
 }

@@ -26,7 +26,10 @@ func TestLint_Store_CountsTheRowsThatBreakEachChange(t *testing.T) {
 	edited := strings.Replace(src, "column \"turn_id\" {\n    type = local.text\n    null = true", "column \"turn_id\" {\n    type = local.text\n    null = false", 1)
 	edited = strings.Replace(edited, anchor, "  check \"subagents_tokens_nonnegative\" {\n    expr = \"total_tokens >= 0\"\n  }\n"+
 		"  foreign_key \"subagents_child_session_fkey\" {\n    columns     = [column.child_session_id]\n    ref_columns = [table.task_sessions.column.id]\n  }\n"+
-		"  index \"idx_subagents_task_tool_call\" {\n    unique  = true\n    columns = [column.task_id, column.tool_call_id]\n  }\n"+anchor, 1)
+		"  index \"idx_subagents_task_tool_call\" {\n    unique  = true\n    columns = [column.task_id, column.tool_call_id]\n  }\n"+
+		// r1 and r2 share task k1 and a NULL turn_id: a unique index admits
+		// both (NULLs are distinct), so no row breaks it.
+		"  index \"idx_subagents_task_turn\" {\n    unique  = true\n    columns = [column.task_id, column.turn_id]\n  }\n"+anchor, 1)
 	require.NotEqual(t, src, edited)
 	ctx := context.Background()
 	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {

@@ -1,0 +1,99 @@
+package lint
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/schemastate/schemastate"
+	"github.com/schemastate/schemastate/dialect"
+	"github.com/schemastate/schemastate/internal/contract"
+)
+
+// preAmendmentWriter is the writer of the release before the amendment, as
+// a contract: no agent_execution_id, the two-column conflict target.
+func preAmendmentWriter(t *testing.T) *contract.Contract {
+	t.Helper()
+	var c contract.Contract
+	require.NoError(t, json.Unmarshal(schemastate.WritersJSON, &c))
+	c.Source = "base:writers.json"
+	w := c.Writer("capture")
+	w.Insert = slices.DeleteFunc(w.Insert, func(s string) bool { return s == "agent_execution_id" })
+	w.Conflict = []string{"task_session_id", "tool_call_id"}
+	return &c
+}
+
+func writerHazardsOf(rep *Report) []Hazard {
+	var out []Hazard
+	for _, h := range rep.Declaration {
+		if strings.HasPrefix(h.Code, "writer-") {
+			out = append(out, h)
+		}
+	}
+	return out
+}
+
+// Lint names an edit the base release's writer would fail on, saying it is
+// the base's (the amendment's own key change, for the writer of the release
+// before it), on both dialects; with the same writer in both releases, or a
+// change shipped the two-release way, nothing is named.
+func TestLint_NamesTheBaseReleasesWriter(t *testing.T) {
+	both := []dialect.Dialect{dialect.SQLite, dialect.Postgres}
+	rep, err := Lint(context.Background(), Config{Dialects: both, Writers: Writers{Base: preAmendmentWriter(t)}})
+	require.NoError(t, err)
+	hs := writerHazardsOf(rep)
+	require.Len(t, hs, 2, "%+v", hs)
+	for i, d := range both {
+		require.Equal(t, d, hs[i].Dialect)
+		require.Equal(t, contract.CodeConflictTarget, hs[i].Code)
+		require.Equal(t, LevelRefused, hs[i].Level)
+		require.Contains(t, hs[i].Writer, "the base release's writer (capture, base:writers.json)")
+		require.Contains(t, hs[i].Detail, "(task_session_id, tool_call_id)")
+		require.Contains(t, hs[i].Advice, "two releases")
+	}
+	require.Equal(t, 1, rep.Exit(LevelRefused))
+
+	builtin, err := contract.Builtin()
+	require.NoError(t, err)
+	withDefault := []byte(strings.Replace(string(schemastate.SchemaHCL), noteAfter, noteAfter+"  column \"note\" {\n    type    = local.text\n    null    = false\n    default = \"\"\n  }\n", 1))
+	for _, src := range [][]byte{nil, withDefault} {
+		rep, err = Lint(context.Background(), Config{New: Source{HCL: src, File: "new.hcl"}, Dialects: both, Writers: Writers{Base: builtin}})
+		require.NoError(t, err)
+		require.Empty(t, writerHazardsOf(rep))
+	}
+}
+
+// GitWriters reads REF:writers.json, and a release from before the
+// contract (no writers.json at REF) reads as none, not an error.
+func TestGitWriters_AbsentAtAnOlderRelease(t *testing.T) {
+	dir := t.TempDir()
+	git := func(args ...string) {
+		cmd := exec.Command("git", append([]string{"-c", "user.name=t", "-c", "user.email=t@t", "-c", "commit.gpgsign=false"}, args...)...)
+		cmd.Dir = dir
+		out, err := cmd.CombinedOutput()
+		require.NoError(t, err, "%s", out)
+	}
+	git("init", "-q")
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "schema.hcl"), schemastate.SchemaHCL, 0o600))
+	git("add", ".")
+	git("commit", "-qm", "before the contract")
+	require.NoError(t, os.WriteFile(filepath.Join(dir, contract.File), schemastate.WritersJSON, 0o600))
+	git("add", ".")
+	git("commit", "-qm", "the contract")
+	c, err := GitWriters(context.Background(), dir, "HEAD~1")
+	require.NoError(t, err)
+	require.Nil(t, c)
+	c, err = GitWriters(context.Background(), dir, "HEAD")
+	require.NoError(t, err)
+	require.NotNil(t, c.Writer("capture"))
+	require.Equal(t, "HEAD:writers.json", c.Source)
+	_, err = GitWriters(context.Background(), dir, "no-such-ref")
+	require.Error(t, err)
+}
