@@ -1,0 +1,82 @@
+package main
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/schemastate/schemastate"
+	"github.com/schemastate/schemastate/dialect"
+	"github.com/schemastate/schemastate/internal/compat"
+	"github.com/schemastate/schemastate/internal/dbtest"
+)
+
+const corpus = "../../testdata/frames"
+
+// turnIDNotNullFile writes the edit of issue's reproduction: turn_id NOT
+// NULL with a default, "every row gets a turn".
+func turnIDNotNullFile(t *testing.T) string {
+	t.Helper()
+	src := strings.Replace(string(schemastate.SchemaHCL), "column \"turn_id\" {\n    type = local.text\n    null = true\n  }",
+		"column \"turn_id\" {\n    type    = local.text\n    null    = false\n    default = \"\"\n  }", 1)
+	p := filepath.Join(t.TempDir(), "edited.hcl")
+	require.NoError(t, os.WriteFile(p, []byte(src), 0o600))
+	return p
+}
+
+// compat on this repository's own history passes; an edit the base
+// release's writer cannot write exits 1, naming the lost frame by file and
+// line; a missing base is a usage error. On both dialects.
+func TestCLI_Compat_ExitCodesAndLostFrames(t *testing.T) {
+	for _, d := range []dialect.Dialect{dialect.SQLite, dialect.Postgres} {
+		t.Run(string(d), func(t *testing.T) {
+			args := []string{"compat", "--base-git", "HEAD", "--frames", corpus}
+			if d == dialect.Postgres {
+				dbtest.Open(t, d)
+				args = append(args, "--db", dbtest.PostgresDSN())
+			}
+			code, out, errOut := cli(t, args...)
+			require.Equal(t, exitOK, code, "%s\n%s", out, errOut)
+			require.Contains(t, out, "new shape, base writer")
+			require.Contains(t, out, "base shape, new writer")
+
+			code, out, _ = cli(t, append(args, "--schema", turnIDNotNullFile(t), "--json")...)
+			require.Equal(t, 1, code)
+			var rep compat.Report
+			require.NoError(t, json.Unmarshal([]byte(out), &rep))
+			require.False(t, rep.Compatible())
+			var lost []compat.Failure
+			for _, r := range rep.Runs {
+				if r.Scenario == compat.NewShapeBaseWriter {
+					require.Contains(t, r.Refused, "turn_id")
+					lost = append(lost, r.Failures...)
+				}
+			}
+			require.NotEmpty(t, lost)
+			require.Equal(t, 37, lost[0].Line)
+			require.True(t, strings.HasSuffix(lost[0].File, "stream.ndjson"), lost[0].File)
+		})
+	}
+	code, _, errOut := cli(t, "compat", "--frames", corpus)
+	require.Equal(t, exitUsage, code)
+	require.Contains(t, errOut, "name the base release")
+	code, _, errOut = cli(t, "compat", "--base-git", "no-such-ref-anywhere", "--frames", corpus)
+	require.Equal(t, exitUsage, code)
+	require.Contains(t, errOut, "no-such-ref-anywhere")
+}
+
+// lint --base-git REF judges the edit against the base release's writer
+// (REF:writers.json) as well as this release's, naming each.
+func TestCLI_Lint_NamesBothReleasesWriters(t *testing.T) {
+	code, out, errOut := cli(t, "lint", "--base-git", "HEAD", "--dialect", "sqlite", turnIDNotNullFile(t))
+	require.Equal(t, 1, code, errOut)
+	require.Contains(t, out, "REFUSED writer-not-null")
+	require.Contains(t, out, "this release's writer (capture, writers.json (built in))")
+	require.Contains(t, out, "the base release's writer (capture, HEAD:writers.json)")
+	require.Contains(t, out, "frames that report no turn id")
+	require.Contains(t, out, "two releases, writer first")
+}
