@@ -46,6 +46,8 @@ func writerBreakingEdits(t *testing.T) []struct {
 			[]string{"writer-check", "tool_use_count_positive", "tool-use count of 0"}},
 		{"foreign key the child session precedes", editedHCL(t, lastSubagentIndex, lastSubagentIndex+"  foreign_key \"child_session_fk\" {\n    columns     = [column.child_session_id]\n    ref_columns = [table.task_sessions.column.id]\n  }\n"),
 			[]string{"writer-foreign-key", "child_session_fk", "child_session_id"}},
+		{"unique over part of the conflict target", editedHCL(t, lastSubagentIndex, lastSubagentIndex+"  index \"uq_session_tool_call\" {\n    unique  = true\n    columns = [column.task_session_id, column.tool_call_id]\n  }\n"),
+			[]string{"writer-unique", "uq_session_tool_call", "agent_execution_id values"}},
 	}
 }
 

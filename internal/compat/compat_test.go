@@ -117,6 +117,34 @@ func TestCompat_ReportsEveryFrameEitherWriterCannotWrite(t *testing.T) {
 	}
 }
 
+// Every edit the base release's writer fails on costs frames on the new
+// shape, and compat names them: a check a reported zero breaks, a foreign
+// key a child session precedes, a second unique key over part of the
+// conflict target. Both dialects.
+func TestCompat_EachWriterHazardLosesFramesAndIsNamed(t *testing.T) {
+	builtin := compat.Release{Name: "built in"}
+	for _, e := range []struct {
+		name, add, refused string
+	}{
+		{"check", "  check \"tool_use_count_positive\" {\n    expr = \"tool_use_count > 0\"\n  }\n", "writer-check"},
+		{"foreign key", "  foreign_key \"child_session_fk\" {\n    columns     = [column.child_session_id]\n    ref_columns = [table.task_sessions.column.id]\n  }\n", "writer-foreign-key"},
+		{"unique", "  index \"uq_session_tool_call\" {\n    unique  = true\n    columns = [column.task_session_id, column.tool_call_id]\n  }\n", "writer-unique"},
+	} {
+		for _, d := range []dialect.Dialect{dialect.SQLite, dialect.Postgres} {
+			t.Run(e.name+"/"+string(d), func(t *testing.T) {
+				rep := check(t, d, builtin, compat.Release{Name: e.name, HCL: hcl(t, lastIndex, lastIndex+e.add)})
+				r := run(t, rep, d, compat.NewShapeBaseWriter)
+				require.Contains(t, r.Refused, e.refused)
+				require.NotEmpty(t, r.Failures, "the table rejects some frame of the corpus")
+				for _, f := range r.Failures {
+					require.NotZero(t, f.Line)
+					require.NotEmpty(t, f.Error)
+				}
+			})
+		}
+	}
+}
+
 // A base release without writers.json (it predates the contract) is not
 // emulated: that scenario is skipped and said so; the other still runs.
 func TestCompat_BaseWithoutContractIsSkippedAndSaid(t *testing.T) {
