@@ -92,6 +92,13 @@ func TestNewWriter_RefusesATableWithoutItsConflictTarget(t *testing.T) {
 		_, err := capture.NewWriter(context.Background(), db.DB, db.Dialect)
 		require.ErrorIs(t, err, capture.ErrIncompatibleTable)
 		require.ErrorContains(t, err, "writer-conflict-target")
+		// Half-applied, as a boot that failed between adding the column and
+		// building the key leaves it: every column there, no key for it.
+		db.Exec(t, `ALTER TABLE task_session_subagents ADD COLUMN agent_execution_id TEXT NOT NULL DEFAULT 'unknown'`)
+		_, err = capture.NewWriter(context.Background(), db.DB, db.Dialect)
+		require.ErrorIs(t, err, capture.ErrIncompatibleTable)
+		require.ErrorContains(t, err, "writer-conflict-target")
+		require.NotContains(t, err.Error(), "writer-column", "the column is there; the key is what is missing")
 	})
 	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
 		if db.Dialect != dialect.Postgres {
