@@ -37,7 +37,11 @@ func (j *judge) checks() {
 	}
 }
 
-var identRE = regexp.MustCompile(`"((?:[^"]|"")+)"|[A-Za-z_][A-Za-z0-9_$]*`)
+var (
+	identRE  = regexp.MustCompile(`"((?:[^"]|"")+)"|[A-Za-z_][A-Za-z0-9_$]*`)
+	stringRE = regexp.MustCompile(`'(?:[^']|'')*'`)
+	quotedRE = regexp.MustCompile(`"(\w+)"`)
+)
 
 // written returns the columns of the writer that expr names.
 func (j *judge) written(expr string) []string {
@@ -57,7 +61,7 @@ func (j *judge) written(expr string) []string {
 // stripStrings blanks the string literals of expr, so a literal is never
 // read as a column name.
 func stripStrings(expr string) string {
-	return regexp.MustCompile(`'(?:[^']|'')*'`).ReplaceAllString(expr, "''")
+	return stringRE.ReplaceAllString(expr, "''")
 }
 
 // The forms decided: col >= N, col > N, col IS NOT NULL, col <> ”,
@@ -173,7 +177,7 @@ func normalize(expr string) string {
 	for strings.HasPrefix(e, "(") && strings.HasSuffix(e, ")") && balanced(e[1:len(e)-1]) {
 		e = strings.TrimSpace(e[1 : len(e)-1])
 	}
-	return regexp.MustCompile(`"(\w+)"`).ReplaceAllString(e, "$1")
+	return quotedRE.ReplaceAllString(e, "$1")
 }
 
 // balanced reports whether s's parentheses pair up in order.

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"ariga.io/atlas/sql/schema"
 	"github.com/stretchr/testify/require"
 
 	"github.com/schemastate/schemastate"
@@ -163,4 +164,39 @@ func TestParse_RefusesWhatItCannotRead(t *testing.T) {
 	require.ErrorContains(t, err, "line 2")
 	_, err = contract.Parse([]byte(`{"format": "other/1", "writers": []}`), "w.json")
 	require.ErrorContains(t, err, `format "other/1"`)
+}
+
+// A check as PostgreSQL's catalog renders it (what the writer's start
+// reads) is decided as its declared form is.
+func TestJudge_ChecksAsTheCatalogRendersThem(t *testing.T) {
+	decl, err := declare.Eval(schemastate.SchemaHCL, "schema.hcl", dialect.Postgres, "main")
+	require.NoError(t, err)
+	c, err := contract.Builtin()
+	require.NoError(t, err)
+	w := c.Writer("capture")
+	for expr, refused := range map[string]bool{
+		"(source = ANY (ARRAY['live'::text, 'backfill'::text]))": false,
+		"(tool_status = ANY (ARRAY['completed'::text]))":         true,
+		"((tool_use_count > 0))":                                 true,
+		"(tool_use_count >= 0)":                                  false,
+		"(length(agent_status) > 0)":                             false,
+		"(\"model\" IS NOT NULL)":                                true,
+		"(is_async = ANY (ARRAY[0, 1]))":                         false,
+	} {
+		tbl := *decl.Table(w.Table)
+		tbl.Attrs = append(slices.Clone(tbl.Attrs), &schema.Check{Name: "ck", Expr: expr})
+		got := contract.Judge(w, contract.Table{T: &tbl})
+		require.Len(t, got, btoi(refused), "%s: %v", expr, got)
+		if refused {
+			require.Equal(t, contract.CodeCheck, got[0].Code)
+			require.True(t, got[0].Refused, expr)
+		}
+	}
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
