@@ -1,6 +1,8 @@
 package reconcile_test
 
 import (
+	"bytes"
+	"log/slog"
 	"regexp"
 	"strings"
 	"testing"
@@ -202,4 +204,34 @@ func pointSelfReferenceAtTheRebuildsTable(t *testing.T, db *dbtest.DB) {
 		_, err := conn.ExecContext(ctx, stmt)
 		require.NoError(t, err, stmt)
 	}
+}
+
+// Issue 21 item 1: the certificate never vouches for a table whose foreign
+// key names a table that does not exist (every write to it fails while
+// foreign keys are on). Here the operator's key outlives the operator's
+// table it names: the owned table's text is unchanged, yet the certified
+// fast path is not taken, the full check runs, finds nothing it can repair
+// and says so at WARN, boot after boot, until the key or its table is back.
+// (PostgreSQL drops no table a foreign key names: DROP TABLE refuses, or
+// CASCADE drops the key with it.)
+func TestReconcile_SQLiteNeverCertifiesAForeignKeyNamingNoTable(t *testing.T) {
+	db := dbtest.Open(t, dialect.SQLite).Host(t)
+	db.Exec(t, `CREATE TABLE subagent_owners (id TEXT PRIMARY KEY)`)
+	db.Exec(t, strings.Replace(hostAmendedDDLNotNullID(t, "task_session_id, agent_execution_id, tool_call_id"),
+		"    FOREIGN KEY (task_session_id)", "    CONSTRAINT host_owner_fk FOREIGN KEY (agent_id) REFERENCES subagent_owners(id),\n    FOREIGN KEY (task_session_id)", 1))
+	settle(t, db, quiet)
+	db.Exec(t, `DROP TABLE subagent_owners`)
+
+	for range 2 {
+		var logs bytes.Buffer
+		rep := mustReconcile(t, db, reconcile.WithLogger(slog.New(slog.NewTextHandler(&logs, nil))))
+		require.False(t, rep.Certified, describe(rep))
+		require.NotContains(t, rep.Step(reconcile.StepShape).Detail, certifiedDetail, describe(rep))
+		require.Equal(t, reconcile.Applied, rep.Step(reconcile.StepLock).Status, "the full check ran: %s", describe(rep))
+		require.Regexp(t, `level=WARN .*task_session_subagents \(agent_id\) references subagent_owners, which does not exist`, logs.String())
+	}
+
+	db.Exec(t, `CREATE TABLE subagent_owners (id TEXT PRIMARY KEY)`)
+	rep := settle(t, db, quiet)
+	require.True(t, rep.Certified, "once the table is back, certified again")
 }
