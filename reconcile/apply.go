@@ -33,6 +33,10 @@ type phaseHooks struct {
 	progress func(msg string)
 	// executed is told each statement once it ran (withExecHook).
 	executed func(stmt string)
+	// discard has the session close its connection rather than hand it
+	// back to the host's pool (connDiscarder); nil when it cannot, and a
+	// setting it fails to restore then fails the phase.
+	discard func(why error)
 }
 
 // stepOwnTx runs a step whose phases open their own transaction scopes.
@@ -107,6 +111,9 @@ func (a *applied) committedBefore(err error) error {
 func (r *run) applyPhases(ctx context.Context, sess session, step string, phases []ops.Phase) Step {
 	groups, lastTx := groupPhases(phases)
 	h := phaseHooks{fail: r.o.fail, progress: func(msg string) { r.progress(step, msg) }, executed: r.o.executed}
+	if d, ok := sess.(connDiscarder); ok {
+		h.discard = d.discard
+	}
 	var a applied
 	for i, g := range groups {
 		if step == StepWiden {
@@ -295,15 +302,11 @@ func (r *run) runPhase(ctx context.Context, q querier, ph ops.Phase, h phaseHook
 			rows = append(rows, n)
 			h.progress(fmt.Sprintf("rebuilding %s: copying %d rows", ph.Table, n))
 		case ops.GuardSetting:
-			var was string
-			if err := q.QueryRowContext(ctx, g.Read).Scan(&was); err != nil {
-				return fmt.Errorf("%s: %w", ph.ID(), err)
+			restore, serr := r.setting(ctx, q, ph, g, h)
+			if serr != nil {
+				return serr
 			}
-			if _, err := q.ExecContext(ctx, g.Set); err != nil {
-				return fmt.Errorf("%s: %w", ph.ID(), err)
-			}
-			restore := fmt.Sprintf(g.Restore, was)
-			defer func() { _, _ = q.ExecContext(context.Background(), restore) }()
+			defer func() { err = errors.Join(err, restore()) }() // runPhase's own err
 		default:
 			return fmt.Errorf("%s: unknown guard %q", ph.ID(), g.Kind)
 		}

@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"runtime/debug"
 	"slices"
@@ -27,7 +28,7 @@ import (
 // on SQLite and tens of them on PostgreSQL. So when a full check finds nothing
 // to change, the reconcile records a certificate in kandev_meta: the hash of
 // the declaration, of the planner's rules (plannerVersion) and of the build
-// that checked it, the owned and host table names, the undeclared objects it
+// that checked it, the owned, host and parent table names, the undeclared objects it
 // kept (drift.go), and the hash of the live catalog entries of those tables
 // (every column with its type, collation, default and comment, every index,
 // constraint and trigger with its comment, as the catalog itself renders
@@ -39,7 +40,8 @@ import (
 // hand, a dropped host table — falls back to the full check, which is always
 // correct. A certificate is written only after a full check found no change
 // (never right after applying one), so a plan that did not converge is
-// checked again.
+// checked again, and never while a foreign key of an owned table names a
+// table that does not exist (parentReader).
 
 // certificateKey is the kandev_meta row holding the certificate.
 const certificateKey = "schemastate_shape_certificate"
@@ -51,7 +53,7 @@ const certificateKey = "schemastate_shape_certificate"
 // where build info cannot tell builds apart — a test binary reports
 // "(devel)", and a dirty tree keeps its commit's revision. Change it with
 // any such rule.
-const plannerVersion = "2026-12-02.2"
+const plannerVersion = "2026-12-03.2"
 
 // certificate is the kandev_meta value, stored as JSON.
 type certificate struct {
@@ -59,7 +61,11 @@ type certificate struct {
 	Declaration string   `json:"declaration"` // declarationHash
 	Owned       []string `json:"owned"`       // table names the catalog hash covers
 	Host        []string `json:"host"`
-	Catalog     string   `json:"catalog"` // catalogHash
+	// Parents are the other tables the owned tables' foreign keys name
+	// (parentReader): the catalog hash covers them as it covers the host
+	// tables, so a boot after one is dropped takes the full check.
+	Parents []string `json:"parents,omitempty"`
+	Catalog string   `json:"catalog"` // catalogHash
 	// Drift is what the full check found undeclared and kept: a certified
 	// boot reports it (WARN, Report.Drift) without inspecting.
 	Drift []Drift `json:"drift,omitempty"`
@@ -94,7 +100,7 @@ type parsedCertificate struct {
 }
 
 func (c certificate) clone() certificate {
-	c.Owned, c.Host, c.Drift = slices.Clone(c.Owned), slices.Clone(c.Host), slices.Clone(c.Drift)
+	c.Owned, c.Host, c.Parents, c.Drift = slices.Clone(c.Owned), slices.Clone(c.Host), slices.Clone(c.Parents), slices.Clone(c.Drift)
 	return c
 }
 
@@ -150,6 +156,10 @@ var buildIdentity = sync.OnceValue(func() []byte {
 	}
 	return b.Bytes()
 })
+
+// errDanglingForeignKey refuses a certificate for a catalog in which a
+// foreign key of an owned table names no table.
+var errDanglingForeignKey = errors.New("a foreign key names a table that does not exist (every write to its table fails while foreign keys are on)")
 
 // catalogHash hashes the live catalog entries of the owned tables, and the
 // host tables (on SQLite their definitions, on PostgreSQL their presence), in
@@ -240,12 +250,29 @@ func (r *run) certified(ctx context.Context, sess session) (keys.Set, bool) {
 	if r.o.prune && len(c.Drift) > 0 {
 		return ks, false
 	}
-	live, err := catalogHash(ctx, r.drv, sess.querier(), c.Owned, c.Host)
+	live, err := catalogHash(ctx, r.drv, sess.querier(), c.Owned, c.covered())
 	if err != nil || live != c.Catalog {
 		return ks, false
 	}
 	r.rep.Drift = c.Drift
 	return ks, true
+}
+
+// covered are the tables besides the owned ones whose catalog entries the
+// certificate's hash covers: the host tables and the parents.
+func (c certificate) covered() []string {
+	return append(slices.Clone(c.Host), c.Parents...)
+}
+
+// parentReader is a driver on which a foreign key can name a table that
+// does not exist (SQLite: DROP TABLE drops a table a key names, and a
+// rename leaves a key naming the old name). foreignKeyParents returns the
+// tables the owned tables' keys name, spelled as the catalog spells them,
+// and describes each key that names no table. PostgreSQL's driver is none:
+// there a key always names a table (DROP TABLE refuses to drop it, or drops
+// the key with CASCADE).
+type parentReader interface {
+	foreignKeyParents(ctx context.Context, q querier, owned []string) (parents, dangling []string, err error)
 }
 
 // certify records a certificate for the live catalog, after a full check in
@@ -258,7 +285,11 @@ func (r *run) certify(ctx context.Context, q querier, decl *declare.Declaration,
 		return
 	}
 	if err := r.writeCertificate(ctx, q, decl, schemaName); err != nil {
-		r.o.logger.Info("shape certificate not recorded", "error", err)
+		if errors.Is(err, errDanglingForeignKey) {
+			r.o.logger.Warn("shape certificate not recorded: the next boot runs the full check again", "dialect", string(r.o.dialect), "error", err)
+		} else {
+			r.o.logger.Info("shape certificate not recorded", "error", err)
+		}
 		_, _ = q.ExecContext(ctx, "ROLLBACK TO SAVEPOINT schemastate_certificate")
 	} else {
 		r.rep.Certified = true
@@ -275,7 +306,21 @@ func (r *run) writeCertificate(ctx context.Context, q querier, decl *declare.Dec
 	for _, t := range decl.Owned {
 		c.Owned = append(c.Owned, t.Name)
 	}
-	if c.Catalog, err = catalogHash(ctx, r.drv, q, c.Owned, c.Host); err != nil {
+	if pr, ok := r.drv.(parentReader); ok {
+		parents, dangling, err := pr.foreignKeyParents(ctx, q, c.Owned)
+		if err != nil {
+			return err
+		}
+		if len(dangling) > 0 {
+			return fmt.Errorf("%w: %s", errDanglingForeignKey, strings.Join(dangling, "; "))
+		}
+		for _, p := range parents {
+			if !slices.Contains(c.Owned, p) && !slices.Contains(c.Host, p) {
+				c.Parents = append(c.Parents, p)
+			}
+		}
+	}
+	if c.Catalog, err = catalogHash(ctx, r.drv, q, c.Owned, c.covered()); err != nil {
 		return err
 	}
 	value := c.String()

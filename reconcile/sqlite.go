@@ -3,8 +3,11 @@ package reconcile
 import (
 	"context"
 	"database/sql"
+	sqldriver "database/sql/driver"
 	"errors"
 	"fmt"
+	"log/slog"
+	"strconv"
 	"strings"
 	"time"
 
@@ -31,7 +34,9 @@ import (
 // switched off on that connection BEFORE the transaction (the pragma is a
 // no-op inside one) and verified off: with them on, the rebuild's DROP TABLE
 // would fire ON DELETE CASCADE in every referencing table and silently
-// delete their rows.
+// delete their rows. A connection whose settings cannot all be given back
+// (or whose transaction cannot be ended) is closed rather than returned to
+// the host's pool (release).
 //
 // The certificate's reads run under the host's own busy timeout. Should one
 // meet a writer's commit lock (rollback journal) and fail, the boot takes
@@ -50,14 +55,24 @@ type sqliteSession struct {
 	step    string
 	// inTx: lock began the write transaction, which close commits.
 	inTx bool
+	// fail is the failpoint hook; logger the reconcile's.
+	fail   func(point string) error
+	logger *slog.Logger
+	// bad says why the connection must not go back to the pool: a setting
+	// that could not be restored, a transaction not rolled back (discard).
+	bad error
 }
+
+// discard has release close the connection instead of handing it back to
+// the host's pool (connDiscarder).
+func (s *sqliteSession) discard(why error) { s.bad = errors.Join(s.bad, why) }
 
 func openSQLite(ctx context.Context, db *sql.DB, o *call) (*sqliteSession, error) {
 	conn, err := db.Conn(ctx)
 	if err != nil {
 		return nil, err
 	}
-	return &sqliteSession{conn: conn, lockWait: o.lockWait}, nil
+	return &sqliteSession{conn: conn, lockWait: o.lockWait, fail: o.fail, logger: o.logger}, nil
 }
 
 // holding: every step runs inside the transaction that holds the write
@@ -159,30 +174,50 @@ func (s *sqliteSession) close(ctx context.Context) error {
 	var err error
 	if s.inTx {
 		if _, err = s.conn.ExecContext(ctx, "COMMIT"); err != nil {
-			_, _ = s.conn.ExecContext(context.Background(), "ROLLBACK")
+			s.rollback()
 		}
 	}
-	s.release(ctx)
+	s.release()
 	return err
 }
 
 func (s *sqliteSession) abort() {
 	if s.inTx {
-		_, _ = s.conn.ExecContext(context.Background(), "ROLLBACK")
+		s.rollback()
 	}
-	s.release(context.Background())
+	s.release()
+}
+
+// rollback ends the write transaction; a connection it may have left inside
+// one is discarded, not pooled.
+func (s *sqliteSession) rollback() {
+	if _, err := s.conn.ExecContext(context.Background(), "ROLLBACK"); err != nil {
+		s.discard(fmt.Errorf("roll back the reconcile's transaction: %w", err))
+	}
 }
 
 // release restores the host's pragmas, where lock changed them, and hands
-// the connection back to its pool.
-func (s *sqliteSession) release(ctx context.Context) {
+// the connection back to its pool — unless a setting could not be restored
+// (here, or by a phase: discard), when it closes the connection instead, so
+// the pool never lends the host a connection with foreign keys off. A
+// connection database/sql's Raw callback calls bad (driver.ErrBadConn) is
+// closed, not pooled.
+func (s *sqliteSession) release() {
 	if s.set {
 		if s.fkWasOn {
-			_, _ = s.conn.ExecContext(context.Background(), "PRAGMA foreign_keys = ON")
+			if err := restoreSetting(s.conn, s.fail, s.logger, "PRAGMA foreign_keys", "PRAGMA foreign_keys = ON", "1"); err != nil {
+				s.discard(err)
+			}
 		}
-		_, _ = s.conn.ExecContext(context.Background(), fmt.Sprintf("PRAGMA busy_timeout = %d", s.busyWas))
+		if err := restoreSetting(s.conn, s.fail, s.logger, "PRAGMA busy_timeout", fmt.Sprintf("PRAGMA busy_timeout = %d", s.busyWas), strconv.Itoa(s.busyWas)); err != nil {
+			s.discard(err)
+		}
 	}
-	s.conn.Close()
+	if s.bad != nil {
+		s.logger.Warn("reconcile connection closed, not returned to the host's pool", "error", s.bad)
+		_ = s.conn.Raw(func(any) error { return sqldriver.ErrBadConn })
+	}
+	_ = s.conn.Close()
 }
 
 // busy reports SQLITE_BUSY: another connection holds the lock. (The

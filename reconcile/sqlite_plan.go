@@ -31,10 +31,11 @@ func (sqliteDriver) planTable(pc *planContext, tp *tablePlan, f tableFacts) erro
 	}
 	tp.Live = normalizedLive(tp.Live, tp.Want) // the inspected table is left as read
 	changes, kept, err := pc.diff(tp)
-	if err != nil || len(tp.Refused) > 0 || len(changes) == 0 {
+	stale := staleSelfReferences(tp.Live, tp.Want)
+	if err != nil || len(tp.Refused) > 0 || len(changes) == 0 && stale == "" {
 		return err
 	}
-	if !needsCopy(changes) {
+	if !needsCopy(changes) && stale == "" {
 		stmts, err := pc.render(&schema.ModifyTable{T: tp.Want, Changes: changes})
 		if err != nil {
 			return fmt.Errorf("plan %s: %w", tp.Table, err)
@@ -49,8 +50,41 @@ func (sqliteDriver) planTable(pc *planContext, tp *tablePlan, f tableFacts) erro
 		return fmt.Errorf("plan rebuild of %s: %w", tp.Table, err)
 	}
 	ph.Scans = true // the copy
+	ph.Detail = stale
 	tp.Phases = []ops.Phase{ph}
 	return nil
+}
+
+// rebuildName is the name the rebuild of table creates its new table under.
+func rebuildName(table string) string { return "schemastate_new_" + table }
+
+// selfReference reports whether a foreign key of live naming ref names the
+// table itself: live, its name, or the name of a rebuild's new table
+// (rebuildName), which a rebuild before the rule in rebuildTable left in
+// place of the table's name.
+func selfReference(ref, live *schema.Table) bool {
+	return ref == live || strings.EqualFold(ref.Name, live.Name) || strings.EqualFold(ref.Name, rebuildName(live.Name))
+}
+
+// staleSelfReferences says which of live's foreign keys name a rebuild's new
+// table instead of the table itself, or "" when none does. No such table
+// exists once a rebuild committed, so with foreign keys on every write to
+// the table fails "no such table": only a rebuild can name the table again.
+func staleSelfReferences(live, want *schema.Table) string {
+	var cols []string
+	for _, fk := range live.ForeignKeys {
+		if fk.RefTable != nil && strings.EqualFold(fk.RefTable.Name, rebuildName(live.Name)) {
+			names := make([]string, len(fk.Columns))
+			for i, c := range fk.Columns {
+				names[i] = c.Name
+			}
+			cols = append(cols, "("+strings.Join(names, ", ")+")")
+		}
+	}
+	if len(cols) == 0 {
+		return ""
+	}
+	return fmt.Sprintf("foreign key %s names %s, which does not exist: rebuilt naming %s", strings.Join(cols, ", "), rebuildName(live.Name), want.Name)
 }
 
 // sqlitePhase is a phase of the reconcile's one BEGIN IMMEDIATE transaction.
@@ -226,7 +260,7 @@ func rebuildPhase(pc *planContext, live, want *schema.Table, changes, drift []sc
 func rebuildTable(live, want *schema.Table, drift []schema.Change) (tmp *schema.Table, keep []*schema.Index) {
 	t := *want
 	tmp = &t
-	tmp.Name = "schemastate_new_" + want.Name
+	tmp.Name = rebuildName(want.Name)
 	tmp.Indexes = nil
 	tmp.ForeignKeys = append([]*schema.ForeignKey(nil), want.ForeignKeys...)
 	tmp.Attrs = append([]schema.Attr(nil), want.Attrs...)
@@ -235,8 +269,14 @@ func rebuildTable(live, want *schema.Table, drift []schema.Change) (tmp *schema.
 		case *schema.DropForeignKey:
 			fk := *c.F
 			fk.Table = tmp
-			if fk.RefTable == live {
-				fk.RefTable = tmp
+			// A key on the table itself names the table's own name, never
+			// tmp's: the legacy rename rewrites no reference, so a key naming
+			// tmp would name a table that no longer exists once tmp is
+			// renamed. SQLite resolves a key's parent by name when the key is
+			// used, and foreign keys are off for the reconcile, so the new
+			// table may name the table it is about to replace.
+			if selfReference(fk.RefTable, live) {
+				fk.RefTable = want
 			}
 			if _, err := strconv.Atoi(fk.Symbol); err == nil {
 				fk.Symbol = "" // SQLite's numbering of an unnamed key, not a name

@@ -44,3 +44,9 @@ const FailpointReplayBatch = "widen.replay.batch"
 // FailpointRebuildIndexBuilt runs after each committed index build of the
 // rebuild_index phase.
 const FailpointRebuildIndexBuilt = "widen.rebuild_index.built"
+
+// FailpointSettingRestore runs as the reconcile gives a connection setting
+// back its value, named by the statement that reads it ("PRAGMA
+// foreign_keys"): an error there is the restore failing, and the setting
+// keeps the reconcile's value.
+func FailpointSettingRestore(read string) string { return "restore." + read }
