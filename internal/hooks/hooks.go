@@ -1,10 +1,11 @@
-// Package hooks carries the reconcile's test hooks, which are no part of its
-// public API: a failpoint function called at each named failpoint
-// (failpoints.go), a function told each statement a plan phase ran, and the
-// clock the activation keys are sampled from. A test outside the reconcile
-// package passes them in the context it gives Reconcile (With); the
-// reconcile reads them once, when it starts (From). A context without them
-// changes nothing.
+// Package hooks carries the hooks that are no part of the module's public
+// API: the reconcile's test hooks — a failpoint function called at each
+// named failpoint (failpoints.go), a function told each statement a plan
+// phase ran, and the clock the activation keys are sampled from — and the
+// live writer's, which compat sets: another release's writer contract to
+// write by, and a start without the table's check. A caller passes them in
+// the context it gives Reconcile or capture.NewWriter (With); each reads
+// them once, when it starts (From). A context without them changes nothing.
 package hooks
 
 import (
