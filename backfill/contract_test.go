@@ -2,7 +2,6 @@ package backfill
 
 import (
 	"regexp"
-	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -27,16 +26,8 @@ func TestBackfill_StatementIsTheContracts(t *testing.T) {
 		stmts := dialects.Must(d)(1 << 20)
 		m := regexp.MustCompile(`(?s)INSERT INTO task_session_subagents \((.*?)\)\s*SELECT.*ON CONFLICT \(([^)]*)\) DO NOTHING`).FindStringSubmatch(stmts.insert)
 		require.NotNil(t, m, stmts.insert)
-		require.Equal(t, w.Insert, split(m[1]), d)
-		require.Equal(t, w.Conflict, split(m[2]), d)
+		require.Equal(t, w.Insert, contract.SplitList(m[1]), d)
+		require.Equal(t, w.Conflict, contract.SplitList(m[2]), d)
 		require.Empty(t, w.Update, "DO NOTHING updates no column")
 	}
-}
-
-func split(list string) []string {
-	var out []string
-	for _, n := range strings.Split(list, ",") {
-		out = append(out, strings.TrimSpace(n))
-	}
-	return out
 }

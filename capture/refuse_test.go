@@ -3,25 +3,15 @@ package capture_test
 import (
 	"context"
 	"log/slog"
-	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/schemastate/schemastate"
 	"github.com/schemastate/schemastate/capture"
 	"github.com/schemastate/schemastate/dialect"
 	"github.com/schemastate/schemastate/internal/dbtest"
 	"github.com/schemastate/schemastate/reconcile"
 )
-
-// editedHCL is schema.hcl with old replaced by new.
-func editedHCL(t *testing.T, old, new string) []byte {
-	t.Helper()
-	src := string(schemastate.SchemaHCL)
-	require.Contains(t, src, old)
-	return []byte(strings.Replace(src, old, new, 1))
-}
 
 const lastSubagentIndex = "  index \"idx_subagents_turn_id\" {\n    columns = [column.turn_id]\n  }\n"
 
@@ -37,16 +27,15 @@ func writerBreakingEdits(t *testing.T) []struct {
 		src   []byte
 		names []string
 	}{
-		{"turn_id NOT NULL with a default", editedHCL(t, "column \"turn_id\" {\n    type = local.text\n    null = true\n  }",
-			"column \"turn_id\" {\n    type    = local.text\n    null    = false\n    default = \"\"\n  }"),
+		{"turn_id NOT NULL with a default", dbtest.TurnIDNotNull(t),
 			[]string{"writer-not-null", "turn_id", "frames that report no turn id"}},
-		{"new NOT NULL column", editedHCL(t, lastSubagentIndex, lastSubagentIndex+"  column \"priority\" {\n    type = local.text\n    null = false\n  }\n"),
+		{"new NOT NULL column", dbtest.EditedSchema(t, lastSubagentIndex, lastSubagentIndex+"  column \"priority\" {\n    type = local.text\n    null = false\n  }\n"),
 			[]string{"writer-not-null", "priority", "every insert"}},
-		{"check a reported zero breaks", editedHCL(t, lastSubagentIndex, lastSubagentIndex+"  check \"tool_use_count_positive\" {\n    expr = \"tool_use_count > 0\"\n  }\n"),
+		{"check a reported zero breaks", dbtest.EditedSchema(t, lastSubagentIndex, lastSubagentIndex+"  check \"tool_use_count_positive\" {\n    expr = \"tool_use_count > 0\"\n  }\n"),
 			[]string{"writer-check", "tool_use_count_positive", "tool-use count of 0"}},
-		{"foreign key the child session precedes", editedHCL(t, lastSubagentIndex, lastSubagentIndex+"  foreign_key \"child_session_fk\" {\n    columns     = [column.child_session_id]\n    ref_columns = [table.task_sessions.column.id]\n  }\n"),
+		{"foreign key the child session precedes", dbtest.EditedSchema(t, lastSubagentIndex, lastSubagentIndex+"  foreign_key \"child_session_fk\" {\n    columns     = [column.child_session_id]\n    ref_columns = [table.task_sessions.column.id]\n  }\n"),
 			[]string{"writer-foreign-key", "child_session_fk", "child_session_id"}},
-		{"unique over part of the conflict target", editedHCL(t, lastSubagentIndex, lastSubagentIndex+"  index \"uq_session_tool_call\" {\n    unique  = true\n    columns = [column.task_session_id, column.tool_call_id]\n  }\n"),
+		{"unique over part of the conflict target", dbtest.EditedSchema(t, lastSubagentIndex, lastSubagentIndex+"  index \"uq_session_tool_call\" {\n    unique  = true\n    columns = [column.task_session_id, column.tool_call_id]\n  }\n"),
 			[]string{"writer-unique", "uq_session_tool_call", "agent_execution_id values"}},
 	}
 }
@@ -118,7 +107,7 @@ func TestNewWriter_RefusesATableWithoutItsConflictTarget(t *testing.T) {
 // A check the contract cannot decide does not refuse the writer: it is
 // logged at WARN, naming the constraint, and frames are written.
 func TestNewWriter_UndecidedCheckWarnsAndStarts(t *testing.T) {
-	src := editedHCL(t, lastSubagentIndex, lastSubagentIndex+"  check \"description_short\" {\n    expr = \"length(description) < 10000\"\n  }\n")
+	src := dbtest.EditedSchema(t, lastSubagentIndex, lastSubagentIndex+"  check \"description_short\" {\n    expr = \"length(description) < 10000\"\n  }\n")
 	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
 		applyBreaking(t, db, src)
 		s := &store{DB: db, log: &logBuffer{}}

@@ -1,26 +1,14 @@
 package reconcile_test
 
 import (
-	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/schemastate/schemastate"
 	"github.com/schemastate/schemastate/internal/dbtest"
 	"github.com/schemastate/schemastate/internal/ops"
 	"github.com/schemastate/schemastate/reconcile"
 )
-
-// turnIDNotNull is the edit that looks harmless: "every row gets a turn".
-// The live writer stores NULL for a frame without a turn id (AC-2a).
-func turnIDNotNull(t *testing.T) []byte {
-	t.Helper()
-	src := string(schemastate.SchemaHCL)
-	old := "column \"turn_id\" {\n    type = local.text\n    null = true\n  }"
-	require.Contains(t, src, old)
-	return []byte(strings.Replace(src, old, "column \"turn_id\" {\n    type    = local.text\n    null    = false\n    default = \"\"\n  }", 1))
-}
 
 func turnIDNullable(t *testing.T, db *dbtest.DB) bool {
 	t.Helper()
@@ -38,12 +26,13 @@ func TestReconcile_RefusesAnEditThatBreaksItsOwnWriter(t *testing.T) {
 	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
 		db.Host(t)
 		mustReconcile(t, db, quiet)
-		edited := reconcile.WithDeclaration(turnIDNotNull(t), "edited.hcl")
+		edited := reconcile.WithDeclaration(dbtest.TurnIDNotNull(t), "edited.hcl")
 
 		plan, err := reconcile.Plan(ctx, db.DB, edited, quiet)
 		require.NoError(t, err)
-		require.Len(t, plan.WriterBreaks(), 1)
+		require.Len(t, plan.WriterBreaks(), 2, "the live writer and the backfill")
 		require.Contains(t, plan.WriterBreaks()[0], "writer capture: writer-not-null: task_session_subagents.turn_id")
+		require.Contains(t, plan.WriterBreaks()[1], "writer backfill: writer-not-null: task_session_subagents.turn_id")
 
 		for boot := 1; boot <= 2; boot++ {
 			rep, err := reconcile.Reconcile(ctx, db.DB, edited, quiet)

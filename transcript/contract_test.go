@@ -2,7 +2,6 @@ package transcript
 
 import (
 	"regexp"
-	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -23,8 +22,8 @@ func TestLifecycle_StatementsAreTheContracts(t *testing.T) {
 
 	insert := regexp.MustCompile(`(?s)INSERT INTO background_agent_log\s*\(([^)]*)\).*ON CONFLICT \(([^)]*)\)`).FindStringSubmatch(startSQL)
 	require.NotNil(t, insert)
-	require.Equal(t, w.Insert, names(insert[1]))
-	require.Equal(t, w.Conflict, names(insert[2]))
+	require.Equal(t, w.Insert, contract.SplitList(insert[1]))
+	require.Equal(t, w.Conflict, contract.SplitList(insert[2]))
 
 	var set []string
 	for _, stmt := range []string{endSQL, recordTranscriptSQL} {
@@ -35,12 +34,4 @@ func TestLifecycle_StatementsAreTheContracts(t *testing.T) {
 		}
 	}
 	require.ElementsMatch(t, w.Update, set)
-}
-
-func names(list string) []string {
-	var out []string
-	for _, n := range strings.Split(list, ",") {
-		out = append(out, strings.TrimSpace(n))
-	}
-	return out
 }

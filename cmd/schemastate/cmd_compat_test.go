@@ -9,7 +9,6 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/schemastate/schemastate"
 	"github.com/schemastate/schemastate/dialect"
 	"github.com/schemastate/schemastate/internal/compat"
 	"github.com/schemastate/schemastate/internal/dbtest"
@@ -21,10 +20,8 @@ const corpus = "../../testdata/frames"
 // NULL with a default, "every row gets a turn".
 func turnIDNotNullFile(t *testing.T) string {
 	t.Helper()
-	src := strings.Replace(string(schemastate.SchemaHCL), "column \"turn_id\" {\n    type = local.text\n    null = true\n  }",
-		"column \"turn_id\" {\n    type    = local.text\n    null    = false\n    default = \"\"\n  }", 1)
 	p := filepath.Join(t.TempDir(), "edited.hcl")
-	require.NoError(t, os.WriteFile(p, []byte(src), 0o600))
+	require.NoError(t, os.WriteFile(p, dbtest.TurnIDNotNull(t), 0o600))
 	return p
 }
 

@@ -19,12 +19,7 @@ import (
 
 func TestMain(m *testing.M) { os.Exit(dbtest.Main(m)) }
 
-func hcl(t *testing.T, old, new string) []byte {
-	t.Helper()
-	src := string(schemastate.SchemaHCL)
-	require.Contains(t, src, old)
-	return []byte(strings.Replace(src, old, new, 1))
-}
+func hcl(t *testing.T, old, new string) []byte { return dbtest.EditedSchema(t, old, new) }
 
 // writers is the built-in contract with edit applied to its capture writer.
 func writers(t *testing.T, edit func(w *contract.Writer)) *contract.Contract {
@@ -73,8 +68,8 @@ const lastIndex = "  index \"idx_subagents_turn_id\" {\n    columns = [column.tu
 // dialects.
 func TestCompat_ReportsEveryFrameEitherWriterCannotWrite(t *testing.T) {
 	builtin := compat.Release{Name: "built in"}
-	turnNotNull := hcl(t, "column \"turn_id\" {\n    type = local.text\n    null = true\n  }", "column \"turn_id\" {\n    type    = local.text\n    null    = false\n    default = \"\"\n  }")
-	noModel := hcl(t, "  column \"model\" {\n    type = local.text\n    null = true\n  }\n", "")
+	turnNotNull := dbtest.TurnIDNotNull(t)
+	noModel := hcl(t, "  column \"model\" {\n    type = local.text\n    null = true\n  }\n  column \"agent_status\"", "  column \"agent_status\"")
 	modelLess := writers(t, func(w *contract.Writer) {
 		w.Insert, w.Update = without(w.Insert, "model"), without(w.Update, "model")
 	})

@@ -14,6 +14,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"strings"
 
 	"github.com/schemastate/schemastate"
 )
@@ -183,4 +184,14 @@ func (w *Writer) Column(name string) *Column {
 // Writes reports whether the writer's statements name column.
 func (w *Writer) Writes(column string) bool {
 	return slices.Contains(w.Insert, column) || slices.Contains(w.Update, column)
+}
+
+// SplitList splits a statement's comma-separated column list ("a, b,\n\tc")
+// into its names: what a writer's test compares with the contract.
+func SplitList(list string) []string {
+	var out []string
+	for _, n := range strings.Split(list, ",") {
+		out = append(out, strings.TrimSpace(n))
+	}
+	return out
 }

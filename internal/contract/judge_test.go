@@ -11,17 +11,12 @@ import (
 	"github.com/schemastate/schemastate"
 	"github.com/schemastate/schemastate/dialect"
 	"github.com/schemastate/schemastate/internal/contract"
+	"github.com/schemastate/schemastate/internal/dbtest"
 	"github.com/schemastate/schemastate/internal/declare"
 )
 
-// edit returns schema.hcl with the task_session_subagents block's text
-// old replaced by new (old must be there).
-func edit(t *testing.T, old, new string) []byte {
-	t.Helper()
-	src := string(schemastate.SchemaHCL)
-	require.Contains(t, src, old)
-	return []byte(strings.Replace(src, old, new, 1))
-}
+// edit is schema.hcl with old replaced by new.
+func edit(t *testing.T, old, new string) []byte { return dbtest.EditedSchema(t, old, new) }
 
 // addToSubagents adds blocks at the end of the task_session_subagents table.
 func addToSubagents(t *testing.T, blocks string) []byte {

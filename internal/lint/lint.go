@@ -395,15 +395,27 @@ func (r *target) rows(ctx context.Context, table string) *int64 {
 // with `git show REF:PATH` run in dir.
 func GitSource(ctx context.Context, dir, ref, path string) (Source, error) {
 	spec := ref + ":" + path
-	cmd := exec.CommandContext(ctx, "git", "show", spec)
-	cmd.Dir = dir
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
+	out, _, err := gitShow(ctx, dir, spec)
 	if err != nil {
-		return Source{}, fmt.Errorf("git show %s: %w: %s", spec, err, strings.TrimSpace(stderr.String()))
+		return Source{}, err
 	}
 	return Source{HCL: out, File: spec}, nil
+}
+
+// gitShow runs `git show SPEC` in dir: the file's bytes, or an error quoting
+// git's own words (also returned, for a caller that tells a missing path
+// from a missing ref).
+func gitShow(ctx context.Context, dir, spec string) (out []byte, stderr string, err error) {
+	cmd := exec.CommandContext(ctx, "git", "show", spec)
+	cmd.Dir = dir
+	var eb bytes.Buffer
+	cmd.Stderr = &eb
+	out, err = cmd.Output()
+	if err != nil {
+		stderr = strings.TrimSpace(eb.String())
+		return nil, stderr, fmt.Errorf("git show %s: %w: %s", spec, err, stderr)
+	}
+	return out, "", nil
 }
 
 // WorkTreeSource reads path as it is in the working tree of the git

@@ -1,10 +1,7 @@
 package lint
 
 import (
-	"bytes"
 	"context"
-	"fmt"
-	"os/exec"
 	"strings"
 
 	"github.com/schemastate/schemastate/dialect"
@@ -80,17 +77,12 @@ func writerHazard(d dialect.Dialect, f contract.Finding, writer string) Hazard {
 // and no error when ref has none — a release from before the contract.
 func GitWriters(ctx context.Context, dir, ref string) (*contract.Contract, error) {
 	spec := ref + ":" + contract.File
-	cmd := exec.CommandContext(ctx, "git", "show", spec)
-	cmd.Dir = dir
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
+	out, msg, err := gitShow(ctx, dir, spec)
 	if err != nil {
-		msg := strings.TrimSpace(stderr.String())
 		if strings.Contains(msg, "does not exist in") || strings.Contains(msg, "exists on disk, but not in") {
 			return nil, nil
 		}
-		return nil, fmt.Errorf("git show %s: %w: %s", spec, err, msg)
+		return nil, err
 	}
 	return contract.Parse(out, spec)
 }

@@ -1,0 +1,27 @@
+package dbtest
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/schemastate/schemastate"
+)
+
+// EditedSchema is the built-in schema.hcl with one edit a platform engineer
+// might make: old, which must occur exactly once, replaced by new.
+func EditedSchema(t testing.TB, old, new string) []byte {
+	t.Helper()
+	src := string(schemastate.SchemaHCL)
+	require.Equal(t, 1, strings.Count(src, old), "the edit's anchor must occur once in schema.hcl: %q", old)
+	return []byte(strings.Replace(src, old, new, 1))
+}
+
+// TurnIDNotNull is the edit that looks harmless — "every row gets a turn":
+// turn_id NOT NULL with a default — and that every writer which stores NULL
+// for a frame without a turn id (AC-2a) cannot write.
+func TurnIDNotNull(t testing.TB) []byte {
+	return EditedSchema(t, "column \"turn_id\" {\n    type = local.text\n    null = true\n  }",
+		"column \"turn_id\" {\n    type    = local.text\n    null    = false\n    default = \"\"\n  }")
+}
