@@ -32,7 +32,7 @@ import (
 // or the budget is spent (withLockRetry).
 func (s *pgSession) transact(ctx context.Context, _ string, table string, fn func(q querier) error) error {
 	return s.withLockRetry(ctx, table, func(timeout time.Duration) error {
-		return s.inTx(ctx, timeout, func(tx *sql.Tx) error { return fn(tx) })
+		return s.inTx(ctx, timeout, budgetCatalog, func(tx *sql.Tx) error { return fn(tx) })
 	})
 }
 
@@ -51,20 +51,22 @@ func (s *pgSession) alone(ctx context.Context, ph ops.Phase, h phaseHooks) error
 	case ops.KindConcurrent:
 		return s.concurrently(ctx, ph, h)
 	case ops.KindCheckRows:
-		return checkRows(ctx, s.conn, ph, h)
+		return s.checkRows(ctx, ph, h)
 	case ops.KindOwnTx:
 		return s.ownTx(ctx, ph, h)
 	}
 	return fmt.Errorf("%s: no runner for a phase of kind %q", ph.ID(), ph.Kind)
 }
 
-// inTx runs fn in one transaction whose lock waits end after timeout.
-func (s *pgSession) inTx(ctx context.Context, timeout time.Duration, fn func(*sql.Tx) error) error {
+// inTx runs fn in one transaction whose lock waits end after timeout and
+// whose statements end after the budget of kind (SET LOCAL, whatever the
+// session's statement_timeout).
+func (s *pgSession) inTx(ctx context.Context, timeout time.Duration, kind stmtKind, fn func(*sql.Tx) error) error {
 	tx, err := s.conn.BeginTx(ctx, nil)
 	if err != nil {
 		return err
 	}
-	if _, err := tx.ExecContext(ctx, fmt.Sprintf("SET LOCAL lock_timeout = '%dms'", max(timeout.Milliseconds(), 1))); err != nil {
+	if err := setLocalTimeouts(ctx, tx, timeout, s.o.stmtBudget(kind)); err != nil {
 		tx.Rollback()
 		return err
 	}
@@ -324,7 +326,7 @@ func (s *pgSession) pages(ctx context.Context, table string) (int64, error) {
 func (s *pgSession) batch(ctx context.Context, ph ops.Phase, from, to int64) (int64, error) {
 	var rows int64
 	err := s.withLockRetry(ctx, ph.Table, func(timeout time.Duration) error {
-		return s.inTx(ctx, timeout, func(tx *sql.Tx) error {
+		return s.inTx(ctx, timeout, budgetBatch, func(tx *sql.Tx) error {
 			res, err := tx.ExecContext(ctx, ph.Loop.Batch, fmt.Sprintf("(%d,0)", from), fmt.Sprintf("(%d,0)", to))
 			if err != nil {
 				return withDetail(err)
