@@ -209,3 +209,48 @@ func TestReconcile_WithStatementTimeoutBoundsEveryTransaction(t *testing.T) {
 	mustReconcile(t, db) // waits for the messages (lock_timeout), unbounded by statement_timeout
 	requireBackfilledOnce(t, db)
 }
+
+// A statement_timeout the host SET on its own connections (source
+// session) is lifted on the one the reconcile builds on and given back as
+// the host set it — not RESET to the server's default — and none of the
+// host's connections keeps the reconcile's budget.
+func TestReconcile_SessionStatementTimeoutIsGivenBackAsSet(t *testing.T) {
+	db := openPostgres(t)
+	seedLegacyStore(t, db)
+	pool, err := sql.Open("pgx", db.DSN)
+	require.NoError(t, err)
+	defer pool.Close()
+	pool.SetMaxIdleConns(16)
+	var conns []*sql.Conn
+	for range 4 {
+		c, err := pool.Conn(ctx)
+		require.NoError(t, err)
+		_, err = c.ExecContext(ctx, `SET statement_timeout = '300ms'`)
+		require.NoError(t, err)
+		conns = append(conns, c)
+	}
+	for _, c := range conns {
+		c.Close() // back to the pool, idle, with the host's SET
+	}
+	build := holdAfter(db, hooks.FailpointAfterPhase("task_session_subagents.alter"), "task_session_subagents", "SHARE", time.Second)
+	rep, err := reconcile.Reconcile(ctx, pool, append(append([]reconcile.Option{}, online...),
+		reconcile.WithFailpoint(build), reconcile.WithStatementTimeout(45*time.Second))...)
+	require.NoError(t, err, describe(rep))
+	requireAC33(t, db, freshIndexSet(t, db.Dialect))
+
+	settings := map[string]int{}
+	conns = conns[:0]
+	for range pool.Stats().OpenConnections {
+		c, err := pool.Conn(ctx)
+		require.NoError(t, err)
+		conns = append(conns, c)
+		var got string
+		require.NoError(t, c.QueryRowContext(ctx, `SHOW statement_timeout`).Scan(&got))
+		settings[got]++
+	}
+	for _, c := range conns {
+		c.Close()
+	}
+	require.Zero(t, settings["45s"], "no connection keeps the reconcile's budget: %v", settings)
+	require.Equal(t, 4, settings["300ms"], "the host's four connections have its SET: %v", settings)
+}
