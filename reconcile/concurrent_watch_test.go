@@ -1,6 +1,7 @@
 package reconcile_test
 
 import (
+	"context"
 	"database/sql"
 	"net/url"
 	"strconv"
@@ -11,6 +12,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
+	schemastate "github.com/schemastate/schemastate"
 	"github.com/schemastate/schemastate/dialect"
 	"github.com/schemastate/schemastate/internal/dbtest"
 	"github.com/schemastate/schemastate/internal/hooks"
@@ -147,4 +149,48 @@ func TestOnline_ConcurrentWaitBoundsOnlyItsOwnBuild(t *testing.T) {
 	requireAC33(t, b, freshIndexSet(t, dialect.Postgres))
 	mustReconcile(t, a, online...)
 	requireAC33(t, a, freshIndexSet(t, dialect.Postgres))
+}
+
+// A concurrent build whose statement is longer than
+// track_activity_query_size (1 kB by default, which pg_stat_activity cuts
+// its text to) is bounded all the same: an index declared with a 2 kB
+// predicate, its build held up by a session holding the table, is
+// cancelled at its 1 s bound and fails naming that session. Before, its
+// cut text never equalled the statement, the watcher never found it, and
+// the build waited for as long as the table was held.
+func TestOnline_ConcurrentWaitBoundsALongStatement(t *testing.T) {
+	db := openPostgres(t)
+	seedLegacyStore(t, db)
+	mustReconcile(t, db, quiet)
+	var size int
+	require.NoError(t, db.QueryRow(`SELECT setting::int FROM pg_settings WHERE name = 'track_activity_query_size'`).Scan(&size))
+	long := "model <> '" + strings.Repeat("x", size+1024) + "'"
+	src := strings.Replace(string(schemastate.SchemaHCL), "  index \"idx_subagents_turn_id\" {",
+		"  index \"idx_subagents_long\" {\n    columns = [column.model]\n    where   = \""+long+"\"\n  }\n  index \"idx_subagents_turn_id\" {", 1)
+	require.Contains(t, src, "idx_subagents_long")
+
+	holder, err := db.DB.BeginTx(ctx, nil)
+	require.NoError(t, err)
+	defer holder.Rollback()
+	var pid int
+	require.NoError(t, holder.QueryRow(`SELECT pg_backend_pid()`).Scan(&pid))
+	_, err = holder.Exec(`LOCK TABLE task_session_subagents IN SHARE MODE`)
+	require.NoError(t, err)
+
+	cctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	opts := append(append([]reconcile.Option{}, online...), quiet, reconcile.WithConcurrentWait(time.Second),
+		reconcile.WithDeclaration([]byte(src), "long_predicate.hcl"))
+	rep, err := reconcile.Reconcile(cctx, db.DB, opts...)
+	require.NoError(t, cctx.Err(), "the build's wait was bounded: %s", describe(rep))
+	require.ErrorIs(t, err, ops.ErrLockNotAcquired, describe(rep))
+	shape := rep.Step(reconcile.StepShape)
+	require.Contains(t, shape.Detail, "build_index.idx_subagents_long")
+	require.Contains(t, shape.Detail, "waited 1s")
+	require.Contains(t, shape.Detail, "pid "+strconv.Itoa(pid))
+	require.Zero(t, count(t, db, `SELECT count(*) FROM pg_class WHERE relname = 'idx_subagents_long' AND relnamespace = current_schema()::regnamespace`), "the INVALID index it left was dropped")
+
+	require.NoError(t, holder.Rollback())
+	rep = mustReconcile(t, db, append(append([]reconcile.Option{}, online...), quiet, reconcile.WithDeclaration([]byte(src), "long_predicate.hcl"))...)
+	require.Contains(t, rep.Step(reconcile.StepShape).Phases, "task_session_subagents.build_index.idx_subagents_long")
 }
