@@ -17,6 +17,7 @@ import (
 	"github.com/schemastate/schemastate/internal/dbtest"
 	"github.com/schemastate/schemastate/internal/hooks"
 	"github.com/schemastate/schemastate/internal/ops"
+	"github.com/schemastate/schemastate/internal/pgbouncer"
 	"github.com/schemastate/schemastate/reconcile"
 )
 
@@ -193,4 +194,40 @@ func TestOnline_ConcurrentWaitBoundsALongStatement(t *testing.T) {
 	require.NoError(t, holder.Rollback())
 	rep = mustReconcile(t, db, append(append([]reconcile.Option{}, online...), quiet, reconcile.WithDeclaration([]byte(src), "long_predicate.hcl"))...)
 	require.Contains(t, rep.Step(reconcile.StepShape).Phases, "task_session_subagents.build_index.idx_subagents_long")
+}
+
+// Behind a transaction-mode pooler, where the build and its watcher run on
+// server connections the pooler picks, the watcher still finds the build
+// by its tag and bounds its wait: behind a host transaction holding an old
+// snapshot, the build is cancelled at its 1 s bound, fails naming that
+// transaction and leaves no INVALID index; once it ends the next boot
+// converges through the pooler.
+func TestOnline_ConcurrentWaitBoundedBehindPooler(t *testing.T) {
+	p := pgbouncer.Start(t, pgbouncer.Options{Mode: pgbouncer.Transaction})
+	direct := p.Direct
+	direct.Host(t).Legacy(t)
+	seedLegacy(t, direct)
+	pooled, err := sql.Open("pgx", dbtest.WithParam(t, p.DSN, "default_query_exec_mode", "exec"))
+	require.NoError(t, err)
+	defer pooled.Close()
+	old, err := direct.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelRepeatableRead})
+	require.NoError(t, err)
+	defer old.Rollback()
+	var oldPID int
+	require.NoError(t, old.QueryRow(`SELECT pg_backend_pid()`).Scan(&oldPID))
+
+	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	rep, err := reconcile.Reconcile(cctx, pooled, append(append([]reconcile.Option{}, online...), quiet, reconcile.WithConcurrentWait(time.Second))...)
+	require.NoError(t, cctx.Err(), "the build's wait was bounded: %s", describe(rep))
+	require.ErrorIs(t, err, ops.ErrLockNotAcquired, describe(rep))
+	shape := rep.Step(reconcile.StepShape)
+	require.Contains(t, shape.Detail, "waited 1s")
+	require.Contains(t, shape.Detail, "pid "+strconv.Itoa(oldPID))
+	require.Empty(t, direct.Strings(t, `SELECT c.relname FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
+ WHERE NOT i.indisvalid AND c.relnamespace = current_schema()::regnamespace`))
+
+	require.NoError(t, old.Rollback())
+	mustReconcile(t, &dbtest.DB{DB: pooled, Dialect: dialect.Postgres}, append(append([]reconcile.Option{}, online...), quiet)...)
+	requireAC33(t, direct, freshIndexSet(t, dialect.Postgres))
 }
