@@ -124,18 +124,18 @@ func withDDLLockAttempt(d time.Duration) Option { return func(o *options) { o.dd
 // transaction, removes the INVALID index it left, and is retried next boot.
 func withConcurrentWait(d time.Duration) Option { return func(o *options) { o.concurrentWait = d } }
 
-// WithStatementTimeout bounds every statement a PostgreSQL reconcile runs
-// to d (0: no bound), replacing the budget each kind of work has by default
-// (docs/reconcile.md: a minute for a transaction of catalog changes, five
-// for one batch of a copy, none for a scan, an index build or the
-// backfill). Every transaction sets it for itself (SET LOCAL), whatever
-// statement_timeout the host's role, database or connection carries. A
-// statement outside a transaction (CREATE INDEX CONCURRENTLY) runs under
-// the session's setting instead: when that is shorter than d (or than no
-// bound), the reconcile lifts it on its own connection when that reaches
-// the server directly, and behind a pooler refuses the step before its first
-// statement, naming the setting; a host that accepts its setting as the
-// bound passes it here.
+// WithStatementTimeout sets the statement_timeout of every transaction a
+// PostgreSQL reconcile opens to d (0: no bound), in place of the budget
+// each kind of work has by default (docs/reconcile.md: a minute for a
+// transaction of catalog changes, five for one batch of a copy, none for a
+// scan, an index build or the backfill). Each transaction sets it for
+// itself (SET LOCAL), whatever the host's role, database or connection
+// carries. A statement outside a transaction (CREATE INDEX CONCURRENTLY)
+// runs under the session's setting instead: when that is shorter than d
+// (any setting, when d is 0), the reconcile lifts it to d on its own
+// connection when that reaches the server directly, and behind a pooler
+// refuses the step before its first statement, naming the setting; a host
+// that accepts its setting as the bound passes it (or less) here.
 func WithStatementTimeout(d time.Duration) Option {
 	return func(o *options) { o.stmtTimeout, o.stmtTimeoutSet = d, true }
 }
