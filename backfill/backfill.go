@@ -17,6 +17,11 @@
 // commits or rolls back. The reconciler hands it the backfill step's
 // transaction (PostgreSQL) or savepoint (SQLite), so a failure anywhere —
 // the insert, either key write — leaves neither rows nor keys (AC-24a, AC-24d).
+// So is the statement_timeout the scan runs under: on PostgreSQL the
+// reconcile's backfill transaction sets its own (SET LOCAL, no bound by
+// default: the one scan and the one copy take what the history makes them
+// take), so a role's statement_timeout of seconds cannot cancel it on every
+// boot.
 package backfill
 
 import (

@@ -107,8 +107,21 @@ func (a *applied) committedBefore(err error) error {
 	return fmt.Errorf("%w (committed before it: %s)", err, strings.Join(a.ran, ", "))
 }
 
+// preflighter is a session that checks a step's phases against the
+// server's settings before the first of them runs: PostgreSQL's
+// statement_timeout (postgres_timeout.go). SQLite has no such setting.
+type preflighter interface {
+	preflight(ctx context.Context, phases []ops.Phase) error
+}
+
 // applyPhases runs one step's phases.
 func (r *run) applyPhases(ctx context.Context, sess session, step string, phases []ops.Phase) Step {
+	// Before the first phase: a step refused here has run nothing.
+	if pf, ok := sess.(preflighter); ok {
+		if err := pf.preflight(ctx, phases); err != nil {
+			return failed(err)
+		}
+	}
 	groups, lastTx := groupPhases(phases)
 	h := phaseHooks{fail: r.o.fail, progress: func(msg string) { r.progress(step, msg) }, executed: r.o.executed}
 	if d, ok := sess.(connDiscarder); ok {

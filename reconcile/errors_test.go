@@ -220,6 +220,7 @@ func TestReconcile_InvalidOptionIsNamedAndNothingRuns(t *testing.T) {
 			{reconcile.WithDDLLockTimeout(0), "WithDDLLockTimeout(0s)"},
 			{reconcile.WithDDLLockAttempt(-time.Millisecond), "WithDDLLockAttempt(-1ms)"},
 			{reconcile.WithConcurrentWait(0), "WithConcurrentWait(0s)"},
+			{reconcile.WithStatementTimeout(-time.Second), "WithStatementTimeout(-1s)"},
 			{reconcile.WithOnlineAbove(-1), "WithOnlineAbove(-1)"},
 			{reconcile.WithCopyPause(math.NaN()), "WithCopyPause(NaN)"},
 			{reconcile.WithCopyBatchPages(0), "WithCopyBatchPages(0)"},

@@ -36,6 +36,10 @@ type options struct {
 	ddlLockTimeout time.Duration
 	ddlLockAttempt time.Duration
 	concurrentWait time.Duration
+	// stmtTimeout, once set (stmtTimeoutSet), is WithStatementTimeout's
+	// budget for every statement; else each kind has its own (stmtBudgets).
+	stmtTimeout    time.Duration
+	stmtTimeoutSet bool
 	onlineAbove    int64
 	copyBatchPages int
 	copyPause      float64
@@ -129,6 +133,22 @@ func withDDLLockAttempt(d time.Duration) Option { return func(o *options) { o.dd
 // an exclusive one; past the bound the phase fails, naming the oldest
 // transaction, removes the INVALID index it left, and is retried next boot.
 func withConcurrentWait(d time.Duration) Option { return func(o *options) { o.concurrentWait = d } }
+
+// WithStatementTimeout sets the statement_timeout of every transaction a
+// PostgreSQL reconcile opens to d (0: no bound), in place of the budget
+// each kind of work has by default (docs/reconcile.md: a minute for a
+// transaction of catalog changes, five for one batch of a copy, none for a
+// scan, an index build or the backfill). Each transaction sets it for
+// itself (SET LOCAL), whatever the host's role, database or connection
+// carries. A statement outside a transaction (CREATE INDEX CONCURRENTLY)
+// runs under the session's setting instead: when that is shorter than d
+// (any setting, when d is 0), the reconcile lifts it to d on its own
+// connection when that reaches the server directly, and behind a pooler
+// refuses the step before its first statement, naming the setting; a host
+// that accepts its setting as the bound passes it (or less) here.
+func WithStatementTimeout(d time.Duration) Option {
+	return func(o *options) { o.stmtTimeout, o.stmtTimeoutSet = d, true }
+}
 
 // WithOnlineAbove sets the live table size (pg_table_size, bytes) from which
 // a PostgreSQL table is changed in online phases rather than in one
@@ -355,6 +375,9 @@ func (o *options) validate() error {
 		if d.v <= 0 {
 			bad("%s(%s): must be positive", d.name, d.v)
 		}
+	}
+	if o.stmtTimeout < 0 {
+		bad("WithStatementTimeout(%s): must not be negative (0: no bound)", o.stmtTimeout)
 	}
 	if o.onlineAbove < 0 {
 		bad("WithOnlineAbove(%d): must not be negative", o.onlineAbove)

@@ -71,7 +71,10 @@ type pgSession struct {
 	// server connection), never named as what a phase waited for.
 	lockPID int
 	tx      *sql.Tx
-	o       *call
+	// restoreTimeout, once preflight lifted statement_timeout on conn, is
+	// the statement that gives the connection back its own (release).
+	restoreTimeout string
+	o              *call
 }
 
 func openPostgres(ctx context.Context, db *sql.DB, o *call) (*pgSession, error) {
@@ -158,6 +161,10 @@ func (s *pgSession) tryLock(ctx context.Context) (bool, error) {
 	if err != nil {
 		return false, err
 	}
+	if err := setLocalTimeout(ctx, tx, s.o.stmtBudget(budgetCatalog)); err != nil {
+		_ = tx.Rollback()
+		return false, err
+	}
 	var got bool
 	if err := tx.QueryRowContext(ctx, `SELECT pg_try_advisory_xact_lock($1), pg_backend_pid()`, s.key).Scan(&got, &s.lockPID); err != nil {
 		_ = tx.Rollback()
@@ -240,7 +247,13 @@ func (s *pgSession) begin(ctx context.Context, step string) (dialect.Querier, er
 	if err != nil {
 		return nil, err
 	}
-	if _, err := tx.ExecContext(ctx, fmt.Sprintf("SET LOCAL lock_timeout = '%dms'", s.o.ddlLockTimeout.Milliseconds())); err != nil {
+	// The backfill is one scan and one copy of the history (AC-23a): no
+	// bound but the host's patience; execution_since writes one key.
+	budget := s.o.stmtBudget(budgetCatalog)
+	if step == StepBackfill {
+		budget = s.o.stmtBudget(budgetScan)
+	}
+	if err := setLocalTimeouts(ctx, tx, s.o.ddlLockTimeout, budget); err != nil {
 		tx.Rollback()
 		return nil, err
 	}
@@ -278,6 +291,7 @@ func (s *pgSession) abort() {
 // server (through a pooler: the pooler closes a server connection whose
 // client left mid-transaction).
 func (s *pgSession) release() {
+	s.restoreSession()
 	if s.conn != nil {
 		defer s.conn.Close()
 	}

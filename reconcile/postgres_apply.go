@@ -32,7 +32,7 @@ import (
 // or the budget is spent (withLockRetry).
 func (s *pgSession) transact(ctx context.Context, _ string, table string, fn func(q querier) error) error {
 	return s.withLockRetry(ctx, table, func(timeout time.Duration) error {
-		return s.inTx(ctx, timeout, func(tx *sql.Tx) error { return fn(tx) })
+		return s.inTx(ctx, timeout, budgetCatalog, func(tx *sql.Tx) error { return fn(tx) })
 	})
 }
 
@@ -51,20 +51,22 @@ func (s *pgSession) alone(ctx context.Context, ph ops.Phase, h phaseHooks) error
 	case ops.KindConcurrent:
 		return s.concurrently(ctx, ph, h)
 	case ops.KindCheckRows:
-		return checkRows(ctx, s.conn, ph, h)
+		return s.checkRows(ctx, ph, h)
 	case ops.KindOwnTx:
 		return s.ownTx(ctx, ph, h)
 	}
 	return fmt.Errorf("%s: no runner for a phase of kind %q", ph.ID(), ph.Kind)
 }
 
-// inTx runs fn in one transaction whose lock waits end after timeout.
-func (s *pgSession) inTx(ctx context.Context, timeout time.Duration, fn func(*sql.Tx) error) error {
+// inTx runs fn in one transaction whose lock waits end after timeout and
+// whose statements end after the budget of kind (SET LOCAL, whatever the
+// session's statement_timeout).
+func (s *pgSession) inTx(ctx context.Context, timeout time.Duration, kind stmtKind, fn func(*sql.Tx) error) error {
 	tx, err := s.conn.BeginTx(ctx, nil)
 	if err != nil {
 		return err
 	}
-	if _, err := tx.ExecContext(ctx, fmt.Sprintf("SET LOCAL lock_timeout = '%dms'", max(timeout.Milliseconds(), 1))); err != nil {
+	if err := setLocalTimeouts(ctx, tx, timeout, s.o.stmtBudget(kind)); err != nil {
 		tx.Rollback()
 		return err
 	}
@@ -88,8 +90,9 @@ func (s *pgSession) inTx(ctx context.Context, timeout time.Duration, fn func(*sq
 func (s *pgSession) concurrently(ctx context.Context, ph ops.Phase, h phaseHooks) error {
 	for _, stmt := range ph.SQL {
 		stop := s.watchIndexBuild(ctx, ph, h.progress)
-		waited, release := s.boundWait(ctx, stmt)
-		_, err := s.conn.ExecContext(ctx, stmt)
+		tag := statementTag()
+		waited, release := s.boundWait(ctx, tag)
+		_, err := s.conn.ExecContext(ctx, tag+stmt)
 		release()
 		stop()
 		if err == nil {
@@ -105,8 +108,9 @@ func (s *pgSession) concurrently(ctx context.Context, ph ops.Phase, h phaseHooks
 			}
 			for _, c := range ph.Cleanup {
 				cctx := context.WithoutCancel(ctx)
-				_, release := s.boundWait(cctx, c)
-				_, cerr := s.conn.ExecContext(cctx, c)
+				tag := statementTag()
+				_, release := s.boundWait(cctx, tag)
+				_, cerr := s.conn.ExecContext(cctx, tag+c)
 				release()
 				if cerr != nil {
 					err = fmt.Errorf("%w (cleanup %s: %v)", err, c, cerr)
@@ -118,23 +122,41 @@ func (s *pgSession) concurrently(ctx context.Context, ph ops.Phase, h phaseHooks
 	return nil
 }
 
+// statementTag begins a statement the reconcile runs outside a
+// transaction: a comment unique to that run of it, by which boundWait finds
+// the backend running it. The tag travels with the statement to whichever
+// server connection runs it, behind a transaction-mode pooler too (where a
+// pg_backend_pid() read before the statement may name another server
+// connection: the pooler picks one per statement, and CREATE INDEX
+// CONCURRENTLY cannot share a round trip with the read, since a
+// multi-statement query string is a transaction block). It sits at the
+// head of the text, so track_activity_query_size (100 bytes at the least)
+// never cuts it, however long the statement; and it is no other
+// database's, nor another statement's of the same text.
+func statementTag() string {
+	return fmt.Sprintf("/* schemastate %016x */ ", rand.Uint64())
+}
+
 // boundWait watches, from another pooled connection, the backend running
-// stmt (found by its text in pg_stat_activity, so behind a pooler too), and
+// the statement that begins with tag (statementTag), in this database, and
 // cancels it (pg_cancel_backend, a statement any server connection can run)
 // once it has waited for a lock — the table's, or a transaction the build
 // must outlast — for longer than withConcurrentWait without a break: the
 // bound lock_timeout put on each wait, kept by the client. The build itself
-// runs as long as it needs. waited reports whether it cancelled the
-// statement; release stops the watch.
-func (s *pgSession) boundWait(ctx context.Context, stmt string) (waited func() bool, release func()) {
+// runs as long as it needs. The cancel is sent only to a backend still
+// running that statement, so a server connection a pooler has since handed
+// to another client's statement is never cancelled. waited reports whether
+// it cancelled the statement; release stops the watch.
+func (s *pgSession) boundWait(ctx context.Context, tag string) (waited func() bool, release func()) {
 	var cancelled atomic.Bool
 	poll := min(max(s.o.concurrentWait/20, 10*time.Millisecond), 250*time.Millisecond)
 	var since time.Time // the current wait began, as first seen
+	const running = ` FROM pg_stat_activity WHERE datname = current_database() AND state = 'active'
+ AND left(query, length($1)) = $1 AND pid <> pg_backend_pid()`
 	release = onEveryTick(ctx, poll, func(ctx context.Context) bool {
 		var pid int
 		var waiting bool
-		err := s.db.QueryRowContext(ctx, `SELECT pid, wait_event_type IS NOT DISTINCT FROM 'Lock' FROM pg_stat_activity
- WHERE query = $1 AND state = 'active' AND pid <> pg_backend_pid() ORDER BY query_start DESC LIMIT 1`, stmt).Scan(&pid, &waiting)
+		err := s.db.QueryRowContext(ctx, `SELECT pid, wait_event_type IS NOT DISTINCT FROM 'Lock'`+running+` LIMIT 1`, tag).Scan(&pid, &waiting)
 		if err != nil || !waiting {
 			since = time.Time{}
 			return true
@@ -146,9 +168,15 @@ func (s *pgSession) boundWait(ctx context.Context, stmt string) (waited func() b
 		if time.Since(since) < s.o.concurrentWait {
 			return true
 		}
+		// Marked before the cancel is sent: the statement may fail of it,
+		// and release end this watch, before the reply is read.
 		cancelled.Store(true)
 		var sent bool
-		if err := s.db.QueryRowContext(ctx, `SELECT pg_cancel_backend($1)`, pid).Scan(&sent); err != nil || !sent {
+		err = s.db.QueryRowContext(ctx, `SELECT pg_cancel_backend(pid)`+running+` AND pid = $2`, tag, pid).Scan(&sent)
+		switch {
+		case errors.Is(err, sql.ErrNoRows):
+			cancelled.Store(false) // the statement ended meanwhile; nothing was sent
+		case (err != nil || !sent) && ctx.Err() == nil:
 			s.o.logger.Warn("reconcile: could not cancel a concurrent index build past its wait", "pid", pid, "error", err)
 		}
 		return false
@@ -166,7 +194,7 @@ func (s *pgSession) watchIndexBuild(ctx context.Context, ph ops.Phase, say func(
 		var phase string
 		var blocksDone, blocksTotal, tuplesDone, tuplesTotal int64
 		err := s.db.QueryRowContext(ctx, `SELECT phase, blocks_done, blocks_total, tuples_done, tuples_total
- FROM pg_stat_progress_create_index WHERE relid = to_regclass($1) LIMIT 1`, qualified(s.schema, ph.Table)).Scan(&phase, &blocksDone, &blocksTotal, &tuplesDone, &tuplesTotal)
+ FROM pg_stat_progress_create_index WHERE datname = current_database() AND relid = to_regclass($1) LIMIT 1`, qualified(s.schema, ph.Table)).Scan(&phase, &blocksDone, &blocksTotal, &tuplesDone, &tuplesTotal)
 		if err != nil {
 			return true
 		}
@@ -298,7 +326,7 @@ func (s *pgSession) pages(ctx context.Context, table string) (int64, error) {
 func (s *pgSession) batch(ctx context.Context, ph ops.Phase, from, to int64) (int64, error) {
 	var rows int64
 	err := s.withLockRetry(ctx, ph.Table, func(timeout time.Duration) error {
-		return s.inTx(ctx, timeout, func(tx *sql.Tx) error {
+		return s.inTx(ctx, timeout, budgetBatch, func(tx *sql.Tx) error {
 			res, err := tx.ExecContext(ctx, ph.Loop.Batch, fmt.Sprintf("(%d,0)", from), fmt.Sprintf("(%d,0)", to))
 			if err != nil {
 				return withDetail(err)
@@ -352,7 +380,8 @@ func (s *pgSession) holders(ctx context.Context, table string) string {
 	list, err := queryStrings(ctx, s.conn, `SELECT format('pid %s (%s, %s, transaction open %s s: %s)', a.pid, l.mode, a.state,
   round(extract(epoch FROM now() - a.xact_start)::numeric, 1), left(regexp_replace(a.query, '\s+', ' ', 'g'), 60))
  FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
- WHERE l.relation = to_regclass($1) AND l.granted AND l.pid <> pg_backend_pid() ORDER BY a.xact_start LIMIT 5`, qualified(s.schema, table))
+ WHERE l.database = (SELECT oid FROM pg_database WHERE datname = current_database()) AND l.relation = to_regclass($1)
+   AND l.granted AND l.pid <> pg_backend_pid() ORDER BY a.xact_start LIMIT 5`, qualified(s.schema, table))
 	if err == nil && len(list) == 0 {
 		list, err = queryStrings(ctx, s.conn, `SELECT format('pid %s (oldest open transaction, %s, open %s s: %s)', pid, state,
   round(extract(epoch FROM now() - xact_start)::numeric, 1), left(regexp_replace(query, '\s+', ' ', 'g'), 60))

@@ -48,7 +48,7 @@ func (s *pgSession) rebuildCopy(ctx context.Context, ph ops.Phase, h phaseHooks)
 		}
 		var n int64
 		err := s.withLockRetry(ctx, ph.Table, func(timeout time.Duration) error {
-			return s.inTx(ctx, timeout, func(tx *sql.Tx) error {
+			return s.inTx(ctx, timeout, budgetBatch, func(tx *sql.Tx) error {
 				if _, err := tx.ExecContext(ctx, flushAsWritten); err != nil {
 					return err
 				}
@@ -114,6 +114,9 @@ func (s *pgSession) replayLog(ctx context.Context, ph ops.Phase, h phaseHooks) e
 				return err
 			}
 			defer tx.Rollback()
+			if err := setLocalTimeout(ctx, tx, s.o.stmtBudget(budgetBatch)); err != nil {
+				return err
+			}
 			if _, err := tx.ExecContext(ctx, flushAsWritten); err != nil {
 				return err
 			}
@@ -230,7 +233,8 @@ func (s *pgSession) rebuildIndexes(ctx context.Context, ph ops.Phase, h phaseHoo
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	if _, err := s.conn.ExecContext(ctx, analyze); err != nil {
+	// In a transaction of its own, for its SET LOCAL statement_timeout.
+	if err := buildIn(ctx, s.conn, analyze, s.o.stmtBudget(budgetScan)); err != nil {
 		return fmt.Errorf("%s: %w", analyze, err)
 	}
 	h.executed(analyze)
@@ -244,7 +248,7 @@ func (s *pgSession) buildOne(ctx context.Context, conn *sql.Conn, stmt string, m
 	err := s.holding(ctx)
 	mu.Unlock()
 	if err == nil {
-		err = buildIn(ctx, conn, stmt)
+		err = buildIn(ctx, conn, stmt, s.o.stmtBudget(budgetScan))
 	}
 	if err != nil {
 		return fmt.Errorf("%s: %w", firstLine(stmt), withDetail(err))
@@ -254,13 +258,17 @@ func (s *pgSession) buildOne(ctx context.Context, conn *sql.Conn, stmt string, m
 	return done()
 }
 
-// buildIn runs one index build in a transaction of its own on conn.
-func buildIn(ctx context.Context, conn *sql.Conn, stmt string) error {
+// buildIn runs one index build (or the ANALYZE after them) in a
+// transaction of its own on conn, under statement_timeout = budget.
+func buildIn(ctx context.Context, conn *sql.Conn, stmt string, budget time.Duration) error {
 	tx, err := conn.BeginTx(ctx, nil)
 	if err != nil {
 		return err
 	}
 	defer tx.Rollback()
+	if err := setLocalTimeout(ctx, tx, budget); err != nil {
+		return err
+	}
 	if _, err := tx.ExecContext(ctx, stmt); err != nil {
 		return err
 	}
@@ -268,13 +276,23 @@ func buildIn(ctx context.Context, conn *sql.Conn, stmt string) error {
 }
 
 // checkRows runs a check_rows phase: any row breaking the constraint fails
-// it, by name, before the constraint is added.
-func checkRows(ctx context.Context, q querier, ph ops.Phase, h phaseHooks) error {
+// it, by name, before the constraint is added. The read scans the table:
+// it runs in a read-only transaction of its own, for its SET LOCAL
+// statement_timeout.
+func (s *pgSession) checkRows(ctx context.Context, ph ops.Phase, h phaseHooks) error {
 	h.progress(fmt.Sprintf("checking %s: rows that break %s", ph.Table, ph.Constraint))
-	if err := brokenRows(ctx, q, ph); err != nil {
+	tx, err := s.conn.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
+	if err != nil {
 		return err
 	}
-	return nil
+	defer tx.Rollback()
+	if err := setLocalTimeout(ctx, tx, s.o.stmtBudget(budgetScan)); err != nil {
+		return err
+	}
+	if err := brokenRows(ctx, tx, ph); err != nil {
+		return err
+	}
+	return tx.Commit()
 }
 
 // brokenRows fails with ErrRowsBreakConstraint when the phase's Breaking
@@ -302,7 +320,7 @@ func brokenRows(ctx context.Context, q querier, ph ops.Phase) error {
 func (s *pgSession) ownTx(ctx context.Context, ph ops.Phase, h phaseHooks) error {
 	h.progress(fmt.Sprintf("validating %s: %s", ph.Table, ph.Constraint))
 	err := s.withLockRetry(ctx, ph.Table, func(timeout time.Duration) error {
-		return s.inTx(ctx, timeout, func(tx *sql.Tx) error {
+		return s.inTx(ctx, timeout, budgetScan, func(tx *sql.Tx) error {
 			for _, stmt := range ph.SQL {
 				if _, err := tx.ExecContext(ctx, stmt); err != nil {
 					return fmt.Errorf("%s: %w", firstLine(stmt), withDetail(err))
@@ -325,7 +343,7 @@ func (s *pgSession) ownTx(ctx context.Context, ph ops.Phase, h phaseHooks) error
 	}
 	for _, c := range ph.Cleanup {
 		cerr := s.withLockRetry(cctx, ph.Table, func(timeout time.Duration) error {
-			return s.inTx(cctx, timeout, func(tx *sql.Tx) error {
+			return s.inTx(cctx, timeout, budgetCatalog, func(tx *sql.Tx) error {
 				_, err := tx.ExecContext(cctx, c)
 				return err
 			})

@@ -55,6 +55,13 @@ var (
 	// ErrLockNotAcquired is wrapped by a phase that could not get its table
 	// lock within its budget.
 	ErrLockNotAcquired = errors.New("table lock not acquired within the budget")
+	// ErrStatementTimeout is the cause of a step refused before its first
+	// phase: a statement it must run outside a transaction (a CREATE INDEX
+	// CONCURRENTLY) would be cancelled by the session's statement_timeout,
+	// which the reconcile may not lift on that connection (behind a
+	// pooler). The error names the setting, where it comes from and the fix;
+	// nothing ran, and the next boot tries again.
+	ErrStatementTimeout = errors.New("statement_timeout would cancel a statement the reconcile runs outside a transaction")
 	// ErrHostTablesMissing is the cause of a failed host_tables step: a table
 	// the module needs from the host is absent (schemastate never creates
 	// host tables).
