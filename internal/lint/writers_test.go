@@ -97,3 +97,44 @@ func TestGitWriters_AbsentAtAnOlderRelease(t *testing.T) {
 	_, err = GitWriters(context.Background(), dir, "no-such-ref")
 	require.Error(t, err)
 }
+
+// Each writer hazard is named for this release's writer and for the
+// base's, each saying which, on both dialects: with the base's writers
+// those of this release, every finding comes twice, once per release.
+func TestLint_EachWriterHazardForBothReleases(t *testing.T) {
+	const last = "  index \"idx_subagents_turn_id\" {\n    columns = [column.turn_id]\n  }\n"
+	builtin, err := contract.Builtin()
+	require.NoError(t, err)
+	both := []dialect.Dialect{dialect.SQLite, dialect.Postgres}
+	for _, e := range []struct {
+		code, old, new string
+	}{
+		{contract.CodeNotNull, "column \"turn_id\" {\n    type = local.text\n    null = true\n  }", "column \"turn_id\" {\n    type    = local.text\n    null    = false\n    default = \"\"\n  }"},
+		{contract.CodeNotNull, last, last + "  column \"priority\" {\n    type = local.text\n    null = false\n  }\n"},
+		{contract.CodeConflictTarget, "columns = [column.task_session_id, column.agent_execution_id, column.tool_call_id]", "columns = [column.task_session_id, column.agent_execution_id, column.tool_call_id, column.turn_id]"},
+		{contract.CodeCheck, last, last + "  check \"ck\" {\n    expr = \"tool_use_count > 0\"\n  }\n"},
+		{contract.CodeForeignKey, last, last + "  foreign_key \"child_fk\" {\n    columns     = [column.child_session_id]\n    ref_columns = [table.task_sessions.column.id]\n  }\n"},
+		{contract.CodeUnique, last, last + "  index \"uq\" {\n    unique  = true\n    columns = [column.task_session_id, column.tool_call_id]\n  }\n"},
+	} {
+		t.Run(e.code+"/"+e.new[len(e.new)-20:], func(t *testing.T) {
+			src := []byte(strings.Replace(string(schemastate.SchemaHCL), e.old, e.new, 1))
+			rep, err := Lint(context.Background(), Config{New: Source{HCL: src, File: "new.hcl"}, Dialects: both, Writers: Writers{Base: builtin}})
+			require.NoError(t, err)
+			seen := map[string]int{}
+			for _, h := range writerHazardsOf(rep) {
+				if h.Code != e.code || !strings.Contains(h.Writer, "(capture, ") {
+					continue
+				}
+				require.Equal(t, LevelRefused, h.Level, "%+v", h)
+				require.NotEmpty(t, h.Advice)
+				who := "this"
+				if strings.HasPrefix(h.Writer, "the base release's writer") {
+					who = "base"
+				}
+				seen[string(h.Dialect)+"/"+who]++
+			}
+			require.Equal(t, map[string]int{"sqlite/this": 1, "sqlite/base": 1, "postgres/this": 1, "postgres/base": 1}, seen)
+			require.Equal(t, 1, rep.Exit(LevelRefused))
+		})
+	}
+}
