@@ -7,10 +7,15 @@ import (
 	"ariga.io/atlas/sql/migrate"
 	"ariga.io/atlas/sql/schema"
 	"ariga.io/atlas/sql/sqlite"
+
+	"github.com/schemastate/schemastate/dialect"
+	"github.com/schemastate/schemastate/internal/catalog"
 )
 
 var sqliteInspector = inspector{
-	open: func(db *sql.DB) (migrate.Driver, error) { return sqlite.Open(db) },
+	// parity --against reads a live store: its names are data, so the
+	// inspector reads through the one-statement guard.
+	open: func(db *sql.DB) (migrate.Driver, error) { return catalog.Open(dialect.SQLite, db) },
 	formatType: func(t schema.Type) (string, error) {
 		s, err := sqlite.FormatType(t)
 		return strings.ToLower(s), err
