@@ -8,7 +8,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/jackc/pgx/v5/stdlib"
+	"github.com/jackc/pgx/v5"
 
 	"github.com/schemastate/schemastate/dialect"
 	"github.com/schemastate/schemastate/internal/ops"
@@ -230,7 +230,10 @@ func (s *pgSession) outsidePhases(ctx context.Context, phases []ops.Phase) ([]st
 func (s *pgSession) direct(ctx context.Context) (bool, error) {
 	var started uint32
 	err := s.conn.Raw(func(dc any) error {
-		if c, ok := dc.(*stdlib.Conn); ok {
+		// pgx's stdlib connection, seen through its method rather than its
+		// type: importing pgx/v5/stdlib would register the "pgx" driver
+		// in the host's process (TestImport_NoDatabaseDriverRegistered).
+		if c, ok := dc.(interface{ Conn() *pgx.Conn }); ok {
 			started = c.Conn().PgConn().PID()
 		}
 		return nil
