@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 
 	"github.com/schemastate/schemastate"
 )
@@ -86,10 +87,13 @@ type Column struct {
 	Precedes *Ref `json:"precedes,omitempty"`
 }
 
-// Builtin is this release's contract, as built into the binary.
-func Builtin() (*Contract, error) {
+// Builtin is this release's contract, as built into the binary: parsed
+// once, shared by every caller, which must not change it.
+func Builtin() (*Contract, error) { return builtin() }
+
+var builtin = sync.OnceValues(func() (*Contract, error) {
 	return Parse(schemastate.WritersJSON, File+" (built in)")
-}
+})
 
 // Parse reads a writers.json; source names it in errors. Unknown fields
 // are refused, so a misspelt bound is never silently no bound.
