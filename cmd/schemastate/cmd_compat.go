@@ -102,7 +102,7 @@ func compatNew(ctx context.Context, workTree bool, hcl, writers string) (compat.
 	if workTree {
 		r.Name = "the working tree"
 	}
-	read := func(flag, given, path string) ([]byte, string, error) {
+	read := func(given, path string) ([]byte, string, error) {
 		switch {
 		case given != "":
 			s, err := lint.FileSource(given)
@@ -113,12 +113,16 @@ func compatNew(ctx context.Context, workTree bool, hcl, writers string) (compat.
 		}
 		return nil, "", nil
 	}
-	b, name, err := read("--schema", hcl, "schema.hcl")
+	b, _, err := read(hcl, "schema.hcl")
 	if err != nil {
 		return r, fmt.Errorf("--schema: %w", err)
 	}
+	if hcl != "" {
+		r.Name = hcl
+	}
 	r.HCL = b
-	if b, name, err = read("--writers", writers, contract.File); err != nil {
+	b, name, err := read(writers, contract.File)
+	if err != nil {
 		return r, fmt.Errorf("--writers: %w", err)
 	}
 	if b != nil {
