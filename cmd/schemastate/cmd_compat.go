@@ -2,7 +2,9 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io/fs"
 
 	"github.com/schemastate/schemastate/internal/compat"
 	"github.com/schemastate/schemastate/internal/contract"
@@ -108,7 +110,11 @@ func compatNew(ctx context.Context, workTree bool, hcl, writers string) (compat.
 			s, err := lint.FileSource(given)
 			return s.HCL, given, err
 		case workTree:
+			// A working tree without the file: the built-in one.
 			s, err := lint.WorkTreeSource(ctx, ".", path)
+			if errors.Is(err, fs.ErrNotExist) {
+				return nil, "", nil
+			}
 			return s.HCL, s.File, err
 		}
 		return nil, "", nil

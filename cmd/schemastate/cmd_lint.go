@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"strings"
 
@@ -128,9 +129,13 @@ func lintWriters(ctx context.Context, this, base, baseGit string, workTree bool)
 	case this != "":
 		ws.This, err = contractFile(this)
 	case baseGit != "" && workTree:
+		// A working tree without writers.json (a host's repository that
+		// keeps only schema.hcl) is judged against the built-in writers.
 		var s lint.Source
 		if s, err = lint.WorkTreeSource(ctx, ".", contract.File); err == nil {
 			ws.This, err = contract.Parse(s.HCL, s.File)
+		} else if errors.Is(err, fs.ErrNotExist) {
+			err = nil
 		}
 	}
 	if err != nil {
