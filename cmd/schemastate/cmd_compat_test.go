@@ -77,3 +77,33 @@ func TestCLI_Lint_NamesBothReleasesWriters(t *testing.T) {
 	require.Contains(t, out, "frames that report no turn id")
 	require.Contains(t, out, "two releases, writer first")
 }
+
+// status says whether this release's live writer starts on the table as it
+// is, and why not: after a boot that applied a breaking edit (the
+// operator's override), it names the break. Both dialects.
+func TestCLI_Status_SaysWhetherTheLiveWriterStarts(t *testing.T) {
+	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
+		db.Host(t)
+		code, _, errOut := cli(t, "reconcile", "--db", db.CLIDSN)
+		require.Equal(t, exitOK, code, errOut)
+		code, out, _ := cli(t, "status", "--db", db.CLIDSN, "--json")
+		require.Equal(t, exitOK, code)
+		var st struct {
+			LiveWriter struct {
+				Starts  bool   `json:"starts"`
+				Refused string `json:"refused"`
+			} `json:"live_writer"`
+		}
+		require.NoError(t, json.Unmarshal([]byte(out), &st))
+		require.True(t, st.LiveWriter.Starts, out)
+
+		code, _, errOut = cli(t, "reconcile", "--db", db.CLIDSN, "--schema", turnIDNotNullFile(t))
+		require.Equal(t, exitStepFailed, code, "the breaking edit is refused: %s", errOut)
+		code, _, errOut = cli(t, "reconcile", "--db", db.CLIDSN, "--schema", turnIDNotNullFile(t), "--allow-writer-break")
+		require.Equal(t, exitOK, code, errOut)
+		code, out, _ = cli(t, "status", "--db", db.CLIDSN, "--schema", turnIDNotNullFile(t))
+		require.Equal(t, exitOK, code)
+		require.Contains(t, out, "live writer: REFUSES TO START")
+		require.Contains(t, out, "turn_id")
+	})
+}

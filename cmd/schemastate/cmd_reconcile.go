@@ -5,11 +5,13 @@ import (
 	"database/sql"
 	"flag"
 	"fmt"
+	"log/slog"
 	"maps"
 	"slices"
 	"strings"
 	"time"
 
+	"github.com/schemastate/schemastate/capture"
 	"github.com/schemastate/schemastate/dialect"
 	"github.com/schemastate/schemastate/fanout"
 	"github.com/schemastate/schemastate/internal/declare"
@@ -258,12 +260,13 @@ func nonNil(s []string) []string {
 func runStatus(ctx context.Context, e *env, args []string) int {
 	fs := flags(e, "status", "[--db DSN] [--schema FILE] [--json]")
 	sf := addShapeFlags(fs, "print one JSON object")
-	return runOnDB(ctx, e, fs, args, sf.dsn, readOnly, func(db *sql.DB, _ dsn.Target) int {
+	return runOnDB(ctx, e, fs, args, sf.dsn, readOnly, func(db *sql.DB, target dsn.Target) int {
 		asJSON := sf.asJSON
 		obs, err := reconcile.Observe(ctx, db, sf.options()...)
 		if err != nil {
 			return fail(e, "status", err)
 		}
+		writer := liveWriter(ctx, db, target)
 		// The store-wide counts a consumer may publish, read as `subagents`
 		// reads them (AC-25).
 		counts, err := fanout.Count(ctx, db, fanout.Scope{})
@@ -273,8 +276,9 @@ func runStatus(ctx context.Context, e *env, args []string) int {
 		if *asJSON {
 			writeJSON(e.stdout, struct {
 				*reconcile.Observation
-				Subagents *fanout.Summary `json:"subagents"`
-			}{obs, counts})
+				Subagents  *fanout.Summary `json:"subagents"`
+				LiveWriter writerStatus    `json:"live_writer"`
+			}{obs, counts, writer})
 			return exitOK
 		}
 		fmt.Fprintf(e.stdout, "dialect: %s (boot lock: %s)\n", obs.Dialect, obs.Lock)
@@ -284,6 +288,11 @@ func runStatus(ctx context.Context, e *env, args []string) int {
 		printKeys(e, obs.Keys, obs.KeysRead)
 		printEndState(e, obs.EndState, true)
 		printDrift(e, obs.Drift)
+		if writer.Starts {
+			fmt.Fprintln(e.stdout, "live writer: starts (the table takes every frame it writes)")
+		} else {
+			fmt.Fprintf(e.stdout, "live writer: REFUSES TO START: %s\n", writer.Refused)
+		}
 		if u := obs.Upgrade; u != nil {
 			fmt.Fprintf(e.stdout, "online upgrade stopped between phases: %s; next phase: %s\n", strings.Join(u.Found, "; "), u.Next)
 		}
@@ -298,4 +307,22 @@ func runStatus(ctx context.Context, e *env, args []string) int {
 		printSummary(e, counts)
 		return exitOK
 	})
+}
+
+// writerStatus is whether this release's live writer would start on the
+// table as it is (capture.NewWriter's check), and why not.
+type writerStatus struct {
+	Starts  bool   `json:"starts"`
+	Refused string `json:"refused,omitempty"`
+}
+
+// liveWriter judges the live table as the writer's start does: it reads
+// the catalog and writes nothing.
+func liveWriter(ctx context.Context, db *sql.DB, target dsn.Target) writerStatus {
+	w, err := capture.NewWriter(ctx, db, target.Dialect, capture.WithLogger(slog.New(slog.DiscardHandler)))
+	if err != nil {
+		return writerStatus{Refused: err.Error()}
+	}
+	_ = w.Close() // nothing was prepared: Close has nothing to fail on
+	return writerStatus{Starts: true}
 }
