@@ -375,7 +375,7 @@ func onlineWidening(schemaName string, tp *tablePlan, cols []*schema.Column, ind
 		case reason != "":
 			phases = append(phases, abandonPhase(schemaName, tp.Table, why+"; the rebuild no longer applies: "+reason))
 		case !rb.stateExists || rb.state.fingerprint != rb.fingerprint:
-			phases = append(phases, abandonPhase(schemaName, tp.Table, why+"; the table changed since its rebuild began: starting again"))
+			phases = append(phases, abandonPhase(schemaName, tp.Table, why+"; "+rebuildChanged))
 		}
 	}
 	if reason != "" {
