@@ -7,6 +7,7 @@ import (
 
 	"github.com/schemastate/schemastate/internal/dbtest"
 	"github.com/schemastate/schemastate/internal/hooks"
+	"github.com/schemastate/schemastate/internal/ops"
 	"github.com/schemastate/schemastate/reconcile"
 )
 
@@ -29,6 +30,9 @@ var sourceChanges = []struct {
 	change string
 	// kept reads what an operator's change added, which must survive.
 	kept string
+	// refused: the change adds a column schema.hcl does not declare, which
+	// the reconcile refuses to drop (resolved afterwards by dropping it).
+	refused string
 	// catalog: the change leaves the heap file as it was, so the copy goes
 	// on and the swap refuses; any other stops the copy's next batch.
 	catalog bool
@@ -44,8 +48,16 @@ VACUUM FULL task_session_subagents`},
 	{name: "alter_of_the_catalog", catalog: true, change: `ALTER TABLE task_session_subagents ADD CONSTRAINT operator_async CHECK (is_async IN (0, 1)), ALTER COLUMN model SET STATISTICS 500`,
 		kept: `SELECT pg_get_constraintdef(oid) FROM pg_constraint WHERE conrelid = 'task_session_subagents'::regclass AND conname = 'operator_async'
  UNION ALL SELECT attstattarget::text FROM pg_attribute WHERE attrelid = 'task_session_subagents'::regclass AND attname = 'model'`},
+	{name: "alter_adding_a_column", refused: "operator_note", catalog: true,
+		change: `ALTER TABLE task_session_subagents ADD COLUMN operator_note text;
+UPDATE task_session_subagents SET operator_note = 'noted ' || id WHERE id LIKE 'g2%'`,
+		kept: `SELECT id || '=' || COALESCE(operator_note, 'NULL') FROM task_session_subagents ORDER BY id`},
 	// A USING expression rewrites the table, though the type stays.
 	{name: "alter_that_rewrites", change: `ALTER TABLE task_session_subagents ALTER COLUMN turn_id TYPE text USING turn_id || ''`},
+	{name: "alter_adding_a_column_by_a_rewrite", refused: "operator_seq",
+		change: `CREATE SEQUENCE operator_seq;
+ALTER TABLE task_session_subagents ADD COLUMN operator_seq bigint NOT NULL DEFAULT nextval('operator_seq')`,
+		kept: `SELECT id || '=' || operator_seq FROM task_session_subagents ORDER BY id`},
 }
 
 func TestOnline_RebuildSeesEveryChangeToItsSource(t *testing.T) {
@@ -77,9 +89,24 @@ func TestOnline_RebuildSeesEveryChangeToItsSource(t *testing.T) {
 				stopped = "rebuild_swap: DO $schemastate$ BEGIN IF: ERROR: task_session_subagents was truncated or rewritten, or its indexes, constraints, columns, grants or dependents changed"
 			}
 			require.Contains(t, rep.Step(reconcile.StepWiden).Detail, stopped)
+			if tc.refused != "" {
+				// The table is left as the operator made it, without the
+				// rebuild: no trigger logging its writes, no copy.
+				require.ErrorIs(t, err, ops.ErrRefused, describe(rep))
+				require.Contains(t, rep.Step(reconcile.StepRefused).Detail, "would drop column "+tc.refused)
+				require.Contains(t, rep.Step(reconcile.StepWiden).Phases, "task_session_subagents.rebuild_abandon")
+				require.Equal(t, "integer", columnType(t, db, "total_tokens"))
+				require.Equal(t, after, snapshot(t, db))
+				require.Equal(t, kept, db.Strings(t, tc.kept), "the operator's column and its values")
+				requireNoRebuildLeft(t, db)
+				requireDeclaredForeignKey(t, db)
+				db.Exec(t, `ALTER TABLE task_session_subagents DROP COLUMN `+tc.refused)
+				kept = nil
+				rep, err = reconcile.Reconcile(ctx, db.DB, online...)
+			}
 			require.NoError(t, err, describe(rep))
 			require.Equal(t, after, snapshot(t, db), "exactly the rows the table held after the change")
-			if tc.kept != "" {
+			if kept != nil {
 				require.Equal(t, kept, db.Strings(t, tc.kept), "what the operator added is carried")
 			}
 			requireRebuiltAsDeclared(t, db, fresh)
@@ -115,4 +142,28 @@ func requireNoRebuildLeft(t *testing.T, db *dbtest.DB) {
 	require.Empty(t, db.Strings(t, `SELECT relname::text FROM pg_class WHERE relname LIKE 'schemastate\_%' AND relkind IN ('r', 'S', 'i')
  UNION ALL SELECT proname::text FROM pg_proc WHERE proname LIKE 'schemastate\_%'
  UNION ALL SELECT tgname::text FROM pg_trigger WHERE tgname LIKE 'schemastate\_%'`), "nothing of the rebuild left")
+}
+
+// A rebuild swapped in, its finish not yet run, on a table an operator then
+// gives a column the declaration does not have: the table's shape is
+// refused, and the finish still runs — the foreign key the swap carried NOT
+// VALID is validated and the state dropped — so nothing of the rebuild
+// waits on the refusal.
+func TestOnline_RefusedTableStillFinishesItsSwappedRebuild(t *testing.T) {
+	db := openPostgres(t).Host(t).Legacy(t)
+	seedLegacy(t, db)
+	seedMany(t, db, 300)
+	before := snapshot(t, db)
+	_, err := reconcile.Reconcile(ctx, db.DB, append(append([]reconcile.Option{}, online...), failAt(hooks.FailpointAfterPhase("task_session_subagents.rebuild_swap")))...)
+	require.ErrorIs(t, err, reconcile.ErrStepFailed)
+	require.Equal(t, []string{"false"}, db.Strings(t, `SELECT convalidated::text FROM pg_constraint WHERE conrelid = 'task_session_subagents'::regclass AND contype = 'f'`), "carried NOT VALID")
+	db.Exec(t, `ALTER TABLE task_session_subagents ADD COLUMN operator_note text`)
+
+	rep, err := reconcile.Reconcile(ctx, db.DB, online...)
+	require.ErrorIs(t, err, ops.ErrRefused, describe(rep))
+	require.Equal(t, []string{"task_session_subagents.rebuild_finish"}, rep.Step(reconcile.StepWiden).Phases)
+	requireDeclaredForeignKey(t, db)
+	requireNoRebuildLeft(t, db)
+	require.Equal(t, before, snapshot(t, db))
+	require.Equal(t, "bigint", columnType(t, db, "total_tokens"))
 }

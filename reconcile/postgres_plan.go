@@ -257,8 +257,12 @@ func (postgresDriver) planTable(pc *planContext, tp *tablePlan, f tableFacts) er
 	live, pre.renames, in.renamed = renameEquivalentUniques(pc.schema, live, tp.Want, f.deferrable)
 	tp.Live = live // what the diff and the phases plan from
 	changes, _, err := pc.diff(tp)
-	if err != nil || len(tp.Refused) > 0 {
+	if err != nil {
 		return err
+	}
+	if len(tp.Refused) > 0 {
+		tp.Phases = refusedRebuild(pc.schema, tp)
+		return nil
 	}
 	pre.fills = fillStatements(pc.schema, tp.Live, tp.Want)
 	rest, widen := splitWidenings(changes)

@@ -331,6 +331,23 @@ func (f *rebuildFacts) notes(table string) []string {
 	return out
 }
 
+// refusedRebuild is what a table whose declared change is refused still
+// runs of a rebuild in flight on it: once swapped, its finish (the carried
+// foreign keys validated); before, its abandonment — the table is left as it
+// is, without the trigger that logs its every write into a log nothing
+// replays, and the rebuild begins again from the catalog once the refusal is
+// resolved.
+func refusedRebuild(schemaName string, tp *tablePlan) []ops.Phase {
+	rb := tp.Inflight.rebuild
+	switch {
+	case rb == nil || !rb.inflight():
+		return nil
+	case rb.state.swapped:
+		return []ops.Phase{finishPhase(schemaName, tp.Table, rb.state.validate, "its declared shape refused; the rebuilt table is swapped in")}
+	}
+	return []ops.Phase{abandonPhase(schemaName, tp.Table, "its declared shape refused ("+strings.Join(tp.Refused, "; ")+"): the rebuild is dropped, and begins again once the refusal is resolved")}
+}
+
 // abandonPhase drops a rebuild's artefacts: a rebuild whose table changed
 // under it, or that now has a blocker, starts again or takes the column copy.
 func abandonPhase(schemaName, table, why string) ops.Phase {
