@@ -33,11 +33,18 @@ var sourceChanges = []struct {
 	// refused: the change adds a column schema.hcl does not declare, which
 	// the reconcile refuses to drop (resolved afterwards by dropping it).
 	refused string
-	// catalog: the change leaves the heap file as it was, so the copy goes
-	// on and the swap refuses; any other stops the copy's next batch.
+	// catalog: the change leaves the heap file as it was, or comes once
+	// the copy is done, so the swap refuses; any other stops the copy's
+	// next batch.
 	catalog bool
+	// at is the failpoint the change runs at, once: the third copy batch
+	// when empty.
+	at string
 }{
 	{name: "truncate", change: `TRUNCATE task_session_subagents;` + afterTruncate},
+	// Once the copy is done, the swap's check under its lock sees it.
+	{name: "truncate_after_the_index_builds", catalog: true, at: hooks.FailpointAfterPhase("task_session_subagents.rebuild_index"),
+		change: `TRUNCATE task_session_subagents;` + afterTruncate},
 	{name: "truncate_parent_cascade", change: `TRUNCATE task_sessions CASCADE;
 INSERT INTO task_sessions (id, task_id) VALUES ('s1', 'k1');` + afterTruncate},
 	// Deleted rows leave room at the front of the heap: the rewrite moves
@@ -70,10 +77,15 @@ func TestOnline_RebuildSeesEveryChangeToItsSource(t *testing.T) {
 			var after, kept []string
 			batches := 0
 			hook := reconcile.WithFailpoint(func(p string) error {
-				if p != hooks.FailpointCopyBatch {
+				switch {
+				case tc.at == "" && p == hooks.FailpointCopyBatch:
+					batches++
+				case tc.at != "" && p == tc.at && after == nil:
+					batches = 3
+				default:
 					return nil
 				}
-				if batches++; batches == 3 {
+				if batches == 3 {
 					db.Exec(t, tc.change)
 					after = snapshot(t, db)
 					if tc.kept != "" {
@@ -142,6 +154,29 @@ func requireNoRebuildLeft(t *testing.T, db *dbtest.DB) {
 	require.Empty(t, db.Strings(t, `SELECT relname::text FROM pg_class WHERE relname LIKE 'schemastate\_%' AND relkind IN ('r', 'S', 'i')
  UNION ALL SELECT proname::text FROM pg_proc WHERE proname LIKE 'schemastate\_%'
  UNION ALL SELECT tgname::text FROM pg_trigger WHERE tgname LIKE 'schemastate\_%'`), "nothing of the rebuild left")
+}
+
+// A copy stopped part way by one boot, its table truncated before the next:
+// the next boot finds the fingerprint changed, drops the rebuild and begins
+// it again, and none of the rows copied before the TRUNCATE comes back.
+func TestOnline_RebuildTruncatedBetweenBootsBeginsAgain(t *testing.T) {
+	db := openPostgres(t).Host(t).Legacy(t)
+	seedLegacy(t, db)
+	seedMany(t, db, 2000)
+	_, err := reconcile.Reconcile(ctx, db.DB, append(append([]reconcile.Option{}, online...), failAt(hooks.FailpointCopyBatch))...)
+	require.ErrorIs(t, err, reconcile.ErrStepFailed)
+	require.Positive(t, count(t, db, `SELECT count(*) FROM schemastate_new_task_session_subagents`), "rows copied before the TRUNCATE")
+	db.Exec(t, `TRUNCATE task_session_subagents;`+afterTruncate)
+	after := snapshot(t, db)
+
+	plan, err := reconcile.Plan(ctx, db.DB, online...)
+	require.NoError(t, err)
+	require.Contains(t, phaseIDs(plan.Phases()), "task_session_subagents.rebuild_abandon")
+	rep := mustReconcile(t, db, online...)
+	require.Contains(t, rep.Step(reconcile.StepWiden).Detail, "truncated, rewritten or altered since its rebuild began")
+	require.Equal(t, after, snapshot(t, db))
+	requireRebuiltAsDeclared(t, db, freshIndexSet(t, db.Dialect))
+	requireNoDDL(t, db)
 }
 
 // A rebuild swapped in, its finish not yet run, on a table an operator then
