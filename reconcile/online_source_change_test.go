@@ -25,6 +25,12 @@ const afterTruncate = `INSERT INTO task_session_subagents (id, task_session_id, 
  VALUES ('after_1', 's1', 'k1', 'toolu_after_1', 0, 7, 'live', '2026-07-31 00:00:00+00:00', '2026-07-31 00:00:00+00:00'),
         ('after_2', 's1', 'k1', 'toolu_after_2', 1, NULL, 'live', '2026-07-31 00:00:01+00:00', '2026-07-31 00:00:01+00:00')`
 
+// lateWrites is what the host writes at the next copy batch after the
+// change: in the rebuild begun again, or in the one going on.
+const lateWrites = `INSERT INTO task_session_subagents (id, task_session_id, task_id, tool_call_id, is_async, duration_ms, source, observed_at, updated_at)
+ VALUES ('late_1', 's1', 'k1', 'toolu_late_1', 0, 2147483647, 'live', '2026-07-31 00:00:02+00:00', '2026-07-31 00:00:02+00:00');
+UPDATE task_session_subagents SET tool_status = 'late', total_tokens = 9 WHERE id IN ('after_1', 'g2', 'r1')`
+
 var sourceChanges = []struct {
 	name   string
 	change string
@@ -85,12 +91,17 @@ func TestOnline_RebuildSeesEveryChangeToItsSource(t *testing.T) {
 				default:
 					return nil
 				}
-				if batches == 3 {
+				switch batches {
+				case 3:
 					db.Exec(t, tc.change)
-					after = snapshot(t, db)
-					if tc.kept != "" {
-						kept = db.Strings(t, tc.kept)
-					}
+				case 4:
+					db.Exec(t, lateWrites)
+				default:
+					return nil
+				}
+				after = snapshot(t, db)
+				if tc.kept != "" {
+					kept = db.Strings(t, tc.kept)
 				}
 				return nil
 			})
@@ -118,6 +129,12 @@ func TestOnline_RebuildSeesEveryChangeToItsSource(t *testing.T) {
 			}
 			require.NoError(t, err, describe(rep))
 			require.Equal(t, after, snapshot(t, db), "exactly the rows the table held after the change")
+			if tc.at == "" && tc.refused == "" {
+				require.GreaterOrEqual(t, batches, 4, "a batch after the change")
+			}
+			if batches >= 4 {
+				require.Equal(t, 1, count(t, db, `SELECT count(*) FROM task_session_subagents WHERE id = 'late_1'`), "the write after the change")
+			}
 			if kept != nil {
 				require.Equal(t, kept, db.Strings(t, tc.kept), "what the operator added is carried")
 			}
