@@ -61,14 +61,15 @@ func described(ph ops.Phase) ops.Phase {
 }
 
 // Phases lists every phase the shape step, then the widen step, would run,
-// in order. A table with a refused change has none.
+// in order. A table with a refused change has none but the end of a rebuild
+// left in flight on it (refusedRebuild).
 func (p *ShapePlan) Phases() []ops.Phase {
 	var shape, widen []ops.Phase
 	for _, t := range p.tables {
-		if len(t.Refused) > 0 {
-			continue
-		}
 		for _, ph := range t.Phases {
+			if len(t.Refused) > 0 && ph.Name != ops.PhaseRebuildAbandon && ph.Name != ops.PhaseRebuildFinish {
+				continue
+			}
 			ph = described(ph)
 			if ph.Step == StepWiden {
 				widen = append(widen, ph)

@@ -257,8 +257,12 @@ func (postgresDriver) planTable(pc *planContext, tp *tablePlan, f tableFacts) er
 	live, pre.renames, in.renamed = renameEquivalentUniques(pc.schema, live, tp.Want, f.deferrable)
 	tp.Live = live // what the diff and the phases plan from
 	changes, _, err := pc.diff(tp)
-	if err != nil || len(tp.Refused) > 0 {
+	if err != nil {
 		return err
+	}
+	if len(tp.Refused) > 0 {
+		tp.Phases = refusedRebuild(pc.schema, tp)
+		return nil
 	}
 	pre.fills = fillStatements(pc.schema, tp.Live, tp.Want)
 	rest, widen := splitWidenings(changes)
@@ -375,7 +379,7 @@ func onlineWidening(schemaName string, tp *tablePlan, cols []*schema.Column, ind
 		case reason != "":
 			phases = append(phases, abandonPhase(schemaName, tp.Table, why+"; the rebuild no longer applies: "+reason))
 		case !rb.stateExists || rb.state.fingerprint != rb.fingerprint:
-			phases = append(phases, abandonPhase(schemaName, tp.Table, why+"; the table changed since its rebuild began: starting again"))
+			phases = append(phases, abandonPhase(schemaName, tp.Table, why+"; "+rebuildChanged))
 		}
 	}
 	if reason != "" {

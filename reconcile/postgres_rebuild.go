@@ -70,6 +70,19 @@ func rebuildTempIndex(name string) string {
 	return "schemastate_ix_" + hex.EncodeToString(sum[:8])
 }
 
+// errRebuildSourceChanged stops a rebuild's copy whose table no longer has
+// the heap file the copy's page ranges were read from.
+var errRebuildSourceChanged = errors.New("the table was truncated or rewritten since its rebuild began")
+
+// rebuildChanged ends the detail of the abandonment planned for a rebuild
+// whose table changed under it.
+const rebuildChanged = "the table was truncated, rewritten or altered since its rebuild began: starting again"
+
+// abandonsRebuild reports whether phases abandon a rebuild in flight.
+func abandonsRebuild(phases []ops.Phase) bool {
+	return slices.ContainsFunc(phases, func(ph ops.Phase) bool { return ph.Name == ops.PhaseRebuildAbandon })
+}
+
 // replayChunk is how many logged ids one replay transaction takes, and
 // replayShort the log length at which the replay leaves the rest to the swap.
 const (
@@ -147,10 +160,16 @@ func (f *rebuildFacts) inflight() bool {
 	return f != nil && (f.newExists || f.logExists || f.triggerExists || f.stateExists)
 }
 
-// rebuildFingerprintQuery digests the live table's indexes, constraints,
-// columns, grants, owner, comments and what depends on it, the rebuild's own
-// trigger excepted; $1 is the table.
+// rebuildFingerprintQuery digests the live table's heap file, indexes,
+// constraints, columns, grants, owner, comments and what depends on it, the
+// rebuild's own trigger excepted; $1 is the table. The heap file
+// (relfilenode) is what the copy's page ranges address: a TRUNCATE — of the
+// table, or of a table it references, CASCADE —, VACUUM FULL, CLUSTER or an
+// ALTER that rewrites gives the table a new one, and none of them fires the
+// log's row trigger, so a rebuild that saw one would swap in rows deleted
+// since, or lose rows moved to pages already copied.
 const rebuildFingerprintQuery = `SELECT md5(concat_ws('|',
+ (SELECT relfilenode::text FROM pg_class WHERE oid = $1::regclass),
  (SELECT string_agg(pg_get_indexdef(i.indexrelid) || ':' || coalesce(obj_description(i.indexrelid, 'pg_class'), ''), ';' ORDER BY 1) FROM pg_index i WHERE i.indrelid = $1::regclass),
  (SELECT string_agg(conname || ':' || pg_get_constraintdef(oid) || ':' || convalidated || ':' || coalesce(obj_description(oid, 'pg_constraint'), ''), ';' ORDER BY 1) FROM pg_constraint WHERE conrelid = $1::regclass),
  (SELECT string_agg(attname || ':' || format_type(atttypid, atttypmod) || ':' || attnotnull || ':' || coalesce(pg_get_expr(d.adbin, d.adrelid), '') || ':' || coalesce(col_description(attrelid, attnum), '') || ':' || attstorage::text || ':' || attstattarget::text, ';' ORDER BY attnum)
@@ -312,6 +331,23 @@ func (f *rebuildFacts) notes(table string) []string {
 	return out
 }
 
+// refusedRebuild is what a table whose declared change is refused still
+// runs of a rebuild in flight on it: once swapped, its finish (the carried
+// foreign keys validated); before, its abandonment — the table is left as it
+// is, without the trigger that logs its every write into a log nothing
+// replays, and the rebuild begins again from the catalog once the refusal is
+// resolved.
+func refusedRebuild(schemaName string, tp *tablePlan) []ops.Phase {
+	rb := tp.Inflight.rebuild
+	switch {
+	case rb == nil || !rb.inflight():
+		return nil
+	case rb.state.swapped:
+		return []ops.Phase{finishPhase(schemaName, tp.Table, rb.state.validate, "its declared shape refused; the rebuilt table is swapped in")}
+	}
+	return []ops.Phase{abandonPhase(schemaName, tp.Table, "its declared shape refused ("+strings.Join(tp.Refused, "; ")+"): the rebuild is dropped, and begins again once the refusal is resolved")}
+}
+
 // abandonPhase drops a rebuild's artefacts: a rebuild whose table changed
 // under it, or that now has a blocker, starts again or takes the column copy.
 func abandonPhase(schemaName, table, why string) ops.Phase {
@@ -392,8 +428,10 @@ func rebuildPhases(schemaName string, live, want *schema.Table, cols []*schema.C
 		loopPhase(ops.Phase{Step: StepWiden, Name: ops.PhaseRebuildCopy, Kind: ops.KindRebuildCopy, Table: n.table, Lock: ops.LockNone, Scans: true,
 			DoneWhen: n.stateDone("next_page >= pages"), Detail: n.detail},
 			ops.Loop{
-				Batch:    fmt.Sprintf("INSERT INTO %s (%s) SELECT %s FROM %s WHERE ctid >= $1::text::tid AND ctid < $2::text::tid", n.qn, n.colList, n.colList, n.qt),
-				Progress: fmt.Sprintf("UPDATE %s SET next_page = $1, rows = rows + $2", n.qs),
+				Batch: fmt.Sprintf("INSERT INTO %s (%s) SELECT %s FROM %s WHERE ctid >= $1::text::tid AND ctid < $2::text::tid", n.qn, n.colList, n.colList, n.qt),
+				// Recorded only while the table's heap file is the one the
+				// copy began on (rebuildCopy stops when it is not).
+				Progress: fmt.Sprintf("UPDATE %s SET next_page = $1, rows = rows + $2 WHERE relfilenode = (SELECT relfilenode FROM pg_class WHERE oid = %s::regclass)", n.qs, literal(n.qt)),
 			}),
 		replayPhase(n.table, "copied", n.qn, n.ql, n.qt, n.qid, n.colList, n.detail),
 	}
@@ -441,9 +479,10 @@ func (n rebuildNames) prepare(cols []*schema.Column, f *rebuildFacts) ops.Phase 
 			// The pages to copy are the table's when the trigger began logging:
 			// every row written since is in the log, wherever it lands.
 			// The fingerprint is the table's as the rebuild begins (the swap
-			// refuses when it no longer is).
+			// refuses when it no longer is), relfilenode the heap file the
+			// pages are of (each batch checks it).
 			fmt.Sprintf(`CREATE TABLE %s AS SELECT pg_relation_size(%s::regclass) / current_setting('block_size')::int AS pages, 0::bigint AS next_page, 0::bigint AS rows,
- (%s)::text AS fingerprint, false AS swapped, NULL::text[] AS validate`, n.qs, literal(n.qt), fingerprintSQL(n.qt, n.table)),
+ (%s)::text AS fingerprint, false AS swapped, NULL::text[] AS validate, (SELECT relfilenode FROM pg_class WHERE oid = %s::regclass) AS relfilenode`, n.qs, literal(n.qt), fingerprintSQL(n.qt, n.table), literal(n.qt)),
 		}),
 		DoneWhen: fmt.Sprintf("SELECT to_regclass(%s) IS NOT NULL AND to_regclass(%s) IS NOT NULL AND to_regclass(%s) IS NOT NULL AND EXISTS (SELECT 1 FROM pg_trigger WHERE tgrelid = to_regclass(%s) AND tgname = %s)",
 			literal(n.qn), literal(n.ql), literal(n.qs), literal(n.qt), literal(rebuildLog(n.table))),
@@ -494,7 +533,7 @@ func (n rebuildNames) swap(f *rebuildFacts, attach, validate []string) []string 
 	swap := []string{
 		fmt.Sprintf("LOCK TABLE %s IN ACCESS EXCLUSIVE MODE", n.qt),
 		fmt.Sprintf(`DO $schemastate$ BEGIN IF (%s) IS DISTINCT FROM (SELECT fingerprint FROM %s) THEN
- RAISE EXCEPTION 'the indexes, constraints, columns, grants or dependents of %s changed since its rebuild began; the next boot starts it again'; END IF; END $schemastate$`,
+ RAISE EXCEPTION '%s was truncated or rewritten, or its indexes, constraints, columns, grants or dependents changed, since its rebuild began: the rebuild starts again'; END IF; END $schemastate$`,
 			fingerprintSQL(n.qt, n.table), n.qs, strings.ReplaceAll(n.table, "'", "''")),
 		fmt.Sprintf("DELETE FROM %s WHERE %s IN (SELECT id FROM %s)", n.qn, n.qid, n.ql),
 		fmt.Sprintf("INSERT INTO %s (%s) SELECT %s FROM %s WHERE %s IN (SELECT id FROM %s)", n.qn, n.colList, n.colList, n.qt, n.qid, n.ql),

@@ -57,8 +57,13 @@ func (s *pgSession) rebuildCopy(ctx context.Context, ph ops.Phase, h phaseHooks)
 					return withDetail(err)
 				}
 				n, _ = res.RowsAffected()
-				_, err = tx.ExecContext(ctx, ph.Loop.Progress, to, n)
-				return err
+				if res, err = tx.ExecContext(ctx, ph.Loop.Progress, to, n); err != nil {
+					return err
+				}
+				if k, _ := res.RowsAffected(); k == 0 {
+					return errRebuildSourceChanged
+				}
+				return nil
 			})
 		})
 		rows += n

@@ -385,8 +385,31 @@ func (r *run) widen(ctx context.Context, sess session, decl *declare.Declaration
 		}
 	}
 	if phases := plan.stepPhases(StepWiden); len(phases) > 0 {
-		r.stepOwnTx(ctx, StepWiden, func(ctx context.Context) Step { return r.applyPhases(ctx, sess, StepWiden, phases) })
+		r.stepOwnTx(ctx, StepWiden, func(ctx context.Context) Step { return r.applyWiden(ctx, sess, decl, phases) })
 	}
+}
+
+// applyWiden applies the widen step's phases. When they fail, the widening
+// is planned again from the catalog, and applied again, once, when that plan
+// abandons a rebuild: its table was truncated, rewritten or altered under it
+// (the copy stopped, or the swap refused), so the rebuild begins again on
+// this boot — or its declared shape is now refused, and the rebuild is
+// dropped, the refusal recorded. Any other failure stands.
+func (r *run) applyWiden(ctx context.Context, sess session, decl *declare.Declaration, phases []ops.Phase) Step {
+	s := r.applyPhases(ctx, sess, StepWiden, phases)
+	if s.Status != Failed || ctx.Err() != nil {
+		return s
+	}
+	plan, err := planShape(ctx, r.drv, sess.querier(), decl, sess.schemaName(), r.o.options)
+	if err != nil || !abandonsRebuild(plan.stepPhases(StepWiden)) {
+		return s
+	}
+	if r.rep.Step(StepRefused) == nil {
+		r.refuse(plan)
+	}
+	again := r.applyPhases(ctx, sess, StepWiden, plan.stepPhases(StepWiden))
+	again.Detail = s.Detail + "; planned again: " + again.Detail
+	return again
 }
 
 // finish ends the session and reads the keys the report shows.
