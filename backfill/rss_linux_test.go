@@ -12,9 +12,9 @@ import (
 
 	"github.com/schemastate/schemastate/backfill"
 	"github.com/schemastate/schemastate/dialect"
-	"github.com/schemastate/schemastate/internal/dbtest"
 	"github.com/schemastate/schemastate/internal/instant"
-	"github.com/schemastate/schemastate/internal/proctest"
+	"github.com/schemastate/schemastate/internal/testkit/dbtest"
+	"github.com/schemastate/schemastate/internal/testkit/proctest"
 	"github.com/schemastate/schemastate/keys"
 )
 

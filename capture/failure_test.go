@@ -12,7 +12,7 @@ import (
 
 	"github.com/schemastate/schemastate/capture"
 	"github.com/schemastate/schemastate/dialect"
-	"github.com/schemastate/schemastate/internal/dbtest"
+	"github.com/schemastate/schemastate/internal/testkit/dbtest"
 )
 
 // rejectTrigger makes the database itself refuse any write of tool_call_id

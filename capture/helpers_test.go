@@ -15,10 +15,10 @@ import (
 
 	"github.com/schemastate/schemastate/capture"
 	"github.com/schemastate/schemastate/dialect"
-	"github.com/schemastate/schemastate/internal/dbtest"
 	"github.com/schemastate/schemastate/internal/instant"
 	"github.com/schemastate/schemastate/internal/owned"
-	"github.com/schemastate/schemastate/internal/proctest"
+	"github.com/schemastate/schemastate/internal/testkit/dbtest"
+	"github.com/schemastate/schemastate/internal/testkit/proctest"
 	"github.com/schemastate/schemastate/reconcile"
 )
 

@@ -11,7 +11,7 @@ import (
 
 	"github.com/schemastate/schemastate/capture"
 	"github.com/schemastate/schemastate/dialect"
-	"github.com/schemastate/schemastate/internal/dbtest"
+	"github.com/schemastate/schemastate/internal/testkit/dbtest"
 )
 
 // frames collects the reader's schemastate.capture.frames series, by outcome; nil when

@@ -12,8 +12,8 @@ import (
 
 	"github.com/schemastate/schemastate/capture"
 	"github.com/schemastate/schemastate/dialect"
-	"github.com/schemastate/schemastate/internal/dbtest"
-	"github.com/schemastate/schemastate/internal/pgbouncer"
+	"github.com/schemastate/schemastate/internal/testkit/dbtest"
+	"github.com/schemastate/schemastate/internal/testkit/pgbouncer"
 )
 
 // lockedSQLite is a SQLite store with a writer (opts) whose busy timeout is

@@ -18,10 +18,10 @@ import (
 	"github.com/schemastate/schemastate/capture"
 	"github.com/schemastate/schemastate/dialect"
 	"github.com/schemastate/schemastate/health"
-	"github.com/schemastate/schemastate/internal/dbtest"
-	"github.com/schemastate/schemastate/internal/gen"
 	"github.com/schemastate/schemastate/internal/instant"
 	"github.com/schemastate/schemastate/internal/owned"
+	"github.com/schemastate/schemastate/internal/testkit/dbtest"
+	"github.com/schemastate/schemastate/internal/tool/gen"
 	"github.com/schemastate/schemastate/keys"
 	"github.com/schemastate/schemastate/reconcile"
 )

@@ -14,11 +14,11 @@ import (
 
 	"github.com/schemastate/schemastate"
 	"github.com/schemastate/schemastate/dialect"
-	"github.com/schemastate/schemastate/internal/dbtest"
-	"github.com/schemastate/schemastate/internal/dsn"
-	"github.com/schemastate/schemastate/internal/fixtures"
 	"github.com/schemastate/schemastate/internal/hooks"
-	"github.com/schemastate/schemastate/internal/replicatest"
+	"github.com/schemastate/schemastate/internal/testkit/dbtest"
+	"github.com/schemastate/schemastate/internal/testkit/replicatest"
+	"github.com/schemastate/schemastate/internal/tool/dsn"
+	"github.com/schemastate/schemastate/internal/tool/fixtures"
 	"github.com/schemastate/schemastate/reconcile"
 )
 

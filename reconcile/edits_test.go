@@ -14,10 +14,10 @@ import (
 
 	"github.com/schemastate/schemastate"
 	"github.com/schemastate/schemastate/dialect"
-	"github.com/schemastate/schemastate/internal/dbtest"
 	"github.com/schemastate/schemastate/internal/hooks"
 	"github.com/schemastate/schemastate/internal/ops"
-	"github.com/schemastate/schemastate/internal/parity"
+	"github.com/schemastate/schemastate/internal/testkit/dbtest"
+	"github.com/schemastate/schemastate/internal/tool/parity"
 	"github.com/schemastate/schemastate/reconcile"
 )
 

@@ -12,7 +12,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	_ "github.com/schemastate/schemastate/drivers"
-	"github.com/schemastate/schemastate/internal/fixtures"
+	"github.com/schemastate/schemastate/internal/tool/fixtures"
 	"github.com/schemastate/schemastate/reconcile"
 )
 

@@ -291,7 +291,7 @@ func (r *run) hostTables(ctx context.Context, sess session) (*declare.Declaratio
 		// Name the schema: on PostgreSQL it is current_schema(), the first
 		// schema on search_path that exists, which need not be where the host's
 		// own unqualified queries find these tables.
-		err = fmt.Errorf("%w: %s (looked in schema %q; schemastate never creates host tables; internal/fixtures/host has a fixture)", ops.ErrHostTablesMissing, strings.Join(missing, ", "), sess.schemaName())
+		err = fmt.Errorf("%w: %s (looked in schema %q; schemastate never creates host tables; internal/tool/fixtures/host has a fixture)", ops.ErrHostTablesMissing, strings.Join(missing, ", "), sess.schemaName())
 	}
 	if err != nil {
 		r.record(Step{Name: StepHostTables, Status: Failed, Detail: err.Error(), Err: err})

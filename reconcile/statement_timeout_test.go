@@ -13,10 +13,10 @@ import (
 
 	"github.com/schemastate/schemastate/capture"
 	"github.com/schemastate/schemastate/dialect"
-	"github.com/schemastate/schemastate/internal/dbtest"
 	"github.com/schemastate/schemastate/internal/hooks"
 	"github.com/schemastate/schemastate/internal/ops"
-	"github.com/schemastate/schemastate/internal/pgbouncer"
+	"github.com/schemastate/schemastate/internal/testkit/dbtest"
+	"github.com/schemastate/schemastate/internal/testkit/pgbouncer"
 	"github.com/schemastate/schemastate/reconcile"
 )
 

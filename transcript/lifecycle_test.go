@@ -11,9 +11,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/schemastate/schemastate/dialect"
-	"github.com/schemastate/schemastate/internal/dbtest"
-	"github.com/schemastate/schemastate/internal/fixtures"
 	"github.com/schemastate/schemastate/internal/instant"
+	"github.com/schemastate/schemastate/internal/testkit/dbtest"
+	"github.com/schemastate/schemastate/internal/tool/fixtures"
 	"github.com/schemastate/schemastate/reconcile"
 	"github.com/schemastate/schemastate/transcript"
 )

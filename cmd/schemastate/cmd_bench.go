@@ -10,10 +10,10 @@ import (
 	"strings"
 	"time"
 
-	"github.com/schemastate/schemastate/internal/bench"
-	"github.com/schemastate/schemastate/internal/dsn"
-	"github.com/schemastate/schemastate/internal/gen"
 	"github.com/schemastate/schemastate/internal/perdialect"
+	"github.com/schemastate/schemastate/internal/tool/bench"
+	"github.com/schemastate/schemastate/internal/tool/dsn"
+	"github.com/schemastate/schemastate/internal/tool/gen"
 )
 
 // Exit codes of bench.

@@ -10,7 +10,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/schemastate/schemastate/internal/dbtest"
+	"github.com/schemastate/schemastate/internal/testkit/dbtest"
 )
 
 func TestCLI_Bench_PrintsEachPointWithItsRatioAndWritesTheFiles(t *testing.T) {

@@ -6,10 +6,10 @@ import (
 	"fmt"
 	"io/fs"
 
-	"github.com/schemastate/schemastate/internal/compat"
 	"github.com/schemastate/schemastate/internal/contract"
-	"github.com/schemastate/schemastate/internal/dsn"
-	"github.com/schemastate/schemastate/internal/lint"
+	"github.com/schemastate/schemastate/internal/tool/compat"
+	"github.com/schemastate/schemastate/internal/tool/dsn"
+	"github.com/schemastate/schemastate/internal/tool/lint"
 )
 
 const compatUsage = `(--base-git REF | --base OLD.hcl --base-writers OLD.json) [--schema NEW.hcl] [--writers NEW.json] [--frames DIR|FILE] [--db POSTGRES] [--json]

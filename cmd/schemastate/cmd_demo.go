@@ -5,9 +5,9 @@ import (
 	"database/sql"
 	"fmt"
 
-	"github.com/schemastate/schemastate/internal/basestate"
-	"github.com/schemastate/schemastate/internal/dsn"
-	"github.com/schemastate/schemastate/internal/fixtures"
+	"github.com/schemastate/schemastate/internal/tool/basestate"
+	"github.com/schemastate/schemastate/internal/tool/dsn"
+	"github.com/schemastate/schemastate/internal/tool/fixtures"
 	"github.com/schemastate/schemastate/reconcile"
 )
 

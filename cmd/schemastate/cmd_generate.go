@@ -7,8 +7,8 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/schemastate/schemastate/internal/dsn"
-	"github.com/schemastate/schemastate/internal/gen"
+	"github.com/schemastate/schemastate/internal/tool/dsn"
+	"github.com/schemastate/schemastate/internal/tool/gen"
 )
 
 // Exit codes of generate.

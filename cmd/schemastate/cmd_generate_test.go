@@ -8,7 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/schemastate/schemastate/internal/dbtest"
+	"github.com/schemastate/schemastate/internal/testkit/dbtest"
 )
 
 func TestCLI_Generate_JSONSummaryAndRefusesAFullStore(t *testing.T) {

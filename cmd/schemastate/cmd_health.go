@@ -6,7 +6,7 @@ import (
 	"fmt"
 
 	"github.com/schemastate/schemastate/health"
-	"github.com/schemastate/schemastate/internal/dsn"
+	"github.com/schemastate/schemastate/internal/tool/dsn"
 	"github.com/schemastate/schemastate/keys"
 )
 

@@ -8,7 +8,7 @@ import (
 	"os"
 
 	"github.com/schemastate/schemastate/capture"
-	"github.com/schemastate/schemastate/internal/ctxio"
+	"github.com/schemastate/schemastate/internal/tool/ctxio"
 )
 
 // Exit codes of `schemastate ingest`.

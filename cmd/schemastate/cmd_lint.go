@@ -10,8 +10,8 @@ import (
 
 	"github.com/schemastate/schemastate/dialect"
 	"github.com/schemastate/schemastate/internal/contract"
-	"github.com/schemastate/schemastate/internal/dsn"
-	"github.com/schemastate/schemastate/internal/lint"
+	"github.com/schemastate/schemastate/internal/tool/dsn"
+	"github.com/schemastate/schemastate/internal/tool/lint"
 )
 
 const lintUsage = `[--base OLD.hcl [--base-writers OLD.json] | --base-git REF] [NEW.hcl] [--writers NEW.json] [--dialect sqlite|postgres|both] [--db DSN] [--fail-on refused|rewrite|any] [--json]

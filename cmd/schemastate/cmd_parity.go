@@ -6,8 +6,8 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/schemastate/schemastate/internal/dsn"
-	"github.com/schemastate/schemastate/internal/parity"
+	"github.com/schemastate/schemastate/internal/tool/dsn"
+	"github.com/schemastate/schemastate/internal/tool/parity"
 )
 
 // Exit codes of parity: 0 identical, 1 different, 2 error.

@@ -15,8 +15,8 @@ import (
 	"github.com/schemastate/schemastate/dialect"
 	"github.com/schemastate/schemastate/fanout"
 	"github.com/schemastate/schemastate/internal/declare"
-	"github.com/schemastate/schemastate/internal/dsn"
 	"github.com/schemastate/schemastate/internal/ops"
+	"github.com/schemastate/schemastate/internal/tool/dsn"
 	"github.com/schemastate/schemastate/keys"
 	"github.com/schemastate/schemastate/reconcile"
 )

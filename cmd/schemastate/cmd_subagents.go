@@ -10,8 +10,8 @@ import (
 	"time"
 
 	"github.com/schemastate/schemastate/fanout"
-	"github.com/schemastate/schemastate/internal/dsn"
-	"github.com/schemastate/schemastate/internal/termtext"
+	"github.com/schemastate/schemastate/internal/tool/dsn"
+	"github.com/schemastate/schemastate/internal/tool/termtext"
 )
 
 func runSubagents(ctx context.Context, e *env, args []string) int {

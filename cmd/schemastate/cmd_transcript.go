@@ -10,7 +10,7 @@ import (
 	"os"
 	"strings"
 
-	"github.com/schemastate/schemastate/internal/termtext"
+	"github.com/schemastate/schemastate/internal/tool/termtext"
 	"github.com/schemastate/schemastate/transcript"
 )
 

@@ -12,8 +12,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/schemastate/schemastate/internal/dbtest"
-	"github.com/schemastate/schemastate/internal/dsn"
+	"github.com/schemastate/schemastate/internal/testkit/dbtest"
+	"github.com/schemastate/schemastate/internal/tool/dsn"
 	"github.com/schemastate/schemastate/reconcile"
 	"github.com/schemastate/schemastate/transcript"
 )

@@ -8,7 +8,7 @@ import (
 	"fmt"
 	"os"
 
-	"github.com/schemastate/schemastate/internal/dsn"
+	"github.com/schemastate/schemastate/internal/tool/dsn"
 )
 
 // dbFlag registers --db.

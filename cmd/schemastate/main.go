@@ -19,8 +19,8 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/schemastate/schemastate/internal/dsn"
-	"github.com/schemastate/schemastate/internal/redact"
+	"github.com/schemastate/schemastate/internal/tool/dsn"
+	"github.com/schemastate/schemastate/internal/tool/redact"
 
 	_ "github.com/schemastate/schemastate/drivers"
 )

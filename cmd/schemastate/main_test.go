@@ -4,8 +4,8 @@ import (
 	"os"
 	"testing"
 
-	"github.com/schemastate/schemastate/internal/dbtest"
-	"github.com/schemastate/schemastate/internal/proctest"
+	"github.com/schemastate/schemastate/internal/testkit/dbtest"
+	"github.com/schemastate/schemastate/internal/testkit/proctest"
 )
 
 // TestMain gives this package's PostgreSQL tests a database of their own,

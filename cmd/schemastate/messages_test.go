@@ -12,9 +12,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/schemastate/schemastate/capture"
-	"github.com/schemastate/schemastate/internal/dbtest"
 	"github.com/schemastate/schemastate/internal/hooks"
-	"github.com/schemastate/schemastate/internal/replicatest"
+	"github.com/schemastate/schemastate/internal/testkit/dbtest"
+	"github.com/schemastate/schemastate/internal/testkit/replicatest"
 )
 
 // Issue 12 §4: a --schema that cannot be read or evaluated is a usage error

@@ -13,9 +13,9 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/schemastate/schemastate/internal/dbtest"
-	"github.com/schemastate/schemastate/internal/pgbouncer"
-	"github.com/schemastate/schemastate/internal/proctest"
+	"github.com/schemastate/schemastate/internal/testkit/dbtest"
+	"github.com/schemastate/schemastate/internal/testkit/pgbouncer"
+	"github.com/schemastate/schemastate/internal/testkit/proctest"
 	"github.com/schemastate/schemastate/reconcile"
 )
 

@@ -11,12 +11,12 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/schemastate/schemastate/capture"
-	"github.com/schemastate/schemastate/internal/dbtest"
-	"github.com/schemastate/schemastate/internal/pgbouncer"
-	"github.com/schemastate/schemastate/internal/proctest"
+	"github.com/schemastate/schemastate/internal/testkit/dbtest"
+	"github.com/schemastate/schemastate/internal/testkit/pgbouncer"
+	"github.com/schemastate/schemastate/internal/testkit/proctest"
 )
 
-// The CLI behind a real PgBouncer (internal/pgbouncer: Debian's 1.18, no
+// The CLI behind a real PgBouncer (internal/testkit/pgbouncer: Debian's 1.18, no
 // prepared-statement tracking) in both pool modes: what does not depend on
 // the boot lock exits as it does direct and writes what it writes direct.
 

@@ -14,7 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/schemastate/schemastate/dialect"
-	"github.com/schemastate/schemastate/internal/fixtures"
+	"github.com/schemastate/schemastate/internal/tool/fixtures"
 )
 
 // fileState is a database file's bytes (md5) and the names in its directory,

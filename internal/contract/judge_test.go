@@ -11,8 +11,8 @@ import (
 	"github.com/schemastate/schemastate"
 	"github.com/schemastate/schemastate/dialect"
 	"github.com/schemastate/schemastate/internal/contract"
-	"github.com/schemastate/schemastate/internal/dbtest"
 	"github.com/schemastate/schemastate/internal/declare"
+	"github.com/schemastate/schemastate/internal/testkit/dbtest"
 )
 
 // edit is schema.hcl with old replaced by new.

@@ -1,6 +1,6 @@
 // Package describe reads an inspected index or foreign key one way, which
 // every comparison and every text of the reconcile that names one is made
-// of, and that internal/parity's snapshot reads them with too.
+// of, and that internal/tool/parity's snapshot reads them with too.
 package describe
 
 import (
@@ -18,7 +18,7 @@ import (
 // every comparison and every text of this package that names one is made of
 // — drift's definitions, the AC-33 clause 4 comparison and IndexSet, the
 // planner's equivalences and a rebuild's foreign-key check — and that
-// internal/parity's snapshot reads indexes and foreign keys with too.
+// internal/tool/parity's snapshot reads indexes and foreign keys with too.
 
 // IndexDescription is an index as the module compares it.
 type IndexDescription struct {

@@ -4,7 +4,7 @@ import (
 	"os"
 	"testing"
 
-	"github.com/schemastate/schemastate/internal/dbtest"
+	"github.com/schemastate/schemastate/internal/testkit/dbtest"
 )
 
 // TestMain gives this package's PostgreSQL tests a database of their own.

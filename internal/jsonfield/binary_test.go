@@ -8,8 +8,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/schemastate/schemastate/dialect"
-	"github.com/schemastate/schemastate/internal/dbtest"
 	"github.com/schemastate/schemastate/internal/jsonfield"
+	"github.com/schemastate/schemastate/internal/testkit/dbtest"
 )
 
 // SQLiteBinary over jsonb(doc) reads every path as SQLite over the text

@@ -7,8 +7,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/schemastate/schemastate/dialect"
-	"github.com/schemastate/schemastate/internal/dbtest"
 	"github.com/schemastate/schemastate/internal/jsonfield"
+	"github.com/schemastate/schemastate/internal/testkit/dbtest"
 )
 
 // The unstorable-escape rule on each dialect's own parser: on PostgreSQL,

@@ -7,9 +7,9 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/schemastate/schemastate/internal/dbtest"
 	"github.com/schemastate/schemastate/internal/perdialect"
 	"github.com/schemastate/schemastate/internal/readonly"
+	"github.com/schemastate/schemastate/internal/testkit/dbtest"
 )
 
 func TestReadonly_ReadsStringsSchemaTablesAndColumns(t *testing.T) {
