@@ -120,7 +120,7 @@ func benchEdit(b *testing.B, rows int, e edit, mode string) {
 	switch mode {
 	case "ours", "ours_nopause":
 		var fillStart time.Time
-		opts := []reconcile.Option{e.declaration(b), reconcile.WithOnlineAbove(1 << 20), reconcile.WithDDLLockTimeout(60 * time.Second),
+		opts := []reconcile.Option{e.declaration(b), reconcile.WithAllowWriterBreak(), reconcile.WithOnlineAbove(1 << 20), reconcile.WithDDLLockTimeout(60 * time.Second),
 			reconcile.WithLogger(slog.New(slog.DiscardHandler)),
 			reconcile.WithProgress(func(p reconcile.Progress) {
 				switch {

@@ -201,7 +201,7 @@ func (j *judge) foreignKeys() {
 		}
 		if c, p := j.precedes(cols, ref); p != nil {
 			j.add(true, CodeForeignKey, c, fk.Symbol,
-				fmt.Sprintf("a foreign key onto %s, and %s", ref, p.Why), "frames that name a "+ref+" row before it is written")
+				fmt.Sprintf("a foreign key onto %s, and %s", ref, p.Why), "writes that name a "+ref+" row before it is written")
 			continue
 		}
 		j.add(false, CodeForeignKey, strings.Join(cols, ", "), fk.Symbol,
