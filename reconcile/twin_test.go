@@ -1,0 +1,256 @@
+package reconcile_test
+
+import (
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/schemastate/schemastate"
+	"github.com/schemastate/schemastate/dialect"
+	"github.com/schemastate/schemastate/internal/dbtest"
+	"github.com/schemastate/schemastate/internal/ops"
+	"github.com/schemastate/schemastate/reconcile"
+)
+
+// Done means the declared definition: a same-name twin — an object under a
+// declared name with another definition, valid or NOT VALID/INVALID — is
+// never taken for the declared one by any step's done-check, nor by the
+// diff. Each row plants a twin on a store in its declared shape and requires
+// the declared definition after ONE boot, the next plan empty, and the
+// boot's report naming what it found.
+
+// twin is one planted twin.
+type twin struct {
+	name    string
+	dialect dialect.Dialect
+	// kinds are the step kinds the boot's plan must run through.
+	kinds []ops.Kind
+	// from and to edit the built-in declaration (none when from is empty).
+	from, to string
+	// twinFrom and twinTo, when set, make the twin: the store is reconciled
+	// once with the declaration so edited (then plant runs, if any).
+	twinFrom, twinTo string
+	// prepare runs before the twin is planted; plant plants it, one
+	// statement at a time (a CONCURRENTLY build may fail on purpose).
+	prepare string
+	plant   []string
+	// read returns one text: the definition compared with a fresh store's.
+	read string
+	// found is what the boot's report must name.
+	found string
+	// todo, when set, says why the row is not yet run.
+	todo string
+}
+
+const (
+	durationCheck  = "  check \"subagents_duration_nonnegative\" {\n    expr = \"duration_ms >= 0\"\n  }\n"
+	durationTwin   = "  check \"subagents_duration_nonnegative\" {\n    expr = \"duration_ms >= -1000\"\n  }\n"
+	sessionFK      = "task_session_subagents_task_session_id_fkey"
+	cascadeLine    = "    on_delete   = CASCADE\n"
+	keyName        = "task_session_subagents_session_execution_tool_call_key"
+	pgConstraintQ  = `SELECT COALESCE((SELECT pg_get_constraintdef(oid) FROM pg_constraint WHERE conrelid = 'task_session_subagents'::regclass AND conname = '%s'), 'absent')`
+	pgIndexQ       = `SELECT COALESCE((SELECT regexp_replace(pg_get_indexdef(i.indexrelid), ' ON \S+ ', ' ON ') || ' valid=' || i.indisvalid FROM pg_index i WHERE i.indexrelid = to_regclass('%s')), 'absent')`
+	sqliteTableSQL = `SELECT sql FROM sqlite_master WHERE type = 'table' AND name = 'task_session_subagents'`
+)
+
+func q(format, name string) string { return strings.Replace(format, "%s", name, 1) }
+
+var twins = []twin{
+	{name: "check_valid", dialect: dialect.Postgres, kinds: []ops.Kind{ops.KindCheckRows, ops.KindStatements, ops.KindOwnTx},
+		from: subagentsIndexAnchor, to: durationCheck + subagentsIndexAnchor,
+		plant: []string{`ALTER TABLE task_session_subagents ADD CONSTRAINT subagents_duration_nonnegative CHECK (duration_ms >= -1000)`},
+		read:  q(pgConstraintQ, "subagents_duration_nonnegative"), found: "check subagents_duration_nonnegative found as CHECK"},
+	{name: "check_not_valid", dialect: dialect.Postgres, kinds: []ops.Kind{ops.KindCheckRows, ops.KindStatements, ops.KindOwnTx},
+		from: subagentsIndexAnchor, to: durationCheck + subagentsIndexAnchor,
+		plant: []string{`ALTER TABLE task_session_subagents ADD CONSTRAINT subagents_duration_nonnegative CHECK (duration_ms >= -1000) NOT VALID`},
+		read:  q(pgConstraintQ, "subagents_duration_nonnegative"), found: "check subagents_duration_nonnegative found as CHECK"},
+	{name: "foreign_key_not_valid", dialect: dialect.Postgres, kinds: []ops.Kind{ops.KindCheckRows, ops.KindStatements, ops.KindOwnTx},
+		plant: []string{`ALTER TABLE task_session_subagents DROP CONSTRAINT ` + sessionFK + `, ADD CONSTRAINT ` + sessionFK + ` FOREIGN KEY (task_session_id) REFERENCES task_sessions (id) NOT VALID`},
+		read:  q(pgConstraintQ, sessionFK), found: "foreign key " + sessionFK + " found as"},
+	{name: "foreign_key_valid", dialect: dialect.Postgres, kinds: []ops.Kind{ops.KindCheckRows, ops.KindStatements, ops.KindOwnTx},
+		plant: []string{`ALTER TABLE task_session_subagents DROP CONSTRAINT ` + sessionFK + `, ADD CONSTRAINT ` + sessionFK + ` FOREIGN KEY (task_session_id) REFERENCES task_sessions (id)`},
+		read:  q(pgConstraintQ, sessionFK), found: "foreign key " + sessionFK + " found as"},
+	{name: "foreign_key_deferrable", dialect: dialect.Postgres, kinds: []ops.Kind{ops.KindCheckRows, ops.KindStatements, ops.KindOwnTx},
+		plant: []string{`ALTER TABLE task_session_subagents DROP CONSTRAINT ` + sessionFK + `, ADD CONSTRAINT ` + sessionFK + ` FOREIGN KEY (task_session_id) REFERENCES task_sessions (id) ON DELETE CASCADE DEFERRABLE INITIALLY DEFERRED`},
+		read:  q(pgConstraintQ, sessionFK), found: "foreign key " + sessionFK + " found as"},
+	{name: "not_null_check_not_valid", dialect: dialect.Postgres, kinds: []ops.Kind{ops.KindCheckRows, ops.KindStatements, ops.KindOwnTx},
+		from: "column \"turn_id\" {\n    type = local.text\n    null = true", to: "column \"turn_id\" {\n    type = local.text\n    null = false",
+		prepare: `UPDATE task_session_subagents SET turn_id = 't0' WHERE turn_id IS NULL`,
+		plant:   []string{`ALTER TABLE task_session_subagents ADD CONSTRAINT schemastate_nn_turn_id CHECK (turn_id IS NOT NULL OR duration_ms IS NULL) NOT VALID`},
+		read: `SELECT (SELECT attnotnull::text FROM pg_attribute WHERE attrelid = 'task_session_subagents'::regclass AND attname = 'turn_id') || ' ' ||
+ (SELECT count(*)::text FROM pg_constraint WHERE conrelid = 'task_session_subagents'::regclass AND conname = 'schemastate_nn_turn_id')`,
+		found: "check schemastate_nn_turn_id found as"},
+	{name: "index_valid", dialect: dialect.Postgres, kinds: []ops.Kind{ops.KindConcurrent, ops.KindStatements},
+		plant: []string{`DROP INDEX idx_subagents_task_id`, `CREATE INDEX idx_subagents_task_id ON task_session_subagents (turn_id)`},
+		read:  q(pgIndexQ, "idx_subagents_task_id"), found: "index idx_subagents_task_id found as"},
+	{name: "index_invalid", dialect: dialect.Postgres, kinds: []ops.Kind{ops.KindConcurrent},
+		// r1 and r2 share task_id k1: the unique build fails and leaves an
+		// INVALID, unique index of another definition under the name.
+		plant: []string{`DROP INDEX idx_subagents_task_id`, `CREATE UNIQUE INDEX CONCURRENTLY idx_subagents_task_id ON task_session_subagents (task_id)`},
+		read:  q(pgIndexQ, "idx_subagents_task_id"), found: "INVALID index idx_subagents_task_id"},
+	{name: "index_built_beside", dialect: dialect.Postgres, kinds: []ops.Kind{ops.KindConcurrent, ops.KindStatements},
+		from: taskIndex, to: "  index \"idx_subagents_task_id\" {\n    columns = [column.task_id, column.observed_at]\n  }",
+		plant: []string{`CREATE INDEX schemastate_next_idx_subagents_task_id ON task_session_subagents (turn_id)`},
+		read:  q(pgIndexQ, "idx_subagents_task_id") + ` || ' ' || COALESCE(to_regclass('schemastate_next_idx_subagents_task_id')::text, 'none')`,
+		found: "index schemastate_next_idx_subagents_task_id built for"},
+	{name: "key_invalid", dialect: dialect.Postgres, kinds: []ops.Kind{ops.KindConcurrent, ops.KindStatements},
+		prepare: `ALTER TABLE task_session_subagents DROP CONSTRAINT ` + keyName + `;
+INSERT INTO task_session_subagents (id, task_session_id, task_id, tool_call_id, agent_execution_id, source, observed_at, updated_at)
+ SELECT 'dup', task_session_id, task_id, tool_call_id, agent_execution_id, source, observed_at, updated_at FROM task_session_subagents WHERE id = 'r1'`,
+		plant: []string{`CREATE UNIQUE INDEX CONCURRENTLY ` + keyName + ` ON task_session_subagents (task_session_id, agent_execution_id, tool_call_id)`,
+			`DELETE FROM task_session_subagents WHERE id = 'dup'`},
+		read:  q(pgConstraintQ, keyName) + ` || ' ' || ` + strings.TrimPrefix(q(pgIndexQ, keyName), "SELECT "),
+		found: "INVALID index " + keyName},
+	{name: "batched_fill", dialect: dialect.Postgres, kinds: []ops.Kind{ops.KindBatched},
+		todo: "a fill's and a column copy's twin (a column of the declared name with another type or default, a shadow column of another type) is not yet planted"},
+	{name: "shadow_rebuild", dialect: dialect.Postgres, kinds: []ops.Kind{ops.KindRebuildCopy, ops.KindRebuildReplay, ops.KindRebuildIndex},
+		todo: "the shadow-table rebuild's twin (a schemastate_new_ table of another definition) is not yet planted; its fingerprint abandons a rebuild whose table changed"},
+
+	{name: "check", dialect: dialect.SQLite, kinds: []ops.Kind{ops.KindStatements},
+		from: subagentsIndexAnchor, to: durationCheck + subagentsIndexAnchor, twinFrom: subagentsIndexAnchor, twinTo: durationTwin + subagentsIndexAnchor,
+		read: `SELECT instr(sql, 'duration_ms >= 0') > 0 AND instr(sql, '-1000') = 0 FROM sqlite_master WHERE type = 'table' AND name = 'task_session_subagents'`},
+	{name: "foreign_key", dialect: dialect.SQLite, kinds: []ops.Kind{ops.KindStatements},
+		twinFrom: cascadeLine, twinTo: "",
+		read: `SELECT group_concat("from" || '>' || "table" || '.' || "to" || ' ' || on_delete, ';') FROM pragma_foreign_key_list('task_session_subagents')`},
+	{name: "index", dialect: dialect.SQLite, kinds: []ops.Kind{ops.KindStatements},
+		twinFrom: taskIndex, twinTo: "  index \"idx_subagents_task_id\" {\n    columns = [column.turn_id]\n  }",
+		read: `SELECT group_concat(name, ',') FROM pragma_index_info('idx_subagents_task_id')`},
+}
+
+// twinDeclaration is the built-in declaration with from replaced by to.
+func twinDeclaration(t *testing.T, from, to, name string) reconcile.Option {
+	t.Helper()
+	src := string(schemastate.SchemaHCL)
+	if from == "" {
+		return reconcile.WithDeclaration(schemastate.SchemaHCL, name+".hcl")
+	}
+	out := strings.Replace(src, from, to, 1)
+	require.NotEqual(t, src, out, "declaration %s applies", name)
+	return reconcile.WithDeclaration([]byte(out), name+".hcl")
+}
+
+// TestTwins_EveryStepKindHasARow fails for a step kind no twin row covers.
+func TestTwins_EveryStepKindHasARow(t *testing.T) {
+	for _, k := range ops.Kinds {
+		require.True(t, slices.ContainsFunc(twins, func(w twin) bool { return slices.Contains(w.kinds, k) }), "no twin row for step kind %s", k)
+	}
+	for _, d := range []dialect.Dialect{dialect.SQLite, dialect.Postgres} {
+		require.True(t, slices.ContainsFunc(twins, func(w twin) bool { return w.dialect == d && w.todo == "" }), "no twin row on %s", d)
+	}
+}
+
+// TestTwins_DeclaredDefinitionAfterOneBoot plants each twin and requires the
+// declared definition after one boot.
+func TestTwins_DeclaredDefinitionAfterOneBoot(t *testing.T) {
+	for _, w := range twins {
+		t.Run(string(w.dialect)+"/"+w.name, func(t *testing.T) {
+			if w.todo != "" {
+				t.Skip("not yet covered: " + w.todo)
+			}
+			decl := twinDeclaration(t, w.from, w.to, w.name)
+			opts := []reconcile.Option{quiet, decl}
+			if w.dialect == dialect.Postgres {
+				opts = append(opts, online...)
+			}
+			fresh := dbtest.Open(t, w.dialect)
+			fresh.Host(t)
+			mustReconcile(t, fresh, opts...)
+			want := fresh.Strings(t, w.read)
+
+			db := dbtest.Open(t, w.dialect)
+			seedLegacyStore(t, db)
+			if w.twinFrom != "" {
+				mustReconcile(t, db, quiet, twinDeclaration(t, w.twinFrom, w.twinTo, w.name+"_twin"))
+			} else {
+				mustReconcile(t, db, quiet)
+			}
+			if w.prepare != "" {
+				db.Exec(t, w.prepare)
+			}
+			for _, s := range w.plant {
+				if _, err := db.DB.ExecContext(ctx, s); err != nil {
+					t.Logf("plant %q: %v", s, err)
+				}
+			}
+			require.NotEqual(t, want, db.Strings(t, w.read), "the twin is planted")
+
+			p, err := reconcile.Plan(ctx, db.DB, opts...)
+			require.NoError(t, err)
+			for _, k := range w.kinds {
+				require.True(t, slices.ContainsFunc(p.Phases(), func(ph ops.Phase) bool { return ph.Kind == k }), "the plan runs a %s phase: %v", k, p.Phases())
+			}
+			// A phase with a done-check sees the twin; one without (SQLite's
+			// rebuild, re-derived from the catalog by the diff) is planned.
+			checked, undone := 0, 0
+			for _, ph := range p.Phases() {
+				if ph.DoneWhen != "" {
+					checked++
+					if !done(t, db, ph) {
+						undone++
+					}
+				}
+			}
+			require.True(t, checked == 0 || undone > 0, "a phase's done-check sees the twin")
+			rep := mustReconcile(t, db, opts...)
+			require.NoError(t, rep.Err(), describe(rep))
+			require.Equal(t, want, db.Strings(t, w.read), "the declared definition after one boot: %s", describe(rep))
+			// The declared definition is what every done-check of the plan
+			// recognises (a build beside an index is consumed by its swap).
+			for _, ph := range p.Phases() {
+				if ph.DoneWhen != "" && !strings.HasPrefix(ph.Object, "schemastate_next_") {
+					require.True(t, done(t, db, ph), "%s is done after the boot: %s", ph.ID(), ph.DoneWhen)
+				}
+			}
+			if w.found != "" {
+				require.Contains(t, describe(rep), w.found, "the report names the twin it found")
+			}
+			p, err = reconcile.Plan(ctx, db.DB, opts...)
+			require.NoError(t, err)
+			require.Empty(t, p.Phases(), "the next plan is empty")
+			require.True(t, observeWith(t, db, opts...).EndState.KeyBearing(), "the end state after the boot")
+		})
+	}
+}
+
+// done evaluates the phase's done-check.
+func done(t *testing.T, db *dbtest.DB, ph ops.Phase) bool {
+	t.Helper()
+	var ok bool
+	require.NoError(t, db.QueryRowContext(ctx, ph.DoneWhen).Scan(&ok), ph.DoneWhen)
+	return ok
+}
+
+func observeWith(t *testing.T, db *dbtest.DB, opts ...reconcile.Option) *reconcile.Observation {
+	t.Helper()
+	obs, err := reconcile.Observe(ctx, db.DB, opts...)
+	require.NoError(t, err)
+	return obs
+}
+
+// TestStatus_InvalidKeyIndexIsNotTheEndState: while the key's unique index
+// is INVALID (a concurrent build that failed), no upsert can use it (42P10):
+// status must not report the end state, and the boot must not publish it.
+func TestStatus_InvalidKeyIndexIsNotTheEndState(t *testing.T) {
+	db := openPostgres(t)
+	seedLegacyStore(t, db)
+	mustReconcile(t, db, quiet)
+	db.Exec(t, `ALTER TABLE task_session_subagents DROP CONSTRAINT `+keyName+`;
+INSERT INTO task_session_subagents (id, task_session_id, task_id, tool_call_id, agent_execution_id, source, observed_at, updated_at)
+ SELECT 'dup', task_session_id, task_id, tool_call_id, agent_execution_id, source, observed_at, updated_at FROM task_session_subagents WHERE id = 'r1'`)
+	_, err := db.DB.ExecContext(ctx, `CREATE UNIQUE INDEX CONCURRENTLY `+keyName+` ON task_session_subagents (task_session_id, agent_execution_id, tool_call_id)`)
+	require.Error(t, err, "the build fails on the duplicate")
+	db.Exec(t, `DELETE FROM task_session_subagents WHERE id = 'dup'`)
+	require.Equal(t, []string{"false"}, db.Strings(t, `SELECT indisvalid::text FROM pg_index WHERE indexrelid = to_regclass('`+keyName+`')`))
+
+	obs := observe(t, db)
+	require.False(t, obs.EndState.ThreeColumnUnique, "an INVALID index is no key")
+	require.False(t, obs.EndState.IndexesMatchDeclaration, "an INVALID index is not the declared one")
+	require.False(t, obs.EndState.KeyBearing())
+
+	_, err = db.DB.ExecContext(ctx, `INSERT INTO task_session_subagents (id, task_session_id, task_id, tool_call_id, agent_execution_id, source, observed_at, updated_at)
+ VALUES ('x', 's1', 'k1', 'toolu_x', 'e1', 'live', now(), now())
+ ON CONFLICT (task_session_id, agent_execution_id, tool_call_id) DO NOTHING`)
+	require.ErrorContains(t, err, "42P10", "the upsert cannot use an INVALID index")
+}
