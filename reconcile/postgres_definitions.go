@@ -121,12 +121,28 @@ func indexMatches(idx *schema.Index, unique bool) string {
 	if t := indexMethod(idx); t != "" {
 		method = strings.ToLower(t)
 	}
-	return fmt.Sprintf(`i.indisunique = %t AND i.indnkeyatts = %d AND (i.indpred IS NOT NULL) = %t
+	// A predicate and an expression are compared as the catalog prints
+	// them (the declared one as the scratch table printed it,
+	// withServerForms), with or without the parentheses around the whole.
+	spelled := ""
+	either := func(x string) string {
+		x = describe.BareExpr(x)
+		return fmt.Sprintf("(%s, %s)", literal(x), literal("("+x+")"))
+	}
+	if pred := describe.Index(idx).Predicate; pred != "" {
+		spelled += " AND pg_get_expr(i.indpred, i.indrelid) IN " + either(pred)
+	}
+	for k, part := range idx.Parts {
+		if x, ok := part.X.(*schema.RawExpr); ok && part.C == nil {
+			spelled += fmt.Sprintf(" AND pg_get_indexdef(i.indexrelid, %d, false) IN %s", k+1, either(x.X))
+		}
+	}
+	return fmt.Sprintf(`i.indisunique = %t AND i.indnkeyatts = %d AND (i.indpred IS NOT NULL) = %t%s
  AND ARRAY(SELECT COALESCE(a.attname::text, '(expression)') || CASE WHEN i.indoption[k.o - 1] & 1 = 1 THEN ' DESC' ELSE '' END
    FROM unnest(i.indkey::int2[]) WITH ORDINALITY k(n, o) LEFT JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.n AND k.n <> 0
    WHERE k.o <= i.indnkeyatts ORDER BY k.o) = ARRAY[%s]::text[]
  AND (SELECT am.amname FROM pg_class ic JOIN pg_am am ON am.oid = ic.relam WHERE ic.oid = i.indexrelid) = %s`,
-		unique, len(idx.Parts), describe.IsPartial(idx), strings.Join(parts, ", "), literal(method))
+		unique, len(idx.Parts), describe.IsPartial(idx), spelled, strings.Join(parts, ", "), literal(method))
 }
 
 // indexIs is the done-check that index qname is idx as declared and valid.
@@ -234,4 +250,19 @@ func (f *inflight) notNullTwins() {
 		f.twins = append(f.twins, fmt.Sprintf("check %s found as CHECK (%s), not the NOT NULL check of %s: replaced", chk, l, col))
 	}
 	sort.Strings(f.twins)
+}
+
+// samePredicate reports two indexes with the same predicate text, or
+// neither with one: with describe.SameIndex (whose parts carry the
+// expressions' text), the same definition.
+func samePredicate(a, b *schema.Index) bool {
+	return describe.BareExpr(describe.Index(a).Predicate) == describe.BareExpr(describe.Index(b).Predicate)
+}
+
+// indexForms is the declared indexes' server spelling, when read.
+func (c *checkFacts) indexForms() map[string]indexForm {
+	if c == nil {
+		return nil
+	}
+	return c.indexes
 }

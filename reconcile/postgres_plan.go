@@ -151,7 +151,7 @@ func (f *inflight) resumeNext(idx *schema.Index, live, want *schema.Table, inval
 			f.next = map[string]string{}
 		}
 		f.next[w.Name] = idx.Name
-		if invalid || !describe.SameIndex(idx, w) {
+		if invalid || !describe.SameIndex(idx, w) || !samePredicate(idx, w) {
 			f.invalid[idx.Name] = true
 			f.notes = append(f.notes, fmt.Sprintf("index %s built for %s's new definition, INVALID or of an earlier one (dropped and rebuilt)", idx.Name, w.Name))
 		} else {
@@ -239,7 +239,9 @@ func (postgresDriver) planTable(pc *planContext, tp *tablePlan, f tableFacts) er
 		return nil
 	}
 	// Each normalization returns a new table: the inspected one is left as
-	// the catalog holds it.
+	// the catalog holds it. The declared indexes' predicates and
+	// expressions are compared as the server spells them.
+	tp.Want = withServerForms(tp.Want, f.checks.indexForms())
 	live, in := resumeOnline(tp.Live, tp.Want, f.invalid)
 	tp.Inflight = in
 	if tp.Inflight.rebuild = f.rebuild; f.rebuild.inflight() {

@@ -1,6 +1,7 @@
 package reconcile_test
 
 import (
+	"database/sql"
 	"slices"
 	"strings"
 	"testing"
@@ -45,14 +46,16 @@ type twin struct {
 }
 
 const (
-	durationCheck  = "  check \"subagents_duration_nonnegative\" {\n    expr = \"duration_ms >= 0\"\n  }\n"
-	durationTwin   = "  check \"subagents_duration_nonnegative\" {\n    expr = \"duration_ms >= -1000\"\n  }\n"
-	sessionFK      = "task_session_subagents_task_session_id_fkey"
-	cascadeLine    = "    on_delete   = CASCADE\n"
-	keyName        = "task_session_subagents_session_execution_tool_call_key"
-	pgConstraintQ  = `SELECT COALESCE((SELECT pg_get_constraintdef(oid) FROM pg_constraint WHERE conrelid = 'task_session_subagents'::regclass AND conname = '%s'), 'absent')`
-	pgIndexQ       = `SELECT COALESCE((SELECT regexp_replace(pg_get_indexdef(i.indexrelid), ' ON \S+ ', ' ON ') || ' valid=' || i.indisvalid FROM pg_index i WHERE i.indexrelid = to_regclass('%s')), 'absent')`
-	sqliteTableSQL = `SELECT sql FROM sqlite_master WHERE type = 'table' AND name = 'task_session_subagents'`
+	durationCheck   = "  check \"subagents_duration_nonnegative\" {\n    expr = \"duration_ms >= 0\"\n  }\n"
+	durationTwin    = "  check \"subagents_duration_nonnegative\" {\n    expr = \"duration_ms >= -1000\"\n  }\n"
+	openTaskIndex   = "  index \"idx_subagents_task_id\" {\n    columns = [column.task_id]\n    where   = \"settled_at IS NULL\"\n  }"
+	lowerModelIndex = "  index \"idx_subagents_model_lower\" {\n    on {\n      expr = \"lower(model)\"\n    }\n  }\n"
+	sessionFK       = "task_session_subagents_task_session_id_fkey"
+	cascadeLine     = "    on_delete   = CASCADE\n"
+	keyName         = "task_session_subagents_session_execution_tool_call_key"
+	pgConstraintQ   = `SELECT COALESCE((SELECT pg_get_constraintdef(oid) FROM pg_constraint WHERE conrelid = 'task_session_subagents'::regclass AND conname = '%s'), 'absent')`
+	pgIndexQ        = `SELECT COALESCE((SELECT regexp_replace(pg_get_indexdef(i.indexrelid), ' ON \S+ ', ' ON ') || ' valid=' || i.indisvalid FROM pg_index i WHERE i.indexrelid = to_regclass('%s')), 'absent')`
+	sqliteTableSQL  = `SELECT sql FROM sqlite_master WHERE type = 'table' AND name = 'task_session_subagents'`
 )
 
 func q(format, name string) string { return strings.Replace(format, "%s", name, 1) }
@@ -95,6 +98,15 @@ var twins = []twin{
 		plant: []string{`CREATE INDEX schemastate_next_idx_subagents_task_id ON task_session_subagents (turn_id)`},
 		read:  q(pgIndexQ, "idx_subagents_task_id") + ` || ' ' || COALESCE(to_regclass('schemastate_next_idx_subagents_task_id')::text, 'none')`,
 		found: "index schemastate_next_idx_subagents_task_id built for"},
+	{name: "index_predicate_built_beside", dialect: dialect.Postgres, kinds: []ops.Kind{ops.KindConcurrent, ops.KindStatements},
+		from: taskIndex, to: openTaskIndex,
+		plant: []string{`CREATE INDEX schemastate_next_idx_subagents_task_id ON task_session_subagents (task_id) WHERE settled_at IS NOT NULL`},
+		read:  q(pgIndexQ, "idx_subagents_task_id") + ` || ' ' || COALESCE(to_regclass('schemastate_next_idx_subagents_task_id')::text, 'none')`,
+		found: "index schemastate_next_idx_subagents_task_id built for"},
+	{name: "index_expression", dialect: dialect.Postgres, kinds: []ops.Kind{ops.KindConcurrent, ops.KindStatements},
+		from: subagentsIndexAnchor, to: lowerModelIndex + subagentsIndexAnchor,
+		plant: []string{`CREATE INDEX idx_subagents_model_lower ON task_session_subagents (upper(model))`},
+		read:  q(pgIndexQ, "idx_subagents_model_lower"), found: "index idx_subagents_model_lower found as"},
 	{name: "key_invalid", dialect: dialect.Postgres, kinds: []ops.Kind{ops.KindConcurrent, ops.KindStatements},
 		prepare: `ALTER TABLE task_session_subagents DROP CONSTRAINT ` + keyName + `;
 INSERT INTO task_session_subagents (id, task_session_id, task_id, tool_call_id, agent_execution_id, source, observed_at, updated_at)
@@ -114,6 +126,9 @@ INSERT INTO task_session_subagents (id, task_session_id, task_id, tool_call_id, 
 	{name: "foreign_key", dialect: dialect.SQLite, kinds: []ops.Kind{ops.KindStatements},
 		twinFrom: cascadeLine, twinTo: "",
 		read: `SELECT group_concat("from" || '>' || "table" || '.' || "to" || ' ' || on_delete, ';') FROM pragma_foreign_key_list('task_session_subagents')`},
+	{name: "index_predicate", dialect: dialect.SQLite, kinds: []ops.Kind{ops.KindStatements},
+		from: taskIndex, to: openTaskIndex, twinFrom: taskIndex, twinTo: strings.Replace(openTaskIndex, "IS NULL", "IS NOT NULL", 1),
+		read: `SELECT sql FROM sqlite_master WHERE name = 'idx_subagents_task_id'`},
 	{name: "index", dialect: dialect.SQLite, kinds: []ops.Kind{ops.KindStatements},
 		twinFrom: taskIndex, twinTo: "  index \"idx_subagents_task_id\" {\n    columns = [column.turn_id]\n  }",
 		read: `SELECT group_concat(name, ',') FROM pragma_index_info('idx_subagents_task_id')`},
@@ -253,4 +268,31 @@ INSERT INTO task_session_subagents (id, task_session_id, task_id, tool_call_id, 
  VALUES ('x', 's1', 'k1', 'toolu_x', 'e1', 'live', now(), now())
  ON CONFLICT (task_session_id, agent_execution_id, tool_call_id) DO NOTHING`)
 	require.ErrorContains(t, err, "42P10", "the upsert cannot use an INVALID index")
+}
+
+// On a read-only connection (a standby, default_transaction_read_only) no
+// scratch table can be made: the plan still sees a check twin (both
+// expressions deparsed by the server) and takes the declared check, spelled
+// otherwise, for no change.
+func TestPlan_CheckTwinSeenOnAReadOnlyConnection(t *testing.T) {
+	db := openPostgres(t)
+	seedLegacyStore(t, db)
+	decl := twinDeclaration(t, subagentsIndexAnchor, durationCheck+subagentsIndexAnchor, "check")
+	mustReconcile(t, db, quiet, decl)
+	ro, err := sql.Open("pgx", dbtest.WithParam(t, db.DSN, "default_transaction_read_only", "on"))
+	require.NoError(t, err)
+	t.Cleanup(func() { ro.Close() })
+	_, err = ro.ExecContext(ctx, `CREATE TEMPORARY TABLE probe (x int)`)
+	require.Error(t, err, "the connection is read-only")
+
+	p, err := reconcile.Plan(ctx, ro, decl)
+	require.NoError(t, err)
+	require.Empty(t, p.Phases(), "the declared check, stored as (duration_ms >= 0), is no change")
+
+	db.Exec(t, `ALTER TABLE task_session_subagents DROP CONSTRAINT subagents_duration_nonnegative;
+ALTER TABLE task_session_subagents ADD CONSTRAINT subagents_duration_nonnegative CHECK (duration_ms >= -1000)`)
+	p, err = reconcile.Plan(ctx, ro, decl)
+	require.NoError(t, err)
+	require.NotEmpty(t, p.Phases(), "the twin is a change")
+	require.Contains(t, strings.Join(p.Statements(), "\n"), "duration_ms >= 0")
 }
