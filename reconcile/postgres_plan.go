@@ -94,13 +94,17 @@ func (f *inflight) any() bool { return f != nil && len(f.notes) > 0 }
 // changes as if they were not there, with what it took out. invalid names
 // the table's INVALID indexes (tableFacts).
 func resumeOnline(live, want *schema.Table, invalid []string) (*schema.Table, *inflight) {
-	f := &inflight{invalid: map[string]bool{}}
+	f := &inflight{invalid: map[string]bool{}, replace: map[string]bool{}}
 	live = cloneTable(live)
 	cols := live.Columns[:0:0]
 	for _, c := range live.Columns {
 		if base, ok := strings.CutSuffix(c.Name, shadowSuffix); ok {
 			f.notes = append(f.notes, fmt.Sprintf("shadow column %s (widening of %s in flight)", c.Name, base))
 			f.shadows = true
+			if t, ok := c.Type.Type.(*schema.IntegerType); !ok || !strings.EqualFold(t.T, "bigint") {
+				f.replace[c.Name] = true
+				f.twins = append(f.twins, fmt.Sprintf("shadow column %s found as %s, not bigint: replaced", c.Name, c.Type.Raw))
+			}
 			continue
 		}
 		cols = append(cols, c)
@@ -247,7 +251,7 @@ func (postgresDriver) planTable(pc *planContext, tp *tablePlan, f tableFacts) er
 	if tp.Inflight.rebuild = f.rebuild; f.rebuild.inflight() {
 		tp.Inflight.notes = append(tp.Inflight.notes, f.rebuild.notes(tp.Table)...)
 	}
-	in.checks, in.replace = f.checks, map[string]bool{}
+	in.checks = f.checks
 	live, in.nnChecks, in.filling = normalizeRecipes(live, tp.Want, f)
 	in.notNullTwins()
 	var recipeNotes []string
@@ -399,7 +403,7 @@ func onlineWidening(schemaName string, tp *tablePlan, cols []*schema.Column, ind
 		}
 	}
 	if reason != "" {
-		return append(phases, widenPhases(schemaName, tp.Table, cols, why+"; not rebuilt ("+reason+"): column copy")...)
+		return append(phases, widenPhases(schemaName, tp.Table, cols, tp.Inflight.replace, why+"; not rebuilt ("+reason+"): column copy")...)
 	}
 	return append(phases, rebuildPhases(schemaName, live, tp.Want, cols, rb, indexes, why)...)
 }

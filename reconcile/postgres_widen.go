@@ -10,14 +10,19 @@ import (
 	"github.com/schemastate/schemastate/internal/ops"
 )
 
-// widenPhases are expand, copy and contract for the columns.
-func widenPhases(schemaName, table string, cols []*schema.Column, why string) []ops.Phase {
+// widenPhases are expand, copy and contract for the columns; replace names
+// shadow columns live with another type than bigint, dropped and added
+// again by the expand.
+func widenPhases(schemaName, table string, cols []*schema.Column, replace map[string]bool, why string) []ops.Phase {
 	qt := dialect.QuoteIdent(schemaName) + "." + dialect.QuoteIdent(table)
 	fn := dialect.QuoteIdent(schemaName) + "." + dialect.QuoteIdent(widenTrigger(table))
 	trig := dialect.QuoteIdent(widenTrigger(table))
-	var adds, assigns, sets, differ, drops, renames, names, shadows []string
+	var adds, assigns, sets, differ, drops, renames, names, shadows, twins []string
 	for _, c := range cols {
 		col, sh := dialect.QuoteIdent(c.Name), dialect.QuoteIdent(c.Name+shadowSuffix)
+		if replace[c.Name+shadowSuffix] {
+			twins = append(twins, "ALTER TABLE "+qt+" DROP COLUMN IF EXISTS "+sh)
+		}
 		adds = append(adds, "ADD COLUMN IF NOT EXISTS "+sh+" bigint")
 		assigns = append(assigns, fmt.Sprintf("NEW.%s := NEW.%s;", sh, col))
 		sets = append(sets, sh+" = "+col)
@@ -38,8 +43,8 @@ func widenPhases(schemaName, table string, cols []*schema.Column, why string) []
 	detail := why + "; columns " + strings.Join(names, ", ")
 	return []ops.Phase{
 		{Step: StepWiden, Name: ops.PhaseWidenExpand, Kind: ops.KindStatements, Table: table, Transactional: true, Lock: ops.LockCatalog,
-			SQL: []string{
-				"ALTER TABLE " + qt + " " + strings.Join(adds, ", "),
+			SQL: append(twins,
+				"ALTER TABLE "+qt+" "+strings.Join(adds, ", "),
 				fmt.Sprintf("CREATE OR REPLACE FUNCTION %s() RETURNS trigger LANGUAGE plpgsql AS $schemastate$ BEGIN %s RETURN NEW; END $schemastate$", fn, strings.Join(assigns, " ")),
 				// Every INSERT and every UPDATE, whatever columns it sets: an
 				// update of any column writes a new tuple, possibly at a ctid
@@ -48,9 +53,11 @@ func widenPhases(schemaName, table string, cols []*schema.Column, why string) []
 				// on UPDATE OF the originals alone; its DoneWhen below is
 				// false, so a resumed boot replaces it.)
 				fmt.Sprintf("CREATE OR REPLACE TRIGGER %s BEFORE INSERT OR UPDATE ON %s FOR EACH ROW EXECUTE FUNCTION %s()", trig, qt, fn),
-			},
+			),
+			// Done when every shadow is bigint: a shadow of another type
+			// under the name is no shadow of this widening.
 			DoneWhen: fmt.Sprintf("SELECT %s = %d AND EXISTS (SELECT 1 FROM pg_trigger WHERE tgrelid = to_regclass(%s) AND tgname = %s AND tgattr::text = '')",
-				hasShadows, len(cols), tbl, literal(widenTrigger(table))),
+				strings.Replace(hasShadows, "AND NOT attisdropped", "AND atttypid = 'bigint'::regtype AND NOT attisdropped", 1), len(cols), tbl, literal(widenTrigger(table))),
 			BlockedBy: blocked, Detail: detail},
 		loopPhase(ops.Phase{Step: StepWiden, Name: ops.PhaseWidenCopy, Kind: ops.KindBatched, Table: table, Lock: ops.LockRows, Scans: true,
 			DoneWhen: fmt.Sprintf("SELECT NOT EXISTS (SELECT 1 FROM %s WHERE %s)", qt, strings.Join(differ, " OR ")),

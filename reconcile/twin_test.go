@@ -41,6 +41,9 @@ type twin struct {
 	read string
 	// found is what the boot's report must name.
 	found string
+	// legacy: the twin is planted on the pre-amendment store, before any
+	// boot (else on the store in its declared shape).
+	legacy bool
 	// todo, when set, says why the row is not yet run.
 	todo string
 }
@@ -115,8 +118,13 @@ INSERT INTO task_session_subagents (id, task_session_id, task_id, tool_call_id, 
 			`DELETE FROM task_session_subagents WHERE id = 'dup'`},
 		read:  q(pgConstraintQ, keyName) + ` || ' ' || ` + strings.TrimPrefix(q(pgIndexQ, keyName), "SELECT "),
 		found: "INVALID index " + keyName},
-	{name: "batched_fill", dialect: dialect.Postgres, kinds: []ops.Kind{ops.KindBatched},
-		todo: "a fill's and a column copy's twin (a column of the declared name with another type or default, a shadow column of another type) is not yet planted"},
+	{name: "widen_shadow_column", dialect: dialect.Postgres, kinds: []ops.Kind{ops.KindStatements, ops.KindBatched}, legacy: true,
+		// The pre-amendment table's metrics are integer: a shadow column of
+		// the column copy's name, but integer, is no shadow of it.
+		plant: []string{`ALTER TABLE task_session_subagents ADD COLUMN total_tokens__schemastate_bigint integer`},
+		read: `SELECT string_agg(attname || ' ' || format_type(atttypid, atttypmod), ', ' ORDER BY attname) FROM pg_attribute
+ WHERE attrelid = 'task_session_subagents'::regclass AND attnum > 0 AND NOT attisdropped`,
+		found: "shadow column total_tokens__schemastate_bigint found as"},
 	{name: "shadow_rebuild", dialect: dialect.Postgres, kinds: []ops.Kind{ops.KindRebuildCopy, ops.KindRebuildReplay, ops.KindRebuildIndex},
 		todo: "the shadow-table rebuild's twin (a schemastate_new_ table of another definition) is not yet planted; its fingerprint abandons a rebuild whose table changed"},
 
@@ -176,9 +184,11 @@ func TestTwins_DeclaredDefinitionAfterOneBoot(t *testing.T) {
 
 			db := dbtest.Open(t, w.dialect)
 			seedLegacyStore(t, db)
-			if w.twinFrom != "" {
+			switch {
+			case w.legacy:
+			case w.twinFrom != "":
 				mustReconcile(t, db, quiet, twinDeclaration(t, w.twinFrom, w.twinTo, w.name+"_twin"))
-			} else {
+			default:
 				mustReconcile(t, db, quiet)
 			}
 			if w.prepare != "" {
@@ -201,8 +211,11 @@ func TestTwins_DeclaredDefinitionAfterOneBoot(t *testing.T) {
 			checked, undone := 0, 0
 			for _, ph := range p.Phases() {
 				if ph.DoneWhen != "" {
+					// A check may read what an earlier phase adds (an error
+					// here is "not done").
 					checked++
-					if !done(t, db, ph) {
+					var ok bool
+					if err := db.QueryRowContext(ctx, ph.DoneWhen).Scan(&ok); err != nil || !ok {
 						undone++
 					}
 				}
@@ -211,10 +224,11 @@ func TestTwins_DeclaredDefinitionAfterOneBoot(t *testing.T) {
 			rep := mustReconcile(t, db, opts...)
 			require.NoError(t, rep.Err(), describe(rep))
 			require.Equal(t, want, db.Strings(t, w.read), "the declared definition after one boot: %s", describe(rep))
-			// The declared definition is what every done-check of the plan
-			// recognises (a build beside an index is consumed by its swap).
+			// The declared definition is what every done-check of the shape
+			// step recognises (a build beside an index is consumed by its
+			// swap, a widening's shadows by its contract).
 			for _, ph := range p.Phases() {
-				if ph.DoneWhen != "" && !strings.HasPrefix(ph.Object, "schemastate_next_") {
+				if ph.DoneWhen != "" && ph.Step == reconcile.StepShape && !strings.HasPrefix(ph.Object, "schemastate_next_") {
 					require.True(t, done(t, db, ph), "%s is done after the boot: %s", ph.ID(), ph.DoneWhen)
 				}
 			}
