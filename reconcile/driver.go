@@ -104,4 +104,7 @@ type tableFacts struct {
 	// deferrableFKs names the table's DEFERRABLE foreign keys (PostgreSQL),
 	// which Atlas does not tell from the declared ones.
 	deferrableFKs map[string]bool
+	// newTable is a shadow-table rebuild's new table, when one exists
+	// (PostgreSQL).
+	newTable *shadowTable
 }

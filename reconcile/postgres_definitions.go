@@ -266,3 +266,112 @@ func (c *checkFacts) indexForms() map[string]indexForm {
 	}
 	return c.indexes
 }
+
+// shadowTable is what a shadow-table rebuild in flight has built under its
+// names: the new table's columns (by name, as format_type prints each
+// type) and its indexes (by name, as pg_get_indexdef prints each), beside
+// the live table's columns. Nil when no new table exists.
+type shadowTable struct {
+	columns, live, indexes map[string]string
+}
+
+// readRebuildTable reads the rebuild's new table of table, if any.
+func readRebuildTable(ctx context.Context, q querier, schemaName, table string) (*shadowTable, error) {
+	rows, err := q.QueryContext(ctx, `SELECT 'c', attrelid = to_regclass($1), attname::text, format_type(atttypid, atttypmod) FROM pg_attribute
+ WHERE attrelid IN (to_regclass($1), to_regclass($2)) AND attnum > 0 AND NOT attisdropped
+UNION ALL SELECT 'i', true, c.relname::text, pg_get_indexdef(i.indexrelid) FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid WHERE i.indrelid = to_regclass($1)`,
+		qualified(schemaName, rebuildNew(table)), qualified(schemaName, table))
+	if err != nil {
+		return nil, fmt.Errorf("read the rebuild's new table of %s: %w", table, err)
+	}
+	defer rows.Close()
+	rt := &shadowTable{columns: map[string]string{}, live: map[string]string{}, indexes: map[string]string{}}
+	for rows.Next() {
+		var kind, name, def string
+		var isNew bool
+		if err := rows.Scan(&kind, &isNew, &name, &def); err != nil {
+			return nil, err
+		}
+		switch {
+		case kind == "i":
+			rt.indexes[name] = def
+		case isNew:
+			rt.columns[name] = def
+		default:
+			rt.live[name] = def
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	if len(rt.columns) == 0 {
+		return nil, nil
+	}
+	return rt, nil
+}
+
+// twins describes what the new table holds under the rebuild's names with
+// another definition than the rebuild makes: a column that is not the live
+// one (the widened ones bigint), an index built under an index's rebuild
+// name (rebuildTempIndex) that is not that index. Empty when it is the
+// rebuild's own.
+func (rt *shadowTable) twins(widened []*schema.Column, indexes []liveIndex) []string {
+	if rt == nil {
+		return nil
+	}
+	want := map[string]string{}
+	for name, typ := range rt.live {
+		if !strings.HasSuffix(name, shadowSuffix) {
+			want[name] = typ
+		}
+	}
+	for _, c := range widened {
+		want[c.Name] = "bigint"
+	}
+	var out []string
+	for name, typ := range rt.columns {
+		if want[name] != typ {
+			out = append(out, fmt.Sprintf("column %s of the new table found as %s, not %s", name, typ, orAbsent(want[name])))
+		}
+	}
+	for name := range want {
+		if _, ok := rt.columns[name]; !ok {
+			out = append(out, fmt.Sprintf("column %s missing from the rebuild's new table", name))
+		}
+	}
+	tail := func(def string) string {
+		unique := strings.HasPrefix(def, "CREATE UNIQUE ")
+		if i := strings.Index(def, " USING "); i >= 0 {
+			def = def[i:]
+		}
+		return fmt.Sprintf("%t%s", unique, def)
+	}
+	for _, ix := range indexes {
+		tmp := rebuildTempIndex(ix.name)
+		if def, ok := rt.indexes[tmp]; ok && tail(def) != tail(ix.def) {
+			out = append(out, fmt.Sprintf("index %s (for %s) found as %s", tmp, ix.name, def))
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+func orAbsent(s string) string {
+	if s == "" {
+		return "absent"
+	}
+	return s
+}
+
+// rebuiltIndexIs is the done-check that the rebuild's index qtmp is built,
+// valid, and of the live index's definition def (pg_get_indexdef): the
+// same uniqueness, and the same text from its access method on.
+func rebuiltIndexIs(qtmp, def string) string {
+	unique := strings.HasPrefix(def, "CREATE UNIQUE ")
+	tail := def
+	if i := strings.Index(def, " USING "); i >= 0 {
+		tail = def[i+len(" USING "):]
+	}
+	return fmt.Sprintf("EXISTS (SELECT 1 FROM pg_index WHERE indexrelid = to_regclass(%s) AND indisvalid AND indisunique = %t AND split_part(pg_get_indexdef(indexrelid), ' USING ', 2) = %s)",
+		literal(qtmp), unique, literal(tail))
+}

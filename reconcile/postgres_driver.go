@@ -138,6 +138,11 @@ func (postgresDriver) facts(ctx context.Context, q querier, schemaName string, l
 	if f.deferrableFKs, err = deferrableForeignKeys(ctx, q, schemaName, live.Name); err != nil {
 		return f, err
 	}
+	if f.rebuild.newExists {
+		if f.newTable, err = readRebuildTable(ctx, q, schemaName, live.Name); err != nil {
+			return f, err
+		}
+	}
 	return f, nil
 }
 

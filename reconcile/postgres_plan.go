@@ -84,6 +84,9 @@ type inflight struct {
 	replace map[string]bool
 	// checks are the table's checks as the server normalizes them.
 	checks *checkFacts
+	// newTable is what a shadow-table rebuild in flight built (nil when
+	// none), compared with what it builds.
+	newTable *shadowTable
 }
 
 func (f *inflight) any() bool { return f != nil && len(f.notes) > 0 }
@@ -251,7 +254,7 @@ func (postgresDriver) planTable(pc *planContext, tp *tablePlan, f tableFacts) er
 	if tp.Inflight.rebuild = f.rebuild; f.rebuild.inflight() {
 		tp.Inflight.notes = append(tp.Inflight.notes, f.rebuild.notes(tp.Table)...)
 	}
-	in.checks = f.checks
+	in.checks, in.newTable = f.checks, f.newTable
 	live, in.nnChecks, in.filling = normalizeRecipes(live, tp.Want, f)
 	in.notNullTwins()
 	var recipeNotes []string
@@ -393,6 +396,12 @@ func onlineWidening(schemaName string, tp *tablePlan, cols []*schema.Column, ind
 		reason = rebuildable(live)
 	case len(rb.blockers) > 0:
 		reason = strings.Join(rb.blockers, "; ")
+	}
+	if twins := tp.Inflight.newTable.twins(cols, indexes); rb.inflight() && reason == "" && len(twins) > 0 {
+		// Not this rebuild's own: started again, rather than swapped in.
+		tp.Inflight.twins = append(tp.Inflight.twins, twins...)
+		return append([]ops.Phase{abandonPhase(schemaName, tp.Table, why+"; the rebuild's new table is not its own ("+strings.Join(twins, "; ")+"): starting again")},
+			rebuildPhases(schemaName, live, tp.Want, cols, rb, indexes, why)...)
 	}
 	if rb.inflight() {
 		switch {

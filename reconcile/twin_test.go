@@ -1,7 +1,9 @@
 package reconcile_test
 
 import (
+	"crypto/sha1"
 	"database/sql"
+	"encoding/hex"
 	"slices"
 	"strings"
 	"testing"
@@ -11,6 +13,7 @@ import (
 	"github.com/schemastate/schemastate"
 	"github.com/schemastate/schemastate/dialect"
 	"github.com/schemastate/schemastate/internal/dbtest"
+	"github.com/schemastate/schemastate/internal/hooks"
 	"github.com/schemastate/schemastate/internal/ops"
 	"github.com/schemastate/schemastate/reconcile"
 )
@@ -44,6 +47,9 @@ type twin struct {
 	// legacy: the twin is planted on the pre-amendment store, before any
 	// boot (else on the store in its declared shape).
 	legacy bool
+	// stopAt, when set, is the failpoint a first boot stops at, before the
+	// twin is planted (a rebuild in flight).
+	stopAt string
 	// todo, when set, says why the row is not yet run.
 	todo string
 }
@@ -62,6 +68,17 @@ const (
 )
 
 func q(format, name string) string { return strings.Replace(format, "%s", name, 1) }
+
+// widenedRead is the table's columns and their types, by name.
+const widenedRead = `SELECT string_agg(attname || ' ' || format_type(atttypid, atttypmod), ', ' ORDER BY attname) FROM pg_attribute
+ WHERE attrelid = 'task_session_subagents'::regclass AND attnum > 0 AND NOT attisdropped`
+
+// rebuildTempIndexName is the name a rebuild builds index name under on its
+// new table (reconcile's rebuildTempIndex).
+func rebuildTempIndexName(name string) string {
+	sum := sha1.Sum([]byte(name))
+	return "schemastate_ix_" + hex.EncodeToString(sum[:8])
+}
 
 var twins = []twin{
 	{name: "check_valid", dialect: dialect.Postgres, kinds: []ops.Kind{ops.KindCheckRows, ops.KindStatements, ops.KindOwnTx},
@@ -122,11 +139,21 @@ INSERT INTO task_session_subagents (id, task_session_id, task_id, tool_call_id, 
 		// The pre-amendment table's metrics are integer: a shadow column of
 		// the column copy's name, but integer, is no shadow of it.
 		plant: []string{`ALTER TABLE task_session_subagents ADD COLUMN total_tokens__schemastate_bigint integer`},
-		read: `SELECT string_agg(attname || ' ' || format_type(atttypid, atttypmod), ', ' ORDER BY attname) FROM pg_attribute
- WHERE attrelid = 'task_session_subagents'::regclass AND attnum > 0 AND NOT attisdropped`,
+		read:  widenedRead,
 		found: "shadow column total_tokens__schemastate_bigint found as"},
-	{name: "shadow_rebuild", dialect: dialect.Postgres, kinds: []ops.Kind{ops.KindRebuildCopy, ops.KindRebuildReplay, ops.KindRebuildIndex},
-		todo: "the shadow-table rebuild's twin (a schemastate_new_ table of another definition) is not yet planted; its fingerprint abandons a rebuild whose table changed"},
+	{name: "rebuild_new_table", dialect: dialect.Postgres, kinds: []ops.Kind{ops.KindRebuildCopy, ops.KindRebuildReplay, ops.KindRebuildIndex}, legacy: true,
+		// A rebuild stopped after its first index build; its new table's
+		// widened column then made integer again: not the rebuild's own.
+		stopAt: hooks.FailpointRebuildIndexBuilt,
+		plant:  []string{`ALTER TABLE schemastate_new_task_session_subagents ALTER COLUMN total_tokens TYPE integer`},
+		read:   widenedRead, found: "column total_tokens of the new table found as integer"},
+	{name: "rebuild_index", dialect: dialect.Postgres, kinds: []ops.Kind{ops.KindRebuildIndex}, legacy: true,
+		// An index under the rebuild's name for idx_subagents_task_id, of
+		// another definition: not the rebuild's own.
+		stopAt: hooks.FailpointRebuildIndexBuilt,
+		plant: []string{`DROP INDEX IF EXISTS ` + rebuildTempIndexName("idx_subagents_task_id"),
+			`CREATE INDEX ` + rebuildTempIndexName("idx_subagents_task_id") + ` ON schemastate_new_task_session_subagents (turn_id)`},
+		read: q(pgIndexQ, "idx_subagents_task_id"), found: "for idx_subagents_task_id) found as"},
 
 	{name: "check", dialect: dialect.SQLite, kinds: []ops.Kind{ops.KindStatements},
 		from: subagentsIndexAnchor, to: durationCheck + subagentsIndexAnchor, twinFrom: subagentsIndexAnchor, twinTo: durationTwin + subagentsIndexAnchor,
@@ -191,15 +218,24 @@ func TestTwins_DeclaredDefinitionAfterOneBoot(t *testing.T) {
 			default:
 				mustReconcile(t, db, quiet)
 			}
+			if w.stopAt != "" {
+				_, err := reconcile.Reconcile(ctx, db.DB, append(slices.Clone(opts), failAt(w.stopAt))...)
+				require.Error(t, err, "the first boot stops at %s", w.stopAt)
+			}
 			if w.prepare != "" {
 				db.Exec(t, w.prepare)
 			}
 			for _, s := range w.plant {
-				if _, err := db.DB.ExecContext(ctx, s); err != nil {
-					t.Logf("plant %q: %v", s, err)
+				_, err := db.DB.ExecContext(ctx, s)
+				if w.stopAt != "" {
+					require.NoError(t, err, "plant %q", s)
+				} else if err != nil {
+					t.Logf("plant %q: %v", s, err) // a build that fails on purpose
 				}
 			}
-			require.NotEqual(t, want, db.Strings(t, w.read), "the twin is planted")
+			if w.stopAt == "" { // else the twin is in the rebuild's new table
+				require.NotEqual(t, want, db.Strings(t, w.read), "the twin is planted")
+			}
 
 			p, err := reconcile.Plan(ctx, db.DB, opts...)
 			require.NoError(t, err)
