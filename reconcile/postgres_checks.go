@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"fmt"
 	"sort"
-	"strings"
 
 	"ariga.io/atlas/sql/postgres"
 	"ariga.io/atlas/sql/schema"
@@ -40,8 +39,10 @@ type indexForm struct {
 	exprs     map[int]string
 }
 
-// same reports a declared check whose live definition is the declared one.
-func (c *checkFacts) same(name, wantExpr string) bool {
+// same reports a declared check whose live definition is the declared one
+// (always, without facts: a plan made without a database compares as Atlas
+// does).
+func (c *checkFacts) same(name string) bool {
 	if c == nil {
 		return true
 	}
@@ -274,46 +275,4 @@ func rolledBack(ctx context.Context, q querier, fn func(querier) error) error {
 		err = rerr
 	}
 	return err
-}
-
-// checkTwins are the diff's changes Atlas misses: a declared check whose
-// name the live table holds with another expression (Atlas pairs checks by
-// name and compares nothing else of them).
-func checkTwins(live, want *schema.Table, same func(l, w *schema.Check) bool, changes []schema.Change) []schema.Change {
-	for _, a := range want.Attrs {
-		w, ok := a.(*schema.Check)
-		if !ok || w.Name == "" {
-			continue
-		}
-		for _, la := range live.Attrs {
-			if l, ok := la.(*schema.Check); ok && l.Name == w.Name && !same(l, w) && !hasCheckChange(changes, w.Name) {
-				changes = append(changes, &schema.ModifyCheck{From: l, To: w})
-			}
-		}
-	}
-	return changes
-}
-
-func hasCheckChange(changes []schema.Change, name string) bool {
-	for _, c := range changes {
-		switch c := c.(type) {
-		case *schema.ModifyCheck:
-			if c.To.Name == name {
-				return true
-			}
-		case *schema.AddCheck:
-			if c.C.Name == name {
-				return true
-			}
-		}
-	}
-	return false
-}
-
-// sameCheckText compares two checks as SQLite stores them, in the table's
-// SQL: the expression without its outer parentheses, its white space
-// collapsed.
-func sameCheckText(l, w *schema.Check) bool {
-	norm := func(x string) string { return strings.Join(strings.Fields(describe.BareExpr(x)), " ") }
-	return norm(l.Expr) == norm(w.Expr)
 }

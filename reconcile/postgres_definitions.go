@@ -204,40 +204,6 @@ func declaredInFlight(live, want *schema.Table, name string) bool {
 	return declaredCheck(want, name) && !declaredCheck(live, name)
 }
 
-// twinNotes describe each object the diff found under a declared name with
-// another definition, for the step detail: what was found and that the
-// declared definition replaces it.
-func twinNotes(changes []schema.Change, f tableFacts) []string {
-	var out []string
-	valid := func(name string) string {
-		if f.notValid[name] {
-			return " NOT VALID"
-		}
-		return ""
-	}
-	for _, c := range changes {
-		switch c := c.(type) {
-		case *schema.ModifyCheck:
-			if c.From.Name == c.To.Name {
-				out = append(out, fmt.Sprintf("check %s found as CHECK (%s)%s, declared CHECK (%s): replaced", c.To.Name, c.From.Expr, valid(c.From.Name), c.To.Expr))
-			}
-		case *schema.ModifyForeignKey:
-			if c.From.Symbol == c.To.Symbol {
-				found := describe.ForeignKey(c.From).Definition()
-				if f.deferrableFKs[c.From.Symbol] {
-					found += " DEFERRABLE"
-				}
-				out = append(out, fmt.Sprintf("foreign key %s found as %s%s, declared %s: replaced", c.To.Symbol, found, valid(c.From.Symbol), describe.ForeignKey(c.To).Definition()))
-			}
-		case *schema.ModifyIndex:
-			if c.From.Name == c.To.Name && c.Change&^schema.ChangeComment != schema.NoChange {
-				out = append(out, fmt.Sprintf("index %s found as %s, declared %s: replaced", c.To.Name, describe.Index(c.From).Definition(), describe.Index(c.To).Definition()))
-			}
-		}
-	}
-	return out
-}
-
 // notNullTwins marks each SET NOT NULL check left under the recipe's name
 // whose expression is not the recipe's, to be replaced.
 func (f *inflight) notNullTwins() {

@@ -276,14 +276,14 @@ func (postgresDriver) planTable(pc *planContext, tp *tablePlan, f tableFacts) er
 	live, pre.renames, in.renamed = renameEquivalentUniques(pc.schema, live, tp.Want, f.deferrable)
 	tp.Live = live // what the diff and the phases plan from
 	tp.twins = func(changes []schema.Change) []schema.Change {
-		changes = checkTwins(tp.Live, tp.Want, func(l, w *schema.Check) bool { return f.checks.same(w.Name, w.Expr) }, changes)
+		changes = checkTwins(tp.Live, tp.Want, func(l, w *schema.Check) bool { return f.checks.same(w.Name) }, changes)
 		return fkTwins(tp.Live, tp.Want, f.deferrableFKs, changes)
 	}
 	changes, _, err := pc.diff(tp)
 	if err != nil || len(tp.Refused) > 0 {
 		return err
 	}
-	in.twins = append(in.twins, twinNotes(changes, f)...)
+	in.twins = append(in.twins, twinNotes(changes, f.notValid, f.deferrableFKs)...)
 	pre.fills = fillStatements(pc.schema, tp.Live, tp.Want)
 	rest, widen := splitWidenings(changes)
 	var stmts, widenSQL []string

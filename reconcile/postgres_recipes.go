@@ -371,7 +371,7 @@ func normalizeRecipes(live, want *schema.Table, f tableFacts) (_ *schema.Table, 
 				nnChecks[c.Name] = col
 				continue
 			}
-			if f.notValid[c.Name] && declaredCheck(want, c.Name) && f.checks.same(c.Name, c.Expr) {
+			if f.notValid[c.Name] && declaredCheck(want, c.Name) && f.checks.same(c.Name) {
 				continue // this recipe's own, in flight: validated next
 			}
 		}

@@ -207,6 +207,7 @@ func planShape(ctx context.Context, drv driver, q querier, decl *declare.Declara
 		if err := drv.planTable(pc, tp, f); err != nil {
 			return nil, err
 		}
+		nameTwins(tp)
 	}
 	return plan, nil
 }
