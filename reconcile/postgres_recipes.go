@@ -204,8 +204,11 @@ func (p recipePlanner) addColumn(c *schema.Column) ops.Phase {
 			fmt.Sprintf("ALTER TABLE %s ALTER COLUMN %s SET DEFAULT %s", p.qt, qc, defaultSQL(c.Default)),
 			fmt.Sprintf("COMMENT ON COLUMN %s.%s IS %s", p.qt, qc, literal(fillMarker)),
 		},
-		DoneWhen: fmt.Sprintf("SELECT EXISTS (SELECT 1 FROM pg_attribute a JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum WHERE a.attrelid = to_regclass(%s) AND a.attname = %s AND NOT a.attisdropped)",
-			literal(p.qt), literal(c.Name)),
+		// Done when a column of the name and of the declared type has a
+		// default (a column of the name and another type is no column this
+		// phase added).
+		DoneWhen: fmt.Sprintf("SELECT EXISTS (SELECT 1 FROM pg_attribute a JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum WHERE a.attrelid = to_regclass(%s) AND a.attname = %s AND a.atttypid = to_regtype(%s) AND NOT a.attisdropped)",
+			literal(p.qt), literal(c.Name), literal(t)),
 		Detail: p.why + "; column " + c.Name + ": its default is evaluated per row, so it is added nullable, then filled in batches"}
 }
 
