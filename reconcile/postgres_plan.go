@@ -273,6 +273,11 @@ func (postgresDriver) planTable(pc *planContext, tp *tablePlan, f tableFacts) er
 	tp.Inflight.notes = append(tp.Inflight.notes, recipeNotes...)
 	var pre prelude
 	live, pre.replaced = replaceDeferrableKeys(pc.schema, live, tp.Want, f.deferrable)
+	for _, w := range tp.Want.Indexes {
+		if f.deferrable[w.Name] {
+			in.twins = append(in.twins, fmt.Sprintf("unique key %s found DEFERRABLE (no ON CONFLICT arbiter): replaced", w.Name))
+		}
+	}
 	live, pre.renames, in.renamed = renameEquivalentUniques(pc.schema, live, tp.Want, f.deferrable)
 	tp.Live = live // what the diff and the phases plan from
 	tp.twins = func(changes []schema.Change) []schema.Change {

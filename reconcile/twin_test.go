@@ -127,6 +127,16 @@ var twins = []twin{
 		from: subagentsIndexAnchor, to: lowerModelIndex + subagentsIndexAnchor,
 		plant: []string{`CREATE INDEX idx_subagents_model_lower ON task_session_subagents (upper(model))`},
 		read:  q(pgIndexQ, "idx_subagents_model_lower"), found: "index idx_subagents_model_lower found as"},
+	{name: "key_valid", dialect: dialect.Postgres, kinds: []ops.Kind{ops.KindConcurrent, ops.KindStatements},
+		// The key's columns in another order: another index, no ON CONFLICT
+		// arbiter for the declared column list's index order.
+		plant: []string{`ALTER TABLE task_session_subagents DROP CONSTRAINT ` + keyName + `, ADD CONSTRAINT ` + keyName + ` UNIQUE (tool_call_id, task_session_id, agent_execution_id)`},
+		read:  q(pgConstraintQ, keyName) + ` || ' ' || ` + strings.TrimPrefix(q(pgIndexQ, keyName), "SELECT "),
+		found: "index " + keyName + " found as"},
+	{name: "key_deferrable", dialect: dialect.Postgres, kinds: []ops.Kind{ops.KindStatements},
+		plant: []string{`ALTER TABLE task_session_subagents DROP CONSTRAINT ` + keyName + `, ADD CONSTRAINT ` + keyName + ` UNIQUE (task_session_id, agent_execution_id, tool_call_id) DEFERRABLE`},
+		read:  q(pgConstraintQ, keyName) + ` || ' ' || ` + strings.TrimPrefix(q(pgIndexQ, keyName), "SELECT "),
+		found: "unique key " + keyName + " found DEFERRABLE"},
 	{name: "key_invalid", dialect: dialect.Postgres, kinds: []ops.Kind{ops.KindConcurrent, ops.KindStatements},
 		prepare: `ALTER TABLE task_session_subagents DROP CONSTRAINT ` + keyName + `;
 INSERT INTO task_session_subagents (id, task_session_id, task_id, tool_call_id, agent_execution_id, source, observed_at, updated_at)
