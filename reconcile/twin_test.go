@@ -209,88 +209,107 @@ func TestTwins_EveryStepKindHasARow(t *testing.T) {
 // declared definition after one boot.
 func TestTwins_DeclaredDefinitionAfterOneBoot(t *testing.T) {
 	for _, w := range twins {
-		t.Run(string(w.dialect)+"/"+w.name, func(t *testing.T) {
-			if w.todo != "" {
-				t.Skip("not yet covered: " + w.todo)
-			}
-			decl := twinDeclaration(t, w.from, w.to, w.name)
-			opts := []reconcile.Option{quiet, decl}
-			if w.dialect == dialect.Postgres {
-				opts = append(opts, online...)
-			}
-			fresh := dbtest.Open(t, w.dialect)
-			fresh.Host(t)
-			mustReconcile(t, fresh, opts...)
-			want := fresh.Strings(t, w.read)
-
-			db := dbtest.Open(t, w.dialect)
-			seedLegacyStore(t, db)
-			switch {
-			case w.legacy:
-			case w.twinFrom != "":
-				mustReconcile(t, db, quiet, twinDeclaration(t, w.twinFrom, w.twinTo, w.name+"_twin"))
-			default:
-				mustReconcile(t, db, quiet)
-			}
-			if w.stopAt != "" {
-				_, err := reconcile.Reconcile(ctx, db.DB, append(slices.Clone(opts), failAt(w.stopAt))...)
-				require.Error(t, err, "the first boot stops at %s", w.stopAt)
-			}
-			if w.prepare != "" {
-				db.Exec(t, w.prepare)
-			}
-			for _, s := range w.plant {
-				_, err := db.DB.ExecContext(ctx, s)
-				if w.stopAt != "" {
-					require.NoError(t, err, "plant %q", s)
-				} else if err != nil {
-					t.Logf("plant %q: %v", s, err) // a build that fails on purpose
-				}
-			}
-			if w.stopAt == "" { // else the twin is in the rebuild's new table
-				require.NotEqual(t, want, db.Strings(t, w.read), "the twin is planted")
-			}
-
-			p, err := reconcile.Plan(ctx, db.DB, opts...)
-			require.NoError(t, err)
-			for _, k := range w.kinds {
-				require.True(t, slices.ContainsFunc(p.Phases(), func(ph ops.Phase) bool { return ph.Kind == k }), "the plan runs a %s phase: %v", k, p.Phases())
-			}
-			// A phase with a done-check sees the twin; one without (SQLite's
-			// rebuild, re-derived from the catalog by the diff) is planned.
-			checked, undone := 0, 0
-			for _, ph := range p.Phases() {
-				if ph.DoneWhen != "" {
-					// A check may read what an earlier phase adds (an error
-					// here is "not done").
-					checked++
-					var ok bool
-					if err := db.QueryRowContext(ctx, ph.DoneWhen).Scan(&ok); err != nil || !ok {
-						undone++
-					}
-				}
-			}
-			require.True(t, checked == 0 || undone > 0, "a phase's done-check sees the twin")
-			rep := mustReconcile(t, db, opts...)
-			require.NoError(t, rep.Err(), describe(rep))
-			require.Equal(t, want, db.Strings(t, w.read), "the declared definition after one boot: %s", describe(rep))
-			// The declared definition is what every done-check of the shape
-			// step recognises (a build beside an index is consumed by its
-			// swap, a widening's shadows by its contract).
-			for _, ph := range p.Phases() {
-				if ph.DoneWhen != "" && ph.Step == reconcile.StepShape && !strings.HasPrefix(ph.Object, "schemastate_next_") {
-					require.True(t, done(t, db, ph), "%s is done after the boot: %s", ph.ID(), ph.DoneWhen)
-				}
-			}
-			if w.found != "" {
-				require.Contains(t, describe(rep), w.found, "the report names the twin it found")
-			}
-			p, err = reconcile.Plan(ctx, db.DB, opts...)
-			require.NoError(t, err)
-			require.Empty(t, p.Phases(), "the next plan is empty")
-			require.True(t, observeWith(t, db, opts...).EndState.KeyBearing(), "the end state after the boot")
-		})
+		t.Run(string(w.dialect)+"/"+w.name, func(t *testing.T) { w.run(t, w.dialect == dialect.Postgres) })
 	}
+}
+
+// TestTwins_SingleTransactionPath plants the PostgreSQL twins on a table
+// under the online threshold, whose changes are one transaction: the
+// declared definition after one boot there too.
+func TestTwins_SingleTransactionPath(t *testing.T) {
+	for _, w := range twins {
+		if w.dialect == dialect.Postgres && w.stopAt == "" {
+			t.Run(w.name, func(t *testing.T) { w.run(t, false) })
+		}
+	}
+}
+
+// run plants the twin and boots once, online (every phase its own, the
+// plan's kinds required) or not.
+func (w twin) run(t *testing.T, onlinePath bool) {
+	if w.todo != "" {
+		t.Skip("not yet covered: " + w.todo)
+	}
+	decl := twinDeclaration(t, w.from, w.to, w.name)
+	opts := []reconcile.Option{quiet, decl}
+	if onlinePath {
+		opts = append(opts, online...)
+	}
+	fresh := dbtest.Open(t, w.dialect)
+	fresh.Host(t)
+	mustReconcile(t, fresh, opts...)
+	want := fresh.Strings(t, w.read)
+
+	db := dbtest.Open(t, w.dialect)
+	seedLegacyStore(t, db)
+	switch {
+	case w.legacy:
+	case w.twinFrom != "":
+		mustReconcile(t, db, quiet, twinDeclaration(t, w.twinFrom, w.twinTo, w.name+"_twin"))
+	default:
+		mustReconcile(t, db, quiet)
+	}
+	if w.stopAt != "" {
+		_, err := reconcile.Reconcile(ctx, db.DB, append(slices.Clone(opts), failAt(w.stopAt))...)
+		require.Error(t, err, "the first boot stops at %s", w.stopAt)
+	}
+	if w.prepare != "" {
+		db.Exec(t, w.prepare)
+	}
+	for _, s := range w.plant {
+		_, err := db.DB.ExecContext(ctx, s)
+		if w.stopAt != "" {
+			require.NoError(t, err, "plant %q", s)
+		} else if err != nil {
+			t.Logf("plant %q: %v", s, err) // a build that fails on purpose
+		}
+	}
+	if w.stopAt == "" { // else the twin is in the rebuild's new table
+		require.NotEqual(t, want, db.Strings(t, w.read), "the twin is planted")
+	}
+
+	p, err := reconcile.Plan(ctx, db.DB, opts...)
+	require.NoError(t, err)
+	require.NotEmpty(t, p.Phases(), "the twin is a change")
+	for _, k := range w.kinds {
+		if !onlinePath {
+			break
+		}
+		require.True(t, slices.ContainsFunc(p.Phases(), func(ph ops.Phase) bool { return ph.Kind == k }), "the plan runs a %s phase: %v", k, p.Phases())
+	}
+	// A phase with a done-check sees the twin; one without (SQLite's
+	// rebuild, re-derived from the catalog by the diff) is planned.
+	checked, undone := 0, 0
+	for _, ph := range p.Phases() {
+		if ph.DoneWhen != "" {
+			// A check may read what an earlier phase adds (an error
+			// here is "not done").
+			checked++
+			var ok bool
+			if err := db.QueryRowContext(ctx, ph.DoneWhen).Scan(&ok); err != nil || !ok {
+				undone++
+			}
+		}
+	}
+	require.True(t, checked == 0 || undone > 0, "a phase's done-check sees the twin")
+	rep := mustReconcile(t, db, opts...)
+	require.NoError(t, rep.Err(), describe(rep))
+	require.Equal(t, want, db.Strings(t, w.read), "the declared definition after one boot: %s", describe(rep))
+	// The declared definition is what every done-check of the shape
+	// step recognises (a build beside an index is consumed by its
+	// swap, a widening's shadows by its contract).
+	for _, ph := range p.Phases() {
+		if ph.DoneWhen != "" && ph.Step == reconcile.StepShape && !strings.HasPrefix(ph.Object, "schemastate_next_") {
+			require.True(t, done(t, db, ph), "%s is done after the boot: %s", ph.ID(), ph.DoneWhen)
+		}
+	}
+	if w.found != "" {
+		require.Contains(t, describe(rep), w.found, "the report names the twin it found")
+	}
+	p, err = reconcile.Plan(ctx, db.DB, opts...)
+	require.NoError(t, err)
+	require.Empty(t, p.Phases(), "the next plan is empty")
+	require.True(t, observeWith(t, db, opts...).EndState.KeyBearing(), "the end state after the boot")
 }
 
 // done evaluates the phase's done-check.
