@@ -4,6 +4,10 @@ import (
 	"crypto/sha1"
 	"database/sql"
 	"encoding/hex"
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -195,9 +199,30 @@ func twinDeclaration(t *testing.T, from, to, name string) reconcile.Option {
 	return reconcile.WithDeclaration([]byte(out), name+".hcl")
 }
 
-// TestTwins_EveryStepKindHasARow fails for a step kind no twin row covers.
+// TestTwins_EveryStepKindHasARow fails for a step kind no twin row covers:
+// every Kind constant internal/ops declares (read from its source, so a
+// constant left out of ops.Kinds fails too).
 func TestTwins_EveryStepKindHasARow(t *testing.T) {
-	for _, k := range ops.Kinds {
+	f, err := parser.ParseFile(token.NewFileSet(), filepath.Join("..", "internal", "ops", "ops.go"), nil, 0)
+	require.NoError(t, err)
+	var declared []ops.Kind
+	for _, d := range f.Decls {
+		g, ok := d.(*ast.GenDecl)
+		if !ok || g.Tok != token.CONST {
+			continue
+		}
+		for _, spec := range g.Specs {
+			v := spec.(*ast.ValueSpec)
+			if id, ok := v.Type.(*ast.Ident); ok && id.Name == "Kind" {
+				for _, x := range v.Values {
+					declared = append(declared, ops.Kind(strings.Trim(x.(*ast.BasicLit).Value, `"`)))
+				}
+			}
+		}
+	}
+	require.NotEmpty(t, declared)
+	require.ElementsMatch(t, declared, ops.Kinds, "ops.Kinds lists every Kind constant")
+	for _, k := range declared {
 		require.True(t, slices.ContainsFunc(twins, func(w twin) bool { return slices.Contains(w.kinds, k) }), "no twin row for step kind %s", k)
 	}
 	for _, d := range []dialect.Dialect{dialect.SQLite, dialect.Postgres} {
