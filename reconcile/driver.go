@@ -98,4 +98,13 @@ type tableFacts struct {
 	// as the server prints it back, though the text differs (PostgreSQL:
 	// gen_random_uuid()::text reads back as (gen_random_uuid())::text).
 	sameDefault map[string]bool
+	// checks are the live and declared checks as the server normalizes
+	// them (PostgreSQL): what the diff and the recipes' done-checks compare.
+	checks *checkFacts
+	// deferrableFKs names the table's DEFERRABLE foreign keys (PostgreSQL),
+	// which Atlas does not tell from the declared ones.
+	deferrableFKs map[string]bool
+	// newTable is a shadow-table rebuild's new table, when one exists
+	// (PostgreSQL).
+	newTable *shadowTable
 }

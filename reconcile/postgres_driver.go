@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/schemastate/schemastate/dialect"
+	"github.com/schemastate/schemastate/internal/endstate"
 )
 
 // PostgreSQL's driver: its declaration and catalog reads, here; its
@@ -131,11 +132,31 @@ func (postgresDriver) facts(ctx context.Context, q querier, schemaName string, l
 	if f.sameDefault, err = equivalentDefaults(ctx, q, live, want); err != nil {
 		return f, err
 	}
+	if f.checks, err = readCheckFacts(ctx, q, schemaName, live, want); err != nil {
+		return f, err
+	}
+	if f.deferrableFKs, err = deferrableForeignKeys(ctx, q, schemaName, live.Name); err != nil {
+		return f, err
+	}
+	if f.rebuild.newExists {
+		if f.newTable, err = readRebuildTable(ctx, q, schemaName, live.Name); err != nil {
+			return f, err
+		}
+	}
 	return f, nil
 }
 
+// observable is live without what no statement can use (endstate.Usable):
+// its INVALID indexes, NOT VALID constraints and DEFERRABLE uniques.
 func (postgresDriver) observable(ctx context.Context, q querier, live *schema.Table) (*schema.Table, error) {
-	return withoutDeferrableUniques(ctx, q, live)
+	if live == nil {
+		return nil, nil
+	}
+	names, err := unusable(ctx, q, live.Name)
+	if err != nil {
+		return nil, err
+	}
+	return endstate.Usable(live, names), nil
 }
 
 func (postgresDriver) explain(err error) error { return withDetail(err) }

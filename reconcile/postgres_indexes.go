@@ -186,27 +186,9 @@ func hasPredicate(idx *schema.Index) bool {
 	return false
 }
 
-// withoutDeferrableUniques is an inspected PostgreSQL table without its
-// DEFERRABLE unique constraints, for the end state to observe. Atlas does not
-// model deferrability, and INSERT … ON CONFLICT cannot use a deferrable
-// constraint as its arbiter, so such a constraint is not AC-33 clause 2: the
-// live upsert would fail against it, and execution_since must not be published.
-func withoutDeferrableUniques(ctx context.Context, q dialect.Querier, live *schema.Table) (*schema.Table, error) {
-	if live == nil {
-		return nil, nil
-	}
-	deferrable, err := deferrableUniques(ctx, q, live.Name)
-	if err != nil {
-		return nil, err
-	}
-	live = cloneTable(live)
-	live.Indexes = slices.DeleteFunc(live.Indexes, func(idx *schema.Index) bool { return deferrable[idx.Name] })
-	return live, nil
-}
-
 // replaceDeferrableKeys plans, on PostgreSQL, replacing a declared unique
 // constraint that is live but DEFERRABLE: it is not the declared key (no ON
-// CONFLICT arbiter, see withoutDeferrableUniques), yet Atlas's diff, blind to
+// CONFLICT arbiter, see unusable), yet Atlas's diff, blind to
 // deferrability, sees no change, and every boot would observe the end state
 // missing and change nothing. The returned table is live without the
 // constraint, so the diff adds the declared one, and the returned statement
@@ -285,7 +267,7 @@ func (p recipePlanner) replaceIndex(m *schema.ModifyIndex, rebuild bool) []ops.P
 	return []ops.Phase{
 		buildConcurrently(p.schema, p.table, next, to, to.Unique, rebuild, detail),
 		{Step: StepShape, Name: ops.PhaseSwapIndex, Kind: ops.KindStatements, Table: p.table, Object: to.Name, SQL: swap, Transactional: true, Lock: ops.LockCatalog,
-			DoneWhen: fmt.Sprintf("SELECT to_regclass(%s) IS NULL", literal(qnext)),
+			DoneWhen: fmt.Sprintf("SELECT to_regclass(%s) IS NULL AND %s", literal(qnext), indexIs(qualified(p.schema, to.Name), to, to.Unique)),
 			Detail:   detail},
 	}
 }
@@ -310,7 +292,7 @@ func buildConcurrently(schemaName, table, name string, idx *schema.Index, unique
 	sqls = append(sqls, fmt.Sprintf("CREATE %sINDEX CONCURRENTLY %s ON %s %s", kw, dialect.QuoteIdent(name), qualified(schemaName, table), indexBody(idx)))
 	return ops.Phase{Step: StepShape, Name: ops.PhaseBuildIndex, Kind: ops.KindConcurrent, Table: table, Object: name, SQL: sqls, Scans: true,
 		Key: key, Lock: ops.LockShareUpdateExclusive,
-		DoneWhen: fmt.Sprintf("SELECT EXISTS (SELECT 1 FROM pg_index WHERE indexrelid = to_regclass(%s) AND indisvalid)", literal(qname)),
+		DoneWhen: "SELECT " + indexIs(qname, idx, unique),
 		Cleanup:  []string{"DROP INDEX CONCURRENTLY IF EXISTS " + qname},
 		Detail:   detail}
 }
@@ -368,7 +350,7 @@ func (p recipePlanner) replacePrimaryKey(from, to *schema.Index, name string, re
 	return []ops.Phase{
 		buildConcurrently(p.schema, p.table, next, to, true, rebuild, detail),
 		{Step: StepShape, Name: ops.PhaseSwapIndex, Kind: ops.KindStatements, Table: p.table, Object: name, SQL: swap, Transactional: true, Lock: ops.LockCatalog,
-			DoneWhen: fmt.Sprintf("SELECT to_regclass(%s) IS NULL", literal(qnext)),
+			DoneWhen: fmt.Sprintf("SELECT to_regclass(%s) IS NULL AND %s", literal(qnext), indexIs(qualified(p.schema, name), to, true)),
 			Detail:   detail},
 	}
 }

@@ -40,7 +40,10 @@ type onlineChanges struct {
 
 // classifyOnline sorts the table's changes for the online path.
 func classifyOnline(tp *tablePlan, pre prelude) *onlineChanges {
-	oc := &onlineChanges{catalogOnly: len(pre.replaced) == 0}
+	oc := &onlineChanges{catalogOnly: len(pre.replaced) == 0, rc: recipes{replace: map[string]bool{}}}
+	if tp.Inflight != nil {
+		maps.Copy(oc.rc.replace, tp.Inflight.replace)
+	}
 	oc.widening = slices.ContainsFunc(tp.Changes, func(c schema.Change) bool {
 		m, ok := c.(*schema.ModifyColumn)
 		return ok && m.Change.Is(schema.ChangeType) && typechange.Widens(m.From.Type.Type, m.To.Type.Type) && !pgtypes.BinaryCoercible(m.From.Type.Type, m.To.Type.Type)
@@ -87,8 +90,10 @@ func (oc *onlineChanges) take(tp *tablePlan, c schema.Change) bool {
 		}
 	case *schema.ModifyCheck:
 		if c.To.Name != "" && c.From.Name == c.To.Name {
-			oc.other = append(oc.other, &schema.DropCheck{C: c.From})
+			// Dropped in the transaction that adds the declared one NOT
+			// VALID: the name never goes unenforced.
 			oc.rc.checks = append(oc.rc.checks, c.To)
+			oc.rc.replace[c.To.Name] = true
 			return true
 		}
 	case *schema.AddForeignKey:
@@ -98,8 +103,13 @@ func (oc *onlineChanges) take(tp *tablePlan, c schema.Change) bool {
 		}
 	case *schema.ModifyForeignKey:
 		if c.To.Symbol != "" && c.To.RefTable != nil && len(c.To.Columns) == len(c.To.RefColumns) {
-			oc.other = append(oc.other, &schema.DropForeignKey{F: c.From})
+			if c.From.Symbol != c.To.Symbol {
+				oc.other = append(oc.other, &schema.DropForeignKey{F: c.From})
+			}
+			// Under its name, dropped in the transaction that adds the
+			// declared one NOT VALID.
 			oc.rc.foreignKey = append(oc.rc.foreignKey, c.To)
+			oc.rc.replace[c.To.Symbol] = true
 			return true
 		}
 	case *schema.ModifyIndex:
@@ -231,12 +241,12 @@ func (oc *onlineChanges) planRecipes(rp recipePlanner, tp *tablePlan) {
 // planIndexes is the concurrent builds, the redefinitions, the primary key
 // and the drop of what was built for a redefinition no longer declared;
 // attach names the built indexes to become unique keys.
-func (oc *onlineChanges) planIndexes(rp recipePlanner, tp *tablePlan) (attach []string) {
+func (oc *onlineChanges) planIndexes(rp recipePlanner, tp *tablePlan) (attach []*schema.Index) {
 	schemaName, why := rp.schema, rp.why
 	for _, idx := range oc.builds {
 		tp.Phases = append(tp.Phases, buildConcurrently(schemaName, tp.Table, idx.Name, idx, idx.Unique, tp.Inflight != nil && tp.Inflight.invalid[idx.Name], why))
 		if isUniqueConstraint(idx) {
-			attach = append(attach, idx.Name)
+			attach = append(attach, idx)
 		}
 	}
 	for _, m := range oc.redefined {
@@ -264,7 +274,7 @@ func (oc *onlineChanges) planIndexes(rp recipePlanner, tp *tablePlan) (attach []
 
 // swapKeys is the swap_key phase: the unique keys dropped and the built
 // indexes attached as keys, in one catalog-only transaction.
-func swapKeys(schemaName, tableName string, dropKeys []*schema.Index, attach []string, why string) (ops.Phase, bool) {
+func swapKeys(schemaName, tableName string, dropKeys []*schema.Index, attach []*schema.Index, why string) (ops.Phase, bool) {
 	if len(dropKeys) == 0 && len(attach) == 0 {
 		return ops.Phase{}, false
 	}
@@ -274,12 +284,17 @@ func swapKeys(schemaName, tableName string, dropKeys []*schema.Index, attach []s
 		clauses = append(clauses, "DROP CONSTRAINT "+dialect.QuoteIdent(idx.Name))
 		absent = append(absent, literal(idx.Name))
 	}
-	for _, n := range attach {
+	for _, idx := range attach {
+		n := idx.Name
 		clauses = append(clauses, fmt.Sprintf("ADD CONSTRAINT %s UNIQUE USING INDEX %s", dialect.QuoteIdent(n), dialect.QuoteIdent(n)))
-		present = append(present, literal(n))
+		// Attached, not deferrable, and over the declared index.
+		present = append(present, fmt.Sprintf("EXISTS (SELECT 1 FROM pg_constraint c JOIN pg_index i ON i.indexrelid = c.conindid WHERE c.conrelid = to_regclass(%s) AND c.contype = 'u' AND c.conname = %s AND NOT c.condeferrable AND i.indisvalid AND %s)",
+			literal(qt), literal(n), indexMatches(idx, true)))
 	}
-	done := fmt.Sprintf("SELECT (SELECT count(*) FROM pg_constraint WHERE conrelid = to_regclass(%s) AND contype = 'u' AND conname IN (%s)) = %d",
-		literal(qt), orNone(present), len(present))
+	done := "SELECT true"
+	if len(present) > 0 {
+		done = "SELECT " + strings.Join(present, " AND ")
+	}
 	if len(absent) > 0 {
 		done += fmt.Sprintf(" AND NOT EXISTS (SELECT 1 FROM pg_constraint WHERE conrelid = to_regclass(%s) AND conname IN (%s))", literal(qt), strings.Join(absent, ", "))
 	}

@@ -76,6 +76,17 @@ type inflight struct {
 	// indexes whose redefinition is no longer declared.
 	next    map[string]string
 	orphans []string
+	// twins describe each object found under a declared name with another
+	// definition, replaced by the declared one (postgres_definitions.go);
+	// replace names the checks and foreign keys among them, which the
+	// recipe drops in the transaction that adds the declared one.
+	twins   []string
+	replace map[string]bool
+	// checks are the table's checks as the server normalizes them.
+	checks *checkFacts
+	// newTable is what a shadow-table rebuild in flight built (nil when
+	// none), compared with what it builds.
+	newTable *shadowTable
 }
 
 func (f *inflight) any() bool { return f != nil && len(f.notes) > 0 }
@@ -86,13 +97,17 @@ func (f *inflight) any() bool { return f != nil && len(f.notes) > 0 }
 // changes as if they were not there, with what it took out. invalid names
 // the table's INVALID indexes (tableFacts).
 func resumeOnline(live, want *schema.Table, invalid []string) (*schema.Table, *inflight) {
-	f := &inflight{invalid: map[string]bool{}}
+	f := &inflight{invalid: map[string]bool{}, replace: map[string]bool{}}
 	live = cloneTable(live)
 	cols := live.Columns[:0:0]
 	for _, c := range live.Columns {
 		if base, ok := strings.CutSuffix(c.Name, shadowSuffix); ok {
 			f.notes = append(f.notes, fmt.Sprintf("shadow column %s (widening of %s in flight)", c.Name, base))
 			f.shadows = true
+			if t, ok := c.Type.Type.(*schema.IntegerType); !ok || !strings.EqualFold(t.T, "bigint") {
+				f.replace[c.Name] = true
+				f.twins = append(f.twins, fmt.Sprintf("shadow column %s found as %s, not bigint: replaced", c.Name, c.Type.Raw))
+			}
 			continue
 		}
 		cols = append(cols, c)
@@ -143,7 +158,7 @@ func (f *inflight) resumeNext(idx *schema.Index, live, want *schema.Table, inval
 			f.next = map[string]string{}
 		}
 		f.next[w.Name] = idx.Name
-		if invalid || !describe.SameIndex(idx, w) {
+		if invalid || !describe.SameIndex(idx, w) || !samePredicate(idx, w) {
 			f.invalid[idx.Name] = true
 			f.notes = append(f.notes, fmt.Sprintf("index %s built for %s's new definition, INVALID or of an earlier one (dropped and rebuilt)", idx.Name, w.Name))
 		} else {
@@ -231,13 +246,17 @@ func (postgresDriver) planTable(pc *planContext, tp *tablePlan, f tableFacts) er
 		return nil
 	}
 	// Each normalization returns a new table: the inspected one is left as
-	// the catalog holds it.
+	// the catalog holds it. The declared indexes' predicates and
+	// expressions are compared as the server spells them.
+	tp.Want = withServerForms(tp.Want, f.checks.indexForms())
 	live, in := resumeOnline(tp.Live, tp.Want, f.invalid)
 	tp.Inflight = in
 	if tp.Inflight.rebuild = f.rebuild; f.rebuild.inflight() {
 		tp.Inflight.notes = append(tp.Inflight.notes, f.rebuild.notes(tp.Table)...)
 	}
+	in.checks, in.newTable = f.checks, f.newTable
 	live, in.nnChecks, in.filling = normalizeRecipes(live, tp.Want, f)
+	in.notNullTwins()
 	var recipeNotes []string
 	for _, c := range in.filling {
 		recipeNotes = append(recipeNotes, fmt.Sprintf("column %s added, its fill in flight", c.Name))
@@ -246,7 +265,7 @@ func (postgresDriver) planTable(pc *planContext, tp *tablePlan, f tableFacts) er
 		recipeNotes = append(recipeNotes, fmt.Sprintf("check %s (SET NOT NULL of %s in flight)", chk, col))
 	}
 	for name := range f.notValid {
-		if _, fk := tp.Want.ForeignKey(name); fk || declaredCheck(tp.Want, name) {
+		if declaredInFlight(live, tp.Want, name) {
 			recipeNotes = append(recipeNotes, fmt.Sprintf("constraint %s NOT VALID (validated next)", name))
 		}
 	}
@@ -254,12 +273,22 @@ func (postgresDriver) planTable(pc *planContext, tp *tablePlan, f tableFacts) er
 	tp.Inflight.notes = append(tp.Inflight.notes, recipeNotes...)
 	var pre prelude
 	live, pre.replaced = replaceDeferrableKeys(pc.schema, live, tp.Want, f.deferrable)
+	for _, w := range tp.Want.Indexes {
+		if f.deferrable[w.Name] {
+			in.twins = append(in.twins, fmt.Sprintf("unique key %s found DEFERRABLE (no ON CONFLICT arbiter): replaced", w.Name))
+		}
+	}
 	live, pre.renames, in.renamed = renameEquivalentUniques(pc.schema, live, tp.Want, f.deferrable)
 	tp.Live = live // what the diff and the phases plan from
+	tp.twins = func(changes []schema.Change) []schema.Change {
+		changes = checkTwins(tp.Live, tp.Want, func(l, w *schema.Check) bool { return f.checks.same(w.Name) }, changes)
+		return fkTwins(tp.Live, tp.Want, f.deferrableFKs, changes)
+	}
 	changes, _, err := pc.diff(tp)
 	if err != nil {
 		return err
 	}
+	in.twins = append(in.twins, twinNotes(changes, f.notValid, f.deferrableFKs)...)
 	if len(tp.Refused) > 0 {
 		tp.Phases = refusedRebuild(pc.schema, tp)
 		return nil
@@ -298,7 +327,7 @@ func fillStatements(schemaName string, live, want *schema.Table) []string {
 // diff into phases: alter is the single transaction's ALTERs (the prelude
 // first), widen its type widenings.
 func planPhases(pc *planContext, tp *tablePlan, size tableSize, pre prelude, alter, widen []string) error {
-	if len(alter) == 0 && len(widen) == 0 && !tp.Inflight.any() {
+	if len(alter) == 0 && len(widen) == 0 && !tp.Inflight.any() && len(tp.Inflight.twins) == 0 {
 		return nil
 	}
 	online := size.bytes >= pc.onlineAbove
@@ -311,6 +340,9 @@ func planPhases(pc *planContext, tp *tablePlan, size tableSize, pre prelude, alt
 		online, why = false, fmt.Sprintf("table is %s, but the server is older than PostgreSQL 14: single transaction", size)
 	case !online:
 		why = fmt.Sprintf("table is %s, under the online threshold %s: single transaction", size, byteSize(pc.onlineAbove))
+	}
+	if tp.Inflight != nil && len(tp.Inflight.twins) > 0 {
+		why += "; under a declared name: " + strings.Join(tp.Inflight.twins, "; ")
 	}
 	if !online {
 		rest, widened := splitWidenings(tp.Changes)
@@ -374,6 +406,12 @@ func onlineWidening(schemaName string, tp *tablePlan, cols []*schema.Column, ind
 	case len(rb.blockers) > 0:
 		reason = strings.Join(rb.blockers, "; ")
 	}
+	if twins := tp.Inflight.newTable.twins(cols, indexes); rb.inflight() && reason == "" && len(twins) > 0 {
+		// Not this rebuild's own: started again, rather than swapped in.
+		tp.Inflight.twins = append(tp.Inflight.twins, twins...)
+		return append([]ops.Phase{abandonPhase(schemaName, tp.Table, why+"; the rebuild's new table is not its own ("+strings.Join(twins, "; ")+"): starting again")},
+			rebuildPhases(schemaName, live, tp.Want, cols, rb, indexes, why)...)
+	}
 	if rb.inflight() {
 		switch {
 		case reason != "":
@@ -383,109 +421,9 @@ func onlineWidening(schemaName string, tp *tablePlan, cols []*schema.Column, ind
 		}
 	}
 	if reason != "" {
-		return append(phases, widenPhases(schemaName, tp.Table, cols, why+"; not rebuilt ("+reason+"): column copy")...)
+		return append(phases, widenPhases(schemaName, tp.Table, cols, tp.Inflight.replace, why+"; not rebuilt ("+reason+"): column copy")...)
 	}
 	return append(phases, rebuildPhases(schemaName, live, tp.Want, cols, rb, indexes, why)...)
-}
-
-// widenPhases are expand, copy and contract for the columns.
-func widenPhases(schemaName, table string, cols []*schema.Column, why string) []ops.Phase {
-	qt := dialect.QuoteIdent(schemaName) + "." + dialect.QuoteIdent(table)
-	fn := dialect.QuoteIdent(schemaName) + "." + dialect.QuoteIdent(widenTrigger(table))
-	trig := dialect.QuoteIdent(widenTrigger(table))
-	var adds, assigns, sets, differ, drops, renames, names, shadows []string
-	for _, c := range cols {
-		col, sh := dialect.QuoteIdent(c.Name), dialect.QuoteIdent(c.Name+shadowSuffix)
-		adds = append(adds, "ADD COLUMN IF NOT EXISTS "+sh+" bigint")
-		assigns = append(assigns, fmt.Sprintf("NEW.%s := NEW.%s;", sh, col))
-		sets = append(sets, sh+" = "+col)
-		differ = append(differ, sh+" IS DISTINCT FROM "+col)
-		drops = append(drops, "DROP COLUMN "+col)
-		renames = append(renames, fmt.Sprintf("ALTER TABLE %s RENAME COLUMN %s TO %s", qt, sh, col))
-		names = append(names, literal(c.Name))
-		shadows = append(shadows, literal(c.Name+shadowSuffix))
-	}
-	tbl := literal(qualified(schemaName, table))
-	// Views (rules) reading a column about to be replaced: DROP COLUMN would
-	// fail on them, so the widening stops, named, before it adds anything.
-	blocked := fmt.Sprintf(`SELECT DISTINCT format('view %%s reads column %%s', v.oid::regclass, a.attname)
- FROM pg_depend d JOIN pg_rewrite w ON w.oid = d.objid JOIN pg_class v ON v.oid = w.ev_class
- JOIN pg_attribute a ON a.attrelid = d.refobjid AND a.attnum = d.refobjsubid
- WHERE d.classid = 'pg_rewrite'::regclass AND d.refobjid = to_regclass(%s) AND v.oid <> d.refobjid AND a.attname IN (%s)`, tbl, strings.Join(names, ", "))
-	hasShadows := fmt.Sprintf("(SELECT count(*) FROM pg_attribute WHERE attrelid = to_regclass(%s) AND attname IN (%s) AND NOT attisdropped)", tbl, strings.Join(shadows, ", "))
-	detail := why + "; columns " + strings.Join(names, ", ")
-	return []ops.Phase{
-		{Step: StepWiden, Name: ops.PhaseWidenExpand, Kind: ops.KindStatements, Table: table, Transactional: true, Lock: ops.LockCatalog,
-			SQL: []string{
-				"ALTER TABLE " + qt + " " + strings.Join(adds, ", "),
-				fmt.Sprintf("CREATE OR REPLACE FUNCTION %s() RETURNS trigger LANGUAGE plpgsql AS $schemastate$ BEGIN %s RETURN NEW; END $schemastate$", fn, strings.Join(assigns, " ")),
-				// Every INSERT and every UPDATE, whatever columns it sets: an
-				// update of any column writes a new tuple, possibly at a ctid
-				// past the pages the copy walks, and only the trigger can
-				// keep that tuple's shadows equal. (An earlier trigger fired
-				// on UPDATE OF the originals alone; its DoneWhen below is
-				// false, so a resumed boot replaces it.)
-				fmt.Sprintf("CREATE OR REPLACE TRIGGER %s BEFORE INSERT OR UPDATE ON %s FOR EACH ROW EXECUTE FUNCTION %s()", trig, qt, fn),
-			},
-			DoneWhen: fmt.Sprintf("SELECT %s = %d AND EXISTS (SELECT 1 FROM pg_trigger WHERE tgrelid = to_regclass(%s) AND tgname = %s AND tgattr::text = '')",
-				hasShadows, len(cols), tbl, literal(widenTrigger(table))),
-			BlockedBy: blocked, Detail: detail},
-		loopPhase(ops.Phase{Step: StepWiden, Name: ops.PhaseWidenCopy, Kind: ops.KindBatched, Table: table, Lock: ops.LockRows, Scans: true,
-			DoneWhen: fmt.Sprintf("SELECT NOT EXISTS (SELECT 1 FROM %s WHERE %s)", qt, strings.Join(differ, " OR ")),
-			Detail:   detail},
-			ops.Loop{Batch: fmt.Sprintf("UPDATE %s SET %s WHERE ctid >= $1::text::tid AND ctid < $2::text::tid AND (%s)",
-				qt, strings.Join(sets, ", "), strings.Join(differ, " OR "))}),
-		{Step: StepWiden, Name: ops.PhaseWidenContract, Kind: ops.KindStatements, Table: table, Transactional: true, Lock: ops.LockCatalog,
-			SQL: append([]string{
-				fmt.Sprintf("DROP TRIGGER IF EXISTS %s ON %s", trig, qt),
-				fmt.Sprintf("DROP FUNCTION IF EXISTS %s()", fn),
-				"ALTER TABLE " + qt + " " + strings.Join(drops, ", "),
-			}, renames...),
-			DoneWhen: fmt.Sprintf("SELECT %s = 0 AND (SELECT count(*) FROM pg_attribute WHERE attrelid = to_regclass(%s) AND attname IN (%s) AND atttypid = 'bigint'::regtype AND NOT attisdropped) = %d",
-				hasShadows, tbl, strings.Join(names, ", "), len(cols)),
-			BlockedBy: blocked, Detail: detail},
-	}
-}
-
-// widenableOnline reports a widening the expand/contract phases can make: an
-// integer column becoming bigint that is nullable, has no default, and takes
-// part in no index, key or constraint (replacing the column would drop them).
-func widenableOnline(live *schema.Table, m *schema.ModifyColumn) bool {
-	from, ok1 := m.From.Type.Type.(*schema.IntegerType)
-	to, ok2 := m.To.Type.Type.(*schema.IntegerType)
-	if !ok1 || !ok2 || !strings.EqualFold(to.T, "bigint") || !m.From.Type.Null || !m.To.Type.Null || m.From.Default != nil || m.To.Default != nil {
-		return false
-	}
-	_ = from
-	uses := func(parts []*schema.IndexPart) bool {
-		for _, p := range parts {
-			if p.C != nil && p.C.Name == m.From.Name || p.X != nil {
-				return true
-			}
-		}
-		return false
-	}
-	if live.PrimaryKey != nil && uses(live.PrimaryKey.Parts) {
-		return false
-	}
-	for _, idx := range live.Indexes {
-		if uses(idx.Parts) {
-			return false
-		}
-	}
-	for _, fk := range live.ForeignKeys {
-		for _, c := range fk.Columns {
-			if c.Name == m.From.Name {
-				return false
-			}
-		}
-	}
-	for _, a := range live.Attrs {
-		if _, ok := a.(*schema.Check); ok {
-			return false
-		}
-	}
-	return true
 }
 
 // qualified is schema.name, quoted, for to_regclass and messages.

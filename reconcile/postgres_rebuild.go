@@ -503,7 +503,7 @@ func (n rebuildNames) indexes(indexes []liveIndex, f *rebuildFacts) (builds, bui
 		// transaction leaves no invalid index behind).
 		at := strings.Index(ix.def, ix.prefix)
 		builds = append(builds, ix.def[:at]+"INDEX IF NOT EXISTS "+dialect.QuoteIdent(tmp)+" ON "+n.qn+" "+ix.def[at+len(ix.prefix):])
-		built = append(built, fmt.Sprintf("EXISTS (SELECT 1 FROM pg_index WHERE indexrelid = to_regclass(%s) AND indisvalid)", literal(qtmp)))
+		built = append(built, rebuiltIndexIs(qtmp, ix.def))
 		switch ix.contype {
 		case "p":
 			attach = append(attach, fmt.Sprintf("ALTER TABLE %s ADD CONSTRAINT %s PRIMARY KEY USING INDEX %s", n.qt, dialect.QuoteIdent(ix.constraintName), dialect.QuoteIdent(tmp)))

@@ -55,6 +55,10 @@ type recipes struct {
 	tighten    []*schema.Column     // to NOT NULL (the declared column)
 	checks     []*schema.Check      // to add
 	foreignKey []*schema.ForeignKey // to add
+	// replace names the checks and foreign keys (a SET NOT NULL's check
+	// among them) live under their declared name with another definition:
+	// dropped in the transaction that adds the declared one.
+	replace map[string]bool
 }
 
 // fillMarker is the comment a recipe puts on a column it added until its
@@ -67,10 +71,26 @@ type recipePlanner struct {
 	qt            string // the table, qualified and quoted
 	key           string // the table's row key as text, for naming rows
 	why           string
+	// checks are the declared checks as the server normalizes them, which
+	// the done-checks compare the live ones with.
+	checks *checkFacts
 }
 
 func newRecipePlanner(schemaName string, tp *tablePlan, why string) recipePlanner {
-	return recipePlanner{schema: schemaName, table: tp.Table, qt: qualified(schemaName, tp.Table), key: rowKeyText(tp.Want), why: why}
+	p := recipePlanner{schema: schemaName, table: tp.Table, qt: qualified(schemaName, tp.Table), key: rowKeyText(tp.Want), why: why}
+	if tp.Inflight != nil {
+		p.checks = tp.Inflight.checks
+	}
+	return p
+}
+
+// declaredCheckExpr is check name's declared expression as the server
+// normalizes it ("" when unknown).
+func (p recipePlanner) declaredCheckExpr(name string) string {
+	if p.checks == nil {
+		return ""
+	}
+	return p.checks.declared[name]
 }
 
 // rowKeyText is an expression naming a row by its primary key (ctid when
@@ -107,18 +127,18 @@ func (p recipePlanner) plan(r recipes, fills map[string]bool) []ops.Phase {
 	}
 	for _, c := range append(append([]*schema.Column(nil), r.addColumns...), r.filling...) {
 		if !c.Type.Null && !slices.ContainsFunc(r.tighten, func(t *schema.Column) bool { return t.Name == c.Name }) {
-			out = append(out, p.setNotNull(c.Name)...)
+			out = append(out, p.setNotNull(c.Name, r.replace)...)
 		}
 	}
 	for _, c := range r.tighten {
 		if fills[c.Name] && !filled[c.Name] {
 			out = append(out, p.fill(c))
 		}
-		out = append(out, p.setNotNull(c.Name)...)
+		out = append(out, p.setNotNull(c.Name, r.replace)...)
 	}
 	for _, c := range r.checks {
-		out = append(out, p.constraint(c.Name, "check "+c.Name, "NOT ("+c.Expr+")",
-			fmt.Sprintf("CHECK (%s)", c.Expr), ops.LockCatalog, "")...)
+		out = append(out, p.constraint(constraintSpec{name: c.Name, what: "check " + c.Name, broken: "NOT (" + c.Expr + ")",
+			def: fmt.Sprintf("CHECK (%s)", c.Expr), match: checkMatches(p.declaredCheckExpr(c.Name)), lock: ops.LockCatalog, replace: r.replace[c.Name]})...)
 	}
 	for _, fk := range r.foreignKey {
 		ref := p.schema
@@ -143,8 +163,9 @@ func (p recipePlanner) plan(r recipes, fills map[string]bool) []ops.Phase {
 		}
 		// MATCH SIMPLE: a row with a NULL in any column is not checked.
 		broken := fmt.Sprintf("%s AND NOT EXISTS (SELECT 1 FROM %s r WHERE %s)", strings.Join(present, " AND "), refTable, strings.Join(match, " AND "))
-		out = append(out, p.constraint(fk.Symbol, "foreign key "+fk.Symbol, broken, def, ops.LockShareRowExclusive,
-			"; holds SHARE ROW EXCLUSIVE on "+fk.RefTable.Name+" too")...)
+		out = append(out, p.constraint(constraintSpec{name: fk.Symbol, what: "foreign key " + fk.Symbol, broken: broken, def: def,
+			match: fkMatches(refTable, fk), lock: ops.LockShareRowExclusive, lockNote: "; holds SHARE ROW EXCLUSIVE on " + fk.RefTable.Name + " too",
+			replace: r.replace[fk.Symbol]})...)
 	}
 	return out
 }
@@ -155,16 +176,6 @@ func fkAction(a schema.ReferenceOption) string {
 		return ""
 	}
 	return string(a)
-}
-
-// exists is the catalog check for a constraint of the table; valid adds
-// that it is validated.
-func (p recipePlanner) exists(name string, valid bool) string {
-	cond := ""
-	if valid {
-		cond = " AND convalidated"
-	}
-	return fmt.Sprintf("EXISTS (SELECT 1 FROM pg_constraint WHERE conrelid = to_regclass(%s) AND conname = %s%s)", literal(p.qt), literal(name), cond)
 }
 
 // notNull is the catalog check that a column is NOT NULL.
@@ -180,57 +191,6 @@ func (p recipePlanner) breaking(broken string) *ops.Breaking {
 	}
 }
 
-// constraint is the recipe for a check or a foreign key: the read, the NOT
-// VALID constraint, its validation. skipWhen, when set, is a further
-// condition under which every phase is done.
-func (p recipePlanner) constraint(name, what, broken, def string, lock ops.LockClass, lockNote string, skipWhen ...string) []ops.Phase {
-	or := ""
-	for _, s := range skipWhen {
-		or += " OR " + s
-	}
-	detail := p.why + "; " + what + ": NOT VALID, then VALIDATE"
-	qn := dialect.QuoteIdent(name)
-	drop := fmt.Sprintf("ALTER TABLE %s DROP CONSTRAINT IF EXISTS %s", p.qt, qn)
-	return []ops.Phase{
-		{Step: StepShape, Name: ops.PhaseCheckRows, Kind: ops.KindCheckRows, Table: p.table, Object: name, Lock: ops.LockNone, Scans: true,
-			Breaking: p.breaking(broken), Constraint: what,
-			DoneWhen: "SELECT " + p.exists(name, false) + or, Detail: detail},
-		{Step: StepShape, Name: ops.PhaseAddNotValid, Kind: ops.KindStatements, Table: p.table, Object: name, Transactional: true, Lock: lock,
-			SQL:      []string{fmt.Sprintf("ALTER TABLE %s ADD CONSTRAINT %s %s NOT VALID", p.qt, qn, def)},
-			DoneWhen: "SELECT " + p.exists(name, false) + or, Detail: detail + lockNote},
-		{Step: StepShape, Name: ops.PhaseValidate, Kind: ops.KindOwnTx, Table: p.table, Object: name, Transactional: true, Lock: ops.LockShareUpdateExclusive, Scans: true,
-			SQL:      []string{fmt.Sprintf("ALTER TABLE %s VALIDATE CONSTRAINT %s", p.qt, qn)},
-			Breaking: p.breaking(broken), Constraint: what,
-			Cleanup:  []string{drop},
-			DoneWhen: "SELECT " + p.exists(name, true) + or, Detail: detail},
-	}
-}
-
-// setNotNull is SET NOT NULL's recipe for col: a validated CHECK (col IS
-// NOT NULL) proves the column holds no NULL, so SET NOT NULL (PostgreSQL 12
-// and later) skips its scan; the check is dropped in the same transaction.
-func (p recipePlanner) setNotNull(col string) []ops.Phase {
-	chk := notNullCheck(col)
-	qc := dialect.QuoteIdent(col)
-	phases := p.constraint(chk, "NOT NULL of "+col, qc+" IS NULL", fmt.Sprintf("CHECK (%s IS NOT NULL)", qc), ops.LockCatalog, "", p.notNull(col))
-	return append(phases, ops.Phase{Step: StepShape, Name: ops.PhaseSetNotNull, Kind: ops.KindStatements, Table: p.table, Object: col, Transactional: true, Lock: ops.LockCatalog,
-		SQL: []string{
-			fmt.Sprintf("ALTER TABLE %s ALTER COLUMN %s SET NOT NULL", p.qt, qc),
-			fmt.Sprintf("ALTER TABLE %s DROP CONSTRAINT IF EXISTS %s", p.qt, dialect.QuoteIdent(chk)),
-		},
-		DoneWhen: fmt.Sprintf("SELECT %s AND NOT %s", p.notNull(col), p.exists(chk, false)),
-		Detail:   p.why + "; NOT NULL of " + col + ": SET NOT NULL proved by the validated check " + chk})
-}
-
-// dropNotNullCheck drops a recipe's check left by a SET NOT NULL that no
-// longer applies (the declaration changed back).
-func (p recipePlanner) dropNotNullCheck(chk string) ops.Phase {
-	return ops.Phase{Step: StepShape, Name: ops.PhaseAlter, Kind: ops.KindStatements, Table: p.table, Object: chk, Transactional: true, Lock: ops.LockCatalog,
-		SQL:      []string{fmt.Sprintf("ALTER TABLE %s DROP CONSTRAINT IF EXISTS %s", p.qt, dialect.QuoteIdent(chk))},
-		DoneWhen: "SELECT NOT " + p.exists(chk, false),
-		Detail:   p.why + "; the check " + chk + " of a SET NOT NULL no longer declared"}
-}
-
 // addColumn adds a column whose default PostgreSQL would evaluate for every
 // existing row (a rewrite under ACCESS EXCLUSIVE): nullable and with no
 // default, then the default set, so new rows get it; the fill gives it to
@@ -244,8 +204,11 @@ func (p recipePlanner) addColumn(c *schema.Column) ops.Phase {
 			fmt.Sprintf("ALTER TABLE %s ALTER COLUMN %s SET DEFAULT %s", p.qt, qc, defaultSQL(c.Default)),
 			fmt.Sprintf("COMMENT ON COLUMN %s.%s IS %s", p.qt, qc, literal(fillMarker)),
 		},
-		DoneWhen: fmt.Sprintf("SELECT EXISTS (SELECT 1 FROM pg_attribute a JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum WHERE a.attrelid = to_regclass(%s) AND a.attname = %s AND NOT a.attisdropped)",
-			literal(p.qt), literal(c.Name)),
+		// Done when a column of the name and of the declared type has a
+		// default (a column of the name and another type is no column this
+		// phase added).
+		DoneWhen: fmt.Sprintf("SELECT EXISTS (SELECT 1 FROM pg_attribute a JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum WHERE a.attrelid = to_regclass(%s) AND a.attname = %s AND a.atttypid = to_regtype(%s) AND NOT a.attisdropped)",
+			literal(p.qt), literal(c.Name), literal(t)),
 		Detail: p.why + "; column " + c.Name + ": its default is evaluated per row, so it is added nullable, then filled in batches"}
 }
 
@@ -411,8 +374,8 @@ func normalizeRecipes(live, want *schema.Table, f tableFacts) (_ *schema.Table, 
 				nnChecks[c.Name] = col
 				continue
 			}
-			if f.notValid[c.Name] && declaredCheck(want, c.Name) {
-				continue
+			if f.notValid[c.Name] && declaredCheck(want, c.Name) && f.checks.same(c.Name) {
+				continue // this recipe's own, in flight: validated next
 			}
 		}
 		attrs = append(attrs, a)
@@ -420,8 +383,8 @@ func normalizeRecipes(live, want *schema.Table, f tableFacts) (_ *schema.Table, 
 	live.Attrs = attrs
 	fks := live.ForeignKeys[:0:0]
 	for _, fk := range live.ForeignKeys {
-		if _, declared := want.ForeignKey(fk.Symbol); declared && f.notValid[fk.Symbol] {
-			continue
+		if w, declared := want.ForeignKey(fk.Symbol); declared && f.notValid[fk.Symbol] && sameForeignKey(fk, w, f.deferrableFKs) {
+			continue // this recipe's own, in flight: validated next
 		}
 		fks = append(fks, fk)
 	}

@@ -34,6 +34,10 @@ type tablePlan struct {
 	Inflight *inflight
 	// Phases is the plan as it is applied (plan.go, apply.go).
 	Phases []ops.Phase
+	// twins, when set, adds to Atlas's diff the changes it misses under a
+	// declared name (PostgreSQL's checkTwins and fkTwins); unset, a check's
+	// expression is compared as SQLite stores it (sameCheckText).
+	twins func(changes []schema.Change) []schema.Change
 }
 
 // ShapePlan is the dry-run result of the shape step.
@@ -174,6 +178,13 @@ func (pc *planContext) diff(tp *tablePlan) (changes, kept []schema.Change, err e
 	if err != nil {
 		return nil, nil, fmt.Errorf("diff %s: %w", tp.Table, err)
 	}
+	// Atlas pairs checks by name and compares nothing else of them: a
+	// declared name holding another expression is a change too.
+	if tp.twins != nil {
+		changes = tp.twins(changes)
+	} else if tp.Live != nil {
+		changes = checkTwins(tp.Live, tp.Want, sameCheckText, changes)
+	}
 	changes, tp.Drift, kept = splitDrift(tp.Table, changes, tp.Want, pc.prune)
 	tp.Changes = changes
 	for _, c := range changes {
@@ -206,6 +217,7 @@ func planShape(ctx context.Context, drv driver, q querier, decl *declare.Declara
 		if err := drv.planTable(pc, tp, f); err != nil {
 			return nil, err
 		}
+		nameTwins(tp)
 	}
 	if plan.writerBreaks, err = writerBreaks(decl); err != nil {
 		return nil, err

@@ -106,3 +106,24 @@ func declaredIndexesPresent(live, want *schema.Table) bool {
 	}
 	return true
 }
+
+// Usable is live without the indexes, checks and foreign keys unusable
+// names: what the server holds under a name but no statement can use as
+// what it declares — on PostgreSQL an INVALID index (a concurrent build
+// that failed or is under way; an upsert naming its columns fails with
+// 42P10), a NOT VALID constraint, a DEFERRABLE unique (no ON CONFLICT
+// arbiter). None of them counts for a clause: the end state is what holds.
+// live is left as it was.
+func Usable(live *schema.Table, unusable map[string]bool) *schema.Table {
+	if live == nil || len(unusable) == 0 {
+		return live
+	}
+	t := *live
+	t.Indexes = slices.DeleteFunc(slices.Clone(live.Indexes), func(idx *schema.Index) bool { return unusable[idx.Name] })
+	t.ForeignKeys = slices.DeleteFunc(slices.Clone(live.ForeignKeys), func(fk *schema.ForeignKey) bool { return unusable[fk.Symbol] })
+	t.Attrs = slices.DeleteFunc(slices.Clone(live.Attrs), func(a schema.Attr) bool {
+		c, ok := a.(*schema.Check)
+		return ok && unusable[c.Name]
+	})
+	return &t
+}

@@ -68,6 +68,10 @@ const (
 	KindRebuildIndex  Kind = "rebuild_index"
 )
 
+// Kinds lists every Kind, for what must cover each of them (the planted-twin
+// test of reconcile requires a row per kind).
+var Kinds = []Kind{KindStatements, KindOwnTx, KindConcurrent, KindBatched, KindCheckRows, KindRebuildCopy, KindRebuildReplay, KindRebuildIndex}
+
 // Phase names.
 const (
 	PhaseCreate        = "create"         // CREATE TABLE and its indexes
