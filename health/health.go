@@ -99,16 +99,9 @@ func WithDialect(d dialect.Dialect) Option { return func(o *options) { o.dialect
 // snapshot) — so the four agree with each other and with the boundary they
 // were computed against (AC-28b).
 func Evaluate(ctx context.Context, db *sql.DB, opts ...Option) (*Report, error) {
-	o := &options{}
-	for _, opt := range opts {
-		opt(o)
-	}
-	if o.dialect == "" {
-		d, err := dialect.Detect(db)
-		if err != nil {
-			return nil, err
-		}
-		o.dialect = d
+	o, err := newOptions(db, opts)
+	if err != nil {
+		return nil, err
 	}
 	d := o.dialect
 	q, err := dialects.For(d)
@@ -121,17 +114,9 @@ func Evaluate(ctx context.Context, db *sql.DB, opts ...Option) (*Report, error) 
 	}
 	defer tx.Rollback() //nolint:errcheck // read-only; nothing to keep
 
-	// Without kandev_meta nothing can be answered; the error then names
-	// every table a store without host tables lacks, not only the first.
-	if err := requireTables(ctx, tx, d, keys.MetaTable); err != nil {
-		if errors.Is(err, ErrMissingTables) {
-			err = requireTables(ctx, tx, d, keys.MetaTable, "task_session_messages", "task_session_subagents")
-		}
-		return nil, err
-	}
-	ks, err := keys.Read(ctx, tx, d)
+	ks, err := readKeys(ctx, tx, d)
 	if err != nil {
-		return nil, fmt.Errorf("health: %w", err)
+		return nil, err
 	}
 	rep := &Report{CaptureSince: ks.CaptureSince, KeyState: ks.State()}
 	if ks.CaptureSince == nil {
@@ -139,38 +124,82 @@ func Evaluate(ctx context.Context, db *sql.DB, opts ...Option) (*Report, error) 
 		rep.Verdict = NotActivated
 		return rep, nil
 	}
-	b, err := instant.NewBoundary(*ks.CaptureSince)
-	if err != nil {
-		return nil, fmt.Errorf("%w: %s = %q: %v", ErrBadKey, keys.CaptureSince, *ks.CaptureSince, err)
-	}
-	if err := requireTables(ctx, tx, d, "task_session_messages", "task_session_subagents"); err != nil {
+	if err := compare(ctx, tx, q, o, *ks.CaptureSince, rep); err != nil {
 		return nil, err
-	}
-
-	o.hook("capture_since")
-
-	// One statement, one scan of the messages: both anti-joins, the
-	// collision count, the scoped MAX and the unreadable count (see
-	// evaluation). Queries keeps the normative statements, which give the
-	// same numbers.
-	var c counts
-	if err := evaluate(ctx, tx, q, d, b.Arg(), &c); err != nil {
-		return nil, fmt.Errorf("health: shortfall, excess, collisions and last observed: %w", err)
-	}
-	o.hook("counts")
-	rep.Shortfall, rep.Excess, rep.Collisions, rep.UnreadableCreatedAt = &c.shortfall, &c.excess, &c.collisions, &c.unreadable
-	if c.last.Valid {
-		v, err := instant.FromColumn(c.last.String)
-		if err != nil {
-			return nil, fmt.Errorf("health: last observed: %w", err)
-		}
-		rep.LastObservedAt = &v
 	}
 	if err := tx.Commit(); err != nil {
 		return nil, fmt.Errorf("health: end read transaction: %w", err)
 	}
 	rep.Verdict = verdict(rep)
 	return rep, nil
+}
+
+// newOptions applies opts and, unless WithDialect named one, detects db's
+// dialect from its driver.
+func newOptions(db *sql.DB, opts []Option) (*options, error) {
+	o := &options{}
+	for _, opt := range opts {
+		opt(o)
+	}
+	if o.dialect == "" {
+		d, err := dialect.Detect(db)
+		if err != nil {
+			return nil, err
+		}
+		o.dialect = d
+	}
+	return o, nil
+}
+
+// readKeys reads the activation keys inside tx, after checking that
+// kandev_meta exists.
+func readKeys(ctx context.Context, tx *sql.Tx, d dialect.Dialect) (keys.Set, error) {
+	// Without kandev_meta nothing can be answered; the error then names
+	// every table a store without host tables lacks, not only the first.
+	if err := requireTables(ctx, tx, d, keys.MetaTable); err != nil {
+		if errors.Is(err, ErrMissingTables) {
+			err = requireTables(ctx, tx, d, keys.MetaTable, "task_session_messages", "task_session_subagents")
+		}
+		return keys.Set{}, err
+	}
+	ks, err := keys.Read(ctx, tx, d)
+	if err != nil {
+		return keys.Set{}, fmt.Errorf("health: %w", err)
+	}
+	return ks, nil
+}
+
+// compare runs the comparison against the boundary captureSince inside tx
+// and stores its numbers in rep: both anti-joins, the collision count, the
+// scoped MAX and the unreadable count.
+func compare(ctx context.Context, tx *sql.Tx, q dialectSQL, o *options, captureSince string, rep *Report) error {
+	d := o.dialect
+	b, err := instant.NewBoundary(captureSince)
+	if err != nil {
+		return fmt.Errorf("%w: %s = %q: %v", ErrBadKey, keys.CaptureSince, captureSince, err)
+	}
+	if err := requireTables(ctx, tx, d, "task_session_messages", "task_session_subagents"); err != nil {
+		return err
+	}
+
+	o.hook("capture_since")
+
+	// One statement, one scan of the messages (see evaluation). Queries
+	// keeps the normative statements, which give the same numbers.
+	var c counts
+	if err := evaluate(ctx, tx, q, d, b.Arg(), &c); err != nil {
+		return fmt.Errorf("health: shortfall, excess, collisions and last observed: %w", err)
+	}
+	o.hook("counts")
+	rep.Shortfall, rep.Excess, rep.Collisions, rep.UnreadableCreatedAt = &c.shortfall, &c.excess, &c.collisions, &c.unreadable
+	if c.last.Valid {
+		v, err := instant.FromColumn(c.last.String)
+		if err != nil {
+			return fmt.Errorf("health: last observed: %w", err)
+		}
+		rep.LastObservedAt = &v
+	}
+	return nil
 }
 
 func (o *options) hook(statement string) {
