@@ -135,16 +135,22 @@ func (o *options) report(msg string) {
 	}
 }
 
+// newOptions applies opts over the defaults: the real clock, MaxMetadata,
+// and the failpoints (internal/hooks) a test passed in ctx.
+func newOptions(ctx context.Context, opts []Option) *options {
+	o := &options{now: time.Now, maxMeta: MaxMetadata, failpoint: hooks.From(ctx).Failpoint}
+	for _, opt := range opts {
+		opt(o)
+	}
+	return o
+}
+
 // Run performs the guarded backfill on q, which must be a transaction (or a
 // connection inside one) that the caller commits only when Run returns nil.
 // task_session_subagents must already be in its amended shape (AC-33c): the
 // reconciler calls Run only in a pass that observed that end state.
 func Run(ctx context.Context, q dialect.Querier, d dialect.Dialect, opts ...Option) (Result, error) {
-	// The failpoints (internal/hooks) are a test's, passed in ctx.
-	o := &options{now: time.Now, maxMeta: MaxMetadata, failpoint: hooks.From(ctx).Failpoint}
-	for _, opt := range opts {
-		opt(o)
-	}
+	o := newOptions(ctx, opts)
 	var res Result
 
 	// AC-24d: the guard is BOTH keys. A partial pair from an older build
@@ -175,17 +181,7 @@ func Run(ctx context.Context, q dialect.Querier, d dialect.Dialect, opts ...Opti
 		return res, err
 	}
 
-	// AC-23a: one INSERT … SELECT of every winner.
-	o.report("copying subagent invocations from task_session_messages")
-	r, err := q.ExecContext(ctx, stmts.insert)
-	if err != nil {
-		return res, fmt.Errorf("backfill: INSERT … SELECT: %w", err)
-	}
-	if res.Inserted, err = r.RowsAffected(); err != nil {
-		return res, fmt.Errorf("backfill: rows inserted: %w", err)
-	}
-	o.report(fmt.Sprintf("inserted %d rows", res.Inserted))
-	if err := o.fail(hooks.FailpointBackfillInserted); err != nil {
+	if err := res.insert(ctx, q, stmts, o); err != nil {
 		return res, err
 	}
 
@@ -264,6 +260,21 @@ func (res *Result) readMax(ctx context.Context, q dialect.Querier, stmts stateme
 			res.OversizedMetadata, o.maxMeta, res.FirstOversized))
 	}
 	return nil
+}
+
+// insert copies every winner into task_session_subagents and counts the
+// rows it inserted. AC-23a: one INSERT … SELECT of every winner.
+func (res *Result) insert(ctx context.Context, q dialect.Querier, stmts statements, o *options) error {
+	o.report("copying subagent invocations from task_session_messages")
+	r, err := q.ExecContext(ctx, stmts.insert)
+	if err != nil {
+		return fmt.Errorf("backfill: INSERT … SELECT: %w", err)
+	}
+	if res.Inserted, err = r.RowsAffected(); err != nil {
+		return fmt.Errorf("backfill: rows inserted: %w", err)
+	}
+	o.report(fmt.Sprintf("inserted %d rows", res.Inserted))
+	return o.fail(hooks.FailpointBackfillInserted)
 }
 
 // writeKeys writes backfill_through, then capture_since. Both write-once

@@ -185,11 +185,25 @@ func (f fragments) ctes() string {
 // winners' scan (ctes) into a private temp table, the MAX over it, the
 // INSERT of every winner.
 func build(f fragments, prepare, cleanup []string) statements {
+	drop := `DROP TABLE IF EXISTS ` + f.temp
+	return statements{
+		prepare: append([]string{drop}, prepare...),
+		winners: f.winners(),
+		max:     f.maxOfWinners(),
+		insert:  f.insert(),
+		cleanup: append([]string{drop}, cleanup...),
+	}
+}
+
+// winners is the one scan of the messages (ctes) into the temp table: each
+// key's winner with every target column derived, then every oversized
+// candidate by id alone, so that it is counted and named.
+func (f fragments) winners() string {
 	ctes := f.ctes()
 	// AC-11/AC-23a: the live writer's one terminal set; a row is settled only
 	// when its TOP-LEVEL tool status is in it, never on agent_status.
 	terminal := toolstatus.SQLList()
-	winners := `CREATE TABLE ` + f.temp + ` AS
+	return `CREATE TABLE ` + f.temp + ` AS
 ` + ctes + `
 SELECT
 	-- Deterministic, so a replay lands on the same row; derived from the key
@@ -218,30 +232,31 @@ UNION ALL
 SELECT ` + strings.Repeat("NULL, ", 23) + `id, 1
 FROM msg
 WHERE oversized = 1`
+}
 
+// maxOfWinners reads, from the temp table, the one row statements.max
+// describes.
+func (f fragments) maxOfWinners() string {
+	return "SELECT " + f.max("created_key") + ", " +
+		"COUNT(CASE WHEN created_key IS NULL AND oversized = 0 THEN 1 END), " +
+		"MIN(CASE WHEN created_key IS NULL AND oversized = 0 THEN message_id END), " +
+		"COUNT(CASE WHEN oversized = 1 THEN 1 END), " +
+		"MIN(CASE WHEN oversized = 1 THEN message_id END) FROM " + f.temp
+}
+
+// insert copies every winner whose created_at is a time from the temp table
+// into task_session_subagents; a key already there is left as it is.
+func (f fragments) insert() string {
 	const columns = `id, task_session_id, task_id, turn_id, agent_execution_id, tool_call_id,
 	parent_tool_call_id, subagent_type, description, agent_id, child_session_id,
 	model, agent_status, tool_status, is_async, total_tokens, tool_use_count,
 	duration_ms, source, observed_at, settled_at, updated_at`
 	// The WHERE also keeps SQLite from reading ON CONFLICT as a join constraint.
-	insert := `INSERT INTO task_session_subagents (
+	return `INSERT INTO task_session_subagents (
 	` + columns + `
 )
 SELECT ` + columns + `
 FROM ` + f.temp + `
 WHERE created_key IS NOT NULL
 ON CONFLICT (task_session_id, agent_execution_id, tool_call_id) DO NOTHING`
-
-	drop := `DROP TABLE IF EXISTS ` + f.temp
-	return statements{
-		prepare: append([]string{drop}, prepare...),
-		winners: winners,
-		max: "SELECT " + f.max("created_key") + ", " +
-			"COUNT(CASE WHEN created_key IS NULL AND oversized = 0 THEN 1 END), " +
-			"MIN(CASE WHEN created_key IS NULL AND oversized = 0 THEN message_id END), " +
-			"COUNT(CASE WHEN oversized = 1 THEN 1 END), " +
-			"MIN(CASE WHEN oversized = 1 THEN message_id END) FROM " + f.temp,
-		insert:  insert,
-		cleanup: append([]string{drop}, cleanup...),
-	}
 }

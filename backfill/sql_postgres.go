@@ -52,9 +52,20 @@ $fn$`
 
 const pgCleanup = `DROP FUNCTION IF EXISTS ` + pgMetaFunc + `(text)`
 
+// postgresStatements are PostgreSQL's statements: the scan through the
+// metadata guard, and the same scan with the plain cast as statements.fast.
 func postgresStatements(maxMeta int64) statements {
+	f := postgresFragments(maxMeta)
+	st := build(f, []string{pgPrepare}, []string{pgCleanup})
+	st.fast = build(plainCast(f), nil, nil).winners
+	return st
+}
+
+// postgresFragments are PostgreSQL's fragments with every candidate's
+// metadata read through the guard (pgMetaFunc), which never raises.
+func postgresFragments(maxMeta int64) fragments {
 	path := func(p jsonPath) string { return "'{" + strings.Join(p, ",") + "}'" }
-	f := fragments{
+	return fragments{
 		// ::text so a host whose metadata column is json/jsonb works too.
 		// The regular expression runs only on a document holding \u00.
 		//
@@ -102,18 +113,20 @@ func postgresStatements(maxMeta int64) statements {
 		max:     func(col string) string { return instant.MaxExpr(dialect.Postgres, col) },
 		temp:    "pg_temp." + winnersTable,
 	}
-	st := build(f, []string{pgPrepare}, []string{pgCleanup})
-	// The guard costs each candidate a PL/pgSQL call and a subtransaction.
-	// A history whose candidates are all well-formed JSON (the usual
-	// case) needs neither: the plain cast gives the same document, and
-	// raises on the first malformed one — an unstorable escape included —
-	// which sends Run to the guard. Every document it reads cast as
-	// written, so its numbers are read through json as written too.
+}
+
+// plainCast is f with the metadata cast plainly instead of through the
+// guard. The guard costs each candidate a PL/pgSQL call and a
+// subtransaction. A history whose candidates are all well-formed JSON (the
+// usual case) needs neither: the plain cast gives the same document, and
+// raises on the first malformed one — an unstorable escape included —
+// which sends Run to the guard. Every document it reads cast as written, so
+// its numbers are read through json as written too.
+func plainCast(f fragments) fragments {
 	f.meta = `CASE WHEN m.metadata IS NULL OR m.metadata::text IN ('', 'null') THEN '{}'::jsonb ` +
 		`WHEN jsonb_typeof(m.metadata::text::jsonb) = 'object' THEN m.metadata::text::jsonb ELSE '{}'::jsonb END`
 	f.integer = integer(`doc::text::json`)
-	st.fast = build(f, nil, nil).winners
-	return st
+	return f
 }
 
 // integer is PostgreSQL's integer fragment, reading each number's written
