@@ -167,11 +167,33 @@ func inSnapshot(ctx context.Context, db *sql.DB, fn func(*reader) error, s *Summ
 	defer tx.Rollback() //nolint:errcheck // read-only; nothing to keep
 
 	r := &reader{tx: tx, d: d}
-	if r.cov.KeysRead, err = tableExists(ctx, tx, d, keys.MetaTable); err != nil {
+	if err := r.readKeys(ctx); err != nil {
+		return err
+	}
+	if err := r.readTable(ctx); err != nil {
+		return err
+	}
+	zeroCounts(s, r.since != nil)
+	if err := fn(r); err != nil {
+		return err
+	}
+	r.cov.fill(s)
+	s.Coverage = r.cov
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("fanout: end read transaction: %w", err)
+	}
+	return nil
+}
+
+// readKeys reads the activation keys when kandev_meta exists, and binds
+// execution_since for comparison when it is present.
+func (r *reader) readKeys(ctx context.Context) error {
+	var err error
+	if r.cov.KeysRead, err = tableExists(ctx, r.tx, r.d, keys.MetaTable); err != nil {
 		return err
 	}
 	if r.cov.KeysRead {
-		if r.cov.Keys, err = keys.Read(ctx, tx, d); err != nil {
+		if r.cov.Keys, err = keys.Read(ctx, r.tx, r.d); err != nil {
 			return fmt.Errorf("fanout: %w", err)
 		}
 	}
@@ -182,39 +204,45 @@ func inSnapshot(ctx context.Context, db *sql.DB, fn func(*reader) error, s *Summ
 		}
 		r.since = &b
 	}
-	if r.cov.TablePresent, err = tableExists(ctx, tx, d, capture.Table); err != nil {
+	return nil
+}
+
+// readTable learns whether task_session_subagents exists and whether it
+// predates the amendment, and sets what the statements read rows from.
+func (r *reader) readTable(ctx context.Context) error {
+	var err error
+	if r.cov.TablePresent, err = tableExists(ctx, r.tx, r.d, capture.Table); err != nil {
 		return err
 	}
 	r.from = capture.Table
-	if r.cov.TablePresent {
-		has, err := columnExists(ctx, tx, d, capture.Table, "agent_execution_id")
-		if err != nil {
-			return err
-		}
-		if !has {
-			// Installed-base state 3 before its first reconcile: status and
-			// subagents still read it, every row 'unknown' (AC-31), as the
-			// reconcile's added column will hold.
-			r.cov.PredatesAmendment = true
-			r.from = `(SELECT t.*, ` + lit(capture.UnknownExecution) + ` AS agent_execution_id FROM ` + capture.Table + ` t) AS ` + capture.Table
-		}
+	if !r.cov.TablePresent {
+		return nil
 	}
+	has, err := columnExists(ctx, r.tx, r.d, capture.Table, "agent_execution_id")
+	if err != nil {
+		return err
+	}
+	if !has {
+		// Installed-base state 3 before its first reconcile: status and
+		// subagents still read it, every row 'unknown' (AC-31), as the
+		// reconcile's added column will hold.
+		r.cov.PredatesAmendment = true
+		r.from = `(SELECT t.*, ` + lit(capture.UnknownExecution) + ` AS agent_execution_id FROM ` + capture.Table + ` t) AS ` + capture.Table
+	}
+	return nil
+}
+
+// zeroCounts sets s's counts to zero before any is read, so a source or an
+// identity with no rows reads 0, not absent. Executions is zeroed only
+// withSince (execution_since present); else it stays nil (AC-24b).
+func zeroCounts(s *Summary, withSince bool) {
 	s.BySource = map[string]int64{SourceLive: 0, SourceBackfill: 0}
 	s.ByIdentity = map[Identity]int64{}
 	for _, id := range Identities {
 		s.ByIdentity[id] = 0
 	}
-	if r.since != nil {
+	if withSince {
 		zero := int64(0)
 		s.Executions = &zero
 	}
-	if err := fn(r); err != nil {
-		return err
-	}
-	r.cov.fill(s)
-	s.Coverage = r.cov
-	if err := tx.Commit(); err != nil {
-		return fmt.Errorf("fanout: end read transaction: %w", err)
-	}
-	return nil
 }
