@@ -332,8 +332,7 @@ func planLog(ctx context.Context, f io.Reader, name string) (*Transcript, *foldP
 		lastSeq int64
 		end     int64
 	)
-	calls := map[string]int64{}   // call id → seq of its latest call
-	early := map[string][]int64{} // call id → seqs of results still without a call
+	fold := &folding{plan: plan, calls: map[string]int64{}, early: map[string][]int64{}}
 	for {
 		line, off, torn, err := lr.next()
 		if err == io.EOF {
@@ -356,34 +355,48 @@ func planLog(ctx context.Context, f io.Reader, name string) (*Transcript, *foldP
 			h = l.Header
 			continue
 		}
-		e := l.Event
-		lastSeq = e.Seq
-		ref := lineRef{off, int64(len(line))}
-		switch e.Type {
-		case ToolResult:
-			id := e.Result.CallID
-			if c, ok := calls[id]; ok {
-				plan.result[c] = ref
-				plan.skip[e.Seq] = true
-				continue
-			}
-			early[id] = append(early[id], e.Seq)
-			plan.result[-e.Seq] = ref // where a later call finds it
-		case ToolCall:
-			id := e.Call.ID
-			calls[id] = e.Seq
-			if rs := early[id]; len(rs) > 0 {
-				plan.result[e.Seq] = plan.result[-rs[len(rs)-1]]
-				for _, r := range rs {
-					plan.skip[r] = true
-					delete(plan.result, -r)
-				}
-				plan.count -= len(rs)
-				delete(early, id)
-			}
-		}
-		plan.count++
+		lastSeq = l.Seq
+		fold.add(&l.Event, lineRef{off, int64(len(line))})
 	}
+}
+
+// folding is planLog's state between lines: the calls read so far and the
+// results still waiting for theirs.
+type folding struct {
+	plan  *foldPlan
+	calls map[string]int64   // call id → seq of its latest call
+	early map[string][]int64 // call id → seqs of results still without a call
+}
+
+// add enters event e, read from the line at ref, in the plan: a result
+// folds into its call when the call was read, else waits for it; a call
+// takes the latest of the results that arrived before it.
+func (f *folding) add(e *Event, ref lineRef) {
+	plan := f.plan
+	switch e.Type {
+	case ToolResult:
+		id := e.Result.CallID
+		if c, ok := f.calls[id]; ok {
+			plan.result[c] = ref
+			plan.skip[e.Seq] = true
+			return
+		}
+		f.early[id] = append(f.early[id], e.Seq)
+		plan.result[-e.Seq] = ref // where a later call finds it
+	case ToolCall:
+		id := e.Call.ID
+		f.calls[id] = e.Seq
+		if rs := f.early[id]; len(rs) > 0 {
+			plan.result[e.Seq] = plan.result[-rs[len(rs)-1]]
+			for _, r := range rs {
+				plan.skip[r] = true
+				delete(plan.result, -r)
+			}
+			plan.count -= len(rs)
+			delete(f.early, id)
+		}
+	}
+	plan.count++
 }
 
 // parseLine decodes and checks log line n.

@@ -72,27 +72,16 @@ type RecordResult struct {
 // child's outcome, not Record's failure: the transcript ends Failed.
 func Record(ctx context.Context, s *Store, r Recording) (RecordResult, error) {
 	var res RecordResult
-	n := r.Normalizer
-	if n == nil {
-		var err error
-		if n, err = NewNormalizer(r.Header.Provider); err != nil {
-			return res, err
-		}
+	n, err := r.normalizer()
+	if err != nil {
+		return res, err
 	}
 	p, err := s.PathsFor(r.Header.ParentSessionID, r.Header.AgentID)
 	if err != nil {
 		return res, err
 	}
 	res.Paths = p
-	writeTimeout := r.WriteTimeout
-	if writeTimeout <= 0 {
-		writeTimeout = DefaultWriteTimeout
-	}
-	write := func(op func(context.Context) error) error {
-		wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), writeTimeout)
-		defer cancel()
-		return op(wctx)
-	}
+	write := detachedWrites(ctx, r.WriteTimeout)
 	var failures []error
 	failed := func(err error) {
 		failures = append(failures, err)
@@ -130,10 +119,31 @@ func Record(ctx context.Context, s *Store, r Recording) (RecordResult, error) {
 	if _, err := os.Lstat(p.Transcript); err == nil {
 		res.Finished = true
 	}
-	if len(failures) == 0 {
-		return res, nil
+	return res, errors.Join(failures...) // nil when nothing failed
+}
+
+// normalizer is r.Normalizer, or when it is nil the one r.Header.Provider
+// names.
+func (r Recording) normalizer() (Normalizer, error) {
+	if r.Normalizer != nil {
+		return r.Normalizer, nil
 	}
-	return res, errors.Join(failures...)
+	return NewNormalizer(r.Header.Provider)
+}
+
+// detachedWrites returns how Record runs each transcript write: under a
+// context ctx's cancellation does not reach, so a stopped child's transcript
+// still ends, bounded by timeout (DefaultWriteTimeout when not positive),
+// so a stuck file system cannot hold the recording forever.
+func detachedWrites(ctx context.Context, timeout time.Duration) func(op func(context.Context) error) error {
+	if timeout <= 0 {
+		timeout = DefaultWriteTimeout
+	}
+	return func(op func(context.Context) error) error {
+		wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
+		defer cancel()
+		return op(wctx)
+	}
 }
 
 // readStream feeds the provider stream, line by line as it arrives, to n and

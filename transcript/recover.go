@@ -81,40 +81,52 @@ func Recover(ctx context.Context, root string, l *Lifecycle, workspace string) (
 				rep.RowsEnded = append(rep.RowsEnded, ended...)
 				continue
 			}
-			rows, err := l.Find(ctx, workspace, session, sum.AgentID)
-			if err != nil {
+			if err := recoverRunning(ctx, s, l, workspace, session, sum, rep); err != nil {
 				return nil, err
 			}
-			life, alive := "missing", false
-			for _, r := range rows {
-				life = r.Status
-				alive = alive || r.Alive()
-			}
-			if alive {
-				rep.Alive = append(rep.Alive, sum)
-				continue
-			}
-			reason := fmt.Sprintf("interrupted: transcript was still running but %s has %s; events after its last durable append may be missing",
-				LifecycleTable, describe(rows))
-			err = s.Finish(ctx, session, sum.AgentID, End{Status: Failed, Error: reason})
-			if errors.Is(err, ErrFinished) {
-				continue // finished by its writer meanwhile
-			}
-			if err != nil {
-				rep.Problems = append(rep.Problems, Problem{session, sum.AgentID, sum.Path, err.Error()})
-				continue
-			}
-			p, _ := s.PathsFor(session, sum.AgentID)
-			for _, r := range rows {
-				id := Identity{WorkspacePath: r.WorkspacePath, SessionID: r.SessionID, AgentID: r.AgentID}
-				if err := l.RecordTranscript(ctx, id, p.Transcript, statusText("recover", errors.New(reason))); err != nil {
-					return nil, err
-				}
-			}
-			rep.Finished = append(rep.Finished, Recovered{session, sum.AgentID, p.Transcript, life, reason})
 		}
 	}
 	return rep, nil
+}
+
+// recoverRunning finishes the running transcript sum of session as failed
+// when no lifecycle row says its execution is alive, and records that on
+// each of its rows; rep gets the outcome. The error is one that stops
+// Recover (the lifecycle table could not be read or written); a transcript
+// that could not be finished is a Problem in rep.
+func recoverRunning(ctx context.Context, s *Store, l *Lifecycle, workspace, session string, sum Summary, rep *RecoverReport) error {
+	rows, err := l.Find(ctx, workspace, session, sum.AgentID)
+	if err != nil {
+		return err
+	}
+	life, alive := "missing", false
+	for _, r := range rows {
+		life = r.Status
+		alive = alive || r.Alive()
+	}
+	if alive {
+		rep.Alive = append(rep.Alive, sum)
+		return nil
+	}
+	reason := fmt.Sprintf("interrupted: transcript was still running but %s has %s; events after its last durable append may be missing",
+		LifecycleTable, describe(rows))
+	err = s.Finish(ctx, session, sum.AgentID, End{Status: Failed, Error: reason})
+	if errors.Is(err, ErrFinished) {
+		return nil // finished by its writer meanwhile
+	}
+	if err != nil {
+		rep.Problems = append(rep.Problems, Problem{session, sum.AgentID, sum.Path, err.Error()})
+		return nil
+	}
+	p, _ := s.PathsFor(session, sum.AgentID)
+	for _, r := range rows {
+		id := Identity{WorkspacePath: r.WorkspacePath, SessionID: r.SessionID, AgentID: r.AgentID}
+		if err := l.RecordTranscript(ctx, id, p.Transcript, statusText("recover", errors.New(reason))); err != nil {
+			return err
+		}
+	}
+	rep.Finished = append(rep.Finished, Recovered{session, sum.AgentID, p.Transcript, life, reason})
+	return nil
 }
 
 // endRowsAsTranscript ends every non-terminal lifecycle row of a finished
