@@ -78,65 +78,92 @@ func Optional(kind, name string, fn Visit) error {
 // AtlasNames calls fn with every name of c that Atlas's renderer could
 // write into SQL. A kind of change it does not walk is refused.
 func AtlasNames(c schema.Change, fn Visit) error {
+	for _, names := range []func(schema.Change, Visit) (bool, error){tableChangeNames, indexChangeNames, constraintChangeNames} {
+		if walked, err := names(c, fn); walked {
+			return err
+		}
+	}
+	return fmt.Errorf("%w: a change of kind %T, whose names are not checked", ops.ErrUnsafeName, c)
+}
+
+// tableChangeNames is AtlasNames for a change to a table or a column;
+// walked is false for any other kind of change.
+func tableChangeNames(c schema.Change, fn Visit) (walked bool, err error) {
 	switch c := c.(type) {
 	case *schema.AddTable:
-		return TableNames(c.T, fn)
+		return true, TableNames(c.T, fn)
 	case *schema.DropTable:
-		return fn("table", c.T.Name)
+		return true, fn("table", c.T.Name)
 	case *schema.ModifyTable:
 		if err := TableNames(c.T, fn); err != nil {
-			return err
+			return true, err
 		}
 		for _, cc := range c.Changes {
 			if err := AtlasNames(cc, fn); err != nil {
-				return err
+				return true, err
 			}
 		}
-		return nil
+		return true, nil
 	case *schema.RenameTable:
-		return FirstErr(fn("table", c.From.Name), fn("table", c.To.Name))
+		return true, FirstErr(fn("table", c.From.Name), fn("table", c.To.Name))
 	case *schema.AddColumn:
-		return ColumnName(c.C, fn)
+		return true, ColumnName(c.C, fn)
 	case *schema.DropColumn:
-		return ColumnName(c.C, fn)
+		return true, ColumnName(c.C, fn)
 	case *schema.ModifyColumn:
-		return FirstErr(ColumnName(c.From, fn), ColumnName(c.To, fn))
+		return true, FirstErr(ColumnName(c.From, fn), ColumnName(c.To, fn))
 	case *schema.RenameColumn:
-		return FirstErr(ColumnName(c.From, fn), ColumnName(c.To, fn))
-	case *schema.AddIndex:
-		return IndexNames("index", c.I, fn)
-	case *schema.DropIndex:
-		return IndexNames("index", c.I, fn)
-	case *schema.ModifyIndex:
-		return FirstErr(IndexNames("index", c.From, fn), IndexNames("index", c.To, fn))
-	case *schema.RenameIndex:
-		return FirstErr(IndexNames("index", c.From, fn), IndexNames("index", c.To, fn))
-	case *schema.AddPrimaryKey:
-		return IndexNames("primary key", c.P, fn)
-	case *schema.DropPrimaryKey:
-		return IndexNames("primary key", c.P, fn)
-	case *schema.ModifyPrimaryKey:
-		return FirstErr(IndexNames("primary key", c.From, fn), IndexNames("primary key", c.To, fn))
-	case *schema.AddForeignKey:
-		return ForeignKeyNames(c.F, fn)
-	case *schema.DropForeignKey:
-		return ForeignKeyNames(c.F, fn)
-	case *schema.ModifyForeignKey:
-		return FirstErr(ForeignKeyNames(c.From, fn), ForeignKeyNames(c.To, fn))
-	case *schema.AddCheck:
-		return Optional("check", c.C.Name, fn)
-	case *schema.DropCheck:
-		return Optional("check", c.C.Name, fn)
-	case *schema.ModifyCheck:
-		return FirstErr(Optional("check", c.From.Name, fn), Optional("check", c.To.Name, fn))
-	case *schema.AddAttr:
-		return AttrNames([]schema.Attr{c.A}, fn)
-	case *schema.DropAttr:
-		return AttrNames([]schema.Attr{c.A}, fn)
-	case *schema.ModifyAttr:
-		return AttrNames([]schema.Attr{c.From, c.To}, fn)
+		return true, FirstErr(ColumnName(c.From, fn), ColumnName(c.To, fn))
 	}
-	return fmt.Errorf("%w: a change of kind %T, whose names are not checked", ops.ErrUnsafeName, c)
+	return false, nil
+}
+
+// indexChangeNames is AtlasNames for a change to an index or a primary
+// key; walked is false for any other kind of change.
+func indexChangeNames(c schema.Change, fn Visit) (walked bool, err error) {
+	switch c := c.(type) {
+	case *schema.AddIndex:
+		return true, IndexNames("index", c.I, fn)
+	case *schema.DropIndex:
+		return true, IndexNames("index", c.I, fn)
+	case *schema.ModifyIndex:
+		return true, FirstErr(IndexNames("index", c.From, fn), IndexNames("index", c.To, fn))
+	case *schema.RenameIndex:
+		return true, FirstErr(IndexNames("index", c.From, fn), IndexNames("index", c.To, fn))
+	case *schema.AddPrimaryKey:
+		return true, IndexNames("primary key", c.P, fn)
+	case *schema.DropPrimaryKey:
+		return true, IndexNames("primary key", c.P, fn)
+	case *schema.ModifyPrimaryKey:
+		return true, FirstErr(IndexNames("primary key", c.From, fn), IndexNames("primary key", c.To, fn))
+	}
+	return false, nil
+}
+
+// constraintChangeNames is AtlasNames for a change to a foreign key, a
+// check or an attribute; walked is false for any other kind of change.
+func constraintChangeNames(c schema.Change, fn Visit) (walked bool, err error) {
+	switch c := c.(type) {
+	case *schema.AddForeignKey:
+		return true, ForeignKeyNames(c.F, fn)
+	case *schema.DropForeignKey:
+		return true, ForeignKeyNames(c.F, fn)
+	case *schema.ModifyForeignKey:
+		return true, FirstErr(ForeignKeyNames(c.From, fn), ForeignKeyNames(c.To, fn))
+	case *schema.AddCheck:
+		return true, Optional("check", c.C.Name, fn)
+	case *schema.DropCheck:
+		return true, Optional("check", c.C.Name, fn)
+	case *schema.ModifyCheck:
+		return true, FirstErr(Optional("check", c.From.Name, fn), Optional("check", c.To.Name, fn))
+	case *schema.AddAttr:
+		return true, AttrNames([]schema.Attr{c.A}, fn)
+	case *schema.DropAttr:
+		return true, AttrNames([]schema.Attr{c.A}, fn)
+	case *schema.ModifyAttr:
+		return true, AttrNames([]schema.Attr{c.From, c.To}, fn)
+	}
+	return false, nil
 }
 
 // TableNames calls fn with the names of t: its own and its schema's, its
