@@ -5,9 +5,13 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"go/ast"
+	"go/parser"
+	"go/token"
 	"os"
 	"os/exec"
 	"path"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -151,4 +155,109 @@ func diagram(pkgs []pkg) string {
 	}
 	b.WriteString("```\n")
 	return b.String()
+}
+
+// maxLibraryFuncLines is the most lines a function of the library may take,
+// from its func line to its closing brace: short enough for a reader to hold
+// whole.
+const maxLibraryFuncLines = 60
+
+// libraryLayers are the layers whose functions are held to
+// maxLibraryFuncLines: what a host imports and what it stands on. The CLI's
+// tools, the test support and the command are not.
+var libraryLayers = []string{"leaves", "primitives", "library"}
+
+// notYetAtMost60Lines are library folders (each with the folders below it)
+// not held to maxLibraryFuncLines yet.
+var notYetAtMost60Lines = []string{
+	// reconcile/ is split by dialect in its own change; it leaves this list then.
+	"reconcile",
+}
+
+// Every function in the library's packages (the leaves, internal/'s
+// primitives, the packages a host imports) is at most maxLibraryFuncLines
+// long; the failure names each longer one by file and line.
+func TestLayout_LibraryFunctionsAtMost60Lines(t *testing.T) {
+	held := map[int]bool{}
+	for _, name := range libraryLayers {
+		i := -1
+		for j, l := range layers {
+			if l.name == name {
+				i = j
+			}
+		}
+		require.NotEqual(t, -1, i, "layout_test.go's table has no layer %q", name)
+		held[i] = true
+	}
+	var long []string
+	for _, p := range modulePackages(t) {
+		if held[layerOf(p.dir)] && !notYetHeld(p.dir) {
+			long = append(long, funcsOver(t, p.dir, maxLibraryFuncLines)...)
+		}
+	}
+	if len(long) > 0 {
+		t.Errorf("functions over %d lines in the library (split each into functions named for what it does):\n%s",
+			maxLibraryFuncLines, strings.Join(long, "\n"))
+	}
+}
+
+// notYetHeld reports whether the package in folder dir is in or below one of
+// notYetAtMost60Lines.
+func notYetHeld(dir string) bool {
+	for _, f := range notYetAtMost60Lines {
+		if dir == f || strings.HasPrefix(dir, f+"/") {
+			return true
+		}
+	}
+	return false
+}
+
+// funcsOver parses every non-test .go file in folder dir, whatever its build
+// constraints, and returns each function longer than max lines as
+// "file:line: name is n lines".
+func funcsOver(t *testing.T, dir string, max int) []string {
+	t.Helper()
+	files, err := filepath.Glob(filepath.Join(dir, "*.go"))
+	require.NoError(t, err)
+	fset := token.NewFileSet()
+	var long []string
+	for _, file := range files {
+		if strings.HasSuffix(file, "_test.go") {
+			continue
+		}
+		f, err := parser.ParseFile(fset, file, nil, parser.SkipObjectResolution)
+		require.NoError(t, err)
+		for _, d := range f.Decls {
+			fd, ok := d.(*ast.FuncDecl)
+			if !ok || fd.Body == nil {
+				continue
+			}
+			from, to := fset.Position(fd.Pos()), fset.Position(fd.End())
+			if n := to.Line - from.Line + 1; n > max {
+				long = append(long, fmt.Sprintf("%s:%d: %s is %d lines", filepath.ToSlash(file), from.Line, funcName(fd), n))
+			}
+		}
+	}
+	return long
+}
+
+// funcName is fd's name as a reader searches for it: Recv.Name for a method.
+func funcName(fd *ast.FuncDecl) string {
+	if fd.Recv == nil || len(fd.Recv.List) == 0 {
+		return fd.Name.Name
+	}
+	typ := fd.Recv.List[0].Type
+	if star, ok := typ.(*ast.StarExpr); ok {
+		typ = star.X
+	}
+	if ix, ok := typ.(*ast.IndexExpr); ok {
+		typ = ix.X
+	}
+	if ix, ok := typ.(*ast.IndexListExpr); ok {
+		typ = ix.X
+	}
+	if id, ok := typ.(*ast.Ident); ok {
+		return id.Name + "." + fd.Name.Name
+	}
+	return fd.Name.Name
 }
