@@ -41,6 +41,15 @@ func sessionStore(t *testing.T, db *dbtest.DB, sessions map[string]string) {
 	}
 }
 
+// reconciledHost gives db the host tables and runs the CLI's reconcile on
+// it, which must exit 0: the declared shape, as a boot leaves it.
+func reconciledHost(t *testing.T, db *dbtest.DB) {
+	t.Helper()
+	db.Host(t)
+	code, _, stderr := cli(t, "reconcile", "--db", db.CLIDSN)
+	require.Equal(t, exitOK, code, stderr)
+}
+
 // cli runs the schemastate CLI in-process with no stdin and returns its exit
 // code, stdout and stderr.
 func cli(t *testing.T, args ...string) (int, string, string) {
