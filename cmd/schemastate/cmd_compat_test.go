@@ -83,7 +83,7 @@ func TestCLI_Lint_NamesBothReleasesWriters(t *testing.T) {
 // operator's override), it names the break. Both dialects.
 func TestCLI_Status_SaysWhetherTheLiveWriterStarts(t *testing.T) {
 	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
-		reconciledHost(t, db)
+		reconciledByCLI(t, db)
 		code, out, _ := cli(t, "status", "--db", db.CLIDSN, "--json")
 		require.Equal(t, exitOK, code)
 		var st struct {

@@ -147,7 +147,7 @@ func TestCLI_MissingSQLiteFileIsAnError(t *testing.T) {
 // dropped only by reconcile --prune (issue 11 item 5).
 func TestCLI_DriftListedKeptAndPrunedOnRequest(t *testing.T) {
 	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
-		reconciledHost(t, db)
+		reconciledByCLI(t, db)
 		db.Exec(t, `CREATE INDEX idx_host_model ON task_session_subagents(model)`)
 		type drift struct{ Table, Kind, Name string }
 		var out struct {
