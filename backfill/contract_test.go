@@ -8,6 +8,7 @@ import (
 
 	"github.com/schemastate/schemastate/dialect"
 	"github.com/schemastate/schemastate/internal/contract"
+	"github.com/schemastate/schemastate/internal/testkit/dbtest"
 )
 
 // The backfill's INSERT names exactly the columns, in order, and the
@@ -16,10 +17,7 @@ import (
 // A column added to the statement and not the contract, or the other way
 // round, fails here.
 func TestBackfill_StatementIsTheContracts(t *testing.T) {
-	c, err := contract.Builtin()
-	require.NoError(t, err)
-	w := c.Writer("backfill")
-	require.NotNil(t, w)
+	w := dbtest.BuiltinWriter(t, "backfill")
 	require.Equal(t, []string{Source}, w.Column("source").Values)
 	require.Equal(t, []string{Unknown}, w.Column("agent_execution_id").Values)
 	for _, d := range []dialect.Dialect{dialect.SQLite, dialect.Postgres} {

@@ -13,17 +13,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/schemastate/schemastate/dialect"
-	"github.com/schemastate/schemastate/internal/contract"
+	"github.com/schemastate/schemastate/internal/testkit/dbtest"
 )
-
-func builtinWriter(t *testing.T) *contract.Writer {
-	t.Helper()
-	c, err := contract.Builtin()
-	require.NoError(t, err)
-	w := c.Writer("capture")
-	require.NotNil(t, w)
-	return w
-}
 
 // The statement is built from writers.json's "capture" writer, and the
 // code and the contract name the same columns: every value a frame's row
@@ -31,7 +22,7 @@ func builtinWriter(t *testing.T) *contract.Writer {
 // updated column has one. A column added to one side and not the other
 // fails here.
 func TestContract_StatementAndCodeNameTheSameColumns(t *testing.T) {
-	w := builtinWriter(t)
+	w := dbtest.BuiltinWriter(t, "capture")
 	u, err := upsertFor(w)
 	require.NoError(t, err)
 	require.ElementsMatch(t, columns, w.Insert, "the row's values and the contract's insert list")
@@ -97,7 +88,7 @@ func contractFrames(t *testing.T) []Frame {
 // least value; and each NULL the contract allows is one some frame writes,
 // so the contract says no more than the code does.
 func TestContract_RowsKeepTheContractsBounds(t *testing.T) {
-	cw := builtinWriter(t)
+	cw := dbtest.BuiltinWriter(t, "capture")
 	for _, d := range []dialect.Dialect{dialect.SQLite, dialect.Postgres} {
 		w := &Writer{d: d, now: func() time.Time { return time.Unix(1e9, 0) }}
 		sawNull := map[string]bool{}

@@ -7,6 +7,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/schemastate/schemastate/internal/contract"
+	"github.com/schemastate/schemastate/internal/testkit/dbtest"
 )
 
 // The lifecycle writer's statements name exactly the columns writers.json's
@@ -14,10 +15,7 @@ import (
 // conflict target, and every column an UPDATE sets. A column added to a
 // statement and not to the contract, or the other way round, fails here.
 func TestLifecycle_StatementsAreTheContracts(t *testing.T) {
-	c, err := contract.Builtin()
-	require.NoError(t, err)
-	w := c.Writer("transcript")
-	require.NotNil(t, w)
+	w := dbtest.BuiltinWriter(t, "transcript")
 	require.Equal(t, LifecycleTable, w.Table)
 
 	insert := regexp.MustCompile(`(?s)INSERT INTO background_agent_log\s*\(([^)]*)\).*ON CONFLICT \(([^)]*)\)`).FindStringSubmatch(startSQL)

@@ -83,9 +83,7 @@ func TestCLI_Lint_NamesBothReleasesWriters(t *testing.T) {
 // operator's override), it names the break. Both dialects.
 func TestCLI_Status_SaysWhetherTheLiveWriterStarts(t *testing.T) {
 	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
-		db.Host(t)
-		code, _, errOut := cli(t, "reconcile", "--db", db.CLIDSN)
-		require.Equal(t, exitOK, code, errOut)
+		reconciledByCLI(t, db)
 		code, out, _ := cli(t, "status", "--db", db.CLIDSN, "--json")
 		require.Equal(t, exitOK, code)
 		var st struct {
@@ -97,7 +95,7 @@ func TestCLI_Status_SaysWhetherTheLiveWriterStarts(t *testing.T) {
 		require.NoError(t, json.Unmarshal([]byte(out), &st))
 		require.True(t, st.LiveWriter.Starts, out)
 
-		code, _, errOut = cli(t, "reconcile", "--db", db.CLIDSN, "--schema", turnIDNotNullFile(t))
+		code, _, errOut := cli(t, "reconcile", "--db", db.CLIDSN, "--schema", turnIDNotNullFile(t))
 		require.Equal(t, exitStepFailed, code, "the breaking edit is refused: %s", errOut)
 		code, _, errOut = cli(t, "reconcile", "--db", db.CLIDSN, "--schema", turnIDNotNullFile(t), "--allow-writer-break")
 		require.Equal(t, exitOK, code, errOut)

@@ -35,9 +35,7 @@ func sqlLines(out string) []string {
 // and kandev_meta keep their rows.
 func TestCLI_PlanPrintsHostileIndexNameQuoted(t *testing.T) {
 	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
-		db.Host(t)
-		code, _, stderr := cli(t, "reconcile", "--db", db.CLIDSN)
-		require.Equal(t, exitOK, code, stderr)
+		reconciledByCLI(t, db)
 		db.Exec(t, `INSERT INTO kandev_meta (key, value) VALUES ('host_marker', 'kept')`)
 		name := hostileIndex[db.Dialect]
 		_, err := db.DB.Exec("CREATE INDEX " + dialect.QuoteIdent(name) + " ON task_session_subagents (model)")

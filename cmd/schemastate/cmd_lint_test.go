@@ -4,7 +4,6 @@ import (
 	"database/sql"
 	"encoding/json"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -150,18 +149,7 @@ func TestCLI_Lint_RebuildRowsFromRealStore(t *testing.T) {
 // against the committed one, not the declaration built into the binary, and
 // says which declaration it read.
 func TestCLI_Lint_BaseGitReadsTheWorkingTree(t *testing.T) {
-	dir := t.TempDir()
-	git := func(args ...string) {
-		t.Helper()
-		cmd := exec.Command("git", append([]string{"-c", "user.name=t", "-c", "user.email=t@example.com"}, args...)...)
-		cmd.Dir = dir
-		out, err := cmd.CombinedOutput()
-		require.NoError(t, err, "%s", out)
-	}
-	git("init", "-q")
-	require.NoError(t, os.WriteFile(filepath.Join(dir, "schema.hcl"), schemastate.SchemaHCL, 0o644))
-	git("add", "schema.hcl")
-	git("commit", "-q", "-m", "base")
+	dir, git := dbtest.SchemaRepo(t)
 	edited := strings.Replace(string(schemastate.SchemaHCL), "  index \"idx_subagents_turn_id\" {", "  index \"idx_subagents_model\" {\n    columns = [column.model]\n  }\n  index \"idx_subagents_turn_id\" {", 1)
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "schema.hcl"), []byte(edited), 0o644))
 	require.NoError(t, os.MkdirAll(filepath.Join(dir, "sub"), 0o755))

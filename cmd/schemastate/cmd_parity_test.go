@@ -64,9 +64,7 @@ func TestCLI_Parity_StoresReconciledEndIdentical(t *testing.T) {
 // every kind of drift is reported, and the live database is only read.
 func TestCLI_ParityAgainst_ReportsEachDrift(t *testing.T) {
 	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
-		db.Host(t)
-		code, _, errOut := cli(t, "reconcile", "--db", db.CLIDSN)
-		require.Equal(t, exitOK, code, errOut)
+		reconciledByCLI(t, db)
 		code, out, errOut := cli(t, "parity", "--against", db.CLIDSN)
 		require.Equal(t, exitOK, code, out+errOut)
 		require.Contains(t, out, "live           identical to fresh")

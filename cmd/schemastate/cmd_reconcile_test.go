@@ -147,9 +147,7 @@ func TestCLI_MissingSQLiteFileIsAnError(t *testing.T) {
 // dropped only by reconcile --prune (issue 11 item 5).
 func TestCLI_DriftListedKeptAndPrunedOnRequest(t *testing.T) {
 	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
-		db.Host(t)
-		code, _, stderr := cli(t, "reconcile", "--db", db.CLIDSN)
-		require.Equal(t, exitOK, code, stderr)
+		reconciledByCLI(t, db)
 		db.Exec(t, `CREATE INDEX idx_host_model ON task_session_subagents(model)`)
 		type drift struct{ Table, Kind, Name string }
 		var out struct {
@@ -170,7 +168,7 @@ func TestCLI_DriftListedKeptAndPrunedOnRequest(t *testing.T) {
 		require.NoError(t, json.Unmarshal([]byte(stdout), &out))
 		require.Equal(t, wantDrift, out.Drift)
 
-		code, stdout, stderr = cli(t, "reconcile", "--db", db.CLIDSN)
+		code, stdout, stderr := cli(t, "reconcile", "--db", db.CLIDSN)
 		require.Equal(t, exitOK, code, stderr)
 		require.Contains(t, stdout, "undeclared (kept unless --prune): task_session_subagents.idx_host_model index")
 		require.Contains(t, stderr, "idx_host_model", "the WARN names it")

@@ -21,9 +21,7 @@ const cliExec = "6f1c2a9e-4b7d-4e21-9a3f-0d5b8c7e1a42"
 // one of session s2.
 func subagentStore(t *testing.T, db *dbtest.DB) {
 	t.Helper()
-	db.Host(t)
-	code, _, stderr := cli(t, "reconcile", "--db", db.CLIDSN)
-	require.Equal(t, exitOK, code, stderr)
+	reconciledByCLI(t, db)
 	db.Exec(t, `INSERT INTO task_sessions (id, task_id) VALUES ('s1', 'k1');
 INSERT INTO task_sessions (id, task_id) VALUES ('s2', 'k2')`)
 	w, err := capture.NewWriter(context.Background(), db.DB, db.Dialect, capture.WithLogger(slog.New(slog.DiscardHandler)))

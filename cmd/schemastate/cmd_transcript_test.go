@@ -14,7 +14,6 @@ import (
 
 	"github.com/schemastate/schemastate/internal/testkit/dbtest"
 	"github.com/schemastate/schemastate/internal/tool/dsn"
-	"github.com/schemastate/schemastate/reconcile"
 	"github.com/schemastate/schemastate/transcript"
 )
 
@@ -23,13 +22,6 @@ func readFixture(t *testing.T, name string) []byte {
 	b, err := os.ReadFile(filepath.Join("..", "..", "testdata", "transcripts", name))
 	require.NoError(t, err)
 	return b
-}
-
-func reconciled(t *testing.T, db *dbtest.DB) {
-	t.Helper()
-	db.Host(t)
-	rep, _ := reconcile.Reconcile(context.Background(), db.DB)
-	require.NotEqual(t, reconcile.Failed, rep.Step(reconcile.StepShape).Status, "%+v", rep.Steps)
 }
 
 type lsOutput struct {

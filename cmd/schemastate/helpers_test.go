@@ -41,6 +41,25 @@ func sessionStore(t *testing.T, db *dbtest.DB, sessions map[string]string) {
 	}
 }
 
+// reconciledByCLI gives db the host tables and runs the CLI's reconcile on
+// it, which must exit 0: the declared shape, as a boot of the command leaves
+// it (reconciled is the same through the library).
+func reconciledByCLI(t *testing.T, db *dbtest.DB) {
+	t.Helper()
+	db.Host(t)
+	code, _, stderr := cli(t, "reconcile", "--db", db.CLIDSN)
+	require.Equal(t, exitOK, code, stderr)
+}
+
+// reconciled gives db the host tables and reconciles it through the
+// library; only the shape step has to succeed.
+func reconciled(t *testing.T, db *dbtest.DB) {
+	t.Helper()
+	db.Host(t)
+	rep, _ := reconcile.Reconcile(context.Background(), db.DB)
+	require.NotEqual(t, reconcile.Failed, rep.Step(reconcile.StepShape).Status, "%+v", rep.Steps)
+}
+
 // cli runs the schemastate CLI in-process with no stdin and returns its exit
 // code, stdout and stderr.
 func cli(t *testing.T, args ...string) (int, string, string) {

@@ -41,6 +41,16 @@ func judgeDecl(t *testing.T, src []byte, d dialect.Dialect, names ...string) []c
 	return out
 }
 
+// postgresCapture is the built-in capture writer and the table the
+// built-in declaration gives it on PostgreSQL.
+func postgresCapture(t *testing.T) (*contract.Writer, *schema.Table) {
+	t.Helper()
+	decl, err := declare.Eval(schemastate.SchemaHCL, "schema.hcl", dialect.Postgres, "main")
+	require.NoError(t, err)
+	w := dbtest.BuiltinWriter(t, "capture")
+	return w, decl.Table(w.Table)
+}
+
 // The built-in declaration is one every writer of this release writes
 // every row to: no finding, not even a notice.
 func TestJudge_BuiltinDeclarationFitsItsWriters(t *testing.T) {
@@ -133,16 +143,12 @@ func TestJudge_TheBackfillIsJudgedToo(t *testing.T) {
 // A table that does not exist, and an INVALID unique index (a failed
 // concurrent build), serve no writer.
 func TestJudge_MissingTableAndInvalidKey(t *testing.T) {
-	decl, err := declare.Eval(schemastate.SchemaHCL, "schema.hcl", dialect.Postgres, "main")
-	require.NoError(t, err)
-	c, err := contract.Builtin()
-	require.NoError(t, err)
-	w := c.Writer("capture")
+	w, table := postgresCapture(t)
 	got := contract.Judge(w, contract.Table{})
 	require.Len(t, got, 1)
 	require.Equal(t, contract.CodeTable, got[0].Code)
 
-	got = contract.Judge(w, contract.Table{T: decl.Table(w.Table), Invalid: map[string]bool{"task_session_subagents_session_execution_tool_call_key": true}})
+	got = contract.Judge(w, contract.Table{T: table, Invalid: map[string]bool{"task_session_subagents_session_execution_tool_call_key": true}})
 	require.Len(t, got, 1, "%v", got)
 	require.Equal(t, contract.CodeConflictTarget, got[0].Code)
 	require.True(t, got[0].Refused)
@@ -164,11 +170,7 @@ func TestParse_RefusesWhatItCannotRead(t *testing.T) {
 // A check as PostgreSQL's catalog renders it (what the writer's start
 // reads) is decided as its declared form is.
 func TestJudge_ChecksAsTheCatalogRendersThem(t *testing.T) {
-	decl, err := declare.Eval(schemastate.SchemaHCL, "schema.hcl", dialect.Postgres, "main")
-	require.NoError(t, err)
-	c, err := contract.Builtin()
-	require.NoError(t, err)
-	w := c.Writer("capture")
+	w, table := postgresCapture(t)
 	for expr, refused := range map[string]bool{
 		"(source = ANY (ARRAY['live'::text, 'backfill'::text]))": false,
 		"(tool_status = ANY (ARRAY['completed'::text]))":         true,
@@ -178,7 +180,7 @@ func TestJudge_ChecksAsTheCatalogRendersThem(t *testing.T) {
 		"(\"model\" IS NOT NULL)":                                true,
 		"(is_async = ANY (ARRAY[0, 1]))":                         false,
 	} {
-		tbl := *decl.Table(w.Table)
+		tbl := *table
 		tbl.Attrs = append(slices.Clone(tbl.Attrs), &schema.Check{Name: "ck", Expr: expr})
 		got := contract.Judge(w, contract.Table{T: &tbl})
 		require.Len(t, got, btoi(refused), "%s: %v", expr, got)

@@ -7,7 +7,19 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/schemastate/schemastate"
+	"github.com/schemastate/schemastate/internal/contract"
 )
+
+// BuiltinWriter is the writer named name in the built-in writers.json,
+// failing t when the contract does not parse or names no such writer.
+func BuiltinWriter(t testing.TB, name string) *contract.Writer {
+	t.Helper()
+	c, err := contract.Builtin()
+	require.NoError(t, err)
+	w := c.Writer(name)
+	require.NotNil(t, w, "writers.json has no writer %q", name)
+	return w
+}
 
 // EditedSchema is the built-in schema.hcl with one edit a platform engineer
 // might make: old, which must occur exactly once, replaced by new.

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -15,6 +14,7 @@ import (
 	"github.com/schemastate/schemastate"
 	"github.com/schemastate/schemastate/dialect"
 	"github.com/schemastate/schemastate/internal/contract"
+	"github.com/schemastate/schemastate/internal/testkit/dbtest"
 )
 
 // preAmendmentWriter is the writer of the release before the amendment, as
@@ -73,17 +73,7 @@ func TestLint_NamesTheBaseReleasesWriter(t *testing.T) {
 // GitWriters reads REF:writers.json, and a release from before the
 // contract (no writers.json at REF) reads as none, not an error.
 func TestGitWriters_AbsentAtAnOlderRelease(t *testing.T) {
-	dir := t.TempDir()
-	git := func(args ...string) {
-		cmd := exec.Command("git", append([]string{"-c", "user.name=t", "-c", "user.email=t@t", "-c", "commit.gpgsign=false"}, args...)...)
-		cmd.Dir = dir
-		out, err := cmd.CombinedOutput()
-		require.NoError(t, err, "%s", out)
-	}
-	git("init", "-q")
-	require.NoError(t, os.WriteFile(filepath.Join(dir, "schema.hcl"), schemastate.SchemaHCL, 0o600))
-	git("add", ".")
-	git("commit", "-qm", "before the contract")
+	dir, git := dbtest.SchemaRepo(t) // the release before the contract
 	require.NoError(t, os.WriteFile(filepath.Join(dir, contract.File), schemastate.WritersJSON, 0o600))
 	git("add", ".")
 	git("commit", "-qm", "the contract")
