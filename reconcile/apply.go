@@ -11,7 +11,6 @@ import (
 
 	"github.com/schemastate/schemastate/internal/hooks"
 	"github.com/schemastate/schemastate/internal/ops"
-	"github.com/schemastate/schemastate/internal/readonly"
 )
 
 // The applier: one for both dialects.
@@ -26,18 +25,6 @@ import (
 // is reported to the exec hook, the failpoints and the progress callback from
 // here alone. A failed phase fails the step; on PostgreSQL the groups
 // committed before it stay (each leaves a state the next boot resumes from).
-
-// phaseHooks is what the applier lends a session running a phase alone.
-type phaseHooks struct {
-	fail     func(point string) error
-	progress func(msg string)
-	// executed is told each statement once it ran (withExecHook).
-	executed func(stmt string)
-	// discard has the session close its connection rather than hand it
-	// back to the host's pool (connDiscarder); nil when it cannot, and a
-	// setting it fails to restore then fails the phase.
-	discard func(why error)
-}
 
 // stepOwnTx runs a step whose phases open their own transaction scopes.
 func (r *run) stepOwnTx(ctx context.Context, name string, fn func(context.Context) Step) {
@@ -111,21 +98,21 @@ func (a *applied) committedBefore(err error) error {
 // server's settings before the first of them runs: PostgreSQL's
 // statement_timeout (postgres_timeout.go). SQLite has no such setting.
 type preflighter interface {
-	preflight(ctx context.Context, phases []ops.Phase) error
+	Preflight(ctx context.Context, phases []ops.Phase) error
 }
 
 // applyPhases runs one step's phases.
 func (r *run) applyPhases(ctx context.Context, sess session, step string, phases []ops.Phase) Step {
 	// Before the first phase: a step refused here has run nothing.
 	if pf, ok := sess.(preflighter); ok {
-		if err := pf.preflight(ctx, phases); err != nil {
+		if err := pf.Preflight(ctx, phases); err != nil {
 			return failed(err)
 		}
 	}
 	groups, lastTx := groupPhases(phases)
-	h := phaseHooks{fail: r.o.fail, progress: func(msg string) { r.progress(step, msg) }, executed: r.o.executed}
+	h := phaseHooks{Fail: r.o.fail, Progress: func(msg string) { r.progress(step, msg) }, Executed: r.o.executed}
 	if d, ok := sess.(connDiscarder); ok {
-		h.discard = d.discard
+		h.Discard = d.Discard
 	}
 	var a applied
 	for i, g := range groups {
@@ -140,7 +127,7 @@ func (r *run) applyPhases(ctx context.Context, sess session, step string, phases
 			}
 			r.progress(step, "phase "+ph.ID())
 		}
-		if err := sess.holding(ctx); err != nil {
+		if err := sess.Holding(ctx); err != nil {
 			if len(a.ran) > 0 {
 				err = fmt.Errorf("before %s: %w (committed before it: %s)", g[0].ID(), err, strings.Join(a.ran, ", "))
 			}
@@ -221,7 +208,7 @@ func inProgress(err error, ran []string) Step {
 func (r *run) runGroup(ctx context.Context, sess session, step string, group []ops.Phase, h phaseHooks, beforeCommit func() error) ([]bool, error) {
 	ran := make([]bool, len(group))
 	var executed []string
-	err := sess.transact(ctx, step, group[0].Table, func(q querier) error {
+	err := sess.Transact(ctx, step, group[0].Table, func(q querier) error {
 		clear(ran)
 		executed = executed[:0]
 		for i, ph := range group {
@@ -235,7 +222,7 @@ func (r *run) runGroup(ctx context.Context, sess session, step string, group []o
 			if err := r.runPhase(ctx, q, ph, h, &executed); err != nil {
 				return err
 			}
-			if err := h.fail(hooks.FailpointPhaseHeld(ph.ID())); err != nil {
+			if err := h.Fail(hooks.FailpointPhaseHeld(ph.ID())); err != nil {
 				return err
 			}
 			ran[i] = true
@@ -250,7 +237,7 @@ func (r *run) runGroup(ctx context.Context, sess session, step string, group []o
 		return ran, err
 	}
 	for _, stmt := range executed {
-		h.executed(stmt)
+		h.Executed(stmt)
 	}
 	return ran, nil
 }
@@ -258,11 +245,11 @@ func (r *run) runGroup(ctx context.Context, sess session, step string, group []o
 // runAlone runs a non-transactional phase, once the live catalog says it is
 // still to do.
 func (r *run) runAlone(ctx context.Context, sess session, ph ops.Phase, h phaseHooks) (bool, error) {
-	todo, err := r.todo(ctx, sess.querier(), ph)
+	todo, err := r.todo(ctx, sess.Querier(), ph)
 	if err != nil || !todo {
 		return false, err
 	}
-	if err := sess.alone(ctx, ph, h); err != nil {
+	if err := sess.Alone(ctx, ph, h); err != nil {
 		return false, fmt.Errorf("%s: %w", ph.ID(), err)
 	}
 	return true, nil
@@ -313,7 +300,7 @@ func (r *run) runPhase(ctx context.Context, q querier, ph ops.Phase, h phaseHook
 				return fmt.Errorf("%s: %w", ph.ID(), err)
 			}
 			rows = append(rows, n)
-			h.progress(fmt.Sprintf("rebuilding %s: copying %d rows", ph.Table, n))
+			h.Progress(fmt.Sprintf("rebuilding %s: copying %d rows", ph.Table, n))
 		case ops.GuardSetting:
 			restore, serr := r.setting(ctx, q, ph, g, h)
 			if serr != nil {
@@ -327,7 +314,7 @@ func (r *run) runPhase(ctx context.Context, q querier, ph ops.Phase, h phaseHook
 	for _, stmt := range ph.SQL {
 		res, err := q.ExecContext(ctx, stmt)
 		if err != nil {
-			return fmt.Errorf("%s: %s: %w", ph.ID(), firstLine(stmt), r.drv.explain(err))
+			return fmt.Errorf("%s: %s: %w", ph.ID(), firstLine(stmt), r.drv.Explain(err))
 		}
 		*executed = append(*executed, stmt)
 		k := 0
@@ -343,7 +330,7 @@ func (r *run) runPhase(ctx context.Context, q querier, ph ops.Phase, h phaseHook
 				if copied != want {
 					return fmt.Errorf("%s: copied %d of %d rows", ph.ID(), copied, want)
 				}
-				if err := h.fail(hooks.FailpointRebuildCopied); err != nil {
+				if err := h.Fail(hooks.FailpointRebuildCopied); err != nil {
 					return err
 				}
 			}
@@ -440,11 +427,6 @@ func prevTable(groups [][]ops.Phase, i, j int) string {
 	}
 	g := groups[i-1]
 	return g[len(g)-1].Table
-}
-
-// queryStrings returns the one text column of every row of query.
-func queryStrings(ctx context.Context, q querier, query string, args ...any) ([]string, error) {
-	return readonly.Strings(ctx, q, query, args...)
 }
 
 // firstLine is a statement as an error names it.

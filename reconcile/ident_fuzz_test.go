@@ -77,10 +77,10 @@ func FuzzIdentifier(f *testing.F) {
 			tbl := schema.NewTable("t").AddColumns(schema.NewStringColumn("a", "text"))
 			s.AddTables(tbl)
 			idx := schema.NewIndex(name).AddColumns(tbl.Columns[0])
-			pc := &planContext{atlas: atlasFor(d), schema: schemaName, dialect: d}
+			pc := &planContext{Atlas: atlasFor(d), Schema: schemaName, Driver: driverOf(d)}
 
 			for _, c := range []schema.Change{&schema.DropIndex{I: idx}, &schema.AddIndex{I: idx}} {
-				stmts, err := pc.render(&schema.ModifyTable{T: tbl, Changes: []schema.Change{c}})
+				stmts, err := pc.Render(&schema.ModifyTable{T: tbl, Changes: []schema.Change{c}})
 				if err != nil {
 					if !errors.Is(err, ops.ErrUnsafeName) {
 						t.Fatalf("%s %T %q: refused without ErrUnsafeName: %v", d, c, name, err)

@@ -98,8 +98,8 @@ func (p *ShapePlan) stepPhases(step string) []ops.Phase {
 func (p *ShapePlan) Resumed() []string {
 	var out []string
 	for _, t := range p.tables {
-		if t.Inflight.any() {
-			out = append(out, t.Table+": "+strings.Join(t.Inflight.notes, ", "))
+		if len(t.Resumed) > 0 {
+			out = append(out, t.Table+": "+strings.Join(t.Resumed, ", "))
 		}
 	}
 	return out

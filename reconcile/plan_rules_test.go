@@ -16,6 +16,7 @@ import (
 	"github.com/schemastate/schemastate/internal/declare"
 	"github.com/schemastate/schemastate/internal/describe"
 	"github.com/schemastate/schemastate/internal/ops"
+	"github.com/schemastate/schemastate/reconcile/internal/core"
 )
 
 // The planning rules, with no database: a live and a declared table in,
@@ -38,13 +39,22 @@ func atlasFor(d dialect.Dialect) atlasPlanner {
 	return differPlanner{sqlite.DefaultDiff, sqlite.DefaultPlan}
 }
 
+// driverOf is the dialect's driver.
+func driverOf(d dialect.Dialect) driver {
+	drv, err := driverFor(d)
+	if err != nil {
+		panic(err)
+	}
+	return drv
+}
+
 // planTableCase is one table's planning: build makes the live table (nil
 // for none) and the declared one afresh, as planning edits the live one.
 type planTableCase struct {
 	name        string
 	live        func() *schema.Table
 	want        func() *schema.Table
-	facts       tableFacts
+	facts       core.Facts
 	onlineAbove int64
 	check       func(t *testing.T, tp *tablePlan)
 }
@@ -57,8 +67,8 @@ func runPlanCases(t *testing.T, drv driver, cases []planTableCase) {
 			if c.live != nil {
 				tp.Live = c.live()
 			}
-			pc := &planContext{atlas: atlasFor(drv.dialect()), schema: want.Schema.Name, file: "test.hcl", dialect: drv.dialect(), onlineAbove: c.onlineAbove}
-			require.NoError(t, drv.planTable(pc, tp, c.facts))
+			pc := &planContext{Atlas: atlasFor(drv.Dialect()), Schema: want.Schema.Name, File: "test.hcl", Driver: drv, OnlineAbove: c.onlineAbove}
+			require.NoError(t, drv.PlanTable(pc, tp, c.facts))
 			c.check(t, tp)
 		})
 	}
@@ -150,7 +160,7 @@ func TestPlanTable_SQLite(t *testing.T) {
 			require.NotContains(t, strings.Join(tp.Phases[0].SQL, "\n"), `"new_t"`, "Atlas's own copy path")
 		}},
 		{name: "a referenced table's rebuild checks foreign keys on both", live: sqliteT(nil), want: sqliteT(addNotNull),
-			facts: tableFacts{referencedBy: []string{"child"}}, check: func(t *testing.T, tp *tablePlan) {
+			facts: sqliteFacts{referencedBy: []string{"child"}}, check: func(t *testing.T, tp *tablePlan) {
 				ph := tp.Phases[0]
 				require.Equal(t, []ops.GuardKind{ops.GuardForeignKeys, ops.GuardRowsCopied, ops.GuardSetting}, guardKinds(ph))
 				require.Equal(t, []string{`PRAGMA foreign_key_check("t")`, `PRAGMA foreign_key_check("child")`}, ph.Guards[0].SQL)
@@ -159,11 +169,11 @@ func TestPlanTable_SQLite(t *testing.T) {
 			}},
 		{name: "a rebuild creates kept drift and triggers again", live: sqliteT(func(t *schema.Table) {
 			t.AddIndexes(schema.NewIndex("t_b").AddColumns(column(t, "b")))
-		}), want: sqliteT(addNotNull), facts: tableFacts{
+		}), want: sqliteT(addNotNull), facts: sqliteFacts{
 			indexSQL: map[string]string{"t_b": "CREATE INDEX t_b ON t (b)"},
 			triggers: []string{"CREATE TRIGGER t_touch AFTER UPDATE ON t BEGIN SELECT 1; END"},
 		}, check: func(t *testing.T, tp *tablePlan) {
-			require.Equal(t, []Drift{{Table: "t", Kind: driftIndex, Name: "t_b", Definition: "index (b)"}}, tp.Drift)
+			require.Equal(t, []Drift{{Table: "t", Kind: core.DriftIndex, Name: "t_b", Definition: "index (b)"}}, tp.Drift)
 			sql := tp.Phases[0].SQL
 			require.Contains(t, sql, "CREATE INDEX t_b ON t (b)", "the operator's own statement")
 			require.Equal(t, "CREATE TRIGGER t_touch AFTER UPDATE ON t BEGIN SELECT 1; END", sql[len(sql)-1])
@@ -256,13 +266,13 @@ func TestPlanTable_Postgres(t *testing.T) {
 			}},
 		{name: "an index built but not yet the key resumes online whatever the size", live: builtNotKey, want: declared, facts: tableFacts{size: tableSize{bytes: 8 << 10, version: 160000}}, onlineAbove: 1 << 30,
 			check: func(t *testing.T, tp *tablePlan) {
-				require.Equal(t, []string{"index t_a_c_b_key built, not yet the key"}, tp.Inflight.notes)
+				require.Equal(t, []string{"index t_a_c_b_key built, not yet the key"}, tp.Resumed)
 				require.Equal(t, []string{"shape:build_index", "shape:swap_key"}, phaseNames(tp))
 				require.Contains(t, tp.Phases[0].Detail, "resuming an online upgrade")
 			}},
 		{name: "an INVALID build is dropped before it is built again", live: builtNotKey, want: declared, facts: tableFacts{size: size, invalid: []string{"t_a_c_b_key", "t_operator_idx"}},
 			check: func(t *testing.T, tp *tablePlan) {
-				require.Equal(t, []string{"INVALID index t_a_c_b_key (dropped and rebuilt)"}, tp.Inflight.notes, "an undeclared INVALID index is not ours")
+				require.Equal(t, []string{"INVALID index t_a_c_b_key (dropped and rebuilt)"}, tp.Resumed, "an undeclared INVALID index is not ours")
 				require.Equal(t, []string{"shape:build_index", "shape:swap_key"}, phaseNames(tp))
 				require.Equal(t, `DROP INDEX CONCURRENTLY IF EXISTS "public"."t_a_c_b_key"`, tp.Phases[0].SQL[0])
 			}},

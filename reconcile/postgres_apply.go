@@ -30,7 +30,7 @@ import (
 // transact runs fn in one transaction whose lock waits end after the
 // attempt timeout, retried whole (fn from the start) until it gets its locks
 // or the budget is spent (withLockRetry).
-func (s *pgSession) transact(ctx context.Context, _ string, table string, fn func(q querier) error) error {
+func (s *pgSession) Transact(ctx context.Context, _ string, table string, fn func(q querier) error) error {
 	return s.withLockRetry(ctx, table, func(timeout time.Duration) error {
 		return s.inTx(ctx, timeout, budgetCatalog, func(tx *sql.Tx) error { return fn(tx) })
 	})
@@ -38,7 +38,7 @@ func (s *pgSession) transact(ctx context.Context, _ string, table string, fn fun
 
 // alone applies a non-transactional phase: the batched copy, or CREATE or
 // DROP INDEX CONCURRENTLY.
-func (s *pgSession) alone(ctx context.Context, ph ops.Phase, h phaseHooks) error {
+func (s *pgSession) Alone(ctx context.Context, ph ops.Phase, h phaseHooks) error {
 	switch ph.Kind {
 	case ops.KindBatched:
 		return s.copyBatches(ctx, ph, h)
@@ -66,7 +66,7 @@ func (s *pgSession) inTx(ctx context.Context, timeout time.Duration, kind stmtKi
 	if err != nil {
 		return err
 	}
-	if err := setLocalTimeouts(ctx, tx, timeout, s.o.stmtBudget(kind)); err != nil {
+	if err := setLocalTimeouts(ctx, tx, timeout, stmtBudget(s.o, kind)); err != nil {
 		tx.Rollback()
 		return err
 	}
@@ -89,17 +89,17 @@ func (s *pgSession) inTx(ctx context.Context, timeout time.Duration, kind stmtKi
 // transaction-mode pooler, leaving the setting on another client's.
 func (s *pgSession) concurrently(ctx context.Context, ph ops.Phase, h phaseHooks) error {
 	for _, stmt := range ph.SQL {
-		stop := s.watchIndexBuild(ctx, ph, h.progress)
+		stop := s.watchIndexBuild(ctx, ph, h.Progress)
 		tag := statementTag()
 		waited, release := s.boundWait(ctx, tag)
 		_, err := s.conn.ExecContext(ctx, tag+stmt)
 		release()
 		stop()
 		if err == nil {
-			h.executed(stmt)
+			h.Executed(stmt)
 		}
 		if err != nil && waited() {
-			err = fmt.Errorf("%w: %s: waited %s%s: %w", ops.ErrLockNotAcquired, ph.Table, s.o.concurrentWait, s.holders(ctx, ph.Table), err)
+			err = fmt.Errorf("%w: %s: waited %s%s: %w", ops.ErrLockNotAcquired, ph.Table, s.o.ConcurrentWait, s.holders(ctx, ph.Table), err)
 		}
 		if err != nil {
 			err = fmt.Errorf("%s: %w", firstLine(stmt), withDetail(err))
@@ -149,7 +149,7 @@ func statementTag() string {
 // it cancelled the statement; release stops the watch.
 func (s *pgSession) boundWait(ctx context.Context, tag string) (waited func() bool, release func()) {
 	var cancelled atomic.Bool
-	poll := min(max(s.o.concurrentWait/20, 10*time.Millisecond), 250*time.Millisecond)
+	poll := min(max(s.o.ConcurrentWait/20, 10*time.Millisecond), 250*time.Millisecond)
 	var since time.Time // the current wait began, as first seen
 	const running = ` FROM pg_stat_activity WHERE datname = current_database() AND state = 'active'
  AND left(query, length($1)) = $1 AND pid <> pg_backend_pid()`
@@ -165,7 +165,7 @@ func (s *pgSession) boundWait(ctx context.Context, tag string) (waited func() bo
 			since = time.Now().Add(-poll / 2)
 			return true
 		}
-		if time.Since(since) < s.o.concurrentWait {
+		if time.Since(since) < s.o.ConcurrentWait {
 			return true
 		}
 		// Marked before the cancel is sent: the statement may fail of it,
@@ -177,7 +177,7 @@ func (s *pgSession) boundWait(ctx context.Context, tag string) (waited func() bo
 		case errors.Is(err, sql.ErrNoRows):
 			cancelled.Store(false) // the statement ended meanwhile; nothing was sent
 		case (err != nil || !sent) && ctx.Err() == nil:
-			s.o.logger.Warn("reconcile: could not cancel a concurrent index build past its wait", "pid", pid, "error", err)
+			s.o.Logger.Warn("reconcile: could not cancel a concurrent index build past its wait", "pid", pid, "error", err)
 		}
 		return false
 	})
@@ -224,7 +224,7 @@ func (s *pgSession) copyBatches(ctx context.Context, ph ops.Phase, h phaseHooks)
 	if err != nil {
 		return err
 	}
-	most := int64(max(s.o.copyBatchPages, 1))
+	most := int64(max(s.o.CopyBatchPages, 1))
 	batch := most
 	verb := "copying"
 	if ph.Name == ops.PhaseFill {
@@ -232,7 +232,7 @@ func (s *pgSession) copyBatches(ctx context.Context, ph ops.Phase, h phaseHooks)
 	}
 	var rows int64
 	for from := int64(0); from < pages; {
-		if err := s.o.overBudget(); err != nil {
+		if err := s.o.OverBudget(); err != nil {
 			return err
 		}
 		began := time.Now()
@@ -242,14 +242,14 @@ func (s *pgSession) copyBatches(ctx context.Context, ph ops.Phase, h phaseHooks)
 		}
 		took := time.Since(began)
 		if from == 0 {
-			h.executed(ph.Loop.Batch)
+			h.Executed(ph.Loop.Batch)
 		}
 		rows, from = rows+n, from+batch
-		h.progress(fmt.Sprintf("%s %s: %d rows copied, page %d of %d", verb, ph.Table, rows, min(from, pages), pages))
-		if err := h.fail(hooks.FailpointCopyBatch); err != nil {
+		h.Progress(fmt.Sprintf("%s %s: %d rows copied, page %d of %d", verb, ph.Table, rows, min(from, pages), pages))
+		if err := h.Fail(hooks.FailpointCopyBatch); err != nil {
 			return err
 		}
-		if rest := time.Duration(float64(took) * s.o.copyPause); rest > 0 && from < pages {
+		if rest := time.Duration(float64(took) * s.o.CopyPause); rest > 0 && from < pages {
 			select {
 			case <-ctx.Done():
 				return ctx.Err()
@@ -280,9 +280,9 @@ func (s *pgSession) copyBatches(ctx context.Context, ph ops.Phase, h phaseHooks)
 			}
 			rows += n
 		}
-		h.progress(fmt.Sprintf("%s %s: %d rows, pass %d over %d pages for the rows the host moved meanwhile", verb, ph.Table, rows, tail+2, now))
+		h.Progress(fmt.Sprintf("%s %s: %d rows, pass %d over %d pages for the rows the host moved meanwhile", verb, ph.Table, rows, tail+2, now))
 	}
-	h.progress(fmt.Sprintf("copied %s: %d rows", ph.Table, rows))
+	h.Progress(fmt.Sprintf("copied %s: %d rows", ph.Table, rows))
 	return nil
 }
 
@@ -343,8 +343,8 @@ func (s *pgSession) batch(ctx context.Context, ph ops.Phase, from, to int64) (in
 // the attempt timeout for its locks; between attempts it backs off
 // exponentially with jitter, so replicas and the host's own DDL interleave.
 func (s *pgSession) withLockRetry(ctx context.Context, table string, attempt func(timeout time.Duration) error) error {
-	budget := s.o.ddlLockTimeout
-	per := min(s.o.ddlLockAttempt, budget)
+	budget := s.o.DDLLockTimeout
+	per := min(s.o.DDLLockAttempt, budget)
 	deadline := time.Now().Add(budget)
 	wait := 20 * time.Millisecond
 	for n := 1; ; n++ {

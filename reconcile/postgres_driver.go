@@ -14,6 +14,7 @@ import (
 
 	"github.com/schemastate/schemastate/dialect"
 	"github.com/schemastate/schemastate/internal/endstate"
+	"github.com/schemastate/schemastate/reconcile/internal/core"
 )
 
 // PostgreSQL's driver: its declaration and catalog reads, here; its
@@ -21,26 +22,26 @@ import (
 // runs outside a transaction in postgres_apply.go.
 type postgresDriver struct{}
 
-func (postgresDriver) dialect() dialect.Dialect { return dialect.Postgres }
+func (postgresDriver) Dialect() dialect.Dialect { return dialect.Postgres }
 
-func (postgresDriver) lockMechanism() string { return lockAdvisoryXact }
+func (postgresDriver) LockMechanism() string { return lockAdvisoryXact }
 
-func (postgresDriver) open(ctx context.Context, db *sql.DB, o *call) (session, error) {
+func (postgresDriver) Open(ctx context.Context, db *sql.DB, o *core.Config) (session, error) {
 	return openPostgres(ctx, db, o)
 }
 
-func (postgresDriver) schemaName(ctx context.Context, q querier) (string, error) {
+func (postgresDriver) SchemaName(ctx context.Context, q querier) (string, error) {
 	var s string
 	err := q.QueryRowContext(ctx, "SELECT current_schema()").Scan(&s)
 	return s, err
 }
 
-func (postgresDriver) atlas(q querier) (migrate.Driver, error) { return postgres.Open(q) }
+func (postgresDriver) Atlas(q querier) (migrate.Driver, error) { return postgres.Open(q) }
 
 // dropSQL: an index that backs a UNIQUE constraint, a foreign key and a
 // check are dropped as constraints of the table, any other index by its
 // schema-qualified name.
-func (postgresDriver) dropSQL(schemaName, table string, c schema.Change) (string, error) {
+func (postgresDriver) DropSQL(schemaName, table string, c schema.Change) (string, error) {
 	var name string
 	switch c := c.(type) {
 	case *schema.DropIndex:
@@ -58,7 +59,7 @@ func (postgresDriver) dropSQL(schemaName, table string, c schema.Change) (string
 	return "ALTER TABLE " + qualified(schemaName, table) + " DROP CONSTRAINT " + dialect.QuoteIdent(name), nil
 }
 
-func (postgresDriver) tablesQuery(n int) string {
+func (postgresDriver) TablesQuery(n int) string {
 	return `SELECT table_name FROM information_schema.tables WHERE table_schema = current_schema() AND table_name IN (` + placeholders(dialect.Postgres, 1, n) + `)`
 }
 
@@ -75,7 +76,7 @@ func (postgresDriver) tablesQuery(n int) string {
 // or collation its oid: one full check.) Constraints and triggers keep their
 // deparsed form (a handful of rows; it names the referenced table as it is
 // called now).
-func (postgresDriver) catalogQuery(ownedIn, hostIn string) string {
+func (postgresDriver) CatalogQuery(ownedIn, hostIn string) string {
 	return `WITH rel AS (
   SELECT c.oid, c.relname, c.relkind, c.relpersistence, c.reloptions FROM pg_class c
   WHERE c.relnamespace = (SELECT oid FROM pg_namespace WHERE nspname = current_schema()) AND c.relkind IN ('r', 'p') AND c.relname IN (` + ownedIn + `)
@@ -100,10 +101,15 @@ UNION ALL SELECT 'host:' || c.relname FROM pg_class c
 ORDER BY 1`
 }
 
-// facts reads the table's DEFERRABLE unique constraints, its INVALID
+// Facts reads the table's facts (readFacts); PlanTable takes them back.
+func (d postgresDriver) Facts(ctx context.Context, q querier, schemaName string, live, want *schema.Table) (core.Facts, error) {
+	return d.readFacts(ctx, q, schemaName, live, want)
+}
+
+// readFacts reads the table's DEFERRABLE unique constraints, its INVALID
 // indexes (an online build that crashed or failed) and its size, which
 // chooses the path.
-func (postgresDriver) facts(ctx context.Context, q querier, schemaName string, live, want *schema.Table) (tableFacts, error) {
+func (postgresDriver) readFacts(ctx context.Context, q querier, schemaName string, live, want *schema.Table) (tableFacts, error) {
 	var f tableFacts
 	var err error
 	if f.deferrable, err = deferrableUniques(ctx, q, live.Name); err != nil {
@@ -148,7 +154,7 @@ func (postgresDriver) facts(ctx context.Context, q querier, schemaName string, l
 
 // observable is live without what no statement can use (endstate.Usable):
 // its INVALID indexes, NOT VALID constraints and DEFERRABLE uniques.
-func (postgresDriver) observable(ctx context.Context, q querier, live *schema.Table) (*schema.Table, error) {
+func (postgresDriver) Observable(ctx context.Context, q querier, live *schema.Table) (*schema.Table, error) {
 	if live == nil {
 		return nil, nil
 	}
@@ -159,7 +165,7 @@ func (postgresDriver) observable(ctx context.Context, q querier, live *schema.Ta
 	return endstate.Usable(live, names), nil
 }
 
-func (postgresDriver) explain(err error) error { return withDetail(err) }
+func (postgresDriver) Explain(err error) error { return withDetail(err) }
 
 // withDetail appends PostgreSQL's DETAIL and HINT to err: they name the
 // object that blocked a statement (the view that reads a column, say), which

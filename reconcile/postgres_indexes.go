@@ -20,7 +20,7 @@ import (
 // what the rebuild then carries. (Reconcile plans the widening again once
 // the shape step has applied, from the catalog; this keeps the dry run's
 // phases the ones it runs.)
-func afterShape(schemaName string, tp *tablePlan, builds, dropKeys, dropIndexes []*schema.Index) []liveIndex {
+func afterShape(schemaName string, tp *pgTablePlan, builds, dropKeys, dropIndexes []*schema.Index) []liveIndex {
 	rb := tp.Inflight.rebuild
 	if rb == nil {
 		return nil

@@ -13,6 +13,7 @@ import (
 	"github.com/schemastate/schemastate/internal/describe"
 	"github.com/schemastate/schemastate/internal/ops"
 	"github.com/schemastate/schemastate/internal/pgtypes"
+	"github.com/schemastate/schemastate/reconcile/internal/core"
 )
 
 // PostgreSQL planning: the single-transaction path and the online phases.
@@ -233,9 +234,28 @@ func (p prelude) catalogOnly() bool { return len(p.replaced) == 0 && len(p.fills
 // (an online upgrade in flight, a deferrable key, an equivalent key under
 // another name), diffed, and planned as the single transaction or as online
 // phases by its size (planPhases).
-func (postgresDriver) planTable(pc *planContext, tp *tablePlan, f tableFacts) error {
+func (d postgresDriver) PlanTable(pc *planContext, tp *tablePlan, f core.Facts) error {
+	pf, _ := f.(tableFacts) // none for a new table
+	ptp := &pgTablePlan{TablePlan: tp}
+	err := d.planTable(pc, ptp, pf)
+	if ptp.Inflight.any() {
+		tp.Resumed = ptp.Inflight.notes
+	}
+	return err
+}
+
+// pgTablePlan is one table's plan with what PostgreSQL's planning found of
+// an online upgrade in flight.
+type pgTablePlan struct {
+	*core.TablePlan
+	// Inflight is what an online upgrade stopped between two phases left
+	// in the catalog.
+	Inflight *inflight
+}
+
+func (postgresDriver) planTable(pc *planContext, tp *pgTablePlan, f tableFacts) error {
 	if tp.Live == nil {
-		stmts, err := pc.render(&schema.AddTable{T: tp.Want})
+		stmts, err := pc.Render(&schema.AddTable{T: tp.Want})
 		if err != nil {
 			return fmt.Errorf("plan %s: %w", tp.Table, err)
 		}
@@ -272,37 +292,37 @@ func (postgresDriver) planTable(pc *planContext, tp *tablePlan, f tableFacts) er
 	slices.Sort(recipeNotes)
 	tp.Inflight.notes = append(tp.Inflight.notes, recipeNotes...)
 	var pre prelude
-	live, pre.replaced = replaceDeferrableKeys(pc.schema, live, tp.Want, f.deferrable)
+	live, pre.replaced = replaceDeferrableKeys(pc.Schema, live, tp.Want, f.deferrable)
 	for _, w := range tp.Want.Indexes {
 		if f.deferrable[w.Name] {
 			in.twins = append(in.twins, fmt.Sprintf("unique key %s found DEFERRABLE (no ON CONFLICT arbiter): replaced", w.Name))
 		}
 	}
-	live, pre.renames, in.renamed = renameEquivalentUniques(pc.schema, live, tp.Want, f.deferrable)
+	live, pre.renames, in.renamed = renameEquivalentUniques(pc.Schema, live, tp.Want, f.deferrable)
 	tp.Live = live // what the diff and the phases plan from
-	tp.twins = func(changes []schema.Change) []schema.Change {
+	tp.Twins = func(changes []schema.Change) []schema.Change {
 		changes = checkTwins(tp.Live, tp.Want, func(l, w *schema.Check) bool { return f.checks.same(w.Name) }, changes)
 		return fkTwins(tp.Live, tp.Want, f.deferrableFKs, changes)
 	}
-	changes, _, err := pc.diff(tp)
+	changes, _, err := pc.Diff(tp.TablePlan)
 	if err != nil {
 		return err
 	}
 	in.twins = append(in.twins, twinNotes(changes, f.notValid, f.deferrableFKs)...)
 	if len(tp.Refused) > 0 {
-		tp.Phases = refusedRebuild(pc.schema, tp)
+		tp.Phases = refusedRebuild(pc.Schema, tp)
 		return nil
 	}
-	pre.fills = fillStatements(pc.schema, tp.Live, tp.Want)
+	pre.fills = fillStatements(pc.Schema, tp.Live, tp.Want)
 	rest, widen := splitWidenings(changes)
 	var stmts, widenSQL []string
 	if len(widen) > 0 {
-		if widenSQL, err = pc.render(&schema.ModifyTable{T: tp.Want, Changes: widen}); err != nil {
+		if widenSQL, err = pc.Render(&schema.ModifyTable{T: tp.Want, Changes: widen}); err != nil {
 			return fmt.Errorf("plan %s: %w", tp.Table, err)
 		}
 	}
 	if len(rest) > 0 {
-		if stmts, err = pc.render(&schema.ModifyTable{T: tp.Want, Changes: rest}); err != nil {
+		if stmts, err = pc.Render(&schema.ModifyTable{T: tp.Want, Changes: rest}); err != nil {
 			return fmt.Errorf("plan %s: %w", tp.Table, err)
 		}
 	}
@@ -326,12 +346,12 @@ func fillStatements(schemaName string, live, want *schema.Table) []string {
 // planPhases chooses the path by the live table's size and turns one table's
 // diff into phases: alter is the single transaction's ALTERs (the prelude
 // first), widen its type widenings.
-func planPhases(pc *planContext, tp *tablePlan, size tableSize, pre prelude, alter, widen []string) error {
+func planPhases(pc *planContext, tp *pgTablePlan, size tableSize, pre prelude, alter, widen []string) error {
 	if len(alter) == 0 && len(widen) == 0 && !tp.Inflight.any() && len(tp.Inflight.twins) == 0 {
 		return nil
 	}
-	online := size.bytes >= pc.onlineAbove
-	why := fmt.Sprintf("table is %s, at or above the online threshold %s: online phases", size, byteSize(pc.onlineAbove))
+	online := size.bytes >= pc.OnlineAbove
+	why := fmt.Sprintf("table is %s, at or above the online threshold %s: online phases", size, byteSize(pc.OnlineAbove))
 	switch {
 	case tp.Inflight.any():
 		online, why = true, "resuming an online upgrade ("+strings.Join(tp.Inflight.notes, "; ")+")"
@@ -339,7 +359,7 @@ func planPhases(pc *planContext, tp *tablePlan, size tableSize, pre prelude, alt
 		// The batched copy walks the table by ctid ranges (TID range scans, PG 14).
 		online, why = false, fmt.Sprintf("table is %s, but the server is older than PostgreSQL 14: single transaction", size)
 	case !online:
-		why = fmt.Sprintf("table is %s, under the online threshold %s: single transaction", size, byteSize(pc.onlineAbove))
+		why = fmt.Sprintf("table is %s, under the online threshold %s: single transaction", size, byteSize(pc.OnlineAbove))
 	}
 	if tp.Inflight != nil && len(tp.Inflight.twins) > 0 {
 		why += "; under a declared name: " + strings.Join(tp.Inflight.twins, "; ")
@@ -374,7 +394,7 @@ func planPhases(pc *planContext, tp *tablePlan, size tableSize, pre prelude, alt
 // copy for the columns, and plans what a rebuild in flight needs: its last
 // phase after a swap, or its abandonment when its table changed under it or
 // the rebuild no longer applies.
-func onlineWidening(schemaName string, tp *tablePlan, cols []*schema.Column, indexes []liveIndex, why string) []ops.Phase {
+func onlineWidening(schemaName string, tp *pgTablePlan, cols []*schema.Column, indexes []liveIndex, why string) []ops.Phase {
 	rb := tp.Inflight.rebuild
 	if rb == nil {
 		rb = &rebuildFacts{}

@@ -337,7 +337,7 @@ func (f *rebuildFacts) notes(table string) []string {
 // is, without the trigger that logs its every write into a log nothing
 // replays, and the rebuild begins again from the catalog once the refusal is
 // resolved.
-func refusedRebuild(schemaName string, tp *tablePlan) []ops.Phase {
+func refusedRebuild(schemaName string, tp *pgTablePlan) []ops.Phase {
 	rb := tp.Inflight.rebuild
 	switch {
 	case rb == nil || !rb.inflight():

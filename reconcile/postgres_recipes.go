@@ -76,7 +76,7 @@ type recipePlanner struct {
 	checks *checkFacts
 }
 
-func newRecipePlanner(schemaName string, tp *tablePlan, why string) recipePlanner {
+func newRecipePlanner(schemaName string, tp *pgTablePlan, why string) recipePlanner {
 	p := recipePlanner{schema: schemaName, table: tp.Table, qt: qualified(schemaName, tp.Table), key: rowKeyText(tp.Want), why: why}
 	if tp.Inflight != nil {
 		p.checks = tp.Inflight.checks
@@ -246,17 +246,6 @@ func columnTypeSQL(c *schema.Column) (string, bool) {
 	}
 	s, err := postgres.FormatType(c.Type.Type)
 	return s, err == nil
-}
-
-// defaultSQL is a declared default as SQL.
-func defaultSQL(x schema.Expr) string {
-	switch x := x.(type) {
-	case *schema.Literal:
-		return x.V
-	case *schema.RawExpr:
-		return x.X
-	}
-	return "NULL"
 }
 
 // catalogOnlyDefault reports a default PostgreSQL stores once in the catalog

@@ -33,17 +33,17 @@ func (s *pgSession) rebuildCopy(ctx context.Context, ph ops.Phase, h phaseHooks)
 	if err := s.conn.QueryRowContext(ctx, "SELECT pages, next_page, rows FROM "+qs).Scan(&pages, &next, &rows); err != nil {
 		return fmt.Errorf("read the copy's progress: %w", err)
 	}
-	batch := int64(max(s.o.copyBatchPages, 1))
+	batch := int64(max(s.o.CopyBatchPages, 1))
 	first := true
 	for from := next; from < pages; from += batch {
-		if err := s.o.overBudget(); err != nil {
+		if err := s.o.OverBudget(); err != nil {
 			return err
 		}
 		to := min(from+batch, pages)
 		// The holder check before every batch, as before every phase: a
 		// replica that lost its lock part way through a long copy stops
 		// before it writes another batch beside the replica that took it.
-		if err := s.holding(ctx); err != nil {
+		if err := s.Holding(ctx); err != nil {
 			return fmt.Errorf("before pages %d–%d (%d rows copied): %w", from, to, rows, err)
 		}
 		var n int64
@@ -71,16 +71,16 @@ func (s *pgSession) rebuildCopy(ctx context.Context, ph ops.Phase, h phaseHooks)
 			return fmt.Errorf("copy pages %d–%d: %w", from, to, err)
 		}
 		if first {
-			h.executed(ph.Loop.Batch)
-			h.executed(ph.Loop.Progress)
+			h.Executed(ph.Loop.Batch)
+			h.Executed(ph.Loop.Progress)
 			first = false
 		}
-		h.progress(fmt.Sprintf("copying %s: %d rows copied, page %d of %d", ph.Table, rows, to, pages))
-		if err := h.fail(hooks.FailpointCopyBatch); err != nil {
+		h.Progress(fmt.Sprintf("copying %s: %d rows copied, page %d of %d", ph.Table, rows, to, pages))
+		if err := h.Fail(hooks.FailpointCopyBatch); err != nil {
 			return err
 		}
 	}
-	h.progress(fmt.Sprintf("copied %s: %d rows", ph.Table, rows))
+	h.Progress(fmt.Sprintf("copied %s: %d rows", ph.Table, rows))
 	return nil
 }
 
@@ -105,11 +105,11 @@ func (s *pgSession) replayLog(ctx context.Context, ph ops.Phase, h phaseHooks) e
 		}
 	}
 	for round := 0; ; round++ {
-		if err := s.o.overBudget(); err != nil {
+		if err := s.o.OverBudget(); err != nil {
 			return err
 		}
 		// The holder check before every chunk (see rebuildCopy).
-		if err := s.holding(ctx); err != nil {
+		if err := s.Holding(ctx); err != nil {
 			return fmt.Errorf("before replaying more (%d changed rows replayed): %w", total, err)
 		}
 		var n, upTo int64
@@ -119,7 +119,7 @@ func (s *pgSession) replayLog(ctx context.Context, ph ops.Phase, h phaseHooks) e
 				return err
 			}
 			defer tx.Rollback()
-			if err := setLocalTimeout(ctx, tx, s.o.stmtBudget(budgetBatch)); err != nil {
+			if err := setLocalTimeout(ctx, tx, stmtBudget(s.o, budgetBatch)); err != nil {
 				return err
 			}
 			if _, err := tx.ExecContext(ctx, flushAsWritten); err != nil {
@@ -147,13 +147,13 @@ func (s *pgSession) replayLog(ctx context.Context, ph ops.Phase, h phaseHooks) e
 		}
 		if round == 0 {
 			for _, stmt := range ph.SQL {
-				h.executed(stmt)
+				h.Executed(stmt)
 			}
 		}
 		total += n
 		if n > 0 {
-			h.progress(fmt.Sprintf("replaying %s: %d changed rows replayed", ph.Table, total))
-			if err := h.fail(hooks.FailpointReplayBatch); err != nil {
+			h.Progress(fmt.Sprintf("replaying %s: %d changed rows replayed", ph.Table, total))
+			if err := h.Fail(hooks.FailpointReplayBatch); err != nil {
 				return err
 			}
 		}
@@ -199,8 +199,8 @@ func (s *pgSession) rebuildIndexes(ctx context.Context, ph ops.Phase, h phaseHoo
 			}
 			if err := s.buildOne(ctx, conn, stmt, &mu, func() error {
 				built[stmt] = true
-				h.progress(fmt.Sprintf("rebuilding %s: %d of %d indexes built", ph.Table, len(built), len(builds)))
-				return h.fail(hooks.FailpointRebuildIndexBuilt)
+				h.Progress(fmt.Sprintf("rebuilding %s: %d of %d indexes built", ph.Table, len(built), len(builds)))
+				return h.Fail(hooks.FailpointRebuildIndexBuilt)
 			}); err != nil {
 				stopped.Store(true)
 				return err
@@ -229,7 +229,7 @@ func (s *pgSession) rebuildIndexes(ctx context.Context, ph ops.Phase, h phaseHoo
 	// committed in the plan's order, so what ran reads as the plan printed it.
 	for _, b := range builds {
 		if built[b] {
-			h.executed(b)
+			h.Executed(b)
 		}
 	}
 	if err != nil {
@@ -239,10 +239,10 @@ func (s *pgSession) rebuildIndexes(ctx context.Context, ph ops.Phase, h phaseHoo
 		return err
 	}
 	// In a transaction of its own, for its SET LOCAL statement_timeout.
-	if err := buildIn(ctx, s.conn, analyze, s.o.stmtBudget(budgetScan)); err != nil {
+	if err := buildIn(ctx, s.conn, analyze, stmtBudget(s.o, budgetScan)); err != nil {
 		return fmt.Errorf("%s: %w", analyze, err)
 	}
-	h.executed(analyze)
+	h.Executed(analyze)
 	return nil
 }
 
@@ -250,10 +250,10 @@ func (s *pgSession) rebuildIndexes(ctx context.Context, ph ops.Phase, h phaseHoo
 // under mu, runs done (the count, the progress, the failpoint).
 func (s *pgSession) buildOne(ctx context.Context, conn *sql.Conn, stmt string, mu *sync.Mutex, done func() error) error {
 	mu.Lock()
-	err := s.holding(ctx)
+	err := s.Holding(ctx)
 	mu.Unlock()
 	if err == nil {
-		err = buildIn(ctx, conn, stmt, s.o.stmtBudget(budgetScan))
+		err = buildIn(ctx, conn, stmt, stmtBudget(s.o, budgetScan))
 	}
 	if err != nil {
 		return fmt.Errorf("%s: %w", firstLine(stmt), withDetail(err))
@@ -285,13 +285,13 @@ func buildIn(ctx context.Context, conn *sql.Conn, stmt string, budget time.Durat
 // it runs in a read-only transaction of its own, for its SET LOCAL
 // statement_timeout.
 func (s *pgSession) checkRows(ctx context.Context, ph ops.Phase, h phaseHooks) error {
-	h.progress(fmt.Sprintf("checking %s: rows that break %s", ph.Table, ph.Constraint))
+	h.Progress(fmt.Sprintf("checking %s: rows that break %s", ph.Table, ph.Constraint))
 	tx, err := s.conn.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
 	if err != nil {
 		return err
 	}
 	defer tx.Rollback()
-	if err := setLocalTimeout(ctx, tx, s.o.stmtBudget(budgetScan)); err != nil {
+	if err := setLocalTimeout(ctx, tx, stmtBudget(s.o, budgetScan)); err != nil {
 		return err
 	}
 	if err := brokenRows(ctx, tx, ph); err != nil {
@@ -323,7 +323,7 @@ func brokenRows(ctx context.Context, q querier, ph ops.Phase) error {
 // runs (dropping the NOT VALID constraint, which would otherwise keep
 // rejecting the host's writes) and the rows that broke it are named.
 func (s *pgSession) ownTx(ctx context.Context, ph ops.Phase, h phaseHooks) error {
-	h.progress(fmt.Sprintf("validating %s: %s", ph.Table, ph.Constraint))
+	h.Progress(fmt.Sprintf("validating %s: %s", ph.Table, ph.Constraint))
 	err := s.withLockRetry(ctx, ph.Table, func(timeout time.Duration) error {
 		return s.inTx(ctx, timeout, budgetScan, func(tx *sql.Tx) error {
 			for _, stmt := range ph.SQL {
@@ -331,12 +331,12 @@ func (s *pgSession) ownTx(ctx context.Context, ph ops.Phase, h phaseHooks) error
 					return fmt.Errorf("%s: %w", firstLine(stmt), withDetail(err))
 				}
 			}
-			return h.fail(hooks.FailpointPhaseHeld(ph.ID()))
+			return h.Fail(hooks.FailpointPhaseHeld(ph.ID()))
 		})
 	})
 	if err == nil {
 		for _, stmt := range ph.SQL {
-			h.executed(stmt)
+			h.Executed(stmt)
 		}
 		return nil
 	}

@@ -160,38 +160,6 @@ func (r *Report) Err() error {
 	return errors.Join(errs...)
 }
 
-// querier runs a reconcile's statements: the pinned connection, or the
-// transaction of a step.
-type querier = dialect.Querier
-
-// session is one reconcile's hold on the database: a pinned connection, the
-// cross-replica lock once taken, and the transaction scopes of its steps and
-// phases. sqlite.go and postgres.go implement it.
-type session interface {
-	// lock takes the cross-replica lock; until then the session only reads.
-	lock(ctx context.Context) error
-	// holding is the holder check, run before every phase and step once the
-	// lock is taken: an error (matching ErrLockLost) when the session no
-	// longer holds the lock.
-	holding(ctx context.Context) error
-	querier() querier
-	// schemaName is the schema the reconcile works in: main on SQLite, the
-	// connection's current_schema() on PostgreSQL.
-	schemaName() string
-	// begin and end are the scope of a step that is not made of phases
-	// (execution_since, backfill).
-	begin(ctx context.Context, step string) (querier, error)
-	end(ctx context.Context, ok bool) error
-	// transact is the scope of a group of transactional phases (apply.go):
-	// fn may run more than once, each time from the start, when an attempt
-	// could not get its locks.
-	transact(ctx context.Context, step, table string, fn func(q querier) error) error
-	// alone runs a non-transactional phase.
-	alone(ctx context.Context, ph ops.Phase, h phaseHooks) error
-	close(ctx context.Context) error
-	abort()
-}
-
 // run carries one Reconcile's report and its progress reporting through the
 // steps; what one step hands the next is passed as a value (steps).
 type run struct {
@@ -223,7 +191,7 @@ func Reconcile(ctx context.Context, db *sql.DB, opts ...Option) (*Report, error)
 		return &Report{}, err
 	}
 	start := time.Now()
-	r := &run{o: newCall(o), drv: drv, rep: &Report{Dialect: o.dialect, Lock: drv.lockMechanism()}, meters: newMeters(o.meters)}
+	r := &run{o: newCall(o), drv: drv, rep: &Report{Dialect: o.dialect, Lock: drv.LockMechanism()}, meters: newMeters(o.meters)}
 	if o.tracer != nil {
 		ctx = r.beginTrace(ctx)
 	}
@@ -252,7 +220,7 @@ func (r *run) steps(ctx context.Context, db *sql.DB) {
 // returns false when the boot is over: certified, or the lock not acquired.
 func (r *run) lock(ctx context.Context, db *sql.DB) (session, bool) {
 	start := time.Now()
-	sess, err := r.drv.open(ctx, db, r.o)
+	sess, err := r.drv.Open(ctx, db, r.o.config())
 	if err != nil {
 		r.record(Step{Name: StepLock, Status: Failed, Detail: err.Error(), Err: err, Duration: time.Since(start)})
 		r.skipRest(StepHostTables, "lock not acquired")
@@ -264,8 +232,8 @@ func (r *run) lock(ctx context.Context, db *sql.DB) (session, bool) {
 		return nil, false
 	}
 	r.o.logger.Debug("reconcile: no certificate holds; taking the lock for a full check")
-	if err := sess.lock(ctx); err != nil {
-		sess.abort()
+	if err := sess.Lock(ctx); err != nil {
+		sess.Abort()
 		r.record(Step{Name: StepLock, Status: Failed, Detail: err.Error(), Err: err, Duration: time.Since(start)})
 		r.skipRest(StepHostTables, "lock not acquired")
 		return nil, false
@@ -280,18 +248,18 @@ func (r *run) lock(ctx context.Context, db *sql.DB) (session, bool) {
 
 // hostTables loads the declaration and checks the host tables exist.
 func (r *run) hostTables(ctx context.Context, sess session) (*declare.Declaration, bool) {
-	decl, err := r.o.loadDeclaration(r.drv, sess.schemaName())
+	decl, err := r.o.loadDeclaration(r.drv, sess.SchemaName())
 	if err != nil {
 		r.record(Step{Name: StepHostTables, Status: Failed, Detail: err.Error(), Err: err})
 		r.skipRest(StepShape, "declaration not loaded")
 		return nil, false
 	}
-	missing, err := missingTables(ctx, r.drv, sess.querier(), decl.HostTables())
+	missing, err := missingTables(ctx, r.drv, sess.Querier(), decl.HostTables())
 	if err == nil && len(missing) > 0 {
 		// Name the schema: on PostgreSQL it is current_schema(), the first
 		// schema on search_path that exists, which need not be where the host's
 		// own unqualified queries find these tables.
-		err = fmt.Errorf("%w: %s (looked in schema %q; schemastate never creates host tables; internal/tool/fixtures/host has a fixture)", ops.ErrHostTablesMissing, strings.Join(missing, ", "), sess.schemaName())
+		err = fmt.Errorf("%w: %s (looked in schema %q; schemastate never creates host tables; internal/tool/fixtures/host has a fixture)", ops.ErrHostTablesMissing, strings.Join(missing, ", "), sess.SchemaName())
 	}
 	if err != nil {
 		r.record(Step{Name: StepHostTables, Status: Failed, Detail: err.Error(), Err: err})
@@ -310,7 +278,7 @@ func (r *run) hostTables(ctx context.Context, sess session) (*declare.Declaratio
 func (r *run) shape(ctx context.Context, sess session, decl *declare.Declaration) (plan *ShapePlan, clean bool) {
 	r.stepOwnTx(ctx, StepShape, func(ctx context.Context) Step {
 		var err error
-		if plan, err = planShape(ctx, r.drv, sess.querier(), decl, sess.schemaName(), r.o.options); err != nil {
+		if plan, err = planShape(ctx, r.drv, sess.Querier(), decl, sess.SchemaName(), r.o.options); err != nil {
 			return failed(err)
 		}
 		r.rep.Drift = plan.Drift()
@@ -379,7 +347,7 @@ func (r *run) widen(ctx context.Context, sess session, decl *declare.Declaration
 	}
 	if s != nil && s.Status == Applied {
 		var err error
-		if plan, err = planShape(ctx, r.drv, sess.querier(), decl, sess.schemaName(), r.o.options); err != nil {
+		if plan, err = planShape(ctx, r.drv, sess.Querier(), decl, sess.SchemaName(), r.o.options); err != nil {
 			r.record(Step{Name: StepWiden, Status: Failed, Detail: "plan again after the shape step: " + err.Error(), Err: err})
 			return
 		}
@@ -400,7 +368,7 @@ func (r *run) applyWiden(ctx context.Context, sess session, decl *declare.Declar
 	if s.Status != Failed || ctx.Err() != nil {
 		return s
 	}
-	plan, err := planShape(ctx, r.drv, sess.querier(), decl, sess.schemaName(), r.o.options)
+	plan, err := planShape(ctx, r.drv, sess.Querier(), decl, sess.SchemaName(), r.o.options)
 	if err != nil || !abandonsRebuild(plan.stepPhases(StepWiden)) {
 		return s
 	}
@@ -414,7 +382,7 @@ func (r *run) applyWiden(ctx context.Context, sess session, decl *declare.Declar
 
 // finish ends the session and reads the keys the report shows.
 func (r *run) finish(ctx context.Context, db *sql.DB, sess session) {
-	if err := sess.close(ctx); err != nil {
+	if err := sess.Close(ctx); err != nil {
 		// SQLite commits every step at once; if that fails nothing was kept.
 		// (PostgreSQL commits per step; its close never fails a step.)
 		r.rep.Certified = false
@@ -433,11 +401,11 @@ func (r *run) finish(ctx context.Context, db *sql.DB, sess session) {
 // step runs fn inside its own rollback scope and records the outcome.
 func (r *run) step(ctx context.Context, sess session, name string, fn func(context.Context, querier) Step) {
 	start := time.Now()
-	if err := sess.holding(ctx); err != nil {
+	if err := sess.Holding(ctx); err != nil {
 		r.record(Step{Name: name, Status: Failed, Detail: err.Error(), Err: err})
 		return
 	}
-	q, err := sess.begin(ctx, name)
+	q, err := sess.Begin(ctx, name)
 	if err != nil {
 		r.record(Step{Name: name, Status: Failed, Detail: err.Error(), Err: err})
 		return
@@ -448,7 +416,7 @@ func (r *run) step(ctx context.Context, sess session, name string, fn func(conte
 	stop(string(s.Status))
 	s.Name = name
 	s.Duration = time.Since(start)
-	if err := sess.end(ctx, s.Status != Failed); err != nil && s.Status != Failed {
+	if err := sess.End(ctx, s.Status != Failed); err != nil && s.Status != Failed {
 		s.Status, s.Detail, s.Err = Failed, "commit: "+err.Error(), err
 		if name == StepExecutionSince {
 			r.rep.Certified = false // the certificate was written in this step
@@ -519,7 +487,7 @@ func (r *run) executionSince(ctx context.Context, sess session, decl *declare.De
 			return failed(err)
 		}
 		var err error
-		if es, err = r.observe(ctx, q, decl, sess.schemaName()); err != nil {
+		if es, err = r.observe(ctx, q, decl, sess.SchemaName()); err != nil {
 			return failed(err)
 		}
 		r.rep.EndState, r.rep.EndStateObserved = es, true
@@ -537,7 +505,7 @@ func (r *run) executionSince(ctx context.Context, sess session, decl *declare.De
 			return failed(err)
 		}
 		if clean && es.IndexesMatchDeclaration {
-			r.certify(ctx, q, decl, sess.schemaName())
+			r.certify(ctx, q, decl, sess.SchemaName())
 		}
 		if !wrote {
 			return Step{Status: Unchanged, Detail: "key already present"}
@@ -600,7 +568,7 @@ func missingTables(ctx context.Context, drv driver, q querier, names []string) (
 	for i, n := range names {
 		args[i] = n
 	}
-	found, err := queryStrings(ctx, q, drv.tablesQuery(len(names)), args...)
+	found, err := queryStrings(ctx, q, drv.TablesQuery(len(names)), args...)
 	if err != nil {
 		return nil, err
 	}

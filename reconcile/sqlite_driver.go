@@ -13,6 +13,7 @@ import (
 	"github.com/schemastate/schemastate/dialect"
 	"github.com/schemastate/schemastate/internal/catalog"
 	"github.com/schemastate/schemastate/internal/ops"
+	"github.com/schemastate/schemastate/reconcile/internal/core"
 )
 
 // SQLite's driver: its declaration and catalog reads, here; its planning in
@@ -22,34 +23,34 @@ import (
 // shape step is all-or-nothing.
 type sqliteDriver struct{}
 
-func (sqliteDriver) dialect() dialect.Dialect { return dialect.SQLite }
+func (sqliteDriver) Dialect() dialect.Dialect { return dialect.SQLite }
 
 // lockMechanism: the database's write lock, held by the reconcile's one
 // BEGIN IMMEDIATE transaction; the same lock every SQLite phase names.
-func (sqliteDriver) lockMechanism() string { return string(ops.LockSQLiteWrite) }
+func (sqliteDriver) LockMechanism() string { return string(ops.LockSQLiteWrite) }
 
-func (sqliteDriver) open(ctx context.Context, db *sql.DB, o *call) (session, error) {
+func (sqliteDriver) Open(ctx context.Context, db *sql.DB, o *core.Config) (session, error) {
 	return openSQLite(ctx, db, o)
 }
 
-func (sqliteDriver) schemaName(context.Context, querier) (string, error) { return "main", nil }
+func (sqliteDriver) SchemaName(context.Context, querier) (string, error) { return "main", nil }
 
 // atlas opens Atlas's driver over q, refusing any text that is more than
 // one statement (sqlite_ident.go).
-func (sqliteDriver) atlas(q querier) (migrate.Driver, error) {
+func (sqliteDriver) Atlas(q querier) (migrate.Driver, error) {
 	return sqlite.Open(catalog.SQLiteQuerier(q))
 }
 
 // dropSQL: SQLite drops an index by name; a foreign key or check goes only
 // with a rebuild, which never renders it.
-func (sqliteDriver) dropSQL(_, _ string, c schema.Change) (string, error) {
+func (sqliteDriver) DropSQL(_, _ string, c schema.Change) (string, error) {
 	if d, ok := c.(*schema.DropIndex); ok {
 		return "DROP INDEX " + dialect.QuoteIdent(d.I.Name), nil
 	}
 	return "", fmt.Errorf("SQLite drops a %T only by rebuilding the table", c)
 }
 
-func (sqliteDriver) tablesQuery(n int) string {
+func (sqliteDriver) TablesQuery(n int) string {
 	return `SELECT name FROM sqlite_master WHERE type = 'table' AND name IN (` + placeholders(dialect.SQLite, 1, n) + `)`
 }
 
@@ -60,7 +61,7 @@ func (sqliteDriver) tablesQuery(n int) string {
 // once, which certifies again. The entries are sorted by catalogHash, as an
 // ORDER BY would sort them (bytewise), which would cost SQLite a sorter for a
 // few dozen rows.
-func (sqliteDriver) catalogQuery(ownedIn, hostIn string) string {
+func (sqliteDriver) CatalogQuery(ownedIn, hostIn string) string {
 	return `SELECT type || ':' || name || ':' || COALESCE(sql, '') FROM sqlite_master
 WHERE tbl_name IN (` + ownedIn + `) OR (type = 'table' AND name IN (` + hostIn + `))`
 }
@@ -68,7 +69,7 @@ WHERE tbl_name IN (` + ownedIn + `) OR (type = 'table' AND name IN (` + hostIn +
 // foreignKeyParents reads the parent table of every foreign key of the
 // owned tables (parentReader), on the full check only: a table-valued pragma
 // in the certified boot's catalog read would cost it half its time again.
-func (sqliteDriver) foreignKeyParents(ctx context.Context, q querier, owned []string) (parents, dangling []string, err error) {
+func (sqliteDriver) ForeignKeyParents(ctx context.Context, q querier, owned []string) (parents, dangling []string, err error) {
 	args := make([]any, len(owned))
 	for i, t := range owned {
 		args[i] = t
@@ -98,11 +99,24 @@ ORDER BY 1, 2`, args...)
 	return parents, dangling, rows.Err()
 }
 
-// facts reads what a rebuild needs beyond Atlas's inspection: the table's
+// sqliteFacts are what a rebuild needs to know of a live table beyond
+// Atlas's inspection.
+type sqliteFacts struct {
+	// triggers are the CREATE TRIGGER statements of the table's triggers,
+	// which a rebuild creates again.
+	triggers []string
+	// referencedBy names the tables whose foreign keys reference the table.
+	referencedBy []string
+	// indexSQL is each live index's CREATE INDEX as stored, by name; an
+	// inline UNIQUE has none.
+	indexSQL map[string]string
+}
+
+// Facts reads what a rebuild needs beyond Atlas's inspection: the table's
 // triggers, the tables referencing it and the stored CREATE INDEX of each
 // index, which the rebuild creates again.
-func (sqliteDriver) facts(ctx context.Context, q querier, _ string, live, _ *schema.Table) (tableFacts, error) {
-	var f tableFacts
+func (sqliteDriver) Facts(ctx context.Context, q querier, _ string, live, _ *schema.Table) (core.Facts, error) {
+	var f sqliteFacts
 	var err error
 	if f.triggers, err = queryStrings(ctx, q, `SELECT sql FROM sqlite_master WHERE type = 'trigger' AND tbl_name = ? AND sql IS NOT NULL ORDER BY name`, live.Name); err != nil {
 		return f, err
@@ -126,8 +140,8 @@ func (sqliteDriver) facts(ctx context.Context, q querier, _ string, live, _ *sch
 	return f, rows.Err()
 }
 
-func (sqliteDriver) observable(_ context.Context, _ querier, live *schema.Table) (*schema.Table, error) {
+func (sqliteDriver) Observable(_ context.Context, _ querier, live *schema.Table) (*schema.Table, error) {
 	return live, nil
 }
 
-func (sqliteDriver) explain(err error) error { return err }
+func (sqliteDriver) Explain(err error) error { return err }

@@ -12,6 +12,7 @@ import (
 	"github.com/schemastate/schemastate/dialect"
 	"github.com/schemastate/schemastate/internal/describe"
 	"github.com/schemastate/schemastate/internal/ops"
+	"github.com/schemastate/schemastate/reconcile/internal/core"
 )
 
 // SQLite planning: pure, from the inspected table, its declaration and the
@@ -20,9 +21,10 @@ import (
 // planTable: a new table is one create phase; an existing one is one alter
 // phase where ALTER TABLE can make every change (needsCopy), else one
 // rebuild phase with its guards.
-func (sqliteDriver) planTable(pc *planContext, tp *tablePlan, f tableFacts) error {
+func (sqliteDriver) PlanTable(pc *planContext, tp *tablePlan, cf core.Facts) error {
+	f, _ := cf.(sqliteFacts) // none for a new table
 	if tp.Live == nil {
-		stmts, err := pc.render(&schema.AddTable{T: tp.Want})
+		stmts, err := pc.Render(&schema.AddTable{T: tp.Want})
 		if err != nil {
 			return fmt.Errorf("plan %s: %w", tp.Table, err)
 		}
@@ -30,13 +32,13 @@ func (sqliteDriver) planTable(pc *planContext, tp *tablePlan, f tableFacts) erro
 		return nil
 	}
 	tp.Live = normalizedLive(tp.Live, tp.Want) // the inspected table is left as read
-	changes, kept, err := pc.diff(tp)
+	changes, kept, err := pc.Diff(tp)
 	stale := staleSelfReferences(tp.Live, tp.Want)
 	if err != nil || len(tp.Refused) > 0 || len(changes) == 0 && stale == "" {
 		return err
 	}
 	if !needsCopy(changes) && stale == "" {
-		stmts, err := pc.render(&schema.ModifyTable{T: tp.Want, Changes: changes})
+		stmts, err := pc.Render(&schema.ModifyTable{T: tp.Want, Changes: changes})
 		if err != nil {
 			return fmt.Errorf("plan %s: %w", tp.Table, err)
 		}
@@ -121,18 +123,6 @@ func normalizedLive(live, want *schema.Table) *schema.Table {
 	return live
 }
 
-func sameColumns(a, b *schema.Index) bool {
-	if len(a.Parts) != len(b.Parts) {
-		return false
-	}
-	for i := range a.Parts {
-		if a.Parts[i].C == nil || b.Parts[i].C == nil || a.Parts[i].C.Name != b.Parts[i].C.Name {
-			return false
-		}
-	}
-	return true
-}
-
 // needsCopy reports whether SQLite can only make these changes by rebuilding
 // the table. ALTER TABLE handles adding a nullable-or-defaulted column and
 // adding or dropping a named index; everything else — a changed or dropped
@@ -193,9 +183,9 @@ func atlasCopies(c *schema.Column) bool {
 // checks — is created again on the new one (drift.go). Its guards refuse to
 // let it commit unless every row was copied and no foreign-key violation
 // appeared, and run the rename as the legacy rename.
-func rebuildPhase(pc *planContext, live, want *schema.Table, changes, drift []schema.Change, f tableFacts) (ops.Phase, error) {
+func rebuildPhase(pc *planContext, live, want *schema.Table, changes, drift []schema.Change, f sqliteFacts) (ops.Phase, error) {
 	tmp, keepIndexes := rebuildTable(live, want, drift)
-	stmts, err := pc.render(&schema.AddTable{T: tmp})
+	stmts, err := pc.Render(&schema.AddTable{T: tmp})
 	if err != nil {
 		return ops.Phase{}, err
 	}
@@ -215,7 +205,7 @@ func rebuildPhase(pc *planContext, live, want *schema.Table, changes, drift []sc
 		"DROP TABLE "+table,
 		"ALTER TABLE "+dialect.QuoteIdent(tmp.Name)+" RENAME TO "+table)
 	for _, idx := range want.Indexes {
-		s, err := pc.render(&schema.ModifyTable{T: want, Changes: []schema.Change{&schema.AddIndex{I: idx}}})
+		s, err := pc.Render(&schema.ModifyTable{T: want, Changes: []schema.Change{&schema.AddIndex{I: idx}}})
 		if err != nil {
 			return ops.Phase{}, err
 		}
@@ -432,5 +422,5 @@ func keptIndex(pc *planContext, want *schema.Table, idx *schema.Index, stored ma
 	named := *idx
 	named.Name = want.Name + "_" + strings.Join(describe.ColumnNames(idx), "_") + "_key"
 	named.Table = want
-	return pc.render(&schema.ModifyTable{T: want, Changes: []schema.Change{&schema.AddIndex{I: &named}}})
+	return pc.Render(&schema.ModifyTable{T: want, Changes: []schema.Change{&schema.AddIndex{I: &named}}})
 }

@@ -1,4 +1,4 @@
-package reconcile
+package core
 
 import (
 	"slices"
@@ -6,7 +6,7 @@ import (
 	"ariga.io/atlas/sql/schema"
 )
 
-// cloneTable is a copy of t that can be changed without changing t: its
+// CloneTable is a copy of t that can be changed without changing t: its
 // columns, column types, indexes and their parts, primary key and foreign
 // keys are new values, wired to each other as t's are (an index part names
 // the copy's column, a self-referencing foreign key the copy). What the
@@ -18,7 +18,7 @@ import (
 // recipe in flight, a deferrable key, an equivalent key under another name,
 // SQLite's spellings of the same shape); each does so on a copy and returns
 // it, so the table as inspected stays as the catalog holds it.
-func cloneTable(t *schema.Table) *schema.Table {
+func CloneTable(t *schema.Table) *schema.Table {
 	if t == nil {
 		return nil
 	}
