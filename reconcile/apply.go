@@ -401,26 +401,6 @@ func countRows(ctx context.Context, q querier, queries []string) (int64, error) 
 	return total, nil
 }
 
-// said is how a step's detail names the phase once it ran.
-func said(p ops.Phase) string {
-	switch p.Name {
-	case ops.PhaseCreate:
-		return "created " + p.Table
-	case ops.PhaseAlter:
-		return "altered " + p.Table
-	case ops.PhaseWiden:
-		return "widened column types of " + p.Table
-	case ops.PhaseRebuild:
-		for _, g := range p.Guards {
-			if g.Kind == ops.GuardForeignKeys {
-				return "rebuilt " + p.Table
-			}
-		}
-		return "rebuilt " + p.Table + " (foreign_key_check skipped: rows copied verbatim under the same foreign keys, none onto the table)"
-	}
-	return p.ID()
-}
-
 func prevTable(groups [][]ops.Phase, i, j int) string {
 	if j > 0 {
 		return groups[i][j-1].Table

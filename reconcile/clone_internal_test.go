@@ -141,14 +141,6 @@ func TestPlanners_LeaveTheInspectedTableAsRead(t *testing.T) {
 			require.Contains(t, indexNames(out), "t_ab_key")
 			return out
 		},
-		"normalizedLive (SQLite)": func(t *testing.T, live *schema.Table) *schema.Table {
-			out := normalizedLive(live, want)
-			require.Contains(t, indexNames(out), "t_parent_a_key")
-			b, _ := out.Column("b")
-			wb, _ := want.Column("b")
-			require.Same(t, wb.Default, b.Default)
-			return out
-		},
 	} {
 		t.Run(name, func(t *testing.T) {
 			live := inspectedTable()

@@ -24,4 +24,5 @@ var (
 	sameColumns    = core.SameColumns
 	checkTwins     = core.CheckTwins
 	twinNotes      = core.TwinNotes
+	said           = core.Said
 )

@@ -5,6 +5,7 @@ import (
 
 	"github.com/schemastate/schemastate/dialect"
 	"github.com/schemastate/schemastate/internal/perdialect"
+	"github.com/schemastate/schemastate/reconcile/internal/sqlite"
 )
 
 // driverFor is the dialect's driver; an unknown dialect is an error.
@@ -16,7 +17,7 @@ func driverFor(d dialect.Dialect) (driver, error) {
 	return drv, nil
 }
 
-var drivers = perdialect.Of[driver]{Postgres: postgresDriver{}, SQLite: sqliteDriver{}}
+var drivers = perdialect.Of[driver]{Postgres: postgresDriver{}, SQLite: sqlite.Driver{}}
 
 // tableFacts are the live catalog facts planning needs beyond Atlas's
 // inspection of the table, read by driver.facts so that planning itself

@@ -2,8 +2,6 @@ package reconcile
 
 import (
 	"context"
-	"slices"
-	"strings"
 	"testing"
 
 	"ariga.io/atlas/sql/migrate"
@@ -110,85 +108,6 @@ func column(t *schema.Table, name string) *schema.Column {
 	return c
 }
 
-func TestPlanTable_SQLite(t *testing.T) {
-	addNotNull := func(t *schema.Table) { t.AddColumns(schema.NewStringColumn("c", "text")) }
-	runPlanCases(t, sqliteDriver{}, []planTableCase{
-		{name: "a table that does not exist is one create phase", want: sqliteT(nil), check: func(t *testing.T, tp *tablePlan) {
-			require.Equal(t, []string{"shape:create"}, phaseNames(tp))
-			ph := tp.Phases[0]
-			require.True(t, ph.Transactional)
-			require.Equal(t, ops.LockSQLiteWrite, ph.Lock)
-			require.True(t, strings.HasPrefix(ph.SQL[0], "CREATE TABLE"), ph.SQL[0])
-		}},
-		{name: "the declared shape plans nothing", live: sqliteT(nil), want: sqliteT(nil), check: func(t *testing.T, tp *tablePlan) {
-			require.Empty(t, tp.Phases)
-		}},
-		{name: "an inline UNIQUE is the declared unique index", live: sqliteT(func(t *schema.Table) {
-			t.Indexes[0].Name = "sqlite_autoindex_t_1"
-		}), want: sqliteT(nil), check: func(t *testing.T, tp *tablePlan) {
-			require.Empty(t, tp.Phases)
-		}},
-		{name: "a nullable column is an ALTER", live: sqliteT(nil), want: sqliteT(func(t *schema.Table) {
-			t.AddColumns(schema.NewNullStringColumn("c", "text"))
-		}), check: func(t *testing.T, tp *tablePlan) {
-			require.Equal(t, []string{"shape:alter"}, phaseNames(tp))
-			require.Empty(t, tp.Phases[0].Guards)
-			require.Len(t, tp.Phases[0].SQL, 1)
-			require.True(t, strings.HasPrefix(tp.Phases[0].SQL[0], "ALTER TABLE"), tp.Phases[0].SQL[0])
-		}},
-		{name: "a NOT NULL column without a default is a guarded rebuild", live: sqliteT(nil), want: sqliteT(addNotNull), check: func(t *testing.T, tp *tablePlan) {
-			require.Equal(t, []string{"shape:rebuild"}, phaseNames(tp))
-			ph := tp.Phases[0]
-			require.Equal(t, ops.LockSQLiteWrite, ph.Lock)
-			// No foreign key and nothing referencing t: the violation set
-			// cannot change, so foreign_key_check is not run.
-			require.Equal(t, []ops.GuardKind{ops.GuardRowsCopied, ops.GuardSetting}, guardKinds(ph))
-			rows := ph.Guards[0]
-			require.Equal(t, []string{`SELECT COUNT(*) FROM "t"`}, rows.SQL)
-			at := slices.Index(ph.SQL, rows.Copy)
-			require.Positive(t, at, "the copy the guard checks is the phase's")
-			require.True(t, strings.HasPrefix(ph.SQL[at], `INSERT INTO "schemastate_new_t" ("id", "a", "b") SELECT "id", "a", "b" FROM "t"`), ph.SQL[at])
-			require.Equal(t, []string{`DROP TABLE "t"`, `ALTER TABLE "schemastate_new_t" RENAME TO "t"`}, ph.SQL[at+1:at+3])
-			require.Equal(t, []string{"PRAGMA legacy_alter_table", "PRAGMA legacy_alter_table = ON", "PRAGMA legacy_alter_table = %s"}, ph.Guards[1].SQL)
-			require.Contains(t, said(ph), "foreign_key_check skipped")
-		}},
-		{name: "a column an index covers is rebuilt, never Atlas's copy", live: sqliteT(nil), want: sqliteT(func(t *schema.Table) {
-			c := schema.NewNullStringColumn("c", "text")
-			t.AddColumns(c).AddIndexes(schema.NewIndex("t_c").AddColumns(c))
-		}), check: func(t *testing.T, tp *tablePlan) {
-			require.Equal(t, []string{"shape:rebuild"}, phaseNames(tp))
-			require.NotContains(t, strings.Join(tp.Phases[0].SQL, "\n"), `"new_t"`, "Atlas's own copy path")
-		}},
-		{name: "a referenced table's rebuild checks foreign keys on both", live: sqliteT(nil), want: sqliteT(addNotNull),
-			facts: sqliteFacts{referencedBy: []string{"child"}}, check: func(t *testing.T, tp *tablePlan) {
-				ph := tp.Phases[0]
-				require.Equal(t, []ops.GuardKind{ops.GuardForeignKeys, ops.GuardRowsCopied, ops.GuardSetting}, guardKinds(ph))
-				require.Equal(t, []string{`PRAGMA foreign_key_check("t")`, `PRAGMA foreign_key_check("child")`}, ph.Guards[0].SQL)
-				require.Equal(t, "referenced by child", ph.Guards[0].Detail)
-				require.Equal(t, "rebuilt t", said(ph))
-			}},
-		{name: "a rebuild creates kept drift and triggers again", live: sqliteT(func(t *schema.Table) {
-			t.AddIndexes(schema.NewIndex("t_b").AddColumns(column(t, "b")))
-		}), want: sqliteT(addNotNull), facts: sqliteFacts{
-			indexSQL: map[string]string{"t_b": "CREATE INDEX t_b ON t (b)"},
-			triggers: []string{"CREATE TRIGGER t_touch AFTER UPDATE ON t BEGIN SELECT 1; END"},
-		}, check: func(t *testing.T, tp *tablePlan) {
-			require.Equal(t, []Drift{{Table: "t", Kind: core.DriftIndex, Name: "t_b", Definition: "index (b)"}}, tp.Drift)
-			sql := tp.Phases[0].SQL
-			require.Contains(t, sql, "CREATE INDEX t_b ON t (b)", "the operator's own statement")
-			require.Equal(t, "CREATE TRIGGER t_touch AFTER UPDATE ON t BEGIN SELECT 1; END", sql[len(sql)-1])
-		}},
-		{name: "a dropped column is refused and plans nothing", live: sqliteT(func(t *schema.Table) {
-			t.AddColumns(schema.NewNullStringColumn("x", "text"))
-		}), want: sqliteT(nil), check: func(t *testing.T, tp *tablePlan) {
-			require.Equal(t, []string{"t: would drop column x (test.hcl)"}, tp.Refused)
-			require.Empty(t, tp.Phases)
-		}},
-	})
-}
-
-// pgT is a PostgreSQL table t: id text primary key, a and b NOT NULL, and
-// the unique constraint key names; more adds to it.
 func pgT(key string, keyCols []string, more func(t *schema.Table)) func() *schema.Table {
 	return func() *schema.Table {
 		id := schema.NewStringColumn("id", "text")
@@ -283,59 +202,6 @@ func TestPlanTable_Postgres(t *testing.T) {
 	})
 }
 
-// atlasCopies is Atlas's own rule for rendering a column addition as a copy
-// of the table, mirrored so the planner rebuilds instead: it must agree with
-// what Atlas renders, column kind by column kind.
-func TestPlan_SQLiteNeverRendersAtlasCopy(t *testing.T) {
-	for _, c := range []struct {
-		name string
-		col  func(t *schema.Table) *schema.Column
-	}{
-		{"nullable", func(*schema.Table) *schema.Column { return schema.NewNullStringColumn("c", "text") }},
-		{"constant default", func(*schema.Table) *schema.Column {
-			return schema.NewStringColumn("c", "text").SetDefault(&schema.Literal{V: "'unknown'"})
-		}},
-		{"CURRENT_TIMESTAMP default", func(*schema.Table) *schema.Column {
-			return schema.NewStringColumn("c", "text").SetDefault(&schema.Literal{V: "CURRENT_TIMESTAMP"})
-		}},
-		{"expression default", func(*schema.Table) *schema.Column {
-			return schema.NewStringColumn("c", "text").SetDefault(&schema.RawExpr{X: "(lower('X'))"})
-		}},
-		{"indexed", func(t *schema.Table) *schema.Column {
-			c := schema.NewNullStringColumn("c", "text")
-			t.AddIndexes(schema.NewIndex("t_c").AddColumns(c))
-			return c
-		}},
-		{"foreign key", func(t *schema.Table) *schema.Column {
-			c := schema.NewNullStringColumn("c", "text")
-			t.AddForeignKeys(schema.NewForeignKey("t_c_fk").AddColumns(c).SetRefTable(t).AddRefColumns(column(t, "id")))
-			return c
-		}},
-		{"stored generated", func(*schema.Table) *schema.Column {
-			return schema.NewNullStringColumn("c", "text").SetGeneratedExpr(&schema.GeneratedExpr{Expr: "a || 'x'", Type: "STORED"})
-		}},
-		{"virtual generated", func(*schema.Table) *schema.Column {
-			return schema.NewNullStringColumn("c", "text").SetGeneratedExpr(&schema.GeneratedExpr{Expr: "a || 'x'", Type: "VIRTUAL"})
-		}},
-	} {
-		t.Run(c.name, func(t *testing.T) {
-			want := sqliteT(nil)()
-			col := c.col(want)
-			want.AddColumns(col)
-			p, err := sqlite.DefaultPlan.PlanChanges(ctx, "t", []schema.Change{&schema.ModifyTable{T: want, Changes: []schema.Change{&schema.AddColumn{C: col}}}})
-			require.NoError(t, err)
-			copies := false
-			for _, ch := range p.Changes {
-				copies = copies || strings.HasPrefix(ch.Cmd, "DROP TABLE")
-			}
-			require.Equal(t, copies, atlasCopies(col), "Atlas renders %q", p.Changes)
-			if copies {
-				require.True(t, needsCopy([]schema.Change{&schema.AddColumn{C: col}}), "rebuilt instead")
-			}
-		})
-	}
-}
-
 // One describer of indexes and foreign keys: the forms drift reports (and a
 // certificate stores), IndexSet lists and comparisons read.
 func TestDescribe_IndexAndForeignKeyForms(t *testing.T) {
@@ -363,22 +229,4 @@ func TestDescribe_IndexAndForeignKeyForms(t *testing.T) {
 	f := describe.ForeignKey(fk)
 	require.Equal(t, "(a) REFERENCES p (id) ON DELETE CASCADE", f.Definition())
 	require.Equal(t, "(a) p(id) NO ACTION CASCADE", f.Decides())
-}
-
-// A nullable key the declaration makes NOT NULL (the host's own
-// `id TEXT PRIMARY KEY`, which SQLite lets hold NULL) is rebuilt, and the
-// rebuild first refuses a row holding NULL there, naming it by rowid and the
-// declared unique key.
-func TestPlanTable_SQLiteNullableKeyIsRebuiltRefusingNulls(t *testing.T) {
-	runPlanCases(t, sqliteDriver{}, []planTableCase{{name: "nullable id", live: sqliteT(func(t *schema.Table) {
-		column(t, "id").Type.Null = true
-	}), want: sqliteT(nil), check: func(t *testing.T, tp *tablePlan) {
-		require.Equal(t, []string{"shape:rebuild"}, phaseNames(tp))
-		ph := tp.Phases[0]
-		require.Equal(t, []ops.GuardKind{ops.GuardNoNulls, ops.GuardRowsCopied, ops.GuardSetting}, guardKinds(ph), "the NULL check first, before anything changes")
-		g := ph.Guards[0]
-		require.Equal(t, "id", g.Column)
-		require.Equal(t, []string{"rowid", "a", "b"}, g.Names)
-		require.Equal(t, []string{`SELECT "rowid", "a", "b" FROM "t" WHERE "id" IS NULL LIMIT 1`}, g.SQL)
-	}}})
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/schemastate/schemastate/dialect"
 	"github.com/schemastate/schemastate/internal/hooks"
+	"github.com/schemastate/schemastate/internal/ops"
 	"github.com/schemastate/schemastate/internal/readonly"
 )
 
@@ -90,4 +91,24 @@ func SameColumns(a, b *schema.Index) bool {
 		}
 	}
 	return true
+}
+
+// Said is how a step's detail names the phase once it ran.
+func Said(p ops.Phase) string {
+	switch p.Name {
+	case ops.PhaseCreate:
+		return "created " + p.Table
+	case ops.PhaseAlter:
+		return "altered " + p.Table
+	case ops.PhaseWiden:
+		return "widened column types of " + p.Table
+	case ops.PhaseRebuild:
+		for _, g := range p.Guards {
+			if g.Kind == ops.GuardForeignKeys {
+				return "rebuilt " + p.Table
+			}
+		}
+		return "rebuilt " + p.Table + " (foreign_key_check skipped: rows copied verbatim under the same foreign keys, none onto the table)"
+	}
+	return p.ID()
 }

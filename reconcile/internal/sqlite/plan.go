@@ -1,4 +1,4 @@
-package reconcile
+package sqlite
 
 import (
 	"fmt"
@@ -7,28 +7,29 @@ import (
 	"strings"
 
 	"ariga.io/atlas/sql/schema"
-	"ariga.io/atlas/sql/sqlite"
+	atlassqlite "ariga.io/atlas/sql/sqlite"
 
 	"github.com/schemastate/schemastate/dialect"
+	"github.com/schemastate/schemastate/internal/catalog"
 	"github.com/schemastate/schemastate/internal/describe"
 	"github.com/schemastate/schemastate/internal/ops"
 	"github.com/schemastate/schemastate/reconcile/internal/core"
 )
 
 // SQLite planning: pure, from the inspected table, its declaration and the
-// catalog facts sqlite_driver.go reads.
+// catalog facts driver.go reads.
 
 // planTable: a new table is one create phase; an existing one is one alter
 // phase where ALTER TABLE can make every change (needsCopy), else one
 // rebuild phase with its guards.
-func (sqliteDriver) PlanTable(pc *planContext, tp *tablePlan, cf core.Facts) error {
-	f, _ := cf.(sqliteFacts) // none for a new table
+func (Driver) PlanTable(pc *core.PlanContext, tp *core.TablePlan, cf core.Facts) error {
+	f, _ := cf.(facts) // none for a new table
 	if tp.Live == nil {
 		stmts, err := pc.Render(&schema.AddTable{T: tp.Want})
 		if err != nil {
 			return fmt.Errorf("plan %s: %w", tp.Table, err)
 		}
-		tp.Phases = []ops.Phase{sqlitePhase(ops.PhaseCreate, tp.Table, stmts)}
+		tp.Phases = []ops.Phase{phase(ops.PhaseCreate, tp.Table, stmts)}
 		return nil
 	}
 	tp.Live = normalizedLive(tp.Live, tp.Want) // the inspected table is left as read
@@ -42,7 +43,7 @@ func (sqliteDriver) PlanTable(pc *planContext, tp *tablePlan, cf core.Facts) err
 		if err != nil {
 			return fmt.Errorf("plan %s: %w", tp.Table, err)
 		}
-		ph := sqlitePhase(ops.PhaseAlter, tp.Table, stmts)
+		ph := phase(ops.PhaseAlter, tp.Table, stmts)
 		ph.Scans = slices.ContainsFunc(changes, func(c schema.Change) bool { _, build := c.(*schema.AddIndex); return build })
 		tp.Phases = []ops.Phase{ph}
 		return nil
@@ -89,15 +90,15 @@ func staleSelfReferences(live, want *schema.Table) string {
 	return fmt.Sprintf("foreign key %s names %s, which does not exist: rebuilt naming %s", strings.Join(cols, ", "), rebuildName(live.Name), want.Name)
 }
 
-// sqlitePhase is a phase of the reconcile's one BEGIN IMMEDIATE transaction.
-func sqlitePhase(name, table string, stmts []string) ops.Phase {
-	return ops.Phase{Step: StepShape, Name: name, Kind: ops.KindStatements, Table: table, SQL: stmts, Transactional: true, Lock: ops.LockSQLiteWrite}
+// phase is a phase of the reconcile's one BEGIN IMMEDIATE transaction.
+func phase(name, table string, stmts []string) ops.Phase {
+	return ops.Phase{Step: core.StepShape, Name: name, Kind: ops.KindStatements, Table: table, SQL: stmts, Transactional: true, Lock: ops.LockSQLiteWrite}
 }
 
 // normalizedLive is live without the differences that are spellings of the
 // same shape, so an equivalent live table plans no change (and runs no DDL).
 func normalizedLive(live, want *schema.Table) *schema.Table {
-	live = cloneTable(live)
+	live = core.CloneTable(live)
 	// An inline UNIQUE (…) constraint inspects as sqlite_autoindex_T_N; it is
 	// the same uniqueness as a declared unique index over the same columns.
 	for _, idx := range live.Indexes {
@@ -105,7 +106,7 @@ func normalizedLive(live, want *schema.Table) *schema.Table {
 			continue
 		}
 		for _, w := range want.Indexes {
-			if w.Unique && sameColumns(idx, w) {
+			if w.Unique && core.SameColumns(idx, w) {
 				idx.Name = w.Name
 				idx.Attrs = nil
 			}
@@ -116,7 +117,7 @@ func normalizedLive(live, want *schema.Table) *schema.Table {
 	// Atlas's inspection strips: the same default, not a change.
 	for _, wc := range want.Columns {
 		if lc, ok := live.Column(wc.Name); ok && wc.Default != nil && lc.Default != nil &&
-			describe.BareExpr(defaultSQL(wc.Default)) == describe.BareExpr(defaultSQL(lc.Default)) {
+			describe.BareExpr(core.DefaultSQL(wc.Default)) == describe.BareExpr(core.DefaultSQL(lc.Default)) {
 			lc.Default = wc.Default
 		}
 	}
@@ -183,7 +184,7 @@ func atlasCopies(c *schema.Column) bool {
 // checks — is created again on the new one (drift.go). Its guards refuse to
 // let it commit unless every row was copied and no foreign-key violation
 // appeared, and run the rename as the legacy rename.
-func rebuildPhase(pc *planContext, live, want *schema.Table, changes, drift []schema.Change, f sqliteFacts) (ops.Phase, error) {
+func rebuildPhase(pc *core.PlanContext, live, want *schema.Table, changes, drift []schema.Change, f facts) (ops.Phase, error) {
 	tmp, keepIndexes := rebuildTable(live, want, drift)
 	stmts, err := pc.Render(&schema.AddTable{T: tmp})
 	if err != nil {
@@ -191,13 +192,13 @@ func rebuildPhase(pc *planContext, live, want *schema.Table, changes, drift []sc
 	}
 	// The new table carries the kept foreign keys and checks as Atlas read
 	// them off the catalog, a check's expression as raw text: what Atlas
-	// renders of them must stay one statement (sqlite_ident.go).
+	// renders of them must stay one statement (internal/catalog).
 	for _, s := range stmts {
-		if err := singleSQLiteStatement(s); err != nil {
+		if err := catalog.SingleSQLiteStatement(s); err != nil {
 			return ops.Phase{}, err
 		}
 	}
-	fill := fills(live, want)
+	fill := core.Fills(live, want)
 	table := dialect.QuoteIdent(want.Name)
 	copyAt := len(stmts)
 	stmts = append(stmts,
@@ -220,7 +221,7 @@ func rebuildPhase(pc *planContext, live, want *schema.Table, changes, drift []sc
 	}
 	stmts = append(stmts, f.triggers...)
 
-	ph := sqlitePhase(ops.PhaseRebuild, want.Name, stmts)
+	ph := phase(ops.PhaseRebuild, want.Name, stmts)
 	ph.Guards = nullChecks(live, want, fill)
 	if why := fkCheckWhy(live, tmp, changes, f.referencedBy); why != "" {
 		var checks []string
@@ -315,7 +316,7 @@ func nullChecks(live, want *schema.Table, fill map[string]string) []ops.Guard {
 			continue
 		}
 		var names []string
-		if !slices.ContainsFunc(live.Attrs, func(a schema.Attr) bool { _, ok := a.(*sqlite.WithoutRowID); return ok }) {
+		if !slices.ContainsFunc(live.Attrs, func(a schema.Attr) bool { _, ok := a.(*atlassqlite.WithoutRowID); return ok }) {
 			names = append(names, "rowid")
 		}
 		var key []*schema.Column
@@ -415,7 +416,7 @@ func foreignKeyKeys(t, live *schema.Table) []string {
 // rebuild: the operator's own CREATE INDEX as SQLite stored it. An inline
 // UNIQUE (an autoindex, which has no statement and whose name SQLite
 // reserves) becomes a named unique index over the same columns.
-func keptIndex(pc *planContext, want *schema.Table, idx *schema.Index, stored map[string]string) ([]string, error) {
+func keptIndex(pc *core.PlanContext, want *schema.Table, idx *schema.Index, stored map[string]string) ([]string, error) {
 	if stmt, ok := stored[idx.Name]; ok {
 		return []string{stmt}, nil
 	}
