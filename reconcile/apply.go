@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"github.com/schemastate/schemastate/reconcile/internal/core"
 	"strconv"
 	"strings"
 	"time"
@@ -314,7 +315,7 @@ func (r *run) runPhase(ctx context.Context, q querier, ph ops.Phase, h phaseHook
 	for _, stmt := range ph.SQL {
 		res, err := q.ExecContext(ctx, stmt)
 		if err != nil {
-			return fmt.Errorf("%s: %s: %w", ph.ID(), firstLine(stmt), r.drv.Explain(err))
+			return fmt.Errorf("%s: %s: %w", ph.ID(), core.FirstLine(stmt), r.drv.Explain(err))
 		}
 		*executed = append(*executed, stmt)
 		k := 0
@@ -407,15 +408,4 @@ func prevTable(groups [][]ops.Phase, i, j int) string {
 	}
 	g := groups[i-1]
 	return g[len(g)-1].Table
-}
-
-// firstLine is a statement as an error names it.
-func firstLine(s string) string {
-	if i := strings.IndexAny(s, "(\n"); i > 0 && i < 80 {
-		return strings.TrimSpace(s[:i])
-	}
-	if len(s) > 80 {
-		return s[:80] + "…"
-	}
-	return s
 }

@@ -18,11 +18,5 @@ var (
 	queryStrings   = core.QueryStrings
 	placeholders   = core.Placeholders
 	restoreSetting = core.RestoreSetting
-	cloneTable     = core.CloneTable
-	fills          = core.Fills
-	defaultSQL     = core.DefaultSQL
-	sameColumns    = core.SameColumns
-	checkTwins     = core.CheckTwins
-	twinNotes      = core.TwinNotes
 	said           = core.Said
 )

@@ -19,22 +19,6 @@ import (
 // boot that stopped between two phases (a crash, a lock it could not get) is
 // re-planned from the live catalog and resumes where the catalog is.
 
-// loopPhase sets the phase's Loop and its SQL, the loop's statements in
-// the order they run.
-func loopPhase(ph ops.Phase, l ops.Loop) ops.Phase {
-	ph.Loop = &l
-	ph.SQL = nil
-	for _, s := range append([]string{l.Batch, l.Progress, l.Bound, l.Delete, l.Copy, l.Forget}, l.Builds...) {
-		if s != "" {
-			ph.SQL = append(ph.SQL, s)
-		}
-	}
-	if l.Analyze != "" {
-		ph.SQL = append(ph.SQL, l.Analyze)
-	}
-	return ph
-}
-
 // hostWaits is what the host's traffic waits on under a lock class.
 func hostWaits(l ops.LockClass) string {
 	switch l {

@@ -35,6 +35,7 @@
 package reconcile
 
 import (
+	"github.com/schemastate/schemastate/reconcile/internal/core"
 	"go.opentelemetry.io/otel/trace"
 
 	"context"
@@ -369,7 +370,7 @@ func (r *run) applyWiden(ctx context.Context, sess session, decl *declare.Declar
 		return s
 	}
 	plan, err := planShape(ctx, r.drv, sess.Querier(), decl, sess.SchemaName(), r.o.options)
-	if err != nil || !abandonsRebuild(plan.stepPhases(StepWiden)) {
+	if err != nil || !core.AbandonsRebuild(plan.stepPhases(StepWiden)) {
 		return s
 	}
 	if r.rep.Step(StepRefused) == nil {

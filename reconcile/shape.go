@@ -11,7 +11,6 @@ import (
 	"github.com/schemastate/schemastate/internal/contract"
 	"github.com/schemastate/schemastate/internal/declare"
 	"github.com/schemastate/schemastate/internal/ops"
-	"github.com/schemastate/schemastate/internal/typechange"
 	"github.com/schemastate/schemastate/reconcile/internal/core"
 )
 
@@ -144,23 +143,4 @@ func writerBreaks(decl *declare.Declaration) ([]string, error) {
 		}
 	}
 	return out, nil
-}
-
-// splitWidenings separates, on PostgreSQL, the changes that only widen a
-// column's type (integer → bigint, timestamp(3) → timestamp) from the rest.
-// A widening rewrites the table and fails while a view reads the column; it
-// is not part of AC-33's end state, so it must not hold the key change back:
-// the shape step applies the rest (the constraint swap stays all-or-nothing,
-// AC-33a) and the widen step applies the widenings in a transaction of their
-// own, failing — named, rolled back, retried next boot — without costing the
-// installation its execution identity.
-func splitWidenings(changes []schema.Change) (rest, widen []schema.Change) {
-	for _, c := range changes {
-		if m, ok := c.(*schema.ModifyColumn); ok && m.Change == schema.ChangeType && typechange.Widens(m.From.Type.Type, m.To.Type.Type) {
-			widen = append(widen, c)
-			continue
-		}
-		rest = append(rest, c)
-	}
-	return rest, widen
 }

@@ -3,6 +3,7 @@ package core
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 
 	"ariga.io/atlas/sql/migrate"
@@ -17,8 +18,9 @@ import (
 // Step names a dialect's phases carry (ops.Phase.Step), as reconcile
 // reports them.
 const (
-	StepShape = "shape"
-	StepWiden = "widen"
+	StepShape    = "shape"
+	StepWiden    = "widen"
+	StepBackfill = "backfill"
 )
 
 // TablePlan is what the shape step would do to one owned table.
@@ -139,4 +141,9 @@ func Fills(live, want *schema.Table) map[string]string {
 		out[wc.Name] = v
 	}
 	return out
+}
+
+// AbandonsRebuild reports whether phases abandon a rebuild in flight.
+func AbandonsRebuild(phases []ops.Phase) bool {
+	return slices.ContainsFunc(phases, func(ph ops.Phase) bool { return ph.Name == ops.PhaseRebuildAbandon })
 }

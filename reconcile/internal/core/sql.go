@@ -112,3 +112,14 @@ func Said(p ops.Phase) string {
 	}
 	return p.ID()
 }
+
+// FirstLine is a statement as an error names it.
+func FirstLine(s string) string {
+	if i := strings.IndexAny(s, "(\n"); i > 0 && i < 80 {
+		return strings.TrimSpace(s[:i])
+	}
+	if len(s) > 80 {
+		return s[:80] + "…"
+	}
+	return s
+}

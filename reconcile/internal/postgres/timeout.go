@@ -1,4 +1,4 @@
-package reconcile
+package postgres
 
 import (
 	"context"
@@ -82,14 +82,14 @@ func stmtBudget(o *core.Config, k stmtKind) time.Duration {
 }
 
 // setLocalTimeout sets statement_timeout for the rest of q's transaction.
-func setLocalTimeout(ctx context.Context, q querier, d time.Duration) error {
+func setLocalTimeout(ctx context.Context, q core.Querier, d time.Duration) error {
 	_, err := q.ExecContext(ctx, fmt.Sprintf("SET LOCAL statement_timeout = %d", d.Milliseconds()))
 	return err
 }
 
 // setLocalTimeouts sets lock_timeout and statement_timeout for the rest of
 // q's transaction, in one round trip.
-func setLocalTimeouts(ctx context.Context, q querier, lock, stmt time.Duration) error {
+func setLocalTimeouts(ctx context.Context, q core.Querier, lock, stmt time.Duration) error {
 	_, err := q.ExecContext(ctx, `SELECT set_config('lock_timeout', $1, true), set_config('statement_timeout', $2, true)`,
 		fmt.Sprintf("%dms", max(lock.Milliseconds(), 1)), fmt.Sprintf("%dms", stmt.Milliseconds()))
 	return err

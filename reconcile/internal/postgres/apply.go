@@ -1,10 +1,11 @@
-package reconcile
+package postgres
 
 import (
 	"context"
 	"database/sql"
 	"errors"
 	"fmt"
+	"github.com/schemastate/schemastate/reconcile/internal/core"
 	"math/rand/v2"
 	"strings"
 	"sync/atomic"
@@ -30,7 +31,7 @@ import (
 // transact runs fn in one transaction whose lock waits end after the
 // attempt timeout, retried whole (fn from the start) until it gets its locks
 // or the budget is spent (withLockRetry).
-func (s *pgSession) Transact(ctx context.Context, _ string, table string, fn func(q querier) error) error {
+func (s *pgSession) Transact(ctx context.Context, _ string, table string, fn func(q core.Querier) error) error {
 	return s.withLockRetry(ctx, table, func(timeout time.Duration) error {
 		return s.inTx(ctx, timeout, budgetCatalog, func(tx *sql.Tx) error { return fn(tx) })
 	})
@@ -38,7 +39,7 @@ func (s *pgSession) Transact(ctx context.Context, _ string, table string, fn fun
 
 // alone applies a non-transactional phase: the batched copy, or CREATE or
 // DROP INDEX CONCURRENTLY.
-func (s *pgSession) Alone(ctx context.Context, ph ops.Phase, h phaseHooks) error {
+func (s *pgSession) Alone(ctx context.Context, ph ops.Phase, h core.PhaseHooks) error {
 	switch ph.Kind {
 	case ops.KindBatched:
 		return s.copyBatches(ctx, ph, h)
@@ -87,7 +88,7 @@ func (s *pgSession) inTx(ctx context.Context, timeout time.Duration, kind stmtKi
 // lock_timeout: a statement outside a transaction has no SET LOCAL, and a
 // session SET … RESET pair can land on two server connections behind a
 // transaction-mode pooler, leaving the setting on another client's.
-func (s *pgSession) concurrently(ctx context.Context, ph ops.Phase, h phaseHooks) error {
+func (s *pgSession) concurrently(ctx context.Context, ph ops.Phase, h core.PhaseHooks) error {
 	for _, stmt := range ph.SQL {
 		stop := s.watchIndexBuild(ctx, ph, h.Progress)
 		tag := statementTag()
@@ -102,7 +103,7 @@ func (s *pgSession) concurrently(ctx context.Context, ph ops.Phase, h phaseHooks
 			err = fmt.Errorf("%w: %s: waited %s%s: %w", ops.ErrLockNotAcquired, ph.Table, s.o.ConcurrentWait, s.holders(ctx, ph.Table), err)
 		}
 		if err != nil {
-			err = fmt.Errorf("%s: %w", firstLine(stmt), withDetail(err))
+			err = fmt.Errorf("%s: %w", core.FirstLine(stmt), withDetail(err))
 			if dup := s.duplicates(ctx, err, ph); dup != "" {
 				err = fmt.Errorf("%w; duplicated keys: %s", err, dup)
 			}
@@ -153,7 +154,7 @@ func (s *pgSession) boundWait(ctx context.Context, tag string) (waited func() bo
 	var since time.Time // the current wait began, as first seen
 	const running = ` FROM pg_stat_activity WHERE datname = current_database() AND state = 'active'
  AND left(query, length($1)) = $1 AND pid <> pg_backend_pid()`
-	release = onEveryTick(ctx, poll, func(ctx context.Context) bool {
+	release = core.OnEveryTick(ctx, poll, func(ctx context.Context) bool {
 		var pid int
 		var waiting bool
 		err := s.db.QueryRowContext(ctx, `SELECT pid, wait_event_type IS NOT DISTINCT FROM 'Lock'`+running+` LIMIT 1`, tag).Scan(&pid, &waiting)
@@ -190,7 +191,7 @@ func (s *pgSession) watchIndexBuild(ctx context.Context, ph ops.Phase, say func(
 	if ph.Name != ops.PhaseBuildIndex || say == nil || s.db == nil {
 		return func() {}
 	}
-	return onEveryTick(ctx, 500*time.Millisecond, func(ctx context.Context) bool {
+	return core.OnEveryTick(ctx, 500*time.Millisecond, func(ctx context.Context) bool {
 		var phase string
 		var blocksDone, blocksTotal, tuplesDone, tuplesTotal int64
 		err := s.db.QueryRowContext(ctx, `SELECT phase, blocks_done, blocks_total, tuples_done, tuples_total
@@ -219,7 +220,7 @@ func (s *pgSession) watchIndexBuild(ctx context.Context, ph ops.Phase, say func(
 // have moved to a page already covered, so the whole table is passed over
 // again, a few times at most, until it holds (a pass writes only the rows
 // still to do).
-func (s *pgSession) copyBatches(ctx context.Context, ph ops.Phase, h phaseHooks) error {
+func (s *pgSession) copyBatches(ctx context.Context, ph ops.Phase, h core.PhaseHooks) error {
 	pages, err := s.pages(ctx, ph.Table)
 	if err != nil {
 		return err
@@ -377,13 +378,13 @@ func isLockTimeout(err error) bool {
 func (s *pgSession) holders(ctx context.Context, table string) string {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
 	defer cancel()
-	list, err := queryStrings(ctx, s.conn, `SELECT format('pid %s (%s, %s, transaction open %s s: %s)', a.pid, l.mode, a.state,
+	list, err := core.QueryStrings(ctx, s.conn, `SELECT format('pid %s (%s, %s, transaction open %s s: %s)', a.pid, l.mode, a.state,
   round(extract(epoch FROM now() - a.xact_start)::numeric, 1), left(regexp_replace(a.query, '\s+', ' ', 'g'), 60))
  FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
  WHERE l.database = (SELECT oid FROM pg_database WHERE datname = current_database()) AND l.relation = to_regclass($1)
    AND l.granted AND l.pid <> pg_backend_pid() ORDER BY a.xact_start LIMIT 5`, qualified(s.schema, table))
 	if err == nil && len(list) == 0 {
-		list, err = queryStrings(ctx, s.conn, `SELECT format('pid %s (oldest open transaction, %s, open %s s: %s)', pid, state,
+		list, err = core.QueryStrings(ctx, s.conn, `SELECT format('pid %s (oldest open transaction, %s, open %s s: %s)', pid, state,
   round(extract(epoch FROM now() - xact_start)::numeric, 1), left(regexp_replace(query, '\s+', ' ', 'g'), 60))
  FROM pg_stat_activity WHERE xact_start IS NOT NULL AND pid <> pg_backend_pid() AND backend_type = 'client backend'
    AND datname = current_database() AND pid <> $1
@@ -409,7 +410,7 @@ func (s *pgSession) duplicates(ctx context.Context, err error, ph ops.Phase) str
 		quoted[i] = dialect.QuoteIdent(c)
 	}
 	cols := strings.Join(quoted, ", ")
-	list, qerr := queryStrings(context.WithoutCancel(ctx), s.conn, fmt.Sprintf(`SELECT format('(%%s) × %%s', concat_ws(', ', %s), count(*))
+	list, qerr := core.QueryStrings(context.WithoutCancel(ctx), s.conn, fmt.Sprintf(`SELECT format('(%%s) × %%s', concat_ws(', ', %s), count(*))
  FROM %s GROUP BY %s HAVING count(*) > 1 LIMIT 5`, cols, qualified(s.schema, ph.Table), cols))
 	if qerr != nil {
 		return ""

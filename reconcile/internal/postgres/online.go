@@ -1,7 +1,8 @@
-package reconcile
+package postgres
 
 import (
 	"fmt"
+	"github.com/schemastate/schemastate/reconcile/internal/core"
 	"maps"
 	"slices"
 	"strings"
@@ -168,7 +169,7 @@ func (oc *onlineChanges) takeColumn(tp *pgTablePlan, c *schema.ModifyColumn) boo
 // planOnline plans the table's changes as the online phases: the alter,
 // the recipes, the concurrent builds, redefinitions and key, the swap of
 // the unique keys, the drops, the widenings.
-func planOnline(pc *planContext, tp *pgTablePlan, pre prelude, why string) error {
+func planOnline(pc *core.PlanContext, tp *pgTablePlan, pre prelude, why string) error {
 	oc := classifyOnline(tp, pre)
 	if err := oc.planAlter(pc, tp, pre, why); err != nil {
 		return err
@@ -187,7 +188,7 @@ func planOnline(pc *planContext, tp *pgTablePlan, pre prelude, why string) error
 		if err != nil {
 			return fmt.Errorf("plan %s: %w", tp.Table, err)
 		}
-		tp.Phases = append(tp.Phases, ops.Phase{Step: StepWiden, Name: ops.PhaseWiden, Kind: ops.KindStatements, Table: tp.Table, SQL: stmts, Transactional: true, Lock: ops.LockRewrite, Scans: true,
+		tp.Phases = append(tp.Phases, ops.Phase{Step: core.StepWiden, Name: ops.PhaseWiden, Kind: ops.KindStatements, Table: tp.Table, SQL: stmts, Transactional: true, Lock: ops.LockRewrite, Scans: true,
 			Detail: why + "; these columns have no online widening (indexed, defaulted or NOT NULL)"})
 	}
 	// A redefined index is, after the shape phases, its new definition
@@ -202,7 +203,7 @@ func planOnline(pc *planContext, tp *pgTablePlan, pre prelude, why string) error
 
 // planAlter is the alter phase: the prelude's statements and Atlas's for
 // the changes left to it.
-func (oc *onlineChanges) planAlter(pc *planContext, tp *pgTablePlan, pre prelude, why string) error {
+func (oc *onlineChanges) planAlter(pc *core.PlanContext, tp *pgTablePlan, pre prelude, why string) error {
 	alter := append(append([]string(nil), pre.replaced...), pre.renames...)
 	if len(oc.other) > 0 {
 		stmts, err := pc.Render(&schema.ModifyTable{T: tp.Want, Changes: oc.other})
@@ -218,7 +219,7 @@ func (oc *onlineChanges) planAlter(pc *planContext, tp *pgTablePlan, pre prelude
 	if !oc.catalogOnly {
 		lock = ops.LockRewrite
 	}
-	tp.Phases = append(tp.Phases, ops.Phase{Step: StepShape, Name: ops.PhaseAlter, Kind: ops.KindStatements, Table: tp.Table, SQL: alter, Transactional: true, Lock: lock, Scans: !oc.catalogOnly, Detail: why})
+	tp.Phases = append(tp.Phases, ops.Phase{Step: core.StepShape, Name: ops.PhaseAlter, Kind: ops.KindStatements, Table: tp.Table, SQL: alter, Transactional: true, Lock: lock, Scans: !oc.catalogOnly, Detail: why})
 	return nil
 }
 
@@ -298,7 +299,7 @@ func swapKeys(schemaName, tableName string, dropKeys []*schema.Index, attach []*
 	if len(absent) > 0 {
 		done += fmt.Sprintf(" AND NOT EXISTS (SELECT 1 FROM pg_constraint WHERE conrelid = to_regclass(%s) AND conname IN (%s))", literal(qt), strings.Join(absent, ", "))
 	}
-	return ops.Phase{Step: StepShape, Name: ops.PhaseSwapKey, Kind: ops.KindStatements, Table: tableName,
+	return ops.Phase{Step: core.StepShape, Name: ops.PhaseSwapKey, Kind: ops.KindStatements, Table: tableName,
 		SQL:           []string{"ALTER TABLE " + qt + " " + strings.Join(clauses, ", ")},
 		Transactional: true, Lock: ops.LockCatalog, DoneWhen: done, Detail: why}, true
 }

@@ -1,4 +1,4 @@
-package reconcile
+package postgres
 
 import (
 	"context"
@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"github.com/schemastate/schemastate/reconcile/internal/core"
 	"slices"
 	"strings"
 
@@ -78,11 +79,6 @@ var errRebuildSourceChanged = errors.New("the table was truncated or rewritten s
 // whose table changed under it.
 const rebuildChanged = "the table was truncated, rewritten or altered since its rebuild began: starting again"
 
-// abandonsRebuild reports whether phases abandon a rebuild in flight.
-func abandonsRebuild(phases []ops.Phase) bool {
-	return slices.ContainsFunc(phases, func(ph ops.Phase) bool { return ph.Name == ops.PhaseRebuildAbandon })
-}
-
 // replayChunk is how many logged ids one replay transaction takes, and
 // replayShort the log length at which the replay leaves the rest to the swap.
 const (
@@ -125,8 +121,8 @@ func (f *rebuildFacts) quote(name string) string {
 	return dialect.QuoteIdent(name)
 }
 
-// readQuoted reads quote_ident of each of names.
-func readQuoted(ctx context.Context, q querier, names []string) (map[string]string, error) {
+// ReadQuoted reads quote_ident of each of names.
+func ReadQuoted(ctx context.Context, q core.Querier, names []string) (map[string]string, error) {
 	pairs, err := readonly.Rows(ctx, q, func(rows *sql.Rows) (p [2]string, err error) {
 		return p, rows.Scan(&p[0], &p[1])
 	}, `SELECT n, quote_ident(n) FROM unnest($1::text[]) AS n`, names)
@@ -213,7 +209,7 @@ const rebuildBlockersQuery = `SELECT DISTINCT format('view %s depends on it (a v
  ORDER BY 1`
 
 // readRebuildFacts reads the rebuild's facts for a live table.
-func readRebuildFacts(ctx context.Context, q querier, schemaName, table string) (*rebuildFacts, error) {
+func readRebuildFacts(ctx context.Context, q core.Querier, schemaName, table string) (*rebuildFacts, error) {
 	if len(rebuildState(table)) > 63 {
 		return &rebuildFacts{blockers: []string{"its name is too long for the rebuild's table names"}}, nil
 	}
@@ -221,7 +217,7 @@ func readRebuildFacts(ctx context.Context, q querier, schemaName, table string) 
 	trig := rebuildLog(table)
 	f := &rebuildFacts{}
 	var err error
-	if f.blockers, err = queryStrings(ctx, q, rebuildBlockersQuery, tbl, trig); err != nil {
+	if f.blockers, err = core.QueryStrings(ctx, q, rebuildBlockersQuery, tbl, trig); err != nil {
 		return nil, fmt.Errorf("read what depends on %s: %w", table, err)
 	}
 	if err = q.QueryRowContext(ctx, rebuildFingerprintQuery, tbl, trig).Scan(&f.fingerprint); err != nil {
@@ -245,7 +241,7 @@ func readRebuildFacts(ctx context.Context, q querier, schemaName, table string) 
 }
 
 // readState reads the state row of a rebuild in flight.
-func (f *rebuildFacts) readState(ctx context.Context, q querier, qs string) error {
+func (f *rebuildFacts) readState(ctx context.Context, q core.Querier, qs string) error {
 	var validate sql.NullString
 	err := q.QueryRowContext(ctx, fmt.Sprintf(`SELECT pages, next_page, rows, fingerprint, swapped, array_to_string(validate, ',') FROM %s`, qs)).
 		Scan(&f.state.pages, &f.state.next, &f.state.rows, &f.state.fingerprint, &f.state.swapped, &validate)
@@ -261,12 +257,12 @@ func (f *rebuildFacts) readState(ctx context.Context, q querier, qs string) erro
 // readCarried reads what the new table must carry over from the live one:
 // column options, indexes, foreign keys, grants, owner, comments, owned
 // sequences.
-func (f *rebuildFacts) readCarried(ctx context.Context, q querier, schemaName, table string) error {
+func (f *rebuildFacts) readCarried(ctx context.Context, q core.Querier, schemaName, table string) error {
 	tbl := qualified(schemaName, table)
 	var err error
 	// Per-column planner options (n_distinct) and statistics targets, which
 	// LIKE does not copy.
-	if f.columnOptions, err = queryStrings(ctx, q, `SELECT format('ALTER TABLE %s ALTER COLUMN %I SET (%s)', $2::text, attname, string_agg(o, ', '))
+	if f.columnOptions, err = core.QueryStrings(ctx, q, `SELECT format('ALTER TABLE %s ALTER COLUMN %I SET (%s)', $2::text, attname, string_agg(o, ', '))
  FROM pg_attribute, unnest(attoptions) o WHERE attrelid = $1::regclass AND NOT attisdropped AND (o LIKE 'n\_distinct=%' OR o LIKE 'n\_distinct\_inherited=%') GROUP BY attname
  UNION ALL SELECT format('ALTER TABLE %s ALTER COLUMN %I SET STATISTICS %s', $2::text, attname, attstattarget)
  FROM pg_attribute WHERE attrelid = $1::regclass AND attnum > 0 AND NOT attisdropped AND attstattarget >= 0 ORDER BY 1`,
@@ -297,7 +293,7 @@ func (f *rebuildFacts) readCarried(ctx context.Context, q querier, schemaName, t
 	// Grants exactly as the live table has them (the default ACL when it has
 	// none), owner, comments on the table, its indexes and constraints, and
 	// the sequences its columns own, rendered against the final name.
-	f.carry, err = queryStrings(ctx, q, `WITH t AS (SELECT oid, relowner, relacl FROM pg_class WHERE oid = $1::regclass)
+	f.carry, err = core.QueryStrings(ctx, q, `WITH t AS (SELECT oid, relowner, relacl FROM pg_class WHERE oid = $1::regclass)
 SELECT format('ALTER TABLE %s OWNER TO %I', $2::text, pg_get_userbyid(relowner)) FROM t
 UNION ALL SELECT format('GRANT %s ON TABLE %s TO %s%s', a.privilege_type, $2::text, CASE WHEN a.grantee = 0 THEN 'PUBLIC' ELSE quote_ident(pg_get_userbyid(a.grantee)) END, CASE WHEN a.is_grantable THEN ' WITH GRANT OPTION' ELSE '' END)
   FROM t, aclexplode(coalesce(t.relacl, acldefault('r', t.relowner))) a
@@ -353,7 +349,7 @@ func refusedRebuild(schemaName string, tp *pgTablePlan) []ops.Phase {
 func abandonPhase(schemaName, table, why string) ops.Phase {
 	qt := qualified(schemaName, table)
 	trig := dialect.QuoteIdent(rebuildLog(table))
-	return ops.Phase{Step: StepWiden, Name: ops.PhaseRebuildAbandon, Kind: ops.KindStatements, Table: table, Transactional: true, Lock: ops.LockCatalog,
+	return ops.Phase{Step: core.StepWiden, Name: ops.PhaseRebuildAbandon, Kind: ops.KindStatements, Table: table, Transactional: true, Lock: ops.LockCatalog,
 		SQL: []string{
 			fmt.Sprintf("DROP TRIGGER IF EXISTS %s ON %s", trig, qt),
 			fmt.Sprintf("DROP FUNCTION IF EXISTS %s()", qualified(schemaName, rebuildLog(table))),
@@ -373,7 +369,7 @@ func finishPhase(schemaName, table string, validate []string, why string) ops.Ph
 		sqls = append(sqls, fmt.Sprintf("ALTER TABLE %s VALIDATE CONSTRAINT %s", qt, dialect.QuoteIdent(fk)))
 	}
 	sqls = append(sqls, "DROP TABLE IF EXISTS "+qualified(schemaName, rebuildState(table)))
-	return ops.Phase{Step: StepWiden, Name: ops.PhaseRebuildFinish, Kind: ops.KindConcurrent, Table: table, SQL: sqls, Lock: ops.LockShareUpdateExclusive, Scans: len(validate) > 0,
+	return ops.Phase{Step: core.StepWiden, Name: ops.PhaseRebuildFinish, Kind: ops.KindConcurrent, Table: table, SQL: sqls, Lock: ops.LockShareUpdateExclusive, Scans: len(validate) > 0,
 		DoneWhen: fmt.Sprintf("SELECT to_regclass(%s) IS NULL", literal(qualified(schemaName, rebuildState(table)))),
 		Detail:   why}
 }
@@ -425,7 +421,7 @@ func (n rebuildNames) stateDone(cond string) string {
 func rebuildPhases(schemaName string, live, want *schema.Table, cols []*schema.Column, f *rebuildFacts, indexes []liveIndex, why string) []ops.Phase {
 	n := newRebuildNames(schemaName, live, want, cols, why)
 	phases := []ops.Phase{n.prepare(cols, f),
-		loopPhase(ops.Phase{Step: StepWiden, Name: ops.PhaseRebuildCopy, Kind: ops.KindRebuildCopy, Table: n.table, Lock: ops.LockNone, Scans: true,
+		loopPhase(ops.Phase{Step: core.StepWiden, Name: ops.PhaseRebuildCopy, Kind: ops.KindRebuildCopy, Table: n.table, Lock: ops.LockNone, Scans: true,
 			DoneWhen: n.stateDone("next_page >= pages"), Detail: n.detail},
 			ops.Loop{
 				Batch: fmt.Sprintf("INSERT INTO %s (%s) SELECT %s FROM %s WHERE ctid >= $1::text::tid AND ctid < $2::text::tid", n.qn, n.colList, n.colList, n.qt),
@@ -443,7 +439,7 @@ func rebuildPhases(schemaName string, live, want *schema.Table, cols []*schema.C
 	// them (ANALYZE samples; it does not read every row).
 	if len(builds) > 0 {
 		slices.SortStableFunc(builds, func(a, b string) int { return buildWeight(b) - buildWeight(a) })
-		phases = append(phases, loopPhase(ops.Phase{Step: StepWiden, Name: ops.PhaseRebuildIndex, Kind: ops.KindRebuildIndex, Table: n.table, Lock: ops.LockNone, Scans: true,
+		phases = append(phases, loopPhase(ops.Phase{Step: core.StepWiden, Name: ops.PhaseRebuildIndex, Kind: ops.KindRebuildIndex, Table: n.table, Lock: ops.LockNone, Scans: true,
 			DoneWhen: "SELECT " + strings.Join(built, " AND "),
 			Detail:   n.detail}, ops.Loop{Builds: builds, Analyze: "ANALYZE " + n.qn}))
 	}
@@ -453,7 +449,7 @@ func rebuildPhases(schemaName string, live, want *schema.Table, cols []*schema.C
 	swapped := fmt.Sprintf("%s AND (SELECT count(*) FROM pg_attribute WHERE attrelid = to_regclass(%s) AND attname IN (%s) AND atttypid = 'bigint'::regtype AND NOT attisdropped) = %d",
 		n.stateDone("swapped"), literal(n.qt), strings.Join(n.names, ", "), len(cols))
 	return append(phases,
-		ops.Phase{Step: StepWiden, Name: ops.PhaseRebuildSwap, Kind: ops.KindStatements, Table: n.table, Transactional: true, Lock: ops.LockCatalog, SQL: n.swap(f, attach, validate),
+		ops.Phase{Step: core.StepWiden, Name: ops.PhaseRebuildSwap, Kind: ops.KindStatements, Table: n.table, Transactional: true, Lock: ops.LockCatalog, SQL: n.swap(f, attach, validate),
 			DoneWhen: swapped, Detail: n.detail},
 		finishPhase(schemaName, n.table, validate, n.detail))
 }
@@ -465,7 +461,7 @@ func (n rebuildNames) prepare(cols []*schema.Column, f *rebuildFacts) ops.Phase 
 	for _, c := range cols {
 		types = append(types, fmt.Sprintf("ALTER COLUMN %s TYPE bigint", dialect.QuoteIdent(c.Name)))
 	}
-	return ops.Phase{Step: StepWiden, Name: ops.PhaseRebuildPrepare, Kind: ops.KindStatements, Table: n.table, Transactional: true, Lock: ops.LockCatalog,
+	return ops.Phase{Step: core.StepWiden, Name: ops.PhaseRebuildPrepare, Kind: ops.KindStatements, Table: n.table, Transactional: true, Lock: ops.LockCatalog,
 		SQL: slices.Concat([]string{
 			fmt.Sprintf("CREATE TABLE %s (LIKE %s INCLUDING DEFAULTS INCLUDING GENERATED INCLUDING CONSTRAINTS INCLUDING STORAGE INCLUDING COMPRESSION INCLUDING STATISTICS INCLUDING COMMENTS)", n.qn, n.qt),
 			fmt.Sprintf("ALTER TABLE %s %s", n.qn, strings.Join(types, ", ")),
@@ -572,7 +568,7 @@ func (n rebuildNames) swap(f *rebuildFacts, attach, validate []string) []string 
 // replayPhase replays the log: after the copy (which/what: "copied") and
 // once the new table is indexed ("indexed").
 func replayPhase(table, after, qn, ql, qt, qid, colList, detail string) ops.Phase {
-	return loopPhase(ops.Phase{Step: StepWiden, Name: ops.PhaseRebuildReplay, Kind: ops.KindRebuildReplay, Table: table, Object: after, Lock: ops.LockNone, Scans: true,
+	return loopPhase(ops.Phase{Step: core.StepWiden, Name: ops.PhaseRebuildReplay, Kind: ops.KindRebuildReplay, Table: table, Object: after, Lock: ops.LockNone, Scans: true,
 		Detail: detail}, ops.Loop{
 		Bound:  fmt.Sprintf("SELECT coalesce(max(n), 0) FROM (SELECT n FROM %s ORDER BY n LIMIT %d) c", ql, replayChunk),
 		Delete: fmt.Sprintf("DELETE FROM %s WHERE %s IN (SELECT id FROM %s WHERE n <= $1)", qn, qid, ql),

@@ -1,9 +1,10 @@
-package reconcile
+package postgres
 
 import (
 	"context"
 	"database/sql"
 	"fmt"
+	"github.com/schemastate/schemastate/reconcile/internal/core"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -27,7 +28,7 @@ const flushAsWritten = "SET LOCAL backend_flush_after = '256kB'"
 // rebuildCopy fills the new table, one range of pages per transaction, from
 // where the state row says the copy is; each batch commits its rows and its
 // progress together.
-func (s *pgSession) rebuildCopy(ctx context.Context, ph ops.Phase, h phaseHooks) error {
+func (s *pgSession) rebuildCopy(ctx context.Context, ph ops.Phase, h core.PhaseHooks) error {
 	qs := qualified(s.schema, rebuildState(ph.Table))
 	var pages, next, rows int64
 	if err := s.conn.QueryRowContext(ctx, "SELECT pages, next_page, rows FROM "+qs).Scan(&pages, &next, &rows); err != nil {
@@ -96,7 +97,7 @@ func (s *pgSession) rebuildCopy(ctx context.Context, ph ops.Phase, h phaseHooks)
 // the duplicates the copy left, and every row the copy saw twice was logged
 // before the copy ended: it replays up to the log's last entry as it begins
 // and stops, leaving what writers log meanwhile to the indexed replay.
-func (s *pgSession) replayLog(ctx context.Context, ph ops.Phase, h phaseHooks) error {
+func (s *pgSession) replayLog(ctx context.Context, ph ops.Phase, h core.PhaseHooks) error {
 	var total int64
 	target := int64(-1) // no bound: replay until the log is short
 	if ph.Object == "copied" {
@@ -177,7 +178,7 @@ const rebuildIndexConns = 2
 // is CREATE INDEX IF NOT EXISTS, so a phase resumed after a crash skips
 // what committed. The holder check runs before each build; the first error
 // stops the others from starting and is the phase's.
-func (s *pgSession) rebuildIndexes(ctx context.Context, ph ops.Phase, h phaseHooks) error {
+func (s *pgSession) rebuildIndexes(ctx context.Context, ph ops.Phase, h core.PhaseHooks) error {
 	builds, analyze := ph.Loop.Builds, ph.Loop.Analyze
 	next := make(chan string, len(builds))
 	for _, b := range builds {
@@ -256,7 +257,7 @@ func (s *pgSession) buildOne(ctx context.Context, conn *sql.Conn, stmt string, m
 		err = buildIn(ctx, conn, stmt, stmtBudget(s.o, budgetScan))
 	}
 	if err != nil {
-		return fmt.Errorf("%s: %w", firstLine(stmt), withDetail(err))
+		return fmt.Errorf("%s: %w", core.FirstLine(stmt), withDetail(err))
 	}
 	mu.Lock()
 	defer mu.Unlock()
@@ -284,7 +285,7 @@ func buildIn(ctx context.Context, conn *sql.Conn, stmt string, budget time.Durat
 // it, by name, before the constraint is added. The read scans the table:
 // it runs in a read-only transaction of its own, for its SET LOCAL
 // statement_timeout.
-func (s *pgSession) checkRows(ctx context.Context, ph ops.Phase, h phaseHooks) error {
+func (s *pgSession) checkRows(ctx context.Context, ph ops.Phase, h core.PhaseHooks) error {
 	h.Progress(fmt.Sprintf("checking %s: rows that break %s", ph.Table, ph.Constraint))
 	tx, err := s.conn.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
 	if err != nil {
@@ -302,8 +303,8 @@ func (s *pgSession) checkRows(ctx context.Context, ph ops.Phase, h phaseHooks) e
 
 // brokenRows fails with ErrRowsBreakConstraint when the phase's Breaking
 // read finds rows.
-func brokenRows(ctx context.Context, q querier, ph ops.Phase) error {
-	keys, err := queryStrings(ctx, q, ph.Breaking.Sample)
+func brokenRows(ctx context.Context, q core.Querier, ph ops.Phase) error {
+	keys, err := core.QueryStrings(ctx, q, ph.Breaking.Sample)
 	if err != nil {
 		return fmt.Errorf("look for the rows that break %s: %w", ph.Constraint, err)
 	}
@@ -322,13 +323,13 @@ func brokenRows(ctx context.Context, q querier, ph ops.Phase) error {
 // transaction of its own under the lock discipline. When it fails, Cleanup
 // runs (dropping the NOT VALID constraint, which would otherwise keep
 // rejecting the host's writes) and the rows that broke it are named.
-func (s *pgSession) ownTx(ctx context.Context, ph ops.Phase, h phaseHooks) error {
+func (s *pgSession) ownTx(ctx context.Context, ph ops.Phase, h core.PhaseHooks) error {
 	h.Progress(fmt.Sprintf("validating %s: %s", ph.Table, ph.Constraint))
 	err := s.withLockRetry(ctx, ph.Table, func(timeout time.Duration) error {
 		return s.inTx(ctx, timeout, budgetScan, func(tx *sql.Tx) error {
 			for _, stmt := range ph.SQL {
 				if _, err := tx.ExecContext(ctx, stmt); err != nil {
-					return fmt.Errorf("%s: %w", firstLine(stmt), withDetail(err))
+					return fmt.Errorf("%s: %w", core.FirstLine(stmt), withDetail(err))
 				}
 			}
 			return h.Fail(hooks.FailpointPhaseHeld(ph.ID()))

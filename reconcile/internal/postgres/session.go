@@ -1,4 +1,4 @@
-package reconcile
+package postgres
 
 import (
 	"context"
@@ -54,9 +54,9 @@ import (
 // never waits for another replica's reconcile; a boot with work takes the
 // lock and checks again under it.
 
-// lockAdvisoryXact names PostgreSQL's boot lock in Report.Lock: a
+// LockAdvisoryXact names PostgreSQL's boot lock in Report.Lock: a
 // transaction-level advisory lock held by a transaction of its own.
-const lockAdvisoryXact = "advisory_xact"
+const LockAdvisoryXact = "advisory_xact"
 
 type pgSession struct {
 	conn   *sql.Conn
@@ -128,7 +128,7 @@ func (s *pgSession) Lock(ctx context.Context) error {
 			s.o.Logger.Info("reconcile lock: another reconcile holds it; waiting", "lock", s.ident, "lock_wait", s.o.LockWait)
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("%w on %s; gave up after %s", ErrLockHeld, s.ident, s.o.LockWait)
+			return fmt.Errorf("%w on %s; gave up after %s", core.ErrLockHeld, s.ident, s.o.LockWait)
 		}
 		select {
 		case <-ctx.Done():
@@ -251,7 +251,7 @@ func (s *pgSession) Begin(ctx context.Context, step string) (dialect.Querier, er
 	// The backfill is one scan and one copy of the history (AC-23a): no
 	// bound but the host's patience; execution_since writes one key.
 	budget := stmtBudget(s.o, budgetCatalog)
-	if step == StepBackfill {
+	if step == core.StepBackfill {
 		budget = stmtBudget(s.o, budgetScan)
 	}
 	if err := setLocalTimeouts(ctx, tx, s.o.DDLLockTimeout, budget); err != nil {

@@ -1,4 +1,4 @@
-package reconcile
+package postgres
 
 import (
 	"context"
@@ -6,7 +6,7 @@ import (
 	"slices"
 	"strings"
 
-	"ariga.io/atlas/sql/postgres"
+	atlaspg "ariga.io/atlas/sql/postgres"
 	"ariga.io/atlas/sql/schema"
 
 	"github.com/schemastate/schemastate/dialect"
@@ -99,7 +99,7 @@ func (f *inflight) any() bool { return f != nil && len(f.notes) > 0 }
 // the table's INVALID indexes (tableFacts).
 func resumeOnline(live, want *schema.Table, invalid []string) (*schema.Table, *inflight) {
 	f := &inflight{invalid: map[string]bool{}, replace: map[string]bool{}}
-	live = cloneTable(live)
+	live = core.CloneTable(live)
 	cols := live.Columns[:0:0]
 	for _, c := range live.Columns {
 		if base, ok := strings.CutSuffix(c.Name, shadowSuffix); ok {
@@ -129,7 +129,7 @@ func resumeOnline(live, want *schema.Table, invalid []string) (*schema.Table, *i
 		if strings.HasPrefix(idx.Name, nextIndexPrefix) && f.resumeNext(idx, live, want, slices.Contains(invalid, idx.Name)) {
 			continue
 		}
-		if w, declared := want.Index(idx.Name); declared && isUniqueConstraint(w) && idx.Unique && !isUniqueConstraint(idx) && sameColumns(idx, w) && !hasPredicate(idx) {
+		if w, declared := want.Index(idx.Name); declared && isUniqueConstraint(w) && idx.Unique && !isUniqueConstraint(idx) && core.SameColumns(idx, w) && !hasPredicate(idx) {
 			f.notes = append(f.notes, fmt.Sprintf("index %s built, not yet the key", idx.Name))
 			continue
 		}
@@ -168,7 +168,7 @@ func (f *inflight) resumeNext(idx *schema.Index, live, want *schema.Table, inval
 		return true
 	}
 	for _, a := range idx.Attrs {
-		if c, ok := a.(*postgres.Constraint); ok && c.T != "" {
+		if c, ok := a.(*atlaspg.Constraint); ok && c.T != "" {
 			return false // a constraint's index: not one we build beside
 		}
 	}
@@ -234,7 +234,7 @@ func (p prelude) catalogOnly() bool { return len(p.replaced) == 0 && len(p.fills
 // (an online upgrade in flight, a deferrable key, an equivalent key under
 // another name), diffed, and planned as the single transaction or as online
 // phases by its size (planPhases).
-func (d postgresDriver) PlanTable(pc *planContext, tp *tablePlan, f core.Facts) error {
+func (d Driver) PlanTable(pc *core.PlanContext, tp *core.TablePlan, f core.Facts) error {
 	pf, _ := f.(tableFacts) // none for a new table
 	ptp := &pgTablePlan{TablePlan: tp}
 	err := d.planTable(pc, ptp, pf)
@@ -253,14 +253,14 @@ type pgTablePlan struct {
 	Inflight *inflight
 }
 
-func (postgresDriver) planTable(pc *planContext, tp *pgTablePlan, f tableFacts) error {
+func (Driver) planTable(pc *core.PlanContext, tp *pgTablePlan, f tableFacts) error {
 	if tp.Live == nil {
 		stmts, err := pc.Render(&schema.AddTable{T: tp.Want})
 		if err != nil {
 			return fmt.Errorf("plan %s: %w", tp.Table, err)
 		}
 		if len(stmts) > 0 {
-			tp.Phases = []ops.Phase{{Step: StepShape, Name: ops.PhaseCreate, Kind: ops.KindStatements, Table: tp.Table, SQL: stmts, Transactional: true, Lock: ops.LockCatalog,
+			tp.Phases = []ops.Phase{{Step: core.StepShape, Name: ops.PhaseCreate, Kind: ops.KindStatements, Table: tp.Table, SQL: stmts, Transactional: true, Lock: ops.LockCatalog,
 				Detail: "new table"}}
 		}
 		return nil
@@ -301,14 +301,14 @@ func (postgresDriver) planTable(pc *planContext, tp *pgTablePlan, f tableFacts) 
 	live, pre.renames, in.renamed = renameEquivalentUniques(pc.Schema, live, tp.Want, f.deferrable)
 	tp.Live = live // what the diff and the phases plan from
 	tp.Twins = func(changes []schema.Change) []schema.Change {
-		changes = checkTwins(tp.Live, tp.Want, func(l, w *schema.Check) bool { return f.checks.same(w.Name) }, changes)
+		changes = core.CheckTwins(tp.Live, tp.Want, func(l, w *schema.Check) bool { return f.checks.same(w.Name) }, changes)
 		return fkTwins(tp.Live, tp.Want, f.deferrableFKs, changes)
 	}
 	changes, _, err := pc.Diff(tp.TablePlan)
 	if err != nil {
 		return err
 	}
-	in.twins = append(in.twins, twinNotes(changes, f.notValid, f.deferrableFKs)...)
+	in.twins = append(in.twins, core.TwinNotes(changes, f.notValid, f.deferrableFKs)...)
 	if len(tp.Refused) > 0 {
 		tp.Phases = refusedRebuild(pc.Schema, tp)
 		return nil
@@ -334,7 +334,7 @@ func (postgresDriver) planTable(pc *planContext, tp *pgTablePlan, f tableFacts) 
 func fillStatements(schemaName string, live, want *schema.Table) []string {
 	var out []string
 	for _, c := range want.Columns {
-		if v, ok := fills(live, want)[c.Name]; ok {
+		if v, ok := core.Fills(live, want)[c.Name]; ok {
 			col := dialect.QuoteIdent(c.Name)
 			out = append(out, fmt.Sprintf("UPDATE %s.%s SET %s = %s WHERE %s IS NULL",
 				dialect.QuoteIdent(schemaName), dialect.QuoteIdent(want.Name), col, v, col))
@@ -346,7 +346,7 @@ func fillStatements(schemaName string, live, want *schema.Table) []string {
 // planPhases chooses the path by the live table's size and turns one table's
 // diff into phases: alter is the single transaction's ALTERs (the prelude
 // first), widen its type widenings.
-func planPhases(pc *planContext, tp *pgTablePlan, size tableSize, pre prelude, alter, widen []string) error {
+func planPhases(pc *core.PlanContext, tp *pgTablePlan, size tableSize, pre prelude, alter, widen []string) error {
 	if len(alter) == 0 && len(widen) == 0 && !tp.Inflight.any() && len(tp.Inflight.twins) == 0 {
 		return nil
 	}
@@ -371,7 +371,7 @@ func planPhases(pc *planContext, tp *pgTablePlan, size tableSize, pre prelude, a
 			if scans {
 				lock = ops.LockRewrite
 			}
-			tp.Phases = append(tp.Phases, ops.Phase{Step: StepShape, Name: ops.PhaseAlter, Kind: ops.KindStatements, Table: tp.Table, SQL: alter, Transactional: true, Lock: lock, Scans: scans, Detail: why})
+			tp.Phases = append(tp.Phases, ops.Phase{Step: core.StepShape, Name: ops.PhaseAlter, Kind: ops.KindStatements, Table: tp.Table, SQL: alter, Transactional: true, Lock: lock, Scans: scans, Detail: why})
 		}
 		if len(widen) > 0 {
 			// A widening PostgreSQL makes in the catalog (varchar(n) growth,
@@ -383,7 +383,7 @@ func planPhases(pc *planContext, tp *pgTablePlan, size tableSize, pre prelude, a
 			if scans {
 				lock = ops.LockRewrite
 			}
-			tp.Phases = append(tp.Phases, ops.Phase{Step: StepWiden, Name: ops.PhaseWiden, Kind: ops.KindStatements, Table: tp.Table, SQL: widen, Transactional: true, Lock: lock, Scans: scans, Detail: why})
+			tp.Phases = append(tp.Phases, ops.Phase{Step: core.StepWiden, Name: ops.PhaseWiden, Kind: ops.KindStatements, Table: tp.Table, SQL: widen, Transactional: true, Lock: lock, Scans: scans, Detail: why})
 		}
 		return nil
 	}
@@ -460,4 +460,20 @@ func orNone(xs []string) string {
 		return "NULL"
 	}
 	return strings.Join(xs, ", ")
+}
+
+// loopPhase sets the phase's Loop and its SQL, the loop's statements in
+// the order they run.
+func loopPhase(ph ops.Phase, l ops.Loop) ops.Phase {
+	ph.Loop = &l
+	ph.SQL = nil
+	for _, s := range append([]string{l.Batch, l.Progress, l.Bound, l.Delete, l.Copy, l.Forget}, l.Builds...) {
+		if s != "" {
+			ph.SQL = append(ph.SQL, s)
+		}
+	}
+	if l.Analyze != "" {
+		ph.SQL = append(ph.SQL, l.Analyze)
+	}
+	return ph
 }
