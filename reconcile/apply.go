@@ -21,7 +21,7 @@ import (
 // reconcile's one transaction; PostgreSQL: its own transaction under the
 // lock discipline, retried whole when it cannot get its lock), a
 // non-transactional phase alone (PostgreSQL's CONCURRENTLY and batched copy,
-// postgres_apply.go). Each phase re-checks the live catalog first (DoneWhen)
+// reconcile/internal/postgres/apply.go). Each phase re-checks the live catalog first (DoneWhen)
 // and its blockers (BlockedBy), runs its guards around its SQL (Guards), and
 // is reported to the exec hook, the failpoints and the progress callback from
 // here alone. A failed phase fails the step; on PostgreSQL the groups
@@ -97,7 +97,7 @@ func (a *applied) committedBefore(err error) error {
 
 // preflighter is a session that checks a step's phases against the
 // server's settings before the first of them runs: PostgreSQL's
-// statement_timeout (postgres_timeout.go). SQLite has no such setting.
+// statement_timeout (reconcile/internal/postgres/timeout.go). SQLite has no such setting.
 type preflighter interface {
 	Preflight(ctx context.Context, phases []ops.Phase) error
 }
@@ -318,26 +318,42 @@ func (r *run) runPhase(ctx context.Context, q querier, ph ops.Phase, h phaseHook
 			return fmt.Errorf("%s: %s: %w", ph.ID(), core.FirstLine(stmt), r.drv.Explain(err))
 		}
 		*executed = append(*executed, stmt)
-		k := 0
-		for _, g := range ph.Guards {
-			if g.Kind != ops.GuardRowsCopied {
-				continue
-			}
-			if want := rows[k]; g.Copy == stmt {
-				copied, err := res.RowsAffected()
-				if err != nil {
-					return fmt.Errorf("%s: rows copied: %w", ph.ID(), err)
-				}
-				if copied != want {
-					return fmt.Errorf("%s: copied %d of %d rows", ph.ID(), copied, want)
-				}
-				if err := h.Fail(hooks.FailpointRebuildCopied); err != nil {
-					return err
-				}
-			}
-			k++
+		if err := checkCopied(ph, h, stmt, res, rows); err != nil {
+			return err
 		}
 	}
+	return checkViolations(ctx, q, ph, violations)
+}
+
+// checkCopied holds a copy statement that just ran (res) to the rows its
+// GuardRowsCopied counted before it (rows, one per such guard, in order).
+func checkCopied(ph ops.Phase, h phaseHooks, stmt string, res sql.Result, rows []int64) error {
+	k := 0
+	for _, g := range ph.Guards {
+		if g.Kind != ops.GuardRowsCopied {
+			continue
+		}
+		if want := rows[k]; g.Copy == stmt {
+			copied, err := res.RowsAffected()
+			if err != nil {
+				return fmt.Errorf("%s: rows copied: %w", ph.ID(), err)
+			}
+			if copied != want {
+				return fmt.Errorf("%s: copied %d of %d rows", ph.ID(), copied, want)
+			}
+			if err := h.Fail(hooks.FailpointRebuildCopied); err != nil {
+				return err
+			}
+		}
+		k++
+	}
+	return nil
+}
+
+// checkViolations counts each GuardForeignKeys's violations again once the
+// phase's statements ran: more than before (violations, one per such
+// guard, in order) fails the phase.
+func checkViolations(ctx context.Context, q querier, ph ops.Phase, violations []int64) error {
 	k := 0
 	for _, g := range ph.Guards {
 		if g.Kind != ops.GuardForeignKeys {

@@ -9,9 +9,9 @@ import (
 // The plan is a value.
 //
 // Reconcile reads top to bottom as inspect → diff → plan → apply. Planning
-// (shape.go, with each dialect's rules in sqlite_plan.go and
-// postgres_plan.go) produces a ShapePlan: for each owned table, the list of
-// phases that bring it to its declared shape. A phase is plain data — its
+// (shape.go, with each dialect's rules in reconcile/internal/sqlite and
+// reconcile/internal/postgres) produces a ShapePlan: for each owned table,
+// the list of phases that bring it to its declared shape. A phase is plain data — its
 // SQL, whether it runs inside a transaction, the lock it takes, the guards
 // that must hold around it, and the catalog query that tells a later boot it
 // is already done — and one applier (apply.go) runs it on both dialects, so

@@ -12,14 +12,12 @@ import (
 
 	"github.com/schemastate/schemastate/dialect"
 	"github.com/schemastate/schemastate/internal/describe"
-	"github.com/schemastate/schemastate/internal/ops"
-	"github.com/schemastate/schemastate/reconcile/internal/core"
 )
 
-// The planning rules, with no database: a live and a declared table in,
-// phases out. planTable is pure (driver.planTable): what the live catalog
-// says beyond Atlas's inspection arrives as tableFacts, and Atlas's diff and
-// rendering are its DefaultDiff and DefaultPlan.
+// Rules of both dialects' planning, with no database: Atlas's diff and
+// rendering are its DefaultDiff and DefaultPlan. Each dialect's own
+// planning rules are tested in its package (reconcile/internal/sqlite and
+// reconcile/internal/postgres, plan_test.go).
 
 // differPlanner is Atlas's database-free diff and rendering for a dialect.
 type differPlanner struct {
@@ -43,48 +41,6 @@ func driverOf(d dialect.Dialect) driver {
 		panic(err)
 	}
 	return drv
-}
-
-// planTableCase is one table's planning: build makes the live table (nil
-// for none) and the declared one afresh, as planning edits the live one.
-type planTableCase struct {
-	name        string
-	live        func() *schema.Table
-	want        func() *schema.Table
-	facts       core.Facts
-	onlineAbove int64
-	check       func(t *testing.T, tp *tablePlan)
-}
-
-func runPlanCases(t *testing.T, drv driver, cases []planTableCase) {
-	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
-			want := c.want()
-			tp := &tablePlan{Table: want.Name, Want: want}
-			if c.live != nil {
-				tp.Live = c.live()
-			}
-			pc := &planContext{Atlas: atlasFor(drv.Dialect()), Schema: want.Schema.Name, File: "test.hcl", Driver: drv, OnlineAbove: c.onlineAbove}
-			require.NoError(t, drv.PlanTable(pc, tp, c.facts))
-			c.check(t, tp)
-		})
-	}
-}
-
-func phaseNames(tp *tablePlan) []string {
-	var out []string
-	for _, ph := range tp.Phases {
-		out = append(out, ph.Step+":"+ph.Name)
-	}
-	return out
-}
-
-func guardKinds(ph ops.Phase) []ops.GuardKind {
-	var out []ops.GuardKind
-	for _, g := range ph.Guards {
-		out = append(out, g.Kind)
-	}
-	return out
 }
 
 // sqliteT is a SQLite table t: id text primary key, a NOT NULL, b nullable,

@@ -8,7 +8,7 @@ import (
 )
 
 // Connection settings a reconcile changes and gives back: SQLite's session
-// pragmas (sqlite.go) and a phase's setting guard (ops.GuardSetting, run by
+// pragmas (reconcile/internal/sqlite) and a phase's setting guard (ops.GuardSetting, run by
 // runPhase). A setting that cannot be given back takes its connection out
 // of the host's pool with it.
 

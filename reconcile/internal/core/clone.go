@@ -22,10 +22,32 @@ func CloneTable(t *schema.Table) *schema.Table {
 	if t == nil {
 		return nil
 	}
-	c := &schema.Table{Name: t.Name, Schema: t.Schema, Attrs: slices.Clone(t.Attrs),
+	c := &cloner{src: t, cols: map[*schema.Column]*schema.Column{}, idxs: map[*schema.Index]*schema.Index{}, fks: map[*schema.ForeignKey]*schema.ForeignKey{}}
+	c.dst = &schema.Table{Name: t.Name, Schema: t.Schema, Attrs: slices.Clone(t.Attrs),
 		Triggers: slices.Clone(t.Triggers), Deps: slices.Clone(t.Deps), Refs: slices.Clone(t.Refs)}
-	cols := make(map[*schema.Column]*schema.Column, len(t.Columns))
-	for _, col := range t.Columns {
+	c.columns()
+	for _, idx := range t.Indexes {
+		c.dst.Indexes = append(c.dst.Indexes, c.index(idx))
+	}
+	c.dst.PrimaryKey = c.index(t.PrimaryKey)
+	c.foreignKeys()
+	c.wireColumns()
+	return c.dst
+}
+
+// cloner is one CloneTable: the copy of src being made (dst) and, by each
+// of src's columns, indexes and foreign keys, its copy.
+type cloner struct {
+	src, dst *schema.Table
+	cols     map[*schema.Column]*schema.Column
+	idxs     map[*schema.Index]*schema.Index
+	fks      map[*schema.ForeignKey]*schema.ForeignKey
+}
+
+// columns copies src's columns, their types and attributes; their indexes
+// and foreign keys are wired once those are copied (wireColumns).
+func (c *cloner) columns() {
+	for _, col := range c.src.Columns {
 		cc := *col
 		cc.Attrs = slices.Clone(col.Attrs)
 		if col.Type != nil {
@@ -33,67 +55,75 @@ func CloneTable(t *schema.Table) *schema.Table {
 			cc.Type = &ct
 		}
 		cc.Indexes, cc.ForeignKeys = nil, nil
-		cols[col] = &cc
-		c.Columns = append(c.Columns, &cc)
+		c.cols[col] = &cc
+		c.dst.Columns = append(c.dst.Columns, &cc)
 	}
-	column := func(col *schema.Column) *schema.Column {
-		if cc, ok := cols[col]; ok {
-			return cc
-		}
-		return col
+}
+
+// column is col's copy, or col itself when it is not src's.
+func (c *cloner) column(col *schema.Column) *schema.Column {
+	if cc, ok := c.cols[col]; ok {
+		return cc
 	}
-	idxs := map[*schema.Index]*schema.Index{}
-	index := func(idx *schema.Index) *schema.Index {
-		if idx == nil {
-			return nil
-		}
-		if ci, ok := idxs[idx]; ok {
-			return ci
-		}
-		ci := &schema.Index{Name: idx.Name, Unique: idx.Unique, Table: c, View: idx.View, Attrs: slices.Clone(idx.Attrs)}
-		for _, p := range idx.Parts {
-			cp := *p
-			cp.Attrs, cp.C = slices.Clone(p.Attrs), column(p.C)
-			ci.Parts = append(ci.Parts, &cp)
-		}
-		idxs[idx] = ci
+	return col
+}
+
+// index is idx's copy, made once, its parts naming the copied columns.
+func (c *cloner) index(idx *schema.Index) *schema.Index {
+	if idx == nil {
+		return nil
+	}
+	if ci, ok := c.idxs[idx]; ok {
 		return ci
 	}
-	for _, idx := range t.Indexes {
-		c.Indexes = append(c.Indexes, index(idx))
+	ci := &schema.Index{Name: idx.Name, Unique: idx.Unique, Table: c.dst, View: idx.View, Attrs: slices.Clone(idx.Attrs)}
+	for _, p := range idx.Parts {
+		cp := *p
+		cp.Attrs, cp.C = slices.Clone(p.Attrs), c.column(p.C)
+		ci.Parts = append(ci.Parts, &cp)
 	}
-	c.PrimaryKey = index(t.PrimaryKey)
-	fks := map[*schema.ForeignKey]*schema.ForeignKey{}
+	c.idxs[idx] = ci
+	return ci
+}
+
+// foreignKeys copies src's foreign keys: their columns the copied ones, a
+// self-reference the copy, another table shared.
+func (c *cloner) foreignKeys() {
+	t := c.src
 	for _, fk := range t.ForeignKeys {
 		cf := *fk
-		cf.Table, cf.Attrs, cf.Columns, cf.RefColumns = c, slices.Clone(fk.Attrs), nil, nil
+		cf.Table, cf.Attrs, cf.Columns, cf.RefColumns = c.dst, slices.Clone(fk.Attrs), nil, nil
 		for _, col := range fk.Columns {
-			cf.Columns = append(cf.Columns, column(col))
+			cf.Columns = append(cf.Columns, c.column(col))
 		}
 		if fk.RefTable == t {
-			cf.RefTable = c
+			cf.RefTable = c.dst
 		}
 		for _, col := range fk.RefColumns {
 			if fk.RefTable == t {
-				col = column(col)
+				col = c.column(col)
 			}
 			cf.RefColumns = append(cf.RefColumns, col)
 		}
-		fks[fk] = &cf
-		c.ForeignKeys = append(c.ForeignKeys, &cf)
+		c.fks[fk] = &cf
+		c.dst.ForeignKeys = append(c.dst.ForeignKeys, &cf)
 	}
-	for _, col := range t.Columns {
-		cc := cols[col]
+}
+
+// wireColumns gives each copied column the copies of its indexes and
+// foreign keys (a foreign key not src's stays as it is).
+func (c *cloner) wireColumns() {
+	for _, col := range c.src.Columns {
+		cc := c.cols[col]
 		for _, idx := range col.Indexes {
-			cc.Indexes = append(cc.Indexes, index(idx))
+			cc.Indexes = append(cc.Indexes, c.index(idx))
 		}
 		for _, fk := range col.ForeignKeys {
-			if cf, ok := fks[fk]; ok {
+			if cf, ok := c.fks[fk]; ok {
 				cc.ForeignKeys = append(cc.ForeignKeys, cf)
 			} else {
 				cc.ForeignKeys = append(cc.ForeignKeys, fk)
 			}
 		}
 	}
-	return c
 }

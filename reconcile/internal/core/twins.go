@@ -13,8 +13,8 @@ import (
 // definition. Atlas pairs checks by name and compares nothing else of them
 // (its default diff mode is not the normalized one), so the diff adds the
 // change it misses (CheckTwins); TwinNotes names what was found, for the
-// step detail. PostgreSQL's comparisons are in postgres_definitions.go and
-// postgres_checks.go.
+// step detail. PostgreSQL's comparisons are in reconcile/internal/postgres
+// (definitions.go and checks.go).
 
 // CheckTwins are the diff's changes Atlas misses: a declared check whose
 // name the live table holds with another expression (Atlas pairs checks by

@@ -259,32 +259,43 @@ func (s *pgSession) copyBatches(ctx context.Context, ph ops.Phase, h core.PhaseH
 		}
 		batch = nextBatch(batch, most, took)
 	}
+	rows, err = s.tailPasses(ctx, ph, h, verb, batch, rows)
+	if err != nil {
+		return err
+	}
+	h.Progress(fmt.Sprintf("copied %s: %d rows", ph.Table, rows))
+	return nil
+}
+
+// tailPasses passes over the table again, in batches of batch pages, until
+// the phase's DoneWhen holds, for the rows the host moved while the first
+// pass ran; at most maxTailPasses. It returns rows, the rows written so
+// far, with those it wrote.
+func (s *pgSession) tailPasses(ctx context.Context, ph ops.Phase, h core.PhaseHooks, verb string, batch, rows int64) (int64, error) {
 	for tail := 0; ; tail++ {
 		var done bool
 		if err := s.conn.QueryRowContext(ctx, ph.DoneWhen).Scan(&done); err != nil {
-			return fmt.Errorf("check the batches: %w", err)
+			return rows, fmt.Errorf("check the batches: %w", err)
 		}
 		if done {
-			break
+			return rows, nil
 		}
 		if tail == maxTailPasses {
-			return fmt.Errorf("batches incomplete: rows of %s still to do after %d passes (%d rows written)", ph.Table, tail+1, rows)
+			return rows, fmt.Errorf("batches incomplete: rows of %s still to do after %d passes (%d rows written)", ph.Table, tail+1, rows)
 		}
 		now, err := s.pages(ctx, ph.Table)
 		if err != nil {
-			return err
+			return rows, err
 		}
 		for from := int64(0); from < now; from += batch {
 			n, err := s.batch(ctx, ph, from, from+batch)
 			if err != nil {
-				return fmt.Errorf("batch of pages %d–%d: %w", from, from+batch, err)
+				return rows, fmt.Errorf("batch of pages %d–%d: %w", from, from+batch, err)
 			}
 			rows += n
 		}
 		h.Progress(fmt.Sprintf("%s %s: %d rows, pass %d over %d pages for the rows the host moved meanwhile", verb, ph.Table, rows, tail+2, now))
 	}
-	h.Progress(fmt.Sprintf("copied %s: %d rows", ph.Table, rows))
-	return nil
 }
 
 // batchTarget is how long one batch of a batched phase should hold its row

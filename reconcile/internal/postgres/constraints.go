@@ -10,7 +10,7 @@ import (
 
 // The online recipe for a check, a foreign key and SET NOT NULL: check_rows,
 // add_not_valid, validate (and set_not_null), each done when the live
-// constraint is the declared definition (postgres_definitions.go).
+// constraint is the declared definition (definitions.go).
 
 // exists is the catalog check that the table has a constraint of that
 // name; valid adds that it is validated, match (a condition on its

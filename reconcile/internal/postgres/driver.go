@@ -1,3 +1,10 @@
+// Package postgres is PostgreSQL's reconcile driver (core.Driver): its
+// catalog reads (driver.go), its planning (plan.go: one transaction, or the
+// online phases by size: online.go, recipes.go, indexes.go, the shadow-table
+// rebuild of rebuild.go), its session (session.go: the advisory lock's
+// transaction, a transaction per step or phase) and the runners of the
+// phases it runs outside a transaction (apply.go, runners.go). It meets the
+// step sequence only through reconcile/internal/core.
 package postgres
 
 import (
@@ -17,9 +24,7 @@ import (
 	"github.com/schemastate/schemastate/reconcile/internal/core"
 )
 
-// PostgreSQL's driver: its declaration and catalog reads, here; its
-// planning in plan.go, its session in session.go, the phases it
-// runs outside a transaction in apply.go.
+// Driver is PostgreSQL's.
 type Driver struct{}
 
 func (Driver) Dialect() dialect.Dialect { return dialect.Postgres }

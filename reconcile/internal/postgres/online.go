@@ -84,6 +84,40 @@ func (oc *onlineChanges) take(tp *pgTablePlan, c schema.Change) bool {
 			return false
 		}
 		// NOT NULL with no default fails on a table with rows: nothing to fill it with.
+	case *schema.AddCheck, *schema.ModifyCheck, *schema.AddForeignKey, *schema.ModifyForeignKey:
+		if oc.takeConstraint(c) {
+			return true
+		}
+	case *schema.ModifyIndex:
+		if c.Change&^schema.ChangeComment == schema.NoChange {
+			return false // COMMENT ON INDEX: catalog-only
+		}
+		if buildable(c.To) && (!oc.widening || plainColumns(c.To)) {
+			oc.redefined = append(oc.redefined, c)
+			return true
+		}
+		// Atlas's DROP INDEX and CREATE INDEX: a build that holds the writers.
+	case *schema.AddPrimaryKey:
+		if onlinePrimaryKey(c.P, tp.Want) && !oc.widening {
+			oc.keyTo = c.P
+			return true
+		}
+	case *schema.ModifyPrimaryKey:
+		if onlinePrimaryKey(c.To, tp.Want) && !oc.widening {
+			oc.keyFrom, oc.keyTo = c.From, c.To
+			return true
+		}
+	case *schema.DropCheck, *schema.DropForeignKey, *schema.RenameIndex, *schema.DropPrimaryKey, *schema.AddAttr, *schema.ModifyAttr, *schema.DropAttr:
+		return false // catalog-only: a comment, a name, a constraint dropped
+	}
+	oc.catalogOnly = false
+	return false
+}
+
+// takeConstraint takes a check or foreign key added or redefined under a
+// name into the recipes (take), reporting whether it did.
+func (oc *onlineChanges) takeConstraint(c schema.Change) bool {
+	switch c := c.(type) {
 	case *schema.AddCheck:
 		if c.C.Name != "" {
 			oc.rc.checks = append(oc.rc.checks, c.C)
@@ -113,29 +147,7 @@ func (oc *onlineChanges) take(tp *pgTablePlan, c schema.Change) bool {
 			oc.rc.replace[c.To.Symbol] = true
 			return true
 		}
-	case *schema.ModifyIndex:
-		if c.Change&^schema.ChangeComment == schema.NoChange {
-			return false // COMMENT ON INDEX: catalog-only
-		}
-		if buildable(c.To) && (!oc.widening || plainColumns(c.To)) {
-			oc.redefined = append(oc.redefined, c)
-			return true
-		}
-		// Atlas's DROP INDEX and CREATE INDEX: a build that holds the writers.
-	case *schema.AddPrimaryKey:
-		if onlinePrimaryKey(c.P, tp.Want) && !oc.widening {
-			oc.keyTo = c.P
-			return true
-		}
-	case *schema.ModifyPrimaryKey:
-		if onlinePrimaryKey(c.To, tp.Want) && !oc.widening {
-			oc.keyFrom, oc.keyTo = c.From, c.To
-			return true
-		}
-	case *schema.DropCheck, *schema.DropForeignKey, *schema.RenameIndex, *schema.DropPrimaryKey, *schema.AddAttr, *schema.ModifyAttr, *schema.DropAttr:
-		return false // catalog-only: a comment, a name, a constraint dropped
 	}
-	oc.catalogOnly = false
 	return false
 }
 

@@ -1,7 +1,6 @@
 package postgres
 
 import (
-	"context"
 	"fmt"
 	"slices"
 	"strings"
@@ -25,17 +24,17 @@ import (
 //
 // A table at or above it is changed in phases whose every exclusive lock is
 // catalog-only (docs/reconcile.md, "Later edits on a large PostgreSQL
-// table"). planOnline (postgres_online.go) sorts the diff:
+// table"). planOnline (online.go) sorts the diff:
 //
 //   - alter: what is catalog-only as Atlas renders it (a constant default, a
 //     rename, a constraint dropped, a binary-coercible type change);
-//   - the recipes (postgres_recipes.go): SET NOT NULL, a check, a foreign
+//   - the recipes (recipes.go): SET NOT NULL, a check, a foreign
 //     key through check_rows, NOT VALID and VALIDATE; a column whose default
 //     is evaluated per row added nullable, then filled in page batches;
-//   - indexes (postgres_indexes.go): built and dropped CONCURRENTLY, a
+//   - indexes (indexes.go): built and dropped CONCURRENTLY, a
 //     redefined index or primary key built beside and swapped in, unique
 //     keys attached USING INDEX in swap_key;
-//   - widenings: the shadow-table rebuild (postgres_rebuild.go), or the
+//   - widenings: the shadow-table rebuild (rebuild.go), or the
 //     column copy (widen_expand, widen_copy, widen_contract) where the
 //     rebuild does not apply.
 //
@@ -78,7 +77,7 @@ type inflight struct {
 	next    map[string]string
 	orphans []string
 	// twins describe each object found under a declared name with another
-	// definition, replaced by the declared one (postgres_definitions.go);
+	// definition, replaced by the declared one (definitions.go);
 	// replace names the checks and foreign keys among them, which the
 	// recipe drops in the transaction that adds the declared one.
 	twins   []string
@@ -177,39 +176,6 @@ func (f *inflight) resumeNext(idx *schema.Index, live, want *schema.Table, inval
 	return true
 }
 
-// tableSize is what the path is chosen from.
-type tableSize struct {
-	bytes   int64
-	rows    int64 // the planner's estimate (pg_class.reltuples); -1 when never analysed
-	version int   // server_version_num
-}
-
-func (s tableSize) String() string {
-	if s.rows < 0 {
-		return fmt.Sprintf("%s, rows not yet estimated", byteSize(s.bytes))
-	}
-	return fmt.Sprintf("%s, ~%d rows", byteSize(s.bytes), s.rows)
-}
-
-func readTableSize(ctx context.Context, q dialect.Querier, schemaName, table string) (tableSize, error) {
-	var s tableSize
-	var rows float64
-	err := q.QueryRowContext(ctx, `SELECT pg_table_size(c.oid), c.reltuples, current_setting('server_version_num')::int
- FROM pg_class c WHERE c.oid = to_regclass($1)`, qualified(schemaName, table)).Scan(&s.bytes, &rows, &s.version)
-	s.rows = int64(rows)
-	return s, err
-}
-
-func byteSize(n int64) string {
-	switch {
-	case n >= 1<<30:
-		return fmt.Sprintf("%.1f GiB", float64(n)/(1<<30))
-	case n >= 1<<20:
-		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
-	}
-	return fmt.Sprintf("%d kB", n>>10)
-}
-
 // prelude is what precedes Atlas's statements in a PostgreSQL table's
 // alter: the renames and drops the driver planned itself, and the NULL fills.
 type prelude struct {
@@ -255,42 +221,13 @@ type pgTablePlan struct {
 
 func (Driver) planTable(pc *core.PlanContext, tp *pgTablePlan, f tableFacts) error {
 	if tp.Live == nil {
-		stmts, err := pc.Render(&schema.AddTable{T: tp.Want})
-		if err != nil {
-			return fmt.Errorf("plan %s: %w", tp.Table, err)
-		}
-		if len(stmts) > 0 {
-			tp.Phases = []ops.Phase{{Step: core.StepShape, Name: ops.PhaseCreate, Kind: ops.KindStatements, Table: tp.Table, SQL: stmts, Transactional: true, Lock: ops.LockCatalog,
-				Detail: "new table"}}
-		}
-		return nil
+		return planCreate(pc, tp)
 	}
 	// Each normalization returns a new table: the inspected one is left as
 	// the catalog holds it. The declared indexes' predicates and
 	// expressions are compared as the server spells them.
 	tp.Want = withServerForms(tp.Want, f.checks.indexForms())
-	live, in := resumeOnline(tp.Live, tp.Want, f.invalid)
-	tp.Inflight = in
-	if tp.Inflight.rebuild = f.rebuild; f.rebuild.inflight() {
-		tp.Inflight.notes = append(tp.Inflight.notes, f.rebuild.notes(tp.Table)...)
-	}
-	in.checks, in.newTable = f.checks, f.newTable
-	live, in.nnChecks, in.filling = normalizeRecipes(live, tp.Want, f)
-	in.notNullTwins()
-	var recipeNotes []string
-	for _, c := range in.filling {
-		recipeNotes = append(recipeNotes, fmt.Sprintf("column %s added, its fill in flight", c.Name))
-	}
-	for chk, col := range tp.Inflight.nnChecks {
-		recipeNotes = append(recipeNotes, fmt.Sprintf("check %s (SET NOT NULL of %s in flight)", chk, col))
-	}
-	for name := range f.notValid {
-		if declaredInFlight(live, tp.Want, name) {
-			recipeNotes = append(recipeNotes, fmt.Sprintf("constraint %s NOT VALID (validated next)", name))
-		}
-	}
-	slices.Sort(recipeNotes)
-	tp.Inflight.notes = append(tp.Inflight.notes, recipeNotes...)
+	live, in := resumeInflight(tp, f)
 	var pre prelude
 	live, pre.replaced = replaceDeferrableKeys(pc.Schema, live, tp.Want, f.deferrable)
 	for _, w := range tp.Want.Indexes {
@@ -314,8 +251,57 @@ func (Driver) planTable(pc *core.PlanContext, tp *pgTablePlan, f tableFacts) err
 		return nil
 	}
 	pre.fills = fillStatements(pc.Schema, tp.Live, tp.Want)
+	return planChanges(pc, tp, f.size, pre, changes)
+}
+
+// planCreate plans a table that does not exist: one create phase.
+func planCreate(pc *core.PlanContext, tp *pgTablePlan) error {
+	stmts, err := pc.Render(&schema.AddTable{T: tp.Want})
+	if err != nil {
+		return fmt.Errorf("plan %s: %w", tp.Table, err)
+	}
+	if len(stmts) > 0 {
+		tp.Phases = []ops.Phase{{Step: core.StepShape, Name: ops.PhaseCreate, Kind: ops.KindStatements, Table: tp.Table, SQL: stmts, Transactional: true, Lock: ops.LockCatalog,
+			Detail: "new table"}}
+	}
+	return nil
+}
+
+// resumeInflight reads off the live table what an online upgrade stopped
+// between two phases left there (tp.Inflight, with a note for each), and
+// returns the table without it, as the diff must see it.
+func resumeInflight(tp *pgTablePlan, f tableFacts) (*schema.Table, *inflight) {
+	live, in := resumeOnline(tp.Live, tp.Want, f.invalid)
+	tp.Inflight = in
+	if tp.Inflight.rebuild = f.rebuild; f.rebuild.inflight() {
+		tp.Inflight.notes = append(tp.Inflight.notes, f.rebuild.notes(tp.Table)...)
+	}
+	in.checks, in.newTable = f.checks, f.newTable
+	live, in.nnChecks, in.filling = normalizeRecipes(live, tp.Want, f)
+	in.notNullTwins()
+	var recipeNotes []string
+	for _, c := range in.filling {
+		recipeNotes = append(recipeNotes, fmt.Sprintf("column %s added, its fill in flight", c.Name))
+	}
+	for chk, col := range tp.Inflight.nnChecks {
+		recipeNotes = append(recipeNotes, fmt.Sprintf("check %s (SET NOT NULL of %s in flight)", chk, col))
+	}
+	for name := range f.notValid {
+		if declaredInFlight(live, tp.Want, name) {
+			recipeNotes = append(recipeNotes, fmt.Sprintf("constraint %s NOT VALID (validated next)", name))
+		}
+	}
+	slices.Sort(recipeNotes)
+	tp.Inflight.notes = append(tp.Inflight.notes, recipeNotes...)
+	return live, in
+}
+
+// planChanges renders the diff, the widenings apart from the rest
+// (splitWidenings), and plans the phases that apply them.
+func planChanges(pc *core.PlanContext, tp *pgTablePlan, size tableSize, pre prelude, changes []schema.Change) error {
 	rest, widen := splitWidenings(changes)
 	var stmts, widenSQL []string
+	var err error
 	if len(widen) > 0 {
 		if widenSQL, err = pc.Render(&schema.ModifyTable{T: tp.Want, Changes: widen}); err != nil {
 			return fmt.Errorf("plan %s: %w", tp.Table, err)
@@ -326,7 +312,7 @@ func (Driver) planTable(pc *core.PlanContext, tp *pgTablePlan, f tableFacts) err
 			return fmt.Errorf("plan %s: %w", tp.Table, err)
 		}
 	}
-	return planPhases(pc, tp, f.size, pre, append(pre.sql(), stmts...), widenSQL)
+	return planPhases(pc, tp, size, pre, append(pre.sql(), stmts...), widenSQL)
 }
 
 // fillStatements are the UPDATEs that apply fills on PostgreSQL, run before
@@ -444,36 +430,4 @@ func onlineWidening(schemaName string, tp *pgTablePlan, cols []*schema.Column, i
 		return append(phases, widenPhases(schemaName, tp.Table, cols, tp.Inflight.replace, why+"; not rebuilt ("+reason+"): column copy")...)
 	}
 	return append(phases, rebuildPhases(schemaName, live, tp.Want, cols, rb, indexes, why)...)
-}
-
-// qualified is schema.name, quoted, for to_regclass and messages.
-func qualified(schemaName, name string) string {
-	return dialect.QuoteIdent(schemaName) + "." + dialect.QuoteIdent(name)
-}
-
-// literal quotes s as an SQL string literal (catalog names in a plan's
-// checks, which are printed and must read standalone).
-func literal(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
-
-func orNone(xs []string) string {
-	if len(xs) == 0 {
-		return "NULL"
-	}
-	return strings.Join(xs, ", ")
-}
-
-// loopPhase sets the phase's Loop and its SQL, the loop's statements in
-// the order they run.
-func loopPhase(ph ops.Phase, l ops.Loop) ops.Phase {
-	ph.Loop = &l
-	ph.SQL = nil
-	for _, s := range append([]string{l.Batch, l.Progress, l.Bound, l.Delete, l.Copy, l.Forget}, l.Builds...) {
-		if s != "" {
-			ph.SQL = append(ph.SQL, s)
-		}
-	}
-	if l.Analyze != "" {
-		ph.SQL = append(ph.SQL, l.Analyze)
-	}
-	return ph
 }

@@ -113,36 +113,7 @@ func (s *pgSession) replayLog(ctx context.Context, ph ops.Phase, h core.PhaseHoo
 		if err := s.Holding(ctx); err != nil {
 			return fmt.Errorf("before replaying more (%d changed rows replayed): %w", total, err)
 		}
-		var n, upTo int64
-		err := func() error {
-			tx, err := s.conn.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelRepeatableRead})
-			if err != nil {
-				return err
-			}
-			defer tx.Rollback()
-			if err := setLocalTimeout(ctx, tx, stmtBudget(s.o, budgetBatch)); err != nil {
-				return err
-			}
-			if _, err := tx.ExecContext(ctx, flushAsWritten); err != nil {
-				return err
-			}
-			// An empty log replays nothing: every statement still runs
-			// (up to entry 0), so the phase runs the statements it prints.
-			if err := tx.QueryRowContext(ctx, ph.Loop.Bound).Scan(&upTo); err != nil {
-				return err
-			}
-			for _, stmt := range []string{ph.Loop.Delete, ph.Loop.Copy} {
-				if _, err := tx.ExecContext(ctx, stmt, upTo); err != nil {
-					return withDetail(err)
-				}
-			}
-			res, err := tx.ExecContext(ctx, ph.Loop.Forget, upTo)
-			if err != nil {
-				return err
-			}
-			n, _ = res.RowsAffected()
-			return tx.Commit()
-		}()
+		n, upTo, err := s.replayOnce(ctx, ph)
 		if err != nil {
 			return fmt.Errorf("replay the log: %w", err)
 		}
@@ -162,6 +133,38 @@ func (s *pgSession) replayLog(ctx context.Context, ph ops.Phase, h core.PhaseHoo
 			return nil
 		}
 	}
+}
+
+// replayOnce replays one chunk of the rebuild's log in a transaction of its
+// own: n rows forgotten, up to entry upTo.
+func (s *pgSession) replayOnce(ctx context.Context, ph ops.Phase) (n, upTo int64, err error) {
+	tx, err := s.conn.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelRepeatableRead})
+	if err != nil {
+		return 0, 0, err
+	}
+	defer tx.Rollback()
+	if err := setLocalTimeout(ctx, tx, stmtBudget(s.o, budgetBatch)); err != nil {
+		return 0, 0, err
+	}
+	if _, err := tx.ExecContext(ctx, flushAsWritten); err != nil {
+		return 0, 0, err
+	}
+	// An empty log replays nothing: every statement still runs
+	// (up to entry 0), so the phase runs the statements it prints.
+	if err := tx.QueryRowContext(ctx, ph.Loop.Bound).Scan(&upTo); err != nil {
+		return 0, 0, err
+	}
+	for _, stmt := range []string{ph.Loop.Delete, ph.Loop.Copy} {
+		if _, err := tx.ExecContext(ctx, stmt, upTo); err != nil {
+			return 0, 0, withDetail(err)
+		}
+	}
+	res, err := tx.ExecContext(ctx, ph.Loop.Forget, upTo)
+	if err != nil {
+		return 0, 0, err
+	}
+	n, _ = res.RowsAffected()
+	return n, upTo, tx.Commit()
 }
 
 // rebuildIndexConns is how many of the new table's indexes build at once:
@@ -209,23 +212,7 @@ func (s *pgSession) rebuildIndexes(ctx context.Context, ph ops.Phase, h core.Pha
 		}
 		return nil
 	}
-	var g errgroup.Group
-	for i := 1; i < min(rebuildIndexConns, len(builds)); i++ {
-		// A pool with none to lend soon (SetMaxOpenConns(2): the lock's and
-		// the steps') builds on the steps' connection alone.
-		actx, cancel := context.WithTimeout(ctx, time.Second)
-		conn, err := s.db.Conn(actx)
-		cancel()
-		if err != nil {
-			break
-		}
-		g.Go(func() error {
-			defer conn.Close()
-			return worker(conn)
-		})
-	}
-	g.Go(func() error { return worker(s.conn) })
-	err := g.Wait()
+	err := s.onConns(ctx, len(builds), worker)
 	// The builds finish in any order; the exec hook is told those that
 	// committed in the plan's order, so what ran reads as the plan printed it.
 	for _, b := range builds {
@@ -245,6 +232,29 @@ func (s *pgSession) rebuildIndexes(ctx context.Context, ph ops.Phase, h core.Pha
 	}
 	h.Executed(analyze)
 	return nil
+}
+
+// onConns runs worker on the steps' connection and on each further one, up
+// to rebuildIndexConns in all and no more than n, the pool lends within a
+// second, and waits for every run.
+func (s *pgSession) onConns(ctx context.Context, n int, worker func(conn *sql.Conn) error) error {
+	var g errgroup.Group
+	for i := 1; i < min(rebuildIndexConns, n); i++ {
+		// A pool with none to lend soon (SetMaxOpenConns(2): the lock's and
+		// the steps') builds on the steps' connection alone.
+		actx, cancel := context.WithTimeout(ctx, time.Second)
+		conn, err := s.db.Conn(actx)
+		cancel()
+		if err != nil {
+			break
+		}
+		g.Go(func() error {
+			defer conn.Close()
+			return worker(conn)
+		})
+	}
+	g.Go(func() error { return worker(s.conn) })
+	return g.Wait()
 }
 
 // buildOne checks the boot lock is still held, builds stmt on conn and,

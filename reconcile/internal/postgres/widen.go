@@ -12,6 +12,17 @@ import (
 	"github.com/schemastate/schemastate/internal/ops"
 )
 
+// viewsReading names the views (rules) reading a column about to be
+// replaced: DROP COLUMN would fail on them, so the widening stops, named,
+// before it adds anything. tbl is the table as a literal, names the
+// columns' names as literals.
+func viewsReading(tbl string, names []string) string {
+	return fmt.Sprintf(`SELECT DISTINCT format('view %%s reads column %%s', v.oid::regclass, a.attname)
+ FROM pg_depend d JOIN pg_rewrite w ON w.oid = d.objid JOIN pg_class v ON v.oid = w.ev_class
+ JOIN pg_attribute a ON a.attrelid = d.refobjid AND a.attnum = d.refobjsubid
+ WHERE d.classid = 'pg_rewrite'::regclass AND d.refobjid = to_regclass(%s) AND v.oid <> d.refobjid AND a.attname IN (%s)`, tbl, strings.Join(names, ", "))
+}
+
 // widenPhases are expand, copy and contract for the columns; replace names
 // shadow columns live with another type than bigint, dropped and added
 // again by the expand.
@@ -35,12 +46,7 @@ func widenPhases(schemaName, table string, cols []*schema.Column, replace map[st
 		shadows = append(shadows, literal(c.Name+shadowSuffix))
 	}
 	tbl := literal(qualified(schemaName, table))
-	// Views (rules) reading a column about to be replaced: DROP COLUMN would
-	// fail on them, so the widening stops, named, before it adds anything.
-	blocked := fmt.Sprintf(`SELECT DISTINCT format('view %%s reads column %%s', v.oid::regclass, a.attname)
- FROM pg_depend d JOIN pg_rewrite w ON w.oid = d.objid JOIN pg_class v ON v.oid = w.ev_class
- JOIN pg_attribute a ON a.attrelid = d.refobjid AND a.attnum = d.refobjsubid
- WHERE d.classid = 'pg_rewrite'::regclass AND d.refobjid = to_regclass(%s) AND v.oid <> d.refobjid AND a.attname IN (%s)`, tbl, strings.Join(names, ", "))
+	blocked := viewsReading(tbl, names)
 	hasShadows := fmt.Sprintf("(SELECT count(*) FROM pg_attribute WHERE attrelid = to_regclass(%s) AND attname IN (%s) AND NOT attisdropped)", tbl, strings.Join(shadows, ", "))
 	detail := why + "; columns " + strings.Join(names, ", ")
 	return []ops.Phase{
