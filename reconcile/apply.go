@@ -5,13 +5,13 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"github.com/schemastate/schemastate/reconcile/internal/core"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/schemastate/schemastate/internal/hooks"
 	"github.com/schemastate/schemastate/internal/ops"
-	"github.com/schemastate/schemastate/internal/readonly"
 )
 
 // The applier: one for both dialects.
@@ -21,23 +21,11 @@ import (
 // reconcile's one transaction; PostgreSQL: its own transaction under the
 // lock discipline, retried whole when it cannot get its lock), a
 // non-transactional phase alone (PostgreSQL's CONCURRENTLY and batched copy,
-// postgres_apply.go). Each phase re-checks the live catalog first (DoneWhen)
+// reconcile/internal/postgres/apply.go). Each phase re-checks the live catalog first (DoneWhen)
 // and its blockers (BlockedBy), runs its guards around its SQL (Guards), and
 // is reported to the exec hook, the failpoints and the progress callback from
 // here alone. A failed phase fails the step; on PostgreSQL the groups
 // committed before it stay (each leaves a state the next boot resumes from).
-
-// phaseHooks is what the applier lends a session running a phase alone.
-type phaseHooks struct {
-	fail     func(point string) error
-	progress func(msg string)
-	// executed is told each statement once it ran (withExecHook).
-	executed func(stmt string)
-	// discard has the session close its connection rather than hand it
-	// back to the host's pool (connDiscarder); nil when it cannot, and a
-	// setting it fails to restore then fails the phase.
-	discard func(why error)
-}
 
 // stepOwnTx runs a step whose phases open their own transaction scopes.
 func (r *run) stepOwnTx(ctx context.Context, name string, fn func(context.Context) Step) {
@@ -109,23 +97,23 @@ func (a *applied) committedBefore(err error) error {
 
 // preflighter is a session that checks a step's phases against the
 // server's settings before the first of them runs: PostgreSQL's
-// statement_timeout (postgres_timeout.go). SQLite has no such setting.
+// statement_timeout (reconcile/internal/postgres/timeout.go). SQLite has no such setting.
 type preflighter interface {
-	preflight(ctx context.Context, phases []ops.Phase) error
+	Preflight(ctx context.Context, phases []ops.Phase) error
 }
 
 // applyPhases runs one step's phases.
 func (r *run) applyPhases(ctx context.Context, sess session, step string, phases []ops.Phase) Step {
 	// Before the first phase: a step refused here has run nothing.
 	if pf, ok := sess.(preflighter); ok {
-		if err := pf.preflight(ctx, phases); err != nil {
+		if err := pf.Preflight(ctx, phases); err != nil {
 			return failed(err)
 		}
 	}
 	groups, lastTx := groupPhases(phases)
-	h := phaseHooks{fail: r.o.fail, progress: func(msg string) { r.progress(step, msg) }, executed: r.o.executed}
+	h := phaseHooks{Fail: r.o.fail, Progress: func(msg string) { r.progress(step, msg) }, Executed: r.o.executed}
 	if d, ok := sess.(connDiscarder); ok {
-		h.discard = d.discard
+		h.Discard = d.Discard
 	}
 	var a applied
 	for i, g := range groups {
@@ -140,7 +128,7 @@ func (r *run) applyPhases(ctx context.Context, sess session, step string, phases
 			}
 			r.progress(step, "phase "+ph.ID())
 		}
-		if err := sess.holding(ctx); err != nil {
+		if err := sess.Holding(ctx); err != nil {
 			if len(a.ran) > 0 {
 				err = fmt.Errorf("before %s: %w (committed before it: %s)", g[0].ID(), err, strings.Join(a.ran, ", "))
 			}
@@ -221,7 +209,7 @@ func inProgress(err error, ran []string) Step {
 func (r *run) runGroup(ctx context.Context, sess session, step string, group []ops.Phase, h phaseHooks, beforeCommit func() error) ([]bool, error) {
 	ran := make([]bool, len(group))
 	var executed []string
-	err := sess.transact(ctx, step, group[0].Table, func(q querier) error {
+	err := sess.Transact(ctx, step, group[0].Table, func(q querier) error {
 		clear(ran)
 		executed = executed[:0]
 		for i, ph := range group {
@@ -235,7 +223,7 @@ func (r *run) runGroup(ctx context.Context, sess session, step string, group []o
 			if err := r.runPhase(ctx, q, ph, h, &executed); err != nil {
 				return err
 			}
-			if err := h.fail(hooks.FailpointPhaseHeld(ph.ID())); err != nil {
+			if err := h.Fail(hooks.FailpointPhaseHeld(ph.ID())); err != nil {
 				return err
 			}
 			ran[i] = true
@@ -250,7 +238,7 @@ func (r *run) runGroup(ctx context.Context, sess session, step string, group []o
 		return ran, err
 	}
 	for _, stmt := range executed {
-		h.executed(stmt)
+		h.Executed(stmt)
 	}
 	return ran, nil
 }
@@ -258,11 +246,11 @@ func (r *run) runGroup(ctx context.Context, sess session, step string, group []o
 // runAlone runs a non-transactional phase, once the live catalog says it is
 // still to do.
 func (r *run) runAlone(ctx context.Context, sess session, ph ops.Phase, h phaseHooks) (bool, error) {
-	todo, err := r.todo(ctx, sess.querier(), ph)
+	todo, err := r.todo(ctx, sess.Querier(), ph)
 	if err != nil || !todo {
 		return false, err
 	}
-	if err := sess.alone(ctx, ph, h); err != nil {
+	if err := sess.Alone(ctx, ph, h); err != nil {
 		return false, fmt.Errorf("%s: %w", ph.ID(), err)
 	}
 	return true, nil
@@ -313,7 +301,7 @@ func (r *run) runPhase(ctx context.Context, q querier, ph ops.Phase, h phaseHook
 				return fmt.Errorf("%s: %w", ph.ID(), err)
 			}
 			rows = append(rows, n)
-			h.progress(fmt.Sprintf("rebuilding %s: copying %d rows", ph.Table, n))
+			h.Progress(fmt.Sprintf("rebuilding %s: copying %d rows", ph.Table, n))
 		case ops.GuardSetting:
 			restore, serr := r.setting(ctx, q, ph, g, h)
 			if serr != nil {
@@ -327,29 +315,45 @@ func (r *run) runPhase(ctx context.Context, q querier, ph ops.Phase, h phaseHook
 	for _, stmt := range ph.SQL {
 		res, err := q.ExecContext(ctx, stmt)
 		if err != nil {
-			return fmt.Errorf("%s: %s: %w", ph.ID(), firstLine(stmt), r.drv.explain(err))
+			return fmt.Errorf("%s: %s: %w", ph.ID(), core.FirstLine(stmt), r.drv.Explain(err))
 		}
 		*executed = append(*executed, stmt)
-		k := 0
-		for _, g := range ph.Guards {
-			if g.Kind != ops.GuardRowsCopied {
-				continue
-			}
-			if want := rows[k]; g.Copy == stmt {
-				copied, err := res.RowsAffected()
-				if err != nil {
-					return fmt.Errorf("%s: rows copied: %w", ph.ID(), err)
-				}
-				if copied != want {
-					return fmt.Errorf("%s: copied %d of %d rows", ph.ID(), copied, want)
-				}
-				if err := h.fail(hooks.FailpointRebuildCopied); err != nil {
-					return err
-				}
-			}
-			k++
+		if err := checkCopied(ph, h, stmt, res, rows); err != nil {
+			return err
 		}
 	}
+	return checkViolations(ctx, q, ph, violations)
+}
+
+// checkCopied holds a copy statement that just ran (res) to the rows its
+// GuardRowsCopied counted before it (rows, one per such guard, in order).
+func checkCopied(ph ops.Phase, h phaseHooks, stmt string, res sql.Result, rows []int64) error {
+	k := 0
+	for _, g := range ph.Guards {
+		if g.Kind != ops.GuardRowsCopied {
+			continue
+		}
+		if want := rows[k]; g.Copy == stmt {
+			copied, err := res.RowsAffected()
+			if err != nil {
+				return fmt.Errorf("%s: rows copied: %w", ph.ID(), err)
+			}
+			if copied != want {
+				return fmt.Errorf("%s: copied %d of %d rows", ph.ID(), copied, want)
+			}
+			if err := h.Fail(hooks.FailpointRebuildCopied); err != nil {
+				return err
+			}
+		}
+		k++
+	}
+	return nil
+}
+
+// checkViolations counts each GuardForeignKeys's violations again once the
+// phase's statements ran: more than before (violations, one per such
+// guard, in order) fails the phase.
+func checkViolations(ctx context.Context, q querier, ph ops.Phase, violations []int64) error {
 	k := 0
 	for _, g := range ph.Guards {
 		if g.Kind != ops.GuardForeignKeys {
@@ -414,46 +418,10 @@ func countRows(ctx context.Context, q querier, queries []string) (int64, error) 
 	return total, nil
 }
 
-// said is how a step's detail names the phase once it ran.
-func said(p ops.Phase) string {
-	switch p.Name {
-	case ops.PhaseCreate:
-		return "created " + p.Table
-	case ops.PhaseAlter:
-		return "altered " + p.Table
-	case ops.PhaseWiden:
-		return "widened column types of " + p.Table
-	case ops.PhaseRebuild:
-		for _, g := range p.Guards {
-			if g.Kind == ops.GuardForeignKeys {
-				return "rebuilt " + p.Table
-			}
-		}
-		return "rebuilt " + p.Table + " (foreign_key_check skipped: rows copied verbatim under the same foreign keys, none onto the table)"
-	}
-	return p.ID()
-}
-
 func prevTable(groups [][]ops.Phase, i, j int) string {
 	if j > 0 {
 		return groups[i][j-1].Table
 	}
 	g := groups[i-1]
 	return g[len(g)-1].Table
-}
-
-// queryStrings returns the one text column of every row of query.
-func queryStrings(ctx context.Context, q querier, query string, args ...any) ([]string, error) {
-	return readonly.Strings(ctx, q, query, args...)
-}
-
-// firstLine is a statement as an error names it.
-func firstLine(s string) string {
-	if i := strings.IndexAny(s, "(\n"); i > 0 && i < 80 {
-		return strings.TrimSpace(s[:i])
-	}
-	if len(s) > 80 {
-		return s[:80] + "…"
-	}
-	return s
 }

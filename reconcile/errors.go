@@ -1,6 +1,10 @@
 package reconcile
 
-import "errors"
+import (
+	"errors"
+
+	"github.com/schemastate/schemastate/reconcile/internal/core"
+)
 
 // The errors a host can test for with errors.Is on what Reconcile returns.
 // A failed step is a *StepError (matching ErrStepFailed) whose cause keeps
@@ -18,7 +22,7 @@ var (
 	// for the whole lock wait (WithLockWait): on PostgreSQL another reconcile
 	// (another replica) held the advisory lock; on SQLite the database's write
 	// lock was held, by another reconcile or by a host writer.
-	ErrLockHeld = errors.New("another reconcile holds the lock")
+	ErrLockHeld = core.ErrLockHeld
 	// ErrInvalidOption is returned, naming the option, by Reconcile, Plan and
 	// Observe when an option's value cannot be used; nothing runs.
 	ErrInvalidOption = errors.New("reconcile: invalid option")
@@ -41,11 +45,3 @@ func (e *StepError) Unwrap() error { return e.Err }
 
 // Is reports whether target is ErrStepFailed.
 func (e *StepError) Is(target error) bool { return target == ErrStepFailed }
-
-// heldError is a lock that another session holds: its message is the
-// cause's, and it matches ErrLockHeld.
-type heldError struct{ error }
-
-func (e heldError) Unwrap() error { return e.error }
-
-func (e heldError) Is(target error) bool { return target == ErrLockHeld }

@@ -1,6 +1,9 @@
 package reconcile
 
-import "github.com/schemastate/schemastate/internal/ops"
+import (
+	"github.com/schemastate/schemastate/internal/ops"
+	"github.com/schemastate/schemastate/reconcile/internal/postgres"
+)
 
 // The reconcile's test hooks, for its own tests: the options below are no
 // part of the public API (a test outside the package passes internal/hooks
@@ -15,7 +18,7 @@ var (
 	WithCopyBatchPages = withCopyBatchPages
 	WithDDLLockAttempt = withDDLLockAttempt
 	WithDDLLockTimeout = withDDLLockTimeout
-	ReadQuoted         = readQuoted
+	ReadQuoted         = postgres.ReadQuoted
 )
 
 type Event = event
@@ -31,6 +34,6 @@ const (
 	RowsMetric       = rowsMetric
 	StepsMetric      = stepsMetric
 	PlannerVersion   = plannerVersion
-	LockAdvisoryXact = lockAdvisoryXact
+	LockAdvisoryXact = postgres.LockAdvisoryXact
 	LockSQLiteWrite  = string(ops.LockSQLiteWrite)
 )

@@ -165,7 +165,7 @@ var errDanglingForeignKey = errors.New("a foreign key names a table that does no
 // host tables (on SQLite their definitions, on PostgreSQL their presence), in
 // one query (driver.catalogQuery).
 func catalogHash(ctx context.Context, drv driver, q querier, owned, host []string) (string, error) {
-	d := drv.dialect()
+	d := drv.Dialect()
 	args := make([]any, 0, len(owned)+len(host))
 	for _, n := range append(append([]string{}, owned...), host...) {
 		args = append(args, n)
@@ -175,7 +175,7 @@ func catalogHash(ctx context.Context, drv driver, q querier, owned, host []strin
 	if len(host) > 0 {
 		hostIn = placeholders(d, len(owned)+1, len(host))
 	}
-	query := drv.catalogQuery(ownedIn, hostIn)
+	query := drv.CatalogQuery(ownedIn, hostIn)
 	rows, err := q.QueryContext(ctx, query, args...)
 	if err != nil {
 		return "", err
@@ -198,14 +198,6 @@ func catalogHash(ctx context.Context, drv driver, q querier, owned, host []strin
 	return fmt.Sprintf("%d-%s", n, hex.EncodeToString(h.Sum(nil))[:32]), nil
 }
 
-func placeholders(d dialect.Dialect, from, n int) string {
-	ps := make([]string, n)
-	for i := range ps {
-		ps[i] = d.Param(from + i)
-	}
-	return strings.Join(ps, ", ")
-}
-
 // certified reports whether this boot can take the fast path: the stored
 // certificate matches this build's declaration and the live catalog, and all
 // three activation keys are present. Any error means "no": the full check runs.
@@ -215,7 +207,7 @@ func (r *run) certified(ctx context.Context, sess session) (keys.Set, bool) {
 		return keys.Set{}, false
 	}
 	// The three keys and the certificate in one round trip.
-	rows, err := sess.querier().QueryContext(ctx, r.o.dialect.Rebind(`SELECT key, value FROM kandev_meta WHERE key IN (?, ?, ?, ?)`),
+	rows, err := sess.Querier().QueryContext(ctx, r.o.dialect.Rebind(`SELECT key, value FROM kandev_meta WHERE key IN (?, ?, ?, ?)`),
 		keys.CaptureSince, keys.BackfillThrough, keys.ExecutionSince, certificateKey)
 	if err != nil {
 		return keys.Set{}, false
@@ -243,14 +235,14 @@ func (r *run) certified(ctx context.Context, sess session) (keys.Set, bool) {
 		return ks, false
 	}
 	c, ok := parseCertificate(*stored)
-	if !ok || c.Declaration != declarationHash(r.o.dialect, src, sess.schemaName()) {
+	if !ok || c.Declaration != declarationHash(r.o.dialect, src, sess.SchemaName()) {
 		return ks, false
 	}
 	// Pruning is work the certificate's full check left undone.
 	if r.o.prune && len(c.Drift) > 0 {
 		return ks, false
 	}
-	live, err := catalogHash(ctx, r.drv, sess.querier(), c.Owned, c.covered())
+	live, err := catalogHash(ctx, r.drv, sess.Querier(), c.Owned, c.covered())
 	if err != nil || live != c.Catalog {
 		return ks, false
 	}
@@ -272,7 +264,7 @@ func (c certificate) covered() []string {
 // there a key always names a table (DROP TABLE refuses to drop it, or drops
 // the key with CASCADE).
 type parentReader interface {
-	foreignKeyParents(ctx context.Context, q querier, owned []string) (parents, dangling []string, err error)
+	ForeignKeyParents(ctx context.Context, q querier, owned []string) (parents, dangling []string, err error)
 }
 
 // certify records a certificate for the live catalog, after a full check in
@@ -307,7 +299,7 @@ func (r *run) writeCertificate(ctx context.Context, q querier, decl *declare.Dec
 		c.Owned = append(c.Owned, t.Name)
 	}
 	if pr, ok := r.drv.(parentReader); ok {
-		parents, dangling, err := pr.foreignKeyParents(ctx, q, c.Owned)
+		parents, dangling, err := pr.ForeignKeyParents(ctx, q, c.Owned)
 		if err != nil {
 			return err
 		}
@@ -345,7 +337,7 @@ func (r *run) fastPath(ctx context.Context, sess session, ks keys.Set) {
 			r.record(Step{Name: st.name, Status: Unchanged, Detail: st.certified})
 		}
 	}
-	if err := sess.close(ctx); err != nil {
+	if err := sess.Close(ctx); err != nil {
 		r.warn(StepLock, err)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"ariga.io/atlas/sql/schema"
 
 	"github.com/schemastate/schemastate/dialect"
+	"github.com/schemastate/schemastate/internal/catalog"
 	"github.com/schemastate/schemastate/internal/ident"
 	"github.com/schemastate/schemastate/internal/ops"
 )
@@ -65,7 +66,7 @@ func FuzzIdentifier(f *testing.F) {
 		if idents, ok := quotedIdents(quoted); !ok || len(idents) != 1 || idents[0] != name {
 			t.Fatalf("QuoteIdent(%q) does not read back: %s", name, quoted)
 		}
-		if n, complete := sqliteStatements(quoted); n != 1 || !complete {
+		if n, complete := catalog.SQLiteStatements(quoted); n != 1 || !complete {
 			t.Fatalf("QuoteIdent(%q) is not one statement: %s", name, quoted)
 		}
 		for _, d := range []dialect.Dialect{dialect.SQLite, dialect.Postgres} {
@@ -77,10 +78,10 @@ func FuzzIdentifier(f *testing.F) {
 			tbl := schema.NewTable("t").AddColumns(schema.NewStringColumn("a", "text"))
 			s.AddTables(tbl)
 			idx := schema.NewIndex(name).AddColumns(tbl.Columns[0])
-			pc := &planContext{atlas: atlasFor(d), schema: schemaName, dialect: d}
+			pc := &planContext{Atlas: atlasFor(d), Schema: schemaName, Driver: driverOf(d)}
 
 			for _, c := range []schema.Change{&schema.DropIndex{I: idx}, &schema.AddIndex{I: idx}} {
-				stmts, err := pc.render(&schema.ModifyTable{T: tbl, Changes: []schema.Change{c}})
+				stmts, err := pc.Render(&schema.ModifyTable{T: tbl, Changes: []schema.Change{c}})
 				if err != nil {
 					if !errors.Is(err, ops.ErrUnsafeName) {
 						t.Fatalf("%s %T %q: refused without ErrUnsafeName: %v", d, c, name, err)
@@ -93,7 +94,7 @@ func FuzzIdentifier(f *testing.F) {
 				if len(stmts) != 1 {
 					t.Fatalf("%s %T %q: %d statements: %q", d, c, name, len(stmts), stmts)
 				}
-				if n, complete := sqliteStatements(stmts[0]); n != 1 || !complete {
+				if n, complete := catalog.SQLiteStatements(stmts[0]); n != 1 || !complete {
 					t.Fatalf("%s %T %q: not one statement: %s", d, c, name, stmts[0])
 				}
 				idents, ok := quotedIdents(stmts[0])

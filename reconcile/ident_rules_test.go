@@ -85,8 +85,8 @@ func TestRender_NamesThatAreNotPlain(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			schemaName := map[dialect.Dialect]string{dialect.Postgres: "public", dialect.SQLite: "main"}[c.d]
 			tbl := table(schemaName)
-			pc := &planContext{atlas: atlasFor(c.d), schema: schemaName, dialect: c.d}
-			stmts, err := pc.render(&schema.ModifyTable{T: tbl, Changes: c.changes(tbl)})
+			pc := &planContext{Atlas: atlasFor(c.d), Schema: schemaName, Driver: driverOf(c.d)}
+			stmts, err := pc.Render(&schema.ModifyTable{T: tbl, Changes: c.changes(tbl)})
 			if c.refused != "" {
 				require.ErrorContains(t, err, c.refused)
 				require.Nil(t, stmts)

@@ -48,7 +48,7 @@ func observeEndState(ctx context.Context, drv driver, q querier, decl *declare.D
 		seen(live)
 	}
 	lt, _ := live.Table(subagentsTable)
-	if lt, err = drv.observable(ctx, q, lt); err != nil {
+	if lt, err = drv.Observable(ctx, q, lt); err != nil {
 		return EndState{}, err
 	}
 	return observe(lt, decl.Table(subagentsTable)), nil
@@ -81,7 +81,7 @@ func readOnly(ctx context.Context, db *sql.DB, opts []Option) (*options, driver,
 	if err != nil {
 		return nil, nil, "", nil, err
 	}
-	name, err := drv.schemaName(ctx, db)
+	name, err := drv.SchemaName(ctx, db)
 	if err != nil {
 		return nil, nil, "", nil, err
 	}

@@ -19,6 +19,7 @@ import (
 	"github.com/schemastate/schemastate/internal/declare"
 	"github.com/schemastate/schemastate/internal/hooks"
 	"github.com/schemastate/schemastate/internal/ops"
+	"github.com/schemastate/schemastate/reconcile/internal/core"
 )
 
 // Option configures Reconcile, Plan and Observe.
@@ -303,7 +304,7 @@ func (o *options) loadDeclaration(drv driver, schemaName string) (*declare.Decla
 	if err != nil {
 		return nil, err
 	}
-	return declare.Eval(src, file, drv.dialect(), schemaName)
+	return declare.Eval(src, file, drv.Dialect(), schemaName)
 }
 
 // newOptions applies opts, validates them and chooses the dialect's driver,
@@ -401,4 +402,14 @@ func (o *call) overBudget() error {
 		return fmt.Errorf("%w (%s)", ops.ErrBudgetSpent, o.onlineBudget)
 	}
 	return nil
+}
+
+// config is what the dialect's session is opened with.
+func (o *call) config() *core.Config {
+	return &core.Config{
+		LockWait: o.lockWait, DDLLockTimeout: o.ddlLockTimeout, DDLLockAttempt: o.ddlLockAttempt,
+		ConcurrentWait: o.concurrentWait, StmtTimeout: o.stmtTimeout, StmtTimeoutSet: o.stmtTimeoutSet,
+		CopyBatchPages: o.copyBatchPages, CopyPause: o.copyPause,
+		Logger: o.logger, Fail: o.fail, OverBudget: o.overBudget,
+	}
 }

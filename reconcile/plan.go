@@ -9,31 +9,15 @@ import (
 // The plan is a value.
 //
 // Reconcile reads top to bottom as inspect → diff → plan → apply. Planning
-// (shape.go, with each dialect's rules in sqlite_plan.go and
-// postgres_plan.go) produces a ShapePlan: for each owned table, the list of
-// phases that bring it to its declared shape. A phase is plain data — its
+// (shape.go, with each dialect's rules in reconcile/internal/sqlite and
+// reconcile/internal/postgres) produces a ShapePlan: for each owned table,
+// the list of phases that bring it to its declared shape. A phase is plain data — its
 // SQL, whether it runs inside a transaction, the lock it takes, the guards
 // that must hold around it, and the catalog query that tells a later boot it
 // is already done — and one applier (apply.go) runs it on both dialects, so
 // `schemastate plan --json` prints exactly what `reconcile` then runs, and a
 // boot that stopped between two phases (a crash, a lock it could not get) is
 // re-planned from the live catalog and resumes where the catalog is.
-
-// loopPhase sets the phase's Loop and its SQL, the loop's statements in
-// the order they run.
-func loopPhase(ph ops.Phase, l ops.Loop) ops.Phase {
-	ph.Loop = &l
-	ph.SQL = nil
-	for _, s := range append([]string{l.Batch, l.Progress, l.Bound, l.Delete, l.Copy, l.Forget}, l.Builds...) {
-		if s != "" {
-			ph.SQL = append(ph.SQL, s)
-		}
-	}
-	if l.Analyze != "" {
-		ph.SQL = append(ph.SQL, l.Analyze)
-	}
-	return ph
-}
 
 // hostWaits is what the host's traffic waits on under a lock class.
 func hostWaits(l ops.LockClass) string {
@@ -98,8 +82,8 @@ func (p *ShapePlan) stepPhases(step string) []ops.Phase {
 func (p *ShapePlan) Resumed() []string {
 	var out []string
 	for _, t := range p.tables {
-		if t.Inflight.any() {
-			out = append(out, t.Table+": "+strings.Join(t.Inflight.notes, ", "))
+		if len(t.Resumed) > 0 {
+			out = append(out, t.Table+": "+strings.Join(t.Resumed, ", "))
 		}
 	}
 	return out

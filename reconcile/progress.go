@@ -2,6 +2,7 @@ package reconcile
 
 import (
 	"context"
+	"github.com/schemastate/schemastate/reconcile/internal/core"
 	"time"
 )
 
@@ -34,7 +35,7 @@ func (r *run) watch(step string) func(status string) {
 	if !r.o.observed() {
 		return func(string) {}
 	}
-	stop := onEveryTick(context.Background(), progressTick, func(context.Context) bool {
+	stop := core.OnEveryTick(context.Background(), progressTick, func(context.Context) bool {
 		r.mu.Lock()
 		msg := r.doing
 		r.mu.Unlock()
@@ -45,28 +46,4 @@ func (r *run) watch(step string) func(status string) {
 		stop()
 		r.emit(Progress{Step: step, Message: status, Elapsed: time.Since(r.stepStart), Done: true})
 	}
-}
-
-// onEveryTick calls tick every interval on a goroutine of its own, with a
-// context that stop cancels, until tick returns false or stop is called;
-// stop returns once the goroutine has ended, so nothing tick does outlives it.
-func onEveryTick(ctx context.Context, interval time.Duration, tick func(ctx context.Context) (more bool)) (stop func()) {
-	ctx, cancel := context.WithCancel(ctx)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		t := time.NewTicker(interval)
-		defer t.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-			}
-			if !tick(ctx) {
-				return
-			}
-		}
-	}()
-	return func() { cancel(); <-done }
 }

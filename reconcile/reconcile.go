@@ -28,25 +28,25 @@
 // changed in online phases whose every exclusive lock is catalog-only and
 // short (docs/reconcile.md).
 //
-// Everything a dialect decides sits behind one driver (driver.go), chosen once
-// per call; sqlite*.go and postgres*.go implement it. The plan is a value, a
-// list of typed phases (internal/ops), and one applier runs it on both
-// dialects (apply.go).
+// Everything a dialect decides sits behind one driver (core.Driver, in
+// reconcile/internal/core), chosen once per call; reconcile/internal/sqlite
+// and reconcile/internal/postgres implement it, each in a package of its own.
+// The plan is a value, a list of typed phases (internal/ops), and one applier
+// runs it on both dialects (apply.go).
 package reconcile
 
 import (
+	"github.com/schemastate/schemastate/reconcile/internal/core"
 	"go.opentelemetry.io/otel/trace"
 
 	"context"
 	"database/sql"
-	"errors"
 	"fmt"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/schemastate/schemastate/backfill"
-	"github.com/schemastate/schemastate/dialect"
 	"github.com/schemastate/schemastate/internal/declare"
 	"github.com/schemastate/schemastate/internal/hooks"
 	"github.com/schemastate/schemastate/internal/instant"
@@ -68,129 +68,6 @@ const (
 	StepExecutionSince = "execution_since"
 	StepBackfill       = "backfill"
 )
-
-// Status is a step's outcome.
-type Status string
-
-const (
-	Applied   Status = "applied"
-	Unchanged Status = "unchanged"
-	Skipped   Status = "skipped"
-	Failed    Status = "failed"
-	// InProgress is the widen step stopped by the online budget
-	// (WithOnlineBudget) with its upgrade left resumable: the next boot, or
-	// another Reconcile call, continues it from the catalog.
-	InProgress Status = "in_progress"
-)
-
-// Step is one step's outcome.
-type Step struct {
-	Name       string `json:"name"`
-	Status     Status `json:"status"`
-	Statements int    `json:"statements"`
-	Detail     string `json:"detail,omitempty"`
-	// Rows is the number of rows a step wrote, where that means something.
-	Rows *int64 `json:"rows,omitempty"`
-	// Phases lists the IDs (Phase.ID) of the plan phases the step ran, in
-	// order.
-	Phases   []string      `json:"phases,omitempty"`
-	Duration time.Duration `json:"-"`
-	Err      error         `json:"-"`
-}
-
-// Report is what one Reconcile did.
-type Report struct {
-	Dialect dialect.Dialect `json:"dialect"`
-	// Lock names the cross-replica lock the reconcile uses on this dialect:
-	// "advisory_xact" (a transaction-scoped advisory lock) on PostgreSQL,
-	// "sqlite_write" on SQLite (the database's write lock, taken by BEGIN
-	// IMMEDIATE; the lock class every SQLite phase names in a plan).
-	Lock     string   `json:"lock"`
-	Steps    []Step   `json:"steps"`
-	EndState EndState `json:"end_state"`
-	// EndStateObserved is false when no step got as far as observing the
-	// end state (a lock not acquired, an unloadable declaration): EndState
-	// then says nothing, rather than "every clause false".
-	EndStateObserved bool     `json:"end_state_observed"`
-	Keys             keys.Set `json:"keys"`
-	// KeysRead is false when the keys were never read: a nil key in Keys
-	// then means "not read", not "absent".
-	KeysRead bool `json:"keys_read"`
-	// Certified reports that the boot ended with the live catalog certified
-	// (fingerprint.go): it took the fast path, or its full check found
-	// nothing to change and recorded the certificate.
-	Certified bool `json:"certified"`
-	// Drift lists the undeclared indexes, foreign keys and checks on the
-	// owned tables: kept (and logged at WARN) unless the reconcile ran
-	// WithPrune, which drops them.
-	Drift []Drift `json:"drift,omitempty"`
-}
-
-// Step returns the named step, or nil.
-func (r *Report) Step(name string) *Step {
-	for i := range r.Steps {
-		if r.Steps[i].Name == name {
-			return &r.Steps[i]
-		}
-	}
-	return nil
-}
-
-// Err is nil when no step failed; else the failed step's *StepError, or, when
-// several failed, their errors.Join in step order. Every StepError keeps the
-// cause's chain and matches ErrStepFailed.
-func (r *Report) Err() error {
-	var errs []error
-	for _, s := range r.Steps {
-		if s.Status != Failed {
-			continue
-		}
-		cause := s.Err
-		if cause == nil {
-			cause = errors.New(s.Detail)
-		}
-		errs = append(errs, &StepError{Step: s.Name, Err: cause})
-	}
-	switch len(errs) {
-	case 0:
-		return nil
-	case 1:
-		return errs[0]
-	}
-	return errors.Join(errs...)
-}
-
-// querier runs a reconcile's statements: the pinned connection, or the
-// transaction of a step.
-type querier = dialect.Querier
-
-// session is one reconcile's hold on the database: a pinned connection, the
-// cross-replica lock once taken, and the transaction scopes of its steps and
-// phases. sqlite.go and postgres.go implement it.
-type session interface {
-	// lock takes the cross-replica lock; until then the session only reads.
-	lock(ctx context.Context) error
-	// holding is the holder check, run before every phase and step once the
-	// lock is taken: an error (matching ErrLockLost) when the session no
-	// longer holds the lock.
-	holding(ctx context.Context) error
-	querier() querier
-	// schemaName is the schema the reconcile works in: main on SQLite, the
-	// connection's current_schema() on PostgreSQL.
-	schemaName() string
-	// begin and end are the scope of a step that is not made of phases
-	// (execution_since, backfill).
-	begin(ctx context.Context, step string) (querier, error)
-	end(ctx context.Context, ok bool) error
-	// transact is the scope of a group of transactional phases (apply.go):
-	// fn may run more than once, each time from the start, when an attempt
-	// could not get its locks.
-	transact(ctx context.Context, step, table string, fn func(q querier) error) error
-	// alone runs a non-transactional phase.
-	alone(ctx context.Context, ph ops.Phase, h phaseHooks) error
-	close(ctx context.Context) error
-	abort()
-}
 
 // run carries one Reconcile's report and its progress reporting through the
 // steps; what one step hands the next is passed as a value (steps).
@@ -223,7 +100,7 @@ func Reconcile(ctx context.Context, db *sql.DB, opts ...Option) (*Report, error)
 		return &Report{}, err
 	}
 	start := time.Now()
-	r := &run{o: newCall(o), drv: drv, rep: &Report{Dialect: o.dialect, Lock: drv.lockMechanism()}, meters: newMeters(o.meters)}
+	r := &run{o: newCall(o), drv: drv, rep: &Report{Dialect: o.dialect, Lock: drv.LockMechanism()}, meters: newMeters(o.meters)}
 	if o.tracer != nil {
 		ctx = r.beginTrace(ctx)
 	}
@@ -252,7 +129,7 @@ func (r *run) steps(ctx context.Context, db *sql.DB) {
 // returns false when the boot is over: certified, or the lock not acquired.
 func (r *run) lock(ctx context.Context, db *sql.DB) (session, bool) {
 	start := time.Now()
-	sess, err := r.drv.open(ctx, db, r.o)
+	sess, err := r.drv.Open(ctx, db, r.o.config())
 	if err != nil {
 		r.record(Step{Name: StepLock, Status: Failed, Detail: err.Error(), Err: err, Duration: time.Since(start)})
 		r.skipRest(StepHostTables, "lock not acquired")
@@ -264,8 +141,8 @@ func (r *run) lock(ctx context.Context, db *sql.DB) (session, bool) {
 		return nil, false
 	}
 	r.o.logger.Debug("reconcile: no certificate holds; taking the lock for a full check")
-	if err := sess.lock(ctx); err != nil {
-		sess.abort()
+	if err := sess.Lock(ctx); err != nil {
+		sess.Abort()
 		r.record(Step{Name: StepLock, Status: Failed, Detail: err.Error(), Err: err, Duration: time.Since(start)})
 		r.skipRest(StepHostTables, "lock not acquired")
 		return nil, false
@@ -280,18 +157,18 @@ func (r *run) lock(ctx context.Context, db *sql.DB) (session, bool) {
 
 // hostTables loads the declaration and checks the host tables exist.
 func (r *run) hostTables(ctx context.Context, sess session) (*declare.Declaration, bool) {
-	decl, err := r.o.loadDeclaration(r.drv, sess.schemaName())
+	decl, err := r.o.loadDeclaration(r.drv, sess.SchemaName())
 	if err != nil {
 		r.record(Step{Name: StepHostTables, Status: Failed, Detail: err.Error(), Err: err})
 		r.skipRest(StepShape, "declaration not loaded")
 		return nil, false
 	}
-	missing, err := missingTables(ctx, r.drv, sess.querier(), decl.HostTables())
+	missing, err := missingTables(ctx, r.drv, sess.Querier(), decl.HostTables())
 	if err == nil && len(missing) > 0 {
 		// Name the schema: on PostgreSQL it is current_schema(), the first
 		// schema on search_path that exists, which need not be where the host's
 		// own unqualified queries find these tables.
-		err = fmt.Errorf("%w: %s (looked in schema %q; schemastate never creates host tables; internal/tool/fixtures/host has a fixture)", ops.ErrHostTablesMissing, strings.Join(missing, ", "), sess.schemaName())
+		err = fmt.Errorf("%w: %s (looked in schema %q; schemastate never creates host tables; internal/tool/fixtures/host has a fixture)", ops.ErrHostTablesMissing, strings.Join(missing, ", "), sess.SchemaName())
 	}
 	if err != nil {
 		r.record(Step{Name: StepHostTables, Status: Failed, Detail: err.Error(), Err: err})
@@ -310,7 +187,7 @@ func (r *run) hostTables(ctx context.Context, sess session) (*declare.Declaratio
 func (r *run) shape(ctx context.Context, sess session, decl *declare.Declaration) (plan *ShapePlan, clean bool) {
 	r.stepOwnTx(ctx, StepShape, func(ctx context.Context) Step {
 		var err error
-		if plan, err = planShape(ctx, r.drv, sess.querier(), decl, sess.schemaName(), r.o.options); err != nil {
+		if plan, err = planShape(ctx, r.drv, sess.Querier(), decl, sess.SchemaName(), r.o.options); err != nil {
 			return failed(err)
 		}
 		r.rep.Drift = plan.Drift()
@@ -379,7 +256,7 @@ func (r *run) widen(ctx context.Context, sess session, decl *declare.Declaration
 	}
 	if s != nil && s.Status == Applied {
 		var err error
-		if plan, err = planShape(ctx, r.drv, sess.querier(), decl, sess.schemaName(), r.o.options); err != nil {
+		if plan, err = planShape(ctx, r.drv, sess.Querier(), decl, sess.SchemaName(), r.o.options); err != nil {
 			r.record(Step{Name: StepWiden, Status: Failed, Detail: "plan again after the shape step: " + err.Error(), Err: err})
 			return
 		}
@@ -400,8 +277,8 @@ func (r *run) applyWiden(ctx context.Context, sess session, decl *declare.Declar
 	if s.Status != Failed || ctx.Err() != nil {
 		return s
 	}
-	plan, err := planShape(ctx, r.drv, sess.querier(), decl, sess.schemaName(), r.o.options)
-	if err != nil || !abandonsRebuild(plan.stepPhases(StepWiden)) {
+	plan, err := planShape(ctx, r.drv, sess.Querier(), decl, sess.SchemaName(), r.o.options)
+	if err != nil || !core.AbandonsRebuild(plan.stepPhases(StepWiden)) {
 		return s
 	}
 	if r.rep.Step(StepRefused) == nil {
@@ -414,7 +291,7 @@ func (r *run) applyWiden(ctx context.Context, sess session, decl *declare.Declar
 
 // finish ends the session and reads the keys the report shows.
 func (r *run) finish(ctx context.Context, db *sql.DB, sess session) {
-	if err := sess.close(ctx); err != nil {
+	if err := sess.Close(ctx); err != nil {
 		// SQLite commits every step at once; if that fails nothing was kept.
 		// (PostgreSQL commits per step; its close never fails a step.)
 		r.rep.Certified = false
@@ -433,11 +310,11 @@ func (r *run) finish(ctx context.Context, db *sql.DB, sess session) {
 // step runs fn inside its own rollback scope and records the outcome.
 func (r *run) step(ctx context.Context, sess session, name string, fn func(context.Context, querier) Step) {
 	start := time.Now()
-	if err := sess.holding(ctx); err != nil {
+	if err := sess.Holding(ctx); err != nil {
 		r.record(Step{Name: name, Status: Failed, Detail: err.Error(), Err: err})
 		return
 	}
-	q, err := sess.begin(ctx, name)
+	q, err := sess.Begin(ctx, name)
 	if err != nil {
 		r.record(Step{Name: name, Status: Failed, Detail: err.Error(), Err: err})
 		return
@@ -448,63 +325,13 @@ func (r *run) step(ctx context.Context, sess session, name string, fn func(conte
 	stop(string(s.Status))
 	s.Name = name
 	s.Duration = time.Since(start)
-	if err := sess.end(ctx, s.Status != Failed); err != nil && s.Status != Failed {
+	if err := sess.End(ctx, s.Status != Failed); err != nil && s.Status != Failed {
 		s.Status, s.Detail, s.Err = Failed, "commit: "+err.Error(), err
 		if name == StepExecutionSince {
 			r.rep.Certified = false // the certificate was written in this step
 		}
 	}
 	r.record(s)
-}
-
-func (r *run) record(s Step) {
-	if s.Status == Failed {
-		r.warn(s.Name, s.Err)
-	} else {
-		r.o.logger.Info("reconcile step", "step", s.Name, "status", string(s.Status), "statements", s.Statements, "detail", s.Detail, "duration", s.Duration)
-	}
-	r.traceStep(s)
-	r.meters.countStep(s)
-	r.rep.Steps = append(r.rep.Steps, s)
-}
-
-func (r *run) warn(step string, err error) {
-	r.o.logger.Warn("reconcile step failed; the database is unchanged by it and the step is retried next boot",
-		"step", step, "dialect", string(r.o.dialect), "error", err)
-}
-
-func (r *run) skipRest(from, why string) {
-	on := false
-	for _, st := range bootSteps() {
-		if st.name == from {
-			on = true
-		}
-		if on && st.always && r.rep.Step(st.name) == nil {
-			s := Step{Name: st.name, Status: Skipped, Detail: why}
-			r.traceStep(s)
-			r.meters.countStep(s)
-			r.rep.Steps = append(r.rep.Steps, s)
-		}
-	}
-}
-
-func failed(err error) Step { return Step{Status: Failed, Detail: err.Error(), Err: err} }
-
-// reportDrift logs, once per boot, every undeclared index, foreign key and
-// check on the owned tables, naming each.
-func (r *run) reportDrift() {
-	if len(r.rep.Drift) == 0 {
-		return
-	}
-	names := make([]string, len(r.rep.Drift))
-	for i, d := range r.rep.Drift {
-		names[i] = d.String()
-	}
-	if r.o.prune {
-		r.o.logger.Info("reconcile: dropping what schema.hcl does not declare (prune)", "drift", names)
-		return
-	}
-	r.o.logger.Warn("reconcile: owned tables carry indexes, foreign keys or checks schema.hcl does not declare; kept (reconcile --prune drops them)", "drift", names)
 }
 
 // executionSince observes AC-33 clauses 1–3 on the live schema and, when they
@@ -519,7 +346,7 @@ func (r *run) executionSince(ctx context.Context, sess session, decl *declare.De
 			return failed(err)
 		}
 		var err error
-		if es, err = r.observe(ctx, q, decl, sess.schemaName()); err != nil {
+		if es, err = r.observe(ctx, q, decl, sess.SchemaName()); err != nil {
 			return failed(err)
 		}
 		r.rep.EndState, r.rep.EndStateObserved = es, true
@@ -537,7 +364,7 @@ func (r *run) executionSince(ctx context.Context, sess session, decl *declare.De
 			return failed(err)
 		}
 		if clean && es.IndexesMatchDeclaration {
-			r.certify(ctx, q, decl, sess.schemaName())
+			r.certify(ctx, q, decl, sess.SchemaName())
 		}
 		if !wrote {
 			return Step{Status: Unchanged, Detail: "key already present"}
@@ -600,7 +427,7 @@ func missingTables(ctx context.Context, drv driver, q querier, names []string) (
 	for i, n := range names {
 		args[i] = n
 	}
-	found, err := queryStrings(ctx, q, drv.tablesQuery(len(names)), args...)
+	found, err := queryStrings(ctx, q, drv.TablesQuery(len(names)), args...)
 	if err != nil {
 		return nil, err
 	}

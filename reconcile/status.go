@@ -57,7 +57,7 @@ func Observe(ctx context.Context, db *sql.DB, opts ...Option) (*Observation, err
 	if err != nil {
 		return nil, err
 	}
-	obs := &Observation{Dialect: o.dialect, Lock: drv.lockMechanism(), HostTables: decl.HostTables()}
+	obs := &Observation{Dialect: o.dialect, Lock: drv.LockMechanism(), HostTables: decl.HostTables()}
 	if obs.MissingHostTables, err = missingTables(ctx, drv, db, decl.HostTables()); err != nil {
 		return nil, err
 	}

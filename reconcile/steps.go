@@ -41,7 +41,7 @@ func bootSteps() []bootStep {
 		}, true, ""},
 		{StepHostTables, func(r *run, ctx context.Context, b *boot) (ok bool) {
 			if b.decl, ok = r.hostTables(ctx, b.sess); !ok {
-				b.sess.abort()
+				b.sess.Abort()
 			}
 			return ok
 		}, true, "present (certified)"},

@@ -1,7 +1,9 @@
-package reconcile
+package postgres
 
 import (
 	"fmt"
+	"github.com/schemastate/schemastate/internal/typechange"
+	"github.com/schemastate/schemastate/reconcile/internal/core"
 	"strings"
 
 	"ariga.io/atlas/sql/schema"
@@ -9,6 +11,17 @@ import (
 	"github.com/schemastate/schemastate/dialect"
 	"github.com/schemastate/schemastate/internal/ops"
 )
+
+// viewsReading names the views (rules) reading a column about to be
+// replaced: DROP COLUMN would fail on them, so the widening stops, named,
+// before it adds anything. tbl is the table as a literal, names the
+// columns' names as literals.
+func viewsReading(tbl string, names []string) string {
+	return fmt.Sprintf(`SELECT DISTINCT format('view %%s reads column %%s', v.oid::regclass, a.attname)
+ FROM pg_depend d JOIN pg_rewrite w ON w.oid = d.objid JOIN pg_class v ON v.oid = w.ev_class
+ JOIN pg_attribute a ON a.attrelid = d.refobjid AND a.attnum = d.refobjsubid
+ WHERE d.classid = 'pg_rewrite'::regclass AND d.refobjid = to_regclass(%s) AND v.oid <> d.refobjid AND a.attname IN (%s)`, tbl, strings.Join(names, ", "))
+}
 
 // widenPhases are expand, copy and contract for the columns; replace names
 // shadow columns live with another type than bigint, dropped and added
@@ -33,16 +46,11 @@ func widenPhases(schemaName, table string, cols []*schema.Column, replace map[st
 		shadows = append(shadows, literal(c.Name+shadowSuffix))
 	}
 	tbl := literal(qualified(schemaName, table))
-	// Views (rules) reading a column about to be replaced: DROP COLUMN would
-	// fail on them, so the widening stops, named, before it adds anything.
-	blocked := fmt.Sprintf(`SELECT DISTINCT format('view %%s reads column %%s', v.oid::regclass, a.attname)
- FROM pg_depend d JOIN pg_rewrite w ON w.oid = d.objid JOIN pg_class v ON v.oid = w.ev_class
- JOIN pg_attribute a ON a.attrelid = d.refobjid AND a.attnum = d.refobjsubid
- WHERE d.classid = 'pg_rewrite'::regclass AND d.refobjid = to_regclass(%s) AND v.oid <> d.refobjid AND a.attname IN (%s)`, tbl, strings.Join(names, ", "))
+	blocked := viewsReading(tbl, names)
 	hasShadows := fmt.Sprintf("(SELECT count(*) FROM pg_attribute WHERE attrelid = to_regclass(%s) AND attname IN (%s) AND NOT attisdropped)", tbl, strings.Join(shadows, ", "))
 	detail := why + "; columns " + strings.Join(names, ", ")
 	return []ops.Phase{
-		{Step: StepWiden, Name: ops.PhaseWidenExpand, Kind: ops.KindStatements, Table: table, Transactional: true, Lock: ops.LockCatalog,
+		{Step: core.StepWiden, Name: ops.PhaseWidenExpand, Kind: ops.KindStatements, Table: table, Transactional: true, Lock: ops.LockCatalog,
 			SQL: append(twins,
 				"ALTER TABLE "+qt+" "+strings.Join(adds, ", "),
 				fmt.Sprintf("CREATE OR REPLACE FUNCTION %s() RETURNS trigger LANGUAGE plpgsql AS $schemastate$ BEGIN %s RETURN NEW; END $schemastate$", fn, strings.Join(assigns, " ")),
@@ -59,12 +67,12 @@ func widenPhases(schemaName, table string, cols []*schema.Column, replace map[st
 			DoneWhen: fmt.Sprintf("SELECT %s = %d AND EXISTS (SELECT 1 FROM pg_trigger WHERE tgrelid = to_regclass(%s) AND tgname = %s AND tgattr::text = '')",
 				strings.Replace(hasShadows, "AND NOT attisdropped", "AND atttypid = 'bigint'::regtype AND NOT attisdropped", 1), len(cols), tbl, literal(widenTrigger(table))),
 			BlockedBy: blocked, Detail: detail},
-		loopPhase(ops.Phase{Step: StepWiden, Name: ops.PhaseWidenCopy, Kind: ops.KindBatched, Table: table, Lock: ops.LockRows, Scans: true,
+		loopPhase(ops.Phase{Step: core.StepWiden, Name: ops.PhaseWidenCopy, Kind: ops.KindBatched, Table: table, Lock: ops.LockRows, Scans: true,
 			DoneWhen: fmt.Sprintf("SELECT NOT EXISTS (SELECT 1 FROM %s WHERE %s)", qt, strings.Join(differ, " OR ")),
 			Detail:   detail},
 			ops.Loop{Batch: fmt.Sprintf("UPDATE %s SET %s WHERE ctid >= $1::text::tid AND ctid < $2::text::tid AND (%s)",
 				qt, strings.Join(sets, ", "), strings.Join(differ, " OR "))}),
-		{Step: StepWiden, Name: ops.PhaseWidenContract, Kind: ops.KindStatements, Table: table, Transactional: true, Lock: ops.LockCatalog,
+		{Step: core.StepWiden, Name: ops.PhaseWidenContract, Kind: ops.KindStatements, Table: table, Transactional: true, Lock: ops.LockCatalog,
 			SQL: append([]string{
 				fmt.Sprintf("DROP TRIGGER IF EXISTS %s ON %s", trig, qt),
 				fmt.Sprintf("DROP FUNCTION IF EXISTS %s()", fn),
@@ -115,4 +123,23 @@ func widenableOnline(live *schema.Table, m *schema.ModifyColumn) bool {
 		}
 	}
 	return true
+}
+
+// splitWidenings separates, on PostgreSQL, the changes that only widen a
+// column's type (integer → bigint, timestamp(3) → timestamp) from the rest.
+// A widening rewrites the table and fails while a view reads the column; it
+// is not part of AC-33's end state, so it must not hold the key change back:
+// the shape step applies the rest (the constraint swap stays all-or-nothing,
+// AC-33a) and the widen step applies the widenings in a transaction of their
+// own, failing — named, rolled back, retried next boot — without costing the
+// installation its execution identity.
+func splitWidenings(changes []schema.Change) (rest, widen []schema.Change) {
+	for _, c := range changes {
+		if m, ok := c.(*schema.ModifyColumn); ok && m.Change == schema.ChangeType && typechange.Widens(m.From.Type.Type, m.To.Type.Type) {
+			widen = append(widen, c)
+			continue
+		}
+		rest = append(rest, c)
+	}
+	return rest, widen
 }

@@ -1,14 +1,15 @@
-package reconcile
+package postgres
 
 import (
 	"context"
 	"fmt"
+	"github.com/schemastate/schemastate/reconcile/internal/core"
 	"hash/fnv"
 	"slices"
 	"strings"
 	"unicode/utf8"
 
-	"ariga.io/atlas/sql/postgres"
+	atlaspg "ariga.io/atlas/sql/postgres"
 	"ariga.io/atlas/sql/schema"
 
 	"github.com/schemastate/schemastate/dialect"
@@ -20,7 +21,7 @@ import (
 // what the rebuild then carries. (Reconcile plans the widening again once
 // the shape step has applied, from the catalog; this keeps the dry run's
 // phases the ones it runs.)
-func afterShape(schemaName string, tp *tablePlan, builds, dropKeys, dropIndexes []*schema.Index) []liveIndex {
+func afterShape(schemaName string, tp *pgTablePlan, builds, dropKeys, dropIndexes []*schema.Index) []liveIndex {
 	rb := tp.Inflight.rebuild
 	if rb == nil {
 		return nil
@@ -86,7 +87,7 @@ func buildable(idx *schema.Index) bool {
 	}
 	for _, a := range idx.Attrs {
 		switch a.(type) {
-		case *postgres.IndexType, *postgres.IndexPredicate, *postgres.Constraint:
+		case *atlaspg.IndexType, *atlaspg.IndexPredicate, *atlaspg.Constraint:
 		default:
 			return false
 		}
@@ -109,12 +110,12 @@ func plainColumns(idx *schema.Index) bool {
 func indexBody(idx *schema.Index) string {
 	body := "(" + indexColumns(idx) + ")"
 	for _, a := range idx.Attrs {
-		if t, ok := a.(*postgres.IndexType); ok && t.T != "" && !strings.EqualFold(t.T, "btree") {
+		if t, ok := a.(*atlaspg.IndexType); ok && t.T != "" && !strings.EqualFold(t.T, "btree") {
 			body = "USING " + strings.ToLower(t.T) + " " + body
 		}
 	}
 	for _, a := range idx.Attrs {
-		if p, ok := a.(*postgres.IndexPredicate); ok && p.P != "" {
+		if p, ok := a.(*atlaspg.IndexPredicate); ok && p.P != "" {
 			body += " WHERE " + p.P
 		}
 	}
@@ -145,7 +146,7 @@ func indexColumns(idx *schema.Index) string {
 // old name to its new one. A partial index, a plain unique index and a
 // column order that differs are never equivalent.
 func renameEquivalentUniques(schemaName string, live, want *schema.Table, deferrable map[string]bool) (_ *schema.Table, stmts []string, renamed map[string]string) {
-	live, renamed = cloneTable(live), map[string]string{}
+	live, renamed = core.CloneTable(live), map[string]string{}
 	for _, idx := range live.Indexes {
 		if !isUniqueConstraint(idx) || deferrable[idx.Name] {
 			continue
@@ -154,7 +155,7 @@ func renameEquivalentUniques(schemaName string, live, want *schema.Table, deferr
 			continue
 		}
 		for _, w := range want.Indexes {
-			if _, taken := live.Index(w.Name); taken || !w.Unique || !sameColumns(idx, w) || hasPredicate(idx) {
+			if _, taken := live.Index(w.Name); taken || !w.Unique || !core.SameColumns(idx, w) || hasPredicate(idx) {
 				continue
 			}
 			stmts = append(stmts, fmt.Sprintf("ALTER TABLE %s.%s RENAME CONSTRAINT %s TO %s",
@@ -170,7 +171,7 @@ func renameEquivalentUniques(schemaName string, live, want *schema.Table, deferr
 
 func isUniqueConstraint(idx *schema.Index) bool {
 	for _, a := range idx.Attrs {
-		if c, ok := a.(*postgres.Constraint); ok && c.T == "u" {
+		if c, ok := a.(*atlaspg.Constraint); ok && c.T == "u" {
 			return idx.Unique
 		}
 	}
@@ -179,7 +180,7 @@ func isUniqueConstraint(idx *schema.Index) bool {
 
 func hasPredicate(idx *schema.Index) bool {
 	for _, a := range idx.Attrs {
-		if _, ok := a.(*postgres.IndexPredicate); ok {
+		if _, ok := a.(*atlaspg.IndexPredicate); ok {
 			return true
 		}
 	}
@@ -196,7 +197,7 @@ func hasPredicate(idx *schema.Index) bool {
 // unique (tableFacts), which renameEquivalentUniques never adopts either.
 func replaceDeferrableKeys(schemaName string, live, want *schema.Table, deferrable map[string]bool) (*schema.Table, []string) {
 	var stmts []string
-	live = cloneTable(live)
+	live = core.CloneTable(live)
 	live.Indexes = slices.DeleteFunc(live.Indexes, func(idx *schema.Index) bool {
 		if _, declared := want.Index(idx.Name); !declared || !deferrable[idx.Name] {
 			return false
@@ -208,8 +209,8 @@ func replaceDeferrableKeys(schemaName string, live, want *schema.Table, deferrab
 	return live, stmts
 }
 
-func deferrableUniques(ctx context.Context, q querier, table string) (map[string]bool, error) {
-	names, err := queryStrings(ctx, q, `SELECT con.conname FROM pg_constraint con
+func deferrableUniques(ctx context.Context, q core.Querier, table string) (map[string]bool, error) {
+	names, err := core.QueryStrings(ctx, q, `SELECT con.conname FROM pg_constraint con
   JOIN pg_class c ON c.oid = con.conrelid JOIN pg_namespace n ON n.oid = c.relnamespace
   WHERE n.nspname = current_schema() AND c.relname = $1 AND con.contype = 'u' AND con.condeferrable`, table)
 	if err != nil {
@@ -266,7 +267,7 @@ func (p recipePlanner) replaceIndex(m *schema.ModifyIndex, rebuild bool) []ops.P
 	}
 	return []ops.Phase{
 		buildConcurrently(p.schema, p.table, next, to, to.Unique, rebuild, detail),
-		{Step: StepShape, Name: ops.PhaseSwapIndex, Kind: ops.KindStatements, Table: p.table, Object: to.Name, SQL: swap, Transactional: true, Lock: ops.LockCatalog,
+		{Step: core.StepShape, Name: ops.PhaseSwapIndex, Kind: ops.KindStatements, Table: p.table, Object: to.Name, SQL: swap, Transactional: true, Lock: ops.LockCatalog,
 			DoneWhen: fmt.Sprintf("SELECT to_regclass(%s) IS NULL AND %s", literal(qnext), indexIs(qualified(p.schema, to.Name), to, to.Unique)),
 			Detail:   detail},
 	}
@@ -290,7 +291,7 @@ func buildConcurrently(schemaName, table, name string, idx *schema.Index, unique
 		}
 	}
 	sqls = append(sqls, fmt.Sprintf("CREATE %sINDEX CONCURRENTLY %s ON %s %s", kw, dialect.QuoteIdent(name), qualified(schemaName, table), indexBody(idx)))
-	return ops.Phase{Step: StepShape, Name: ops.PhaseBuildIndex, Kind: ops.KindConcurrent, Table: table, Object: name, SQL: sqls, Scans: true,
+	return ops.Phase{Step: core.StepShape, Name: ops.PhaseBuildIndex, Kind: ops.KindConcurrent, Table: table, Object: name, SQL: sqls, Scans: true,
 		Key: key, Lock: ops.LockShareUpdateExclusive,
 		DoneWhen: "SELECT " + indexIs(qname, idx, unique),
 		Cleanup:  []string{"DROP INDEX CONCURRENTLY IF EXISTS " + qname},
@@ -300,7 +301,7 @@ func buildConcurrently(schemaName, table, name string, idx *schema.Index, unique
 // dropConcurrently is the phase that drops index name CONCURRENTLY.
 func dropConcurrently(schemaName, table, name, detail string) ops.Phase {
 	qname := qualified(schemaName, name)
-	return ops.Phase{Step: StepShape, Name: ops.PhaseDropIndex, Kind: ops.KindConcurrent, Table: table, Object: name,
+	return ops.Phase{Step: core.StepShape, Name: ops.PhaseDropIndex, Kind: ops.KindConcurrent, Table: table, Object: name,
 		SQL:  []string{"DROP INDEX CONCURRENTLY IF EXISTS " + qname},
 		Lock: ops.LockShareUpdateExclusive, DoneWhen: fmt.Sprintf("SELECT to_regclass(%s) IS NULL", literal(qname)), Detail: detail}
 }
@@ -349,7 +350,7 @@ func (p recipePlanner) replacePrimaryKey(from, to *schema.Index, name string, re
 	swap = append(swap, fmt.Sprintf("ALTER TABLE %s ADD CONSTRAINT %s PRIMARY KEY USING INDEX %s", p.qt, dialect.QuoteIdent(name), dialect.QuoteIdent(next)))
 	return []ops.Phase{
 		buildConcurrently(p.schema, p.table, next, to, true, rebuild, detail),
-		{Step: StepShape, Name: ops.PhaseSwapIndex, Kind: ops.KindStatements, Table: p.table, Object: name, SQL: swap, Transactional: true, Lock: ops.LockCatalog,
+		{Step: core.StepShape, Name: ops.PhaseSwapIndex, Kind: ops.KindStatements, Table: p.table, Object: name, SQL: swap, Transactional: true, Lock: ops.LockCatalog,
 			DoneWhen: fmt.Sprintf("SELECT to_regclass(%s) IS NULL AND %s", literal(qnext), indexIs(qualified(p.schema, name), to, true)),
 			Detail:   detail},
 	}

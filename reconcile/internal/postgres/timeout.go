@@ -1,4 +1,4 @@
-package reconcile
+package postgres
 
 import (
 	"context"
@@ -12,6 +12,7 @@ import (
 
 	"github.com/schemastate/schemastate/dialect"
 	"github.com/schemastate/schemastate/internal/ops"
+	"github.com/schemastate/schemastate/reconcile/internal/core"
 )
 
 // statement_timeout on PostgreSQL.
@@ -73,22 +74,22 @@ var stmtBudgets = [...]time.Duration{
 
 // stmtBudget is the statement_timeout the reconcile gives work of kind k:
 // WithStatementTimeout's when set, else the kind's default.
-func (o *options) stmtBudget(k stmtKind) time.Duration {
-	if o.stmtTimeoutSet {
-		return o.stmtTimeout
+func stmtBudget(o *core.Config, k stmtKind) time.Duration {
+	if o.StmtTimeoutSet {
+		return o.StmtTimeout
 	}
 	return stmtBudgets[k]
 }
 
 // setLocalTimeout sets statement_timeout for the rest of q's transaction.
-func setLocalTimeout(ctx context.Context, q querier, d time.Duration) error {
+func setLocalTimeout(ctx context.Context, q core.Querier, d time.Duration) error {
 	_, err := q.ExecContext(ctx, fmt.Sprintf("SET LOCAL statement_timeout = %d", d.Milliseconds()))
 	return err
 }
 
 // setLocalTimeouts sets lock_timeout and statement_timeout for the rest of
 // q's transaction, in one round trip.
-func setLocalTimeouts(ctx context.Context, q querier, lock, stmt time.Duration) error {
+func setLocalTimeouts(ctx context.Context, q core.Querier, lock, stmt time.Duration) error {
 	_, err := q.ExecContext(ctx, `SELECT set_config('lock_timeout', $1, true), set_config('statement_timeout', $2, true)`,
 		fmt.Sprintf("%dms", max(lock.Milliseconds(), 1)), fmt.Sprintf("%dms", stmt.Milliseconds()))
 	return err
@@ -155,7 +156,7 @@ func (st sessionTimeout) fix() string {
 // connection (a direct one), or refuses the step with ErrStatementTimeout
 // before anything ran (behind a pooler). A lifted setting is restored by
 // release.
-func (s *pgSession) preflight(ctx context.Context, phases []ops.Phase) error {
+func (s *pgSession) Preflight(ctx context.Context, phases []ops.Phase) error {
 	if s.restoreTimeout != "" {
 		return nil // lifted already, for an earlier step
 	}
@@ -167,7 +168,7 @@ func (s *pgSession) preflight(ctx context.Context, phases []ops.Phase) error {
 	if err != nil {
 		return fmt.Errorf("read the session's statement_timeout: %w", err)
 	}
-	need := s.o.stmtBudget(budgetConcurrent)
+	need := stmtBudget(s.o, budgetConcurrent)
 	if st.setting == 0 || need > 0 && st.setting >= need {
 		return nil
 	}
@@ -191,7 +192,7 @@ func (s *pgSession) preflight(ctx context.Context, phases []ops.Phase) error {
 		return fmt.Errorf("lift statement_timeout (%s, set by %s) on the reconcile's connection: %w", st.setting, st.from(), err)
 	}
 	s.restoreTimeout = restore
-	s.o.logger.Info("reconcile: statement_timeout lifted on the reconcile's own connection for statements outside a transaction; restored when it is given back",
+	s.o.Logger.Info("reconcile: statement_timeout lifted on the reconcile's own connection for statements outside a transaction; restored when it is given back",
 		"statement_timeout", st.setting.String(), "set_by", st.from(), "phases", outside)
 	return nil
 }
@@ -260,7 +261,7 @@ func (s *pgSession) restoreSession() {
 	_, err := s.conn.ExecContext(ctx, s.restoreTimeout)
 	s.restoreTimeout = ""
 	if err != nil && !errors.Is(err, sql.ErrConnDone) {
-		s.o.logger.Warn("reconcile: could not restore statement_timeout on its connection; the connection is discarded", "error", err)
+		s.o.Logger.Warn("reconcile: could not restore statement_timeout on its connection; the connection is discarded", "error", err)
 	}
 	if err != nil {
 		discard(s.conn)

@@ -1,4 +1,4 @@
-package reconcile
+package core
 
 import (
 	"fmt"
@@ -10,12 +10,8 @@ import (
 
 // quotedDrops takes out of changes the drops of an index, foreign key or
 // check whose name is not plain, and renders each with the module's own
-// quoting (driver.dropSQL); the rest is Atlas's to render.
-func (pc *planContext) quotedDrops(changes []schema.Change) (own []string, rest []schema.Change, err error) {
-	drv, err := driverFor(pc.dialect)
-	if err != nil {
-		return nil, nil, err
-	}
+// quoting (Driver.DropSQL); the rest is Atlas's to render.
+func (pc *PlanContext) quotedDrops(changes []schema.Change) (own []string, rest []schema.Change, err error) {
 	for _, c := range changes {
 		m, ok := c.(*schema.ModifyTable)
 		if !ok {
@@ -25,7 +21,7 @@ func (pc *planContext) quotedDrops(changes []schema.Change) (own []string, rest 
 		var keep []schema.Change
 		for _, cc := range m.Changes {
 			if name, drop := droppedName(cc); drop && name != "" && !ident.Plain(name) {
-				stmt, err := drv.dropSQL(pc.schema, m.T.Name, cc)
+				stmt, err := pc.Driver.DropSQL(pc.Schema, m.T.Name, cc)
 				if err != nil {
 					return nil, nil, fmt.Errorf("drop %q from %s: %w", name, m.T.Name, err)
 				}

@@ -1,12 +1,13 @@
-package reconcile
+package postgres
 
 import (
 	"context"
 	"fmt"
+	"github.com/schemastate/schemastate/reconcile/internal/core"
 	"slices"
 	"strings"
 
-	"ariga.io/atlas/sql/postgres"
+	atlaspg "ariga.io/atlas/sql/postgres"
 	"ariga.io/atlas/sql/schema"
 
 	"github.com/schemastate/schemastate/dialect"
@@ -76,7 +77,7 @@ type recipePlanner struct {
 	checks *checkFacts
 }
 
-func newRecipePlanner(schemaName string, tp *tablePlan, why string) recipePlanner {
+func newRecipePlanner(schemaName string, tp *pgTablePlan, why string) recipePlanner {
 	p := recipePlanner{schema: schemaName, table: tp.Table, qt: qualified(schemaName, tp.Table), key: rowKeyText(tp.Want), why: why}
 	if tp.Inflight != nil {
 		p.checks = tp.Inflight.checks
@@ -198,10 +199,10 @@ func (p recipePlanner) breaking(broken string) *ops.Breaking {
 func (p recipePlanner) addColumn(c *schema.Column) ops.Phase {
 	qc := dialect.QuoteIdent(c.Name)
 	t, _ := columnTypeSQL(c) // planOnline took only columns it spells
-	return ops.Phase{Step: StepShape, Name: ops.PhaseAddColumn, Kind: ops.KindStatements, Table: p.table, Object: c.Name, Transactional: true, Lock: ops.LockCatalog,
+	return ops.Phase{Step: core.StepShape, Name: ops.PhaseAddColumn, Kind: ops.KindStatements, Table: p.table, Object: c.Name, Transactional: true, Lock: ops.LockCatalog,
 		SQL: []string{
 			fmt.Sprintf("ALTER TABLE %s ADD COLUMN IF NOT EXISTS %s %s", p.qt, qc, t),
-			fmt.Sprintf("ALTER TABLE %s ALTER COLUMN %s SET DEFAULT %s", p.qt, qc, defaultSQL(c.Default)),
+			fmt.Sprintf("ALTER TABLE %s ALTER COLUMN %s SET DEFAULT %s", p.qt, qc, core.DefaultSQL(c.Default)),
 			fmt.Sprintf("COMMENT ON COLUMN %s.%s IS %s", p.qt, qc, literal(fillMarker)),
 		},
 		// Done when a column of the name and of the declared type has a
@@ -216,7 +217,7 @@ func (p recipePlanner) addColumn(c *schema.Column) ops.Phase {
 // batches of pages.
 func (p recipePlanner) fill(c *schema.Column) ops.Phase {
 	qc := dialect.QuoteIdent(c.Name)
-	return loopPhase(ops.Phase{Step: StepShape, Name: ops.PhaseFill, Kind: ops.KindBatched, Table: p.table, Object: c.Name, Lock: ops.LockRows, Scans: true,
+	return loopPhase(ops.Phase{Step: core.StepShape, Name: ops.PhaseFill, Kind: ops.KindBatched, Table: p.table, Object: c.Name, Lock: ops.LockRows, Scans: true,
 		DoneWhen: fmt.Sprintf("SELECT %s OR NOT EXISTS (SELECT 1 FROM %s WHERE %s IS NULL)", p.notNull(c.Name), p.qt, qc),
 		Detail:   p.why + "; column " + c.Name + ": its NULLs given its default in batches"},
 		ops.Loop{Batch: fmt.Sprintf("UPDATE %s SET %s = DEFAULT WHERE ctid >= $1::text::tid AND ctid < $2::text::tid AND %s IS NULL", p.qt, qc, qc)})
@@ -230,7 +231,7 @@ func (p recipePlanner) filled(c *schema.Column) ops.Phase {
 			comment = literal(cm.Text)
 		}
 	}
-	return ops.Phase{Step: StepShape, Name: ops.PhaseFilled, Kind: ops.KindStatements, Table: p.table, Object: c.Name, Transactional: true, Lock: ops.LockCatalog,
+	return ops.Phase{Step: core.StepShape, Name: ops.PhaseFilled, Kind: ops.KindStatements, Table: p.table, Object: c.Name, Transactional: true, Lock: ops.LockCatalog,
 		SQL: []string{fmt.Sprintf("COMMENT ON COLUMN %s.%s IS %s", p.qt, dialect.QuoteIdent(c.Name), comment)},
 		DoneWhen: fmt.Sprintf("SELECT col_description(to_regclass(%s), (SELECT attnum FROM pg_attribute WHERE attrelid = to_regclass(%s) AND attname = %s AND NOT attisdropped)) IS DISTINCT FROM %s",
 			literal(p.qt), literal(p.qt), literal(c.Name), literal(fillMarker)),
@@ -244,19 +245,8 @@ func columnTypeSQL(c *schema.Column) (string, bool) {
 	if c.Type.Raw != "" {
 		return c.Type.Raw, true
 	}
-	s, err := postgres.FormatType(c.Type.Type)
+	s, err := atlaspg.FormatType(c.Type.Type)
 	return s, err == nil
-}
-
-// defaultSQL is a declared default as SQL.
-func defaultSQL(x schema.Expr) string {
-	switch x := x.(type) {
-	case *schema.Literal:
-		return x.V
-	case *schema.RawExpr:
-		return x.X
-	}
-	return "NULL"
 }
 
 // catalogOnlyDefault reports a default PostgreSQL stores once in the catalog
@@ -277,8 +267,8 @@ func catalogOnlyDefault(c *schema.Column) bool {
 }
 
 // notValidConstraints names the table's NOT VALID checks and foreign keys.
-func notValidConstraints(ctx context.Context, q querier, schemaName, table string) (map[string]bool, error) {
-	names, err := queryStrings(ctx, q, `SELECT conname FROM pg_constraint WHERE conrelid = to_regclass($1) AND contype IN ('c', 'f') AND NOT convalidated`,
+func notValidConstraints(ctx context.Context, q core.Querier, schemaName, table string) (map[string]bool, error) {
+	names, err := core.QueryStrings(ctx, q, `SELECT conname FROM pg_constraint WHERE conrelid = to_regclass($1) AND contype IN ('c', 'f') AND NOT convalidated`,
 		qualified(schemaName, table))
 	if err != nil {
 		return nil, fmt.Errorf("read the NOT VALID constraints of %s: %w", table, err)
@@ -295,7 +285,7 @@ func notValidConstraints(ctx context.Context, q querier, schemaName, table strin
 // EXPLAIN VERBOSE prints an expression the way PostgreSQL stores it, and
 // runs nothing. A declared default that will not deparse is left to the
 // diff (the ALTER reports it).
-func equivalentDefaults(ctx context.Context, q querier, live, want *schema.Table) (map[string]bool, error) {
+func equivalentDefaults(ctx context.Context, q core.Querier, live, want *schema.Table) (map[string]bool, error) {
 	out := map[string]bool{}
 	if want == nil {
 		return out, nil
@@ -305,7 +295,7 @@ func equivalentDefaults(ctx context.Context, q querier, live, want *schema.Table
 		if !ok || wc.Default == nil || lc.Default == nil {
 			continue
 		}
-		w, l := defaultSQL(wc.Default), defaultSQL(lc.Default)
+		w, l := core.DefaultSQL(wc.Default), core.DefaultSQL(lc.Default)
 		if w == l {
 			continue
 		}
@@ -328,8 +318,8 @@ func equivalentDefaults(ctx context.Context, q querier, live, want *schema.Table
 }
 
 // deparse is an expression as the server prints it back.
-func deparse(ctx context.Context, q querier, expr string) (string, error) {
-	lines, err := queryStrings(ctx, q, "EXPLAIN (VERBOSE, COSTS OFF) SELECT "+expr)
+func deparse(ctx context.Context, q core.Querier, expr string) (string, error) {
+	lines, err := core.QueryStrings(ctx, q, "EXPLAIN (VERBOSE, COSTS OFF) SELECT "+expr)
 	if err != nil {
 		return "", err
 	}
@@ -348,7 +338,7 @@ func deparse(ctx context.Context, q querier, expr string) (string, error) {
 // recipe's own NOT NULL checks (returned, with the columns they are for),
 // and a default that is the declared one as the server prints it.
 func normalizeRecipes(live, want *schema.Table, f tableFacts) (_ *schema.Table, nnChecks map[string]string, filling []*schema.Column) {
-	live, nnChecks = cloneTable(live), map[string]string{}
+	live, nnChecks = core.CloneTable(live), map[string]string{}
 	for _, lc := range live.Columns {
 		wc, declared := want.Column(lc.Name)
 		if !declared {

@@ -1,12 +1,11 @@
-package reconcile
+package postgres
 
 import (
-	"context"
 	"crypto/sha1"
-	"database/sql"
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"github.com/schemastate/schemastate/reconcile/internal/core"
 	"slices"
 	"strings"
 
@@ -14,7 +13,6 @@ import (
 
 	"github.com/schemastate/schemastate/dialect"
 	"github.com/schemastate/schemastate/internal/ops"
-	"github.com/schemastate/schemastate/internal/readonly"
 )
 
 // The online widening as a shadow-table rebuild (pg_repack's algorithm).
@@ -78,11 +76,6 @@ var errRebuildSourceChanged = errors.New("the table was truncated or rewritten s
 // whose table changed under it.
 const rebuildChanged = "the table was truncated, rewritten or altered since its rebuild began: starting again"
 
-// abandonsRebuild reports whether phases abandon a rebuild in flight.
-func abandonsRebuild(phases []ops.Phase) bool {
-	return slices.ContainsFunc(phases, func(ph ops.Phase) bool { return ph.Name == ops.PhaseRebuildAbandon })
-}
-
 // replayChunk is how many logged ids one replay transaction takes, and
 // replayShort the log length at which the replay leaves the rest to the swap.
 const (
@@ -90,254 +83,13 @@ const (
 	replayShort = 2000
 )
 
-// rebuildFacts is what planning the rebuild reads from the catalog.
-type rebuildFacts struct {
-	// blockers name what the rename cannot carry; any sends the widening to
-	// the column-copy path.
-	blockers []string
-	// fingerprint digests everything the swap carries over or refuses on.
-	fingerprint string
-	// indexes are the live table's indexes, constraints its constraints.
-	indexes     []liveIndex
-	foreignKeys []liveConstraint
-	// carry are the swap's statements that carry grants, owner, comments
-	// and sequences over, rendered against the final table name.
-	carry []string
-	// columnOptions set the live columns' planner options on the new table.
-	columnOptions []string
-	// exists says which artefacts are in the catalog; state is the state
-	// row, when its table exists.
-	newExists, logExists, triggerExists, stateExists bool
-	state                                            rebuildProgress
-	// quoted is each declared column's name as the server's quote_ident
-	// renders it (bare when lower-case and not a key word), so the dry run
-	// predicts an index the shape phases build as pg_get_indexdef will read
-	// it back (afterShape): the server keeps its own key-word list.
-	quoted map[string]string
-}
-
-// quote is name as quoted holds it, else quoted always (a name the facts
-// did not read: the same index, spelled with quotes).
-func (f *rebuildFacts) quote(name string) string {
-	if q, ok := f.quoted[name]; ok {
-		return q
-	}
-	return dialect.QuoteIdent(name)
-}
-
-// readQuoted reads quote_ident of each of names.
-func readQuoted(ctx context.Context, q querier, names []string) (map[string]string, error) {
-	pairs, err := readonly.Rows(ctx, q, func(rows *sql.Rows) (p [2]string, err error) {
-		return p, rows.Scan(&p[0], &p[1])
-	}, `SELECT n, quote_ident(n) FROM unnest($1::text[]) AS n`, names)
-	out := make(map[string]string, len(pairs))
-	for _, p := range pairs {
-		out[p[0]] = p[1]
-	}
-	return out, err
-}
-
-type liveIndex struct {
-	name, def      string // def: pg_get_indexdef
-	prefix         string // how def names the index and its table
-	contype        string // "p", "u" or "" (a plain index)
-	constraintName string
-}
-
-type liveConstraint struct {
-	name, def string
-	validated bool
-}
-
-type rebuildProgress struct {
-	pages, next, rows int64
-	fingerprint       string
-	swapped           bool
-	validate          []string
-}
-
-func (f *rebuildFacts) inflight() bool {
-	return f != nil && (f.newExists || f.logExists || f.triggerExists || f.stateExists)
-}
-
-// rebuildFingerprintQuery digests the live table's heap file, indexes,
-// constraints, columns, grants, owner, comments and what depends on it, the
-// rebuild's own trigger excepted; $1 is the table. The heap file
-// (relfilenode) is what the copy's page ranges address: a TRUNCATE — of the
-// table, or of a table it references, CASCADE —, VACUUM FULL, CLUSTER or an
-// ALTER that rewrites gives the table a new one, and none of them fires the
-// log's row trigger, so a rebuild that saw one would swap in rows deleted
-// since, or lose rows moved to pages already copied.
-const rebuildFingerprintQuery = `SELECT md5(concat_ws('|',
- (SELECT relfilenode::text FROM pg_class WHERE oid = $1::regclass),
- (SELECT string_agg(pg_get_indexdef(i.indexrelid) || ':' || coalesce(obj_description(i.indexrelid, 'pg_class'), ''), ';' ORDER BY 1) FROM pg_index i WHERE i.indrelid = $1::regclass),
- (SELECT string_agg(conname || ':' || pg_get_constraintdef(oid) || ':' || convalidated || ':' || coalesce(obj_description(oid, 'pg_constraint'), ''), ';' ORDER BY 1) FROM pg_constraint WHERE conrelid = $1::regclass),
- (SELECT string_agg(attname || ':' || format_type(atttypid, atttypmod) || ':' || attnotnull || ':' || coalesce(pg_get_expr(d.adbin, d.adrelid), '') || ':' || coalesce(col_description(attrelid, attnum), '') || ':' || attstorage::text || ':' || attstattarget::text, ';' ORDER BY attnum)
-   FROM pg_attribute a LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum WHERE a.attrelid = $1::regclass AND a.attnum > 0 AND NOT a.attisdropped),
- (SELECT coalesce(relacl::text, '') || ':' || relowner::regrole::text || ':' || coalesce(obj_description(oid, 'pg_class'), '') FROM pg_class WHERE oid = $1::regclass),
- (SELECT string_agg(tgname, ';' ORDER BY 1) FROM pg_trigger WHERE tgrelid = $1::regclass AND NOT tgisinternal AND tgname <> $2),
- (SELECT count(*)::text FROM pg_depend WHERE refobjid = $1::regclass AND classid = 'pg_rewrite'::regclass),
- (SELECT count(*)::text FROM pg_constraint WHERE confrelid = $1::regclass),
- (SELECT count(*)::text FROM pg_policy WHERE polrelid = $1::regclass),
- (SELECT string_agg(objid::regclass::text, ';' ORDER BY 1) FROM pg_depend WHERE refobjid = $1::regclass AND classid = 'pg_class'::regclass AND deptype = 'a'
-   AND objid IN (SELECT oid FROM pg_class WHERE relkind = 'S'))))`
-
-// fingerprintSQL is rebuildFingerprintQuery for the table, standalone.
-func fingerprintSQL(qt, table string) string {
-	return strings.NewReplacer("$1", literal(qt), "$2", literal(rebuildLog(table))).Replace(rebuildFingerprintQuery)
-}
-
-// rebuildBlockersQuery names what the rename cannot carry; $1 is the table,
-// $2 the rebuild's own trigger.
-const rebuildBlockersQuery = `SELECT DISTINCT format('view %s depends on it (a view binds to the table, not its name)', v.oid::regclass)
-   FROM pg_depend d JOIN pg_rewrite w ON w.oid = d.objid JOIN pg_class v ON v.oid = w.ev_class
-   WHERE d.classid = 'pg_rewrite'::regclass AND d.refobjid = $1::regclass AND v.oid <> $1::regclass
- UNION ALL SELECT format('rule %s', rulename) FROM pg_rewrite WHERE ev_class = $1::regclass
- UNION ALL SELECT format('foreign key %s of %s references it', conname, conrelid::regclass) FROM pg_constraint WHERE confrelid = $1::regclass
- UNION ALL SELECT format('trigger %s', tgname) FROM pg_trigger WHERE tgrelid = $1::regclass AND NOT tgisinternal AND tgname <> $2
- UNION ALL SELECT format('row-level security policy %s', polname) FROM pg_policy WHERE polrelid = $1::regclass
- UNION ALL SELECT 'row-level security enabled' FROM pg_class WHERE oid = $1::regclass AND (relrowsecurity OR relforcerowsecurity)
- UNION ALL SELECT format('publication %s', p.pubname) FROM pg_publication p WHERE p.puballtables OR EXISTS (SELECT 1 FROM pg_publication_rel r WHERE r.prpubid = p.oid AND r.prrelid = $1::regclass)
- UNION ALL SELECT 'inheritance or partitioning' FROM pg_inherits WHERE inhrelid = $1::regclass OR inhparent = $1::regclass
- UNION ALL SELECT 'partitioned, unlogged, temporary or in another tablespace' FROM pg_class WHERE oid = $1::regclass AND (relkind <> 'r' OR relpersistence <> 'p' OR reltablespace <> 0)
- UNION ALL SELECT 'storage parameters ' || array_to_string(reloptions, ', ') FROM pg_class WHERE oid = $1::regclass AND reloptions IS NOT NULL
- UNION ALL SELECT format('replica identity %s', relreplident) FROM pg_class WHERE oid = $1::regclass AND relreplident <> 'd'
- UNION ALL SELECT format('generated column %s', attname) FROM pg_attribute WHERE attrelid = $1::regclass AND attgenerated <> '' AND NOT attisdropped
- UNION ALL SELECT format('identity column %s', attname) FROM pg_attribute WHERE attrelid = $1::regclass AND attidentity <> '' AND NOT attisdropped
- UNION ALL SELECT format('privileges on column %s', attname) FROM pg_attribute WHERE attrelid = $1::regclass AND attacl IS NOT NULL AND NOT attisdropped
- UNION ALL SELECT format('%s constraint %s', CASE contype WHEN 'x' THEN 'exclusion' WHEN 't' THEN 'trigger' ELSE 'deferrable or NOT VALID' END, conname)
-   FROM pg_constraint WHERE conrelid = $1::regclass AND (contype IN ('x', 't') OR condeferrable OR (NOT convalidated AND contype = 'c'))
- UNION ALL SELECT format('extended statistics %s', stxname) FROM pg_statistic_ext WHERE stxrelid = $1::regclass
- UNION ALL SELECT 'a security label' FROM pg_seclabel WHERE objoid = $1::regclass AND classoid = 'pg_class'::regclass
- UNION ALL SELECT format('index %s is not valid', indexrelid::regclass) FROM pg_index WHERE indrelid = $1::regclass AND NOT indisvalid
- ORDER BY 1`
-
-// readRebuildFacts reads the rebuild's facts for a live table.
-func readRebuildFacts(ctx context.Context, q querier, schemaName, table string) (*rebuildFacts, error) {
-	if len(rebuildState(table)) > 63 {
-		return &rebuildFacts{blockers: []string{"its name is too long for the rebuild's table names"}}, nil
-	}
-	tbl := qualified(schemaName, table)
-	trig := rebuildLog(table)
-	f := &rebuildFacts{}
-	var err error
-	if f.blockers, err = queryStrings(ctx, q, rebuildBlockersQuery, tbl, trig); err != nil {
-		return nil, fmt.Errorf("read what depends on %s: %w", table, err)
-	}
-	if err = q.QueryRowContext(ctx, rebuildFingerprintQuery, tbl, trig).Scan(&f.fingerprint); err != nil {
-		return nil, fmt.Errorf("fingerprint %s: %w", table, err)
-	}
-	if err = q.QueryRowContext(ctx, `SELECT to_regclass($1) IS NOT NULL, to_regclass($2) IS NOT NULL, to_regclass($3) IS NOT NULL,
-  EXISTS (SELECT 1 FROM pg_trigger WHERE tgrelid = $4::regclass AND tgname = $5)`,
-		qualified(schemaName, rebuildNew(table)), qualified(schemaName, rebuildLog(table)), qualified(schemaName, rebuildState(table)), tbl, trig).
-		Scan(&f.newExists, &f.logExists, &f.stateExists, &f.triggerExists); err != nil {
-		return nil, fmt.Errorf("look for a rebuild of %s: %w", table, err)
-	}
-	if f.stateExists {
-		if err := f.readState(ctx, q, qualified(schemaName, rebuildState(table))); err != nil {
-			return nil, fmt.Errorf("read the rebuild state of %s: %w", table, err)
-		}
-	}
-	if err := f.readCarried(ctx, q, schemaName, table); err != nil {
-		return nil, err
-	}
-	return f, nil
-}
-
-// readState reads the state row of a rebuild in flight.
-func (f *rebuildFacts) readState(ctx context.Context, q querier, qs string) error {
-	var validate sql.NullString
-	err := q.QueryRowContext(ctx, fmt.Sprintf(`SELECT pages, next_page, rows, fingerprint, swapped, array_to_string(validate, ',') FROM %s`, qs)).
-		Scan(&f.state.pages, &f.state.next, &f.state.rows, &f.state.fingerprint, &f.state.swapped, &validate)
-	if err != nil && !errors.Is(err, sql.ErrNoRows) {
-		return err
-	}
-	if validate.String != "" {
-		f.state.validate = strings.Split(validate.String, ",")
-	}
-	return nil
-}
-
-// readCarried reads what the new table must carry over from the live one:
-// column options, indexes, foreign keys, grants, owner, comments, owned
-// sequences.
-func (f *rebuildFacts) readCarried(ctx context.Context, q querier, schemaName, table string) error {
-	tbl := qualified(schemaName, table)
-	var err error
-	// Per-column planner options (n_distinct) and statistics targets, which
-	// LIKE does not copy.
-	if f.columnOptions, err = queryStrings(ctx, q, `SELECT format('ALTER TABLE %s ALTER COLUMN %I SET (%s)', $2::text, attname, string_agg(o, ', '))
- FROM pg_attribute, unnest(attoptions) o WHERE attrelid = $1::regclass AND NOT attisdropped AND (o LIKE 'n\_distinct=%' OR o LIKE 'n\_distinct\_inherited=%') GROUP BY attname
- UNION ALL SELECT format('ALTER TABLE %s ALTER COLUMN %I SET STATISTICS %s', $2::text, attname, attstattarget)
- FROM pg_attribute WHERE attrelid = $1::regclass AND attnum > 0 AND NOT attisdropped AND attstattarget >= 0 ORDER BY 1`,
-		tbl, qualified(schemaName, rebuildNew(table))); err != nil {
-		return fmt.Errorf("read the column options of %s: %w", table, err)
-	}
-	if f.indexes, err = readonly.Rows(ctx, q, func(r *sql.Rows) (ix liveIndex, err error) {
-		err = r.Scan(&ix.name, &ix.def, &ix.contype, &ix.constraintName, &ix.prefix)
-		return ix, err
-	}, `SELECT c.relname, pg_get_indexdef(i.indexrelid), coalesce(con.contype::text, ''), coalesce(con.conname, ''),
-  format('INDEX %I ON %I.%I ', c.relname, n.nspname, t.relname)
- FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid JOIN pg_class t ON t.oid = i.indrelid JOIN pg_namespace n ON n.oid = t.relnamespace
- LEFT JOIN pg_constraint con ON con.conindid = i.indexrelid AND con.conrelid = i.indrelid AND con.contype IN ('p', 'u', 'x')
- WHERE i.indrelid = $1::regclass ORDER BY 1`, tbl); err != nil {
-		return fmt.Errorf("read the indexes of %s: %w", table, err)
-	}
-	for _, ix := range f.indexes {
-		if !strings.Contains(ix.def, ix.prefix) {
-			f.blockers = append(f.blockers, fmt.Sprintf("index %s has a definition the rebuild does not read: %s", ix.name, ix.def))
-		}
-	}
-	if f.foreignKeys, err = readonly.Rows(ctx, q, func(r *sql.Rows) (c liveConstraint, err error) {
-		err = r.Scan(&c.name, &c.def, &c.validated)
-		return c, err
-	}, `SELECT conname, pg_get_constraintdef(oid), convalidated FROM pg_constraint WHERE conrelid = $1::regclass AND contype = 'f' ORDER BY 1`, tbl); err != nil {
-		return fmt.Errorf("read the foreign keys of %s: %w", table, err)
-	}
-	// Grants exactly as the live table has them (the default ACL when it has
-	// none), owner, comments on the table, its indexes and constraints, and
-	// the sequences its columns own, rendered against the final name.
-	f.carry, err = queryStrings(ctx, q, `WITH t AS (SELECT oid, relowner, relacl FROM pg_class WHERE oid = $1::regclass)
-SELECT format('ALTER TABLE %s OWNER TO %I', $2::text, pg_get_userbyid(relowner)) FROM t
-UNION ALL SELECT format('GRANT %s ON TABLE %s TO %s%s', a.privilege_type, $2::text, CASE WHEN a.grantee = 0 THEN 'PUBLIC' ELSE quote_ident(pg_get_userbyid(a.grantee)) END, CASE WHEN a.is_grantable THEN ' WITH GRANT OPTION' ELSE '' END)
-  FROM t, aclexplode(coalesce(t.relacl, acldefault('r', t.relowner))) a
-UNION ALL SELECT format('COMMENT ON TABLE %s IS %L', $2::text, obj_description(oid, 'pg_class')) FROM t WHERE obj_description(oid, 'pg_class') IS NOT NULL
-UNION ALL SELECT format('COMMENT ON INDEX %s IS %L', quote_ident(n.nspname) || '.' || quote_ident(c.relname), obj_description(c.oid, 'pg_class'))
-  FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid JOIN pg_namespace n ON n.oid = c.relnamespace
-  WHERE i.indrelid = $1::regclass AND obj_description(c.oid, 'pg_class') IS NOT NULL
-UNION ALL SELECT format('COMMENT ON CONSTRAINT %I ON %s IS %L', conname, $2::text, obj_description(oid, 'pg_constraint'))
-  FROM pg_constraint WHERE conrelid = $1::regclass AND contype <> 'c' AND obj_description(oid, 'pg_constraint') IS NOT NULL
-UNION ALL SELECT format('ALTER SEQUENCE %s OWNED BY %s.%I', d.objid::regclass, $2::text, a.attname)
-  FROM pg_depend d JOIN pg_attribute a ON a.attrelid = d.refobjid AND a.attnum = d.refobjsubid
-  WHERE d.refobjid = $1::regclass AND d.classid = 'pg_class'::regclass AND d.deptype = 'a'
-   AND d.objid IN (SELECT oid FROM pg_class WHERE relkind = 'S')`, tbl, tbl)
-	if err != nil {
-		return fmt.Errorf("read the grants and comments of %s: %w", table, err)
-	}
-	return nil
-}
-
-// rebuildNotes describe a rebuild in flight, for status and plan.
-func (f *rebuildFacts) notes(table string) []string {
-	var out []string
-	switch {
-	case f.state.swapped:
-		out = append(out, fmt.Sprintf("rebuilt table swapped in; %d foreign keys to validate", len(f.state.validate)))
-	case f.stateExists:
-		out = append(out, fmt.Sprintf("rebuild table %s: %d rows copied, page %d of %d", rebuildNew(table), f.state.rows, min(f.state.next, f.state.pages), f.state.pages))
-	case f.inflight():
-		out = append(out, "rebuild artefacts without their state ("+rebuildNew(table)+", "+rebuildLog(table)+")")
-	}
-	return out
-}
-
 // refusedRebuild is what a table whose declared change is refused still
 // runs of a rebuild in flight on it: once swapped, its finish (the carried
 // foreign keys validated); before, its abandonment — the table is left as it
 // is, without the trigger that logs its every write into a log nothing
 // replays, and the rebuild begins again from the catalog once the refusal is
 // resolved.
-func refusedRebuild(schemaName string, tp *tablePlan) []ops.Phase {
+func refusedRebuild(schemaName string, tp *pgTablePlan) []ops.Phase {
 	rb := tp.Inflight.rebuild
 	switch {
 	case rb == nil || !rb.inflight():
@@ -353,7 +105,7 @@ func refusedRebuild(schemaName string, tp *tablePlan) []ops.Phase {
 func abandonPhase(schemaName, table, why string) ops.Phase {
 	qt := qualified(schemaName, table)
 	trig := dialect.QuoteIdent(rebuildLog(table))
-	return ops.Phase{Step: StepWiden, Name: ops.PhaseRebuildAbandon, Kind: ops.KindStatements, Table: table, Transactional: true, Lock: ops.LockCatalog,
+	return ops.Phase{Step: core.StepWiden, Name: ops.PhaseRebuildAbandon, Kind: ops.KindStatements, Table: table, Transactional: true, Lock: ops.LockCatalog,
 		SQL: []string{
 			fmt.Sprintf("DROP TRIGGER IF EXISTS %s ON %s", trig, qt),
 			fmt.Sprintf("DROP FUNCTION IF EXISTS %s()", qualified(schemaName, rebuildLog(table))),
@@ -373,7 +125,7 @@ func finishPhase(schemaName, table string, validate []string, why string) ops.Ph
 		sqls = append(sqls, fmt.Sprintf("ALTER TABLE %s VALIDATE CONSTRAINT %s", qt, dialect.QuoteIdent(fk)))
 	}
 	sqls = append(sqls, "DROP TABLE IF EXISTS "+qualified(schemaName, rebuildState(table)))
-	return ops.Phase{Step: StepWiden, Name: ops.PhaseRebuildFinish, Kind: ops.KindConcurrent, Table: table, SQL: sqls, Lock: ops.LockShareUpdateExclusive, Scans: len(validate) > 0,
+	return ops.Phase{Step: core.StepWiden, Name: ops.PhaseRebuildFinish, Kind: ops.KindConcurrent, Table: table, SQL: sqls, Lock: ops.LockShareUpdateExclusive, Scans: len(validate) > 0,
 		DoneWhen: fmt.Sprintf("SELECT to_regclass(%s) IS NULL", literal(qualified(schemaName, rebuildState(table)))),
 		Detail:   why}
 }
@@ -425,7 +177,7 @@ func (n rebuildNames) stateDone(cond string) string {
 func rebuildPhases(schemaName string, live, want *schema.Table, cols []*schema.Column, f *rebuildFacts, indexes []liveIndex, why string) []ops.Phase {
 	n := newRebuildNames(schemaName, live, want, cols, why)
 	phases := []ops.Phase{n.prepare(cols, f),
-		loopPhase(ops.Phase{Step: StepWiden, Name: ops.PhaseRebuildCopy, Kind: ops.KindRebuildCopy, Table: n.table, Lock: ops.LockNone, Scans: true,
+		loopPhase(ops.Phase{Step: core.StepWiden, Name: ops.PhaseRebuildCopy, Kind: ops.KindRebuildCopy, Table: n.table, Lock: ops.LockNone, Scans: true,
 			DoneWhen: n.stateDone("next_page >= pages"), Detail: n.detail},
 			ops.Loop{
 				Batch: fmt.Sprintf("INSERT INTO %s (%s) SELECT %s FROM %s WHERE ctid >= $1::text::tid AND ctid < $2::text::tid", n.qn, n.colList, n.colList, n.qt),
@@ -443,7 +195,7 @@ func rebuildPhases(schemaName string, live, want *schema.Table, cols []*schema.C
 	// them (ANALYZE samples; it does not read every row).
 	if len(builds) > 0 {
 		slices.SortStableFunc(builds, func(a, b string) int { return buildWeight(b) - buildWeight(a) })
-		phases = append(phases, loopPhase(ops.Phase{Step: StepWiden, Name: ops.PhaseRebuildIndex, Kind: ops.KindRebuildIndex, Table: n.table, Lock: ops.LockNone, Scans: true,
+		phases = append(phases, loopPhase(ops.Phase{Step: core.StepWiden, Name: ops.PhaseRebuildIndex, Kind: ops.KindRebuildIndex, Table: n.table, Lock: ops.LockNone, Scans: true,
 			DoneWhen: "SELECT " + strings.Join(built, " AND "),
 			Detail:   n.detail}, ops.Loop{Builds: builds, Analyze: "ANALYZE " + n.qn}))
 	}
@@ -453,7 +205,7 @@ func rebuildPhases(schemaName string, live, want *schema.Table, cols []*schema.C
 	swapped := fmt.Sprintf("%s AND (SELECT count(*) FROM pg_attribute WHERE attrelid = to_regclass(%s) AND attname IN (%s) AND atttypid = 'bigint'::regtype AND NOT attisdropped) = %d",
 		n.stateDone("swapped"), literal(n.qt), strings.Join(n.names, ", "), len(cols))
 	return append(phases,
-		ops.Phase{Step: StepWiden, Name: ops.PhaseRebuildSwap, Kind: ops.KindStatements, Table: n.table, Transactional: true, Lock: ops.LockCatalog, SQL: n.swap(f, attach, validate),
+		ops.Phase{Step: core.StepWiden, Name: ops.PhaseRebuildSwap, Kind: ops.KindStatements, Table: n.table, Transactional: true, Lock: ops.LockCatalog, SQL: n.swap(f, attach, validate),
 			DoneWhen: swapped, Detail: n.detail},
 		finishPhase(schemaName, n.table, validate, n.detail))
 }
@@ -465,7 +217,7 @@ func (n rebuildNames) prepare(cols []*schema.Column, f *rebuildFacts) ops.Phase 
 	for _, c := range cols {
 		types = append(types, fmt.Sprintf("ALTER COLUMN %s TYPE bigint", dialect.QuoteIdent(c.Name)))
 	}
-	return ops.Phase{Step: StepWiden, Name: ops.PhaseRebuildPrepare, Kind: ops.KindStatements, Table: n.table, Transactional: true, Lock: ops.LockCatalog,
+	return ops.Phase{Step: core.StepWiden, Name: ops.PhaseRebuildPrepare, Kind: ops.KindStatements, Table: n.table, Transactional: true, Lock: ops.LockCatalog,
 		SQL: slices.Concat([]string{
 			fmt.Sprintf("CREATE TABLE %s (LIKE %s INCLUDING DEFAULTS INCLUDING GENERATED INCLUDING CONSTRAINTS INCLUDING STORAGE INCLUDING COMPRESSION INCLUDING STATISTICS INCLUDING COMMENTS)", n.qn, n.qt),
 			fmt.Sprintf("ALTER TABLE %s %s", n.qn, strings.Join(types, ", ")),
@@ -572,7 +324,7 @@ func (n rebuildNames) swap(f *rebuildFacts, attach, validate []string) []string 
 // replayPhase replays the log: after the copy (which/what: "copied") and
 // once the new table is indexed ("indexed").
 func replayPhase(table, after, qn, ql, qt, qid, colList, detail string) ops.Phase {
-	return loopPhase(ops.Phase{Step: StepWiden, Name: ops.PhaseRebuildReplay, Kind: ops.KindRebuildReplay, Table: table, Object: after, Lock: ops.LockNone, Scans: true,
+	return loopPhase(ops.Phase{Step: core.StepWiden, Name: ops.PhaseRebuildReplay, Kind: ops.KindRebuildReplay, Table: table, Object: after, Lock: ops.LockNone, Scans: true,
 		Detail: detail}, ops.Loop{
 		Bound:  fmt.Sprintf("SELECT coalesce(max(n), 0) FROM (SELECT n FROM %s ORDER BY n LIMIT %d) c", ql, replayChunk),
 		Delete: fmt.Sprintf("DELETE FROM %s WHERE %s IN (SELECT id FROM %s WHERE n <= $1)", qn, qid, ql),

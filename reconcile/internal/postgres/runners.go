@@ -1,9 +1,10 @@
-package reconcile
+package postgres
 
 import (
 	"context"
 	"database/sql"
 	"fmt"
+	"github.com/schemastate/schemastate/reconcile/internal/core"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -27,23 +28,23 @@ const flushAsWritten = "SET LOCAL backend_flush_after = '256kB'"
 // rebuildCopy fills the new table, one range of pages per transaction, from
 // where the state row says the copy is; each batch commits its rows and its
 // progress together.
-func (s *pgSession) rebuildCopy(ctx context.Context, ph ops.Phase, h phaseHooks) error {
+func (s *pgSession) rebuildCopy(ctx context.Context, ph ops.Phase, h core.PhaseHooks) error {
 	qs := qualified(s.schema, rebuildState(ph.Table))
 	var pages, next, rows int64
 	if err := s.conn.QueryRowContext(ctx, "SELECT pages, next_page, rows FROM "+qs).Scan(&pages, &next, &rows); err != nil {
 		return fmt.Errorf("read the copy's progress: %w", err)
 	}
-	batch := int64(max(s.o.copyBatchPages, 1))
+	batch := int64(max(s.o.CopyBatchPages, 1))
 	first := true
 	for from := next; from < pages; from += batch {
-		if err := s.o.overBudget(); err != nil {
+		if err := s.o.OverBudget(); err != nil {
 			return err
 		}
 		to := min(from+batch, pages)
 		// The holder check before every batch, as before every phase: a
 		// replica that lost its lock part way through a long copy stops
 		// before it writes another batch beside the replica that took it.
-		if err := s.holding(ctx); err != nil {
+		if err := s.Holding(ctx); err != nil {
 			return fmt.Errorf("before pages %d–%d (%d rows copied): %w", from, to, rows, err)
 		}
 		var n int64
@@ -71,16 +72,16 @@ func (s *pgSession) rebuildCopy(ctx context.Context, ph ops.Phase, h phaseHooks)
 			return fmt.Errorf("copy pages %d–%d: %w", from, to, err)
 		}
 		if first {
-			h.executed(ph.Loop.Batch)
-			h.executed(ph.Loop.Progress)
+			h.Executed(ph.Loop.Batch)
+			h.Executed(ph.Loop.Progress)
 			first = false
 		}
-		h.progress(fmt.Sprintf("copying %s: %d rows copied, page %d of %d", ph.Table, rows, to, pages))
-		if err := h.fail(hooks.FailpointCopyBatch); err != nil {
+		h.Progress(fmt.Sprintf("copying %s: %d rows copied, page %d of %d", ph.Table, rows, to, pages))
+		if err := h.Fail(hooks.FailpointCopyBatch); err != nil {
 			return err
 		}
 	}
-	h.progress(fmt.Sprintf("copied %s: %d rows", ph.Table, rows))
+	h.Progress(fmt.Sprintf("copied %s: %d rows", ph.Table, rows))
 	return nil
 }
 
@@ -96,7 +97,7 @@ func (s *pgSession) rebuildCopy(ctx context.Context, ph ops.Phase, h phaseHooks)
 // the duplicates the copy left, and every row the copy saw twice was logged
 // before the copy ended: it replays up to the log's last entry as it begins
 // and stops, leaving what writers log meanwhile to the indexed replay.
-func (s *pgSession) replayLog(ctx context.Context, ph ops.Phase, h phaseHooks) error {
+func (s *pgSession) replayLog(ctx context.Context, ph ops.Phase, h core.PhaseHooks) error {
 	var total int64
 	target := int64(-1) // no bound: replay until the log is short
 	if ph.Object == "copied" {
@@ -105,55 +106,26 @@ func (s *pgSession) replayLog(ctx context.Context, ph ops.Phase, h phaseHooks) e
 		}
 	}
 	for round := 0; ; round++ {
-		if err := s.o.overBudget(); err != nil {
+		if err := s.o.OverBudget(); err != nil {
 			return err
 		}
 		// The holder check before every chunk (see rebuildCopy).
-		if err := s.holding(ctx); err != nil {
+		if err := s.Holding(ctx); err != nil {
 			return fmt.Errorf("before replaying more (%d changed rows replayed): %w", total, err)
 		}
-		var n, upTo int64
-		err := func() error {
-			tx, err := s.conn.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelRepeatableRead})
-			if err != nil {
-				return err
-			}
-			defer tx.Rollback()
-			if err := setLocalTimeout(ctx, tx, s.o.stmtBudget(budgetBatch)); err != nil {
-				return err
-			}
-			if _, err := tx.ExecContext(ctx, flushAsWritten); err != nil {
-				return err
-			}
-			// An empty log replays nothing: every statement still runs
-			// (up to entry 0), so the phase runs the statements it prints.
-			if err := tx.QueryRowContext(ctx, ph.Loop.Bound).Scan(&upTo); err != nil {
-				return err
-			}
-			for _, stmt := range []string{ph.Loop.Delete, ph.Loop.Copy} {
-				if _, err := tx.ExecContext(ctx, stmt, upTo); err != nil {
-					return withDetail(err)
-				}
-			}
-			res, err := tx.ExecContext(ctx, ph.Loop.Forget, upTo)
-			if err != nil {
-				return err
-			}
-			n, _ = res.RowsAffected()
-			return tx.Commit()
-		}()
+		n, upTo, err := s.replayOnce(ctx, ph)
 		if err != nil {
 			return fmt.Errorf("replay the log: %w", err)
 		}
 		if round == 0 {
 			for _, stmt := range ph.SQL {
-				h.executed(stmt)
+				h.Executed(stmt)
 			}
 		}
 		total += n
 		if n > 0 {
-			h.progress(fmt.Sprintf("replaying %s: %d changed rows replayed", ph.Table, total))
-			if err := h.fail(hooks.FailpointReplayBatch); err != nil {
+			h.Progress(fmt.Sprintf("replaying %s: %d changed rows replayed", ph.Table, total))
+			if err := h.Fail(hooks.FailpointReplayBatch); err != nil {
 				return err
 			}
 		}
@@ -161,6 +133,38 @@ func (s *pgSession) replayLog(ctx context.Context, ph ops.Phase, h phaseHooks) e
 			return nil
 		}
 	}
+}
+
+// replayOnce replays one chunk of the rebuild's log in a transaction of its
+// own: n rows forgotten, up to entry upTo.
+func (s *pgSession) replayOnce(ctx context.Context, ph ops.Phase) (n, upTo int64, err error) {
+	tx, err := s.conn.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelRepeatableRead})
+	if err != nil {
+		return 0, 0, err
+	}
+	defer tx.Rollback()
+	if err := setLocalTimeout(ctx, tx, stmtBudget(s.o, budgetBatch)); err != nil {
+		return 0, 0, err
+	}
+	if _, err := tx.ExecContext(ctx, flushAsWritten); err != nil {
+		return 0, 0, err
+	}
+	// An empty log replays nothing: every statement still runs
+	// (up to entry 0), so the phase runs the statements it prints.
+	if err := tx.QueryRowContext(ctx, ph.Loop.Bound).Scan(&upTo); err != nil {
+		return 0, 0, err
+	}
+	for _, stmt := range []string{ph.Loop.Delete, ph.Loop.Copy} {
+		if _, err := tx.ExecContext(ctx, stmt, upTo); err != nil {
+			return 0, 0, withDetail(err)
+		}
+	}
+	res, err := tx.ExecContext(ctx, ph.Loop.Forget, upTo)
+	if err != nil {
+		return 0, 0, err
+	}
+	n, _ = res.RowsAffected()
+	return n, upTo, tx.Commit()
 }
 
 // rebuildIndexConns is how many of the new table's indexes build at once:
@@ -177,7 +181,7 @@ const rebuildIndexConns = 2
 // is CREATE INDEX IF NOT EXISTS, so a phase resumed after a crash skips
 // what committed. The holder check runs before each build; the first error
 // stops the others from starting and is the phase's.
-func (s *pgSession) rebuildIndexes(ctx context.Context, ph ops.Phase, h phaseHooks) error {
+func (s *pgSession) rebuildIndexes(ctx context.Context, ph ops.Phase, h core.PhaseHooks) error {
 	builds, analyze := ph.Loop.Builds, ph.Loop.Analyze
 	next := make(chan string, len(builds))
 	for _, b := range builds {
@@ -199,8 +203,8 @@ func (s *pgSession) rebuildIndexes(ctx context.Context, ph ops.Phase, h phaseHoo
 			}
 			if err := s.buildOne(ctx, conn, stmt, &mu, func() error {
 				built[stmt] = true
-				h.progress(fmt.Sprintf("rebuilding %s: %d of %d indexes built", ph.Table, len(built), len(builds)))
-				return h.fail(hooks.FailpointRebuildIndexBuilt)
+				h.Progress(fmt.Sprintf("rebuilding %s: %d of %d indexes built", ph.Table, len(built), len(builds)))
+				return h.Fail(hooks.FailpointRebuildIndexBuilt)
 			}); err != nil {
 				stopped.Store(true)
 				return err
@@ -208,8 +212,34 @@ func (s *pgSession) rebuildIndexes(ctx context.Context, ph ops.Phase, h phaseHoo
 		}
 		return nil
 	}
+	err := s.onConns(ctx, len(builds), worker)
+	// The builds finish in any order; the exec hook is told those that
+	// committed in the plan's order, so what ran reads as the plan printed it.
+	for _, b := range builds {
+		if built[b] {
+			h.Executed(b)
+		}
+	}
+	if err != nil {
+		return err
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	// In a transaction of its own, for its SET LOCAL statement_timeout.
+	if err := buildIn(ctx, s.conn, analyze, stmtBudget(s.o, budgetScan)); err != nil {
+		return fmt.Errorf("%s: %w", analyze, err)
+	}
+	h.Executed(analyze)
+	return nil
+}
+
+// onConns runs worker on the steps' connection and on each further one, up
+// to rebuildIndexConns in all and no more than n, the pool lends within a
+// second, and waits for every run.
+func (s *pgSession) onConns(ctx context.Context, n int, worker func(conn *sql.Conn) error) error {
 	var g errgroup.Group
-	for i := 1; i < min(rebuildIndexConns, len(builds)); i++ {
+	for i := 1; i < min(rebuildIndexConns, n); i++ {
 		// A pool with none to lend soon (SetMaxOpenConns(2): the lock's and
 		// the steps') builds on the steps' connection alone.
 		actx, cancel := context.WithTimeout(ctx, time.Second)
@@ -224,39 +254,20 @@ func (s *pgSession) rebuildIndexes(ctx context.Context, ph ops.Phase, h phaseHoo
 		})
 	}
 	g.Go(func() error { return worker(s.conn) })
-	err := g.Wait()
-	// The builds finish in any order; the exec hook is told those that
-	// committed in the plan's order, so what ran reads as the plan printed it.
-	for _, b := range builds {
-		if built[b] {
-			h.executed(b)
-		}
-	}
-	if err != nil {
-		return err
-	}
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	// In a transaction of its own, for its SET LOCAL statement_timeout.
-	if err := buildIn(ctx, s.conn, analyze, s.o.stmtBudget(budgetScan)); err != nil {
-		return fmt.Errorf("%s: %w", analyze, err)
-	}
-	h.executed(analyze)
-	return nil
+	return g.Wait()
 }
 
 // buildOne checks the boot lock is still held, builds stmt on conn and,
 // under mu, runs done (the count, the progress, the failpoint).
 func (s *pgSession) buildOne(ctx context.Context, conn *sql.Conn, stmt string, mu *sync.Mutex, done func() error) error {
 	mu.Lock()
-	err := s.holding(ctx)
+	err := s.Holding(ctx)
 	mu.Unlock()
 	if err == nil {
-		err = buildIn(ctx, conn, stmt, s.o.stmtBudget(budgetScan))
+		err = buildIn(ctx, conn, stmt, stmtBudget(s.o, budgetScan))
 	}
 	if err != nil {
-		return fmt.Errorf("%s: %w", firstLine(stmt), withDetail(err))
+		return fmt.Errorf("%s: %w", core.FirstLine(stmt), withDetail(err))
 	}
 	mu.Lock()
 	defer mu.Unlock()
@@ -284,14 +295,14 @@ func buildIn(ctx context.Context, conn *sql.Conn, stmt string, budget time.Durat
 // it, by name, before the constraint is added. The read scans the table:
 // it runs in a read-only transaction of its own, for its SET LOCAL
 // statement_timeout.
-func (s *pgSession) checkRows(ctx context.Context, ph ops.Phase, h phaseHooks) error {
-	h.progress(fmt.Sprintf("checking %s: rows that break %s", ph.Table, ph.Constraint))
+func (s *pgSession) checkRows(ctx context.Context, ph ops.Phase, h core.PhaseHooks) error {
+	h.Progress(fmt.Sprintf("checking %s: rows that break %s", ph.Table, ph.Constraint))
 	tx, err := s.conn.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
 	if err != nil {
 		return err
 	}
 	defer tx.Rollback()
-	if err := setLocalTimeout(ctx, tx, s.o.stmtBudget(budgetScan)); err != nil {
+	if err := setLocalTimeout(ctx, tx, stmtBudget(s.o, budgetScan)); err != nil {
 		return err
 	}
 	if err := brokenRows(ctx, tx, ph); err != nil {
@@ -302,8 +313,8 @@ func (s *pgSession) checkRows(ctx context.Context, ph ops.Phase, h phaseHooks) e
 
 // brokenRows fails with ErrRowsBreakConstraint when the phase's Breaking
 // read finds rows.
-func brokenRows(ctx context.Context, q querier, ph ops.Phase) error {
-	keys, err := queryStrings(ctx, q, ph.Breaking.Sample)
+func brokenRows(ctx context.Context, q core.Querier, ph ops.Phase) error {
+	keys, err := core.QueryStrings(ctx, q, ph.Breaking.Sample)
 	if err != nil {
 		return fmt.Errorf("look for the rows that break %s: %w", ph.Constraint, err)
 	}
@@ -322,21 +333,21 @@ func brokenRows(ctx context.Context, q querier, ph ops.Phase) error {
 // transaction of its own under the lock discipline. When it fails, Cleanup
 // runs (dropping the NOT VALID constraint, which would otherwise keep
 // rejecting the host's writes) and the rows that broke it are named.
-func (s *pgSession) ownTx(ctx context.Context, ph ops.Phase, h phaseHooks) error {
-	h.progress(fmt.Sprintf("validating %s: %s", ph.Table, ph.Constraint))
+func (s *pgSession) ownTx(ctx context.Context, ph ops.Phase, h core.PhaseHooks) error {
+	h.Progress(fmt.Sprintf("validating %s: %s", ph.Table, ph.Constraint))
 	err := s.withLockRetry(ctx, ph.Table, func(timeout time.Duration) error {
 		return s.inTx(ctx, timeout, budgetScan, func(tx *sql.Tx) error {
 			for _, stmt := range ph.SQL {
 				if _, err := tx.ExecContext(ctx, stmt); err != nil {
-					return fmt.Errorf("%s: %w", firstLine(stmt), withDetail(err))
+					return fmt.Errorf("%s: %w", core.FirstLine(stmt), withDetail(err))
 				}
 			}
-			return h.fail(hooks.FailpointPhaseHeld(ph.ID()))
+			return h.Fail(hooks.FailpointPhaseHeld(ph.ID()))
 		})
 	})
 	if err == nil {
 		for _, stmt := range ph.SQL {
-			h.executed(stmt)
+			h.Executed(stmt)
 		}
 		return nil
 	}

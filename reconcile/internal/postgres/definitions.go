@@ -1,12 +1,13 @@
-package reconcile
+package postgres
 
 import (
 	"context"
 	"fmt"
+	"github.com/schemastate/schemastate/reconcile/internal/core"
 	"sort"
 	"strings"
 
-	"ariga.io/atlas/sql/postgres"
+	atlaspg "ariga.io/atlas/sql/postgres"
 	"ariga.io/atlas/sql/schema"
 
 	"github.com/schemastate/schemastate/internal/describe"
@@ -155,8 +156,8 @@ func indexIs(qname string, idx *schema.Index, unique bool) string {
 // is under way: no ON CONFLICT arbiter, 42P10), NOT VALID checks and
 // foreign keys (they hold for new rows only), DEFERRABLE unique constraints
 // (no ON CONFLICT arbiter either).
-func unusable(ctx context.Context, q querier, table string) (map[string]bool, error) {
-	names, err := queryStrings(ctx, q, `SELECT c.relname::text FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
+func unusable(ctx context.Context, q core.Querier, table string) (map[string]bool, error) {
+	names, err := core.QueryStrings(ctx, q, `SELECT c.relname::text FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
  WHERE i.indrelid = to_regclass(quote_ident(current_schema()) || '.' || quote_ident($1)) AND NOT i.indisvalid
 UNION SELECT con.conname::text FROM pg_constraint con
  WHERE con.conrelid = to_regclass(quote_ident(current_schema()) || '.' || quote_ident($1)) AND (NOT con.convalidated OR con.contype = 'u' AND con.condeferrable)`, table)
@@ -171,8 +172,8 @@ UNION SELECT con.conname::text FROM pg_constraint con
 }
 
 // deferrableForeignKeys names the table's DEFERRABLE foreign keys.
-func deferrableForeignKeys(ctx context.Context, q querier, schemaName, table string) (map[string]bool, error) {
-	names, err := queryStrings(ctx, q, `SELECT conname::text FROM pg_constraint WHERE conrelid = to_regclass($1) AND contype = 'f' AND condeferrable`, qualified(schemaName, table))
+func deferrableForeignKeys(ctx context.Context, q core.Querier, schemaName, table string) (map[string]bool, error) {
+	names, err := core.QueryStrings(ctx, q, `SELECT conname::text FROM pg_constraint WHERE conrelid = to_regclass($1) AND contype = 'f' AND condeferrable`, qualified(schemaName, table))
 	if err != nil {
 		return nil, fmt.Errorf("read the deferrable foreign keys of %s: %w", table, err)
 	}
@@ -186,7 +187,7 @@ func deferrableForeignKeys(ctx context.Context, q querier, schemaName, table str
 // indexMethod is idx's declared access method ("" when none is declared).
 func indexMethod(idx *schema.Index) string {
 	for _, a := range idx.Attrs {
-		if t, ok := a.(*postgres.IndexType); ok {
+		if t, ok := a.(*atlaspg.IndexType); ok {
 			return t.T
 		}
 	}
@@ -242,7 +243,7 @@ type shadowTable struct {
 }
 
 // readRebuildTable reads the rebuild's new table of table, if any.
-func readRebuildTable(ctx context.Context, q querier, schemaName, table string) (*shadowTable, error) {
+func readRebuildTable(ctx context.Context, q core.Querier, schemaName, table string) (*shadowTable, error) {
 	rows, err := q.QueryContext(ctx, `SELECT 'c', attrelid = to_regclass($1), attname::text, format_type(atttypid, atttypmod) FROM pg_attribute
  WHERE attrelid IN (to_regclass($1), to_regclass($2)) AND attnum > 0 AND NOT attisdropped
 UNION ALL SELECT 'i', true, c.relname::text, pg_get_indexdef(i.indexrelid) FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid WHERE i.indrelid = to_regclass($1)`,

@@ -1,10 +1,11 @@
-package reconcile
+package postgres
 
 import (
 	"context"
 	"database/sql"
 	"errors"
 	"fmt"
+	"github.com/schemastate/schemastate/reconcile/internal/core"
 	"math/rand/v2"
 	"strings"
 	"sync/atomic"
@@ -30,7 +31,7 @@ import (
 // transact runs fn in one transaction whose lock waits end after the
 // attempt timeout, retried whole (fn from the start) until it gets its locks
 // or the budget is spent (withLockRetry).
-func (s *pgSession) transact(ctx context.Context, _ string, table string, fn func(q querier) error) error {
+func (s *pgSession) Transact(ctx context.Context, _ string, table string, fn func(q core.Querier) error) error {
 	return s.withLockRetry(ctx, table, func(timeout time.Duration) error {
 		return s.inTx(ctx, timeout, budgetCatalog, func(tx *sql.Tx) error { return fn(tx) })
 	})
@@ -38,7 +39,7 @@ func (s *pgSession) transact(ctx context.Context, _ string, table string, fn fun
 
 // alone applies a non-transactional phase: the batched copy, or CREATE or
 // DROP INDEX CONCURRENTLY.
-func (s *pgSession) alone(ctx context.Context, ph ops.Phase, h phaseHooks) error {
+func (s *pgSession) Alone(ctx context.Context, ph ops.Phase, h core.PhaseHooks) error {
 	switch ph.Kind {
 	case ops.KindBatched:
 		return s.copyBatches(ctx, ph, h)
@@ -66,7 +67,7 @@ func (s *pgSession) inTx(ctx context.Context, timeout time.Duration, kind stmtKi
 	if err != nil {
 		return err
 	}
-	if err := setLocalTimeouts(ctx, tx, timeout, s.o.stmtBudget(kind)); err != nil {
+	if err := setLocalTimeouts(ctx, tx, timeout, stmtBudget(s.o, kind)); err != nil {
 		tx.Rollback()
 		return err
 	}
@@ -87,22 +88,22 @@ func (s *pgSession) inTx(ctx context.Context, timeout time.Duration, kind stmtKi
 // lock_timeout: a statement outside a transaction has no SET LOCAL, and a
 // session SET … RESET pair can land on two server connections behind a
 // transaction-mode pooler, leaving the setting on another client's.
-func (s *pgSession) concurrently(ctx context.Context, ph ops.Phase, h phaseHooks) error {
+func (s *pgSession) concurrently(ctx context.Context, ph ops.Phase, h core.PhaseHooks) error {
 	for _, stmt := range ph.SQL {
-		stop := s.watchIndexBuild(ctx, ph, h.progress)
+		stop := s.watchIndexBuild(ctx, ph, h.Progress)
 		tag := statementTag()
 		waited, release := s.boundWait(ctx, tag)
 		_, err := s.conn.ExecContext(ctx, tag+stmt)
 		release()
 		stop()
 		if err == nil {
-			h.executed(stmt)
+			h.Executed(stmt)
 		}
 		if err != nil && waited() {
-			err = fmt.Errorf("%w: %s: waited %s%s: %w", ops.ErrLockNotAcquired, ph.Table, s.o.concurrentWait, s.holders(ctx, ph.Table), err)
+			err = fmt.Errorf("%w: %s: waited %s%s: %w", ops.ErrLockNotAcquired, ph.Table, s.o.ConcurrentWait, s.holders(ctx, ph.Table), err)
 		}
 		if err != nil {
-			err = fmt.Errorf("%s: %w", firstLine(stmt), withDetail(err))
+			err = fmt.Errorf("%s: %w", core.FirstLine(stmt), withDetail(err))
 			if dup := s.duplicates(ctx, err, ph); dup != "" {
 				err = fmt.Errorf("%w; duplicated keys: %s", err, dup)
 			}
@@ -149,11 +150,11 @@ func statementTag() string {
 // it cancelled the statement; release stops the watch.
 func (s *pgSession) boundWait(ctx context.Context, tag string) (waited func() bool, release func()) {
 	var cancelled atomic.Bool
-	poll := min(max(s.o.concurrentWait/20, 10*time.Millisecond), 250*time.Millisecond)
+	poll := min(max(s.o.ConcurrentWait/20, 10*time.Millisecond), 250*time.Millisecond)
 	var since time.Time // the current wait began, as first seen
 	const running = ` FROM pg_stat_activity WHERE datname = current_database() AND state = 'active'
  AND left(query, length($1)) = $1 AND pid <> pg_backend_pid()`
-	release = onEveryTick(ctx, poll, func(ctx context.Context) bool {
+	release = core.OnEveryTick(ctx, poll, func(ctx context.Context) bool {
 		var pid int
 		var waiting bool
 		err := s.db.QueryRowContext(ctx, `SELECT pid, wait_event_type IS NOT DISTINCT FROM 'Lock'`+running+` LIMIT 1`, tag).Scan(&pid, &waiting)
@@ -165,7 +166,7 @@ func (s *pgSession) boundWait(ctx context.Context, tag string) (waited func() bo
 			since = time.Now().Add(-poll / 2)
 			return true
 		}
-		if time.Since(since) < s.o.concurrentWait {
+		if time.Since(since) < s.o.ConcurrentWait {
 			return true
 		}
 		// Marked before the cancel is sent: the statement may fail of it,
@@ -177,7 +178,7 @@ func (s *pgSession) boundWait(ctx context.Context, tag string) (waited func() bo
 		case errors.Is(err, sql.ErrNoRows):
 			cancelled.Store(false) // the statement ended meanwhile; nothing was sent
 		case (err != nil || !sent) && ctx.Err() == nil:
-			s.o.logger.Warn("reconcile: could not cancel a concurrent index build past its wait", "pid", pid, "error", err)
+			s.o.Logger.Warn("reconcile: could not cancel a concurrent index build past its wait", "pid", pid, "error", err)
 		}
 		return false
 	})
@@ -190,7 +191,7 @@ func (s *pgSession) watchIndexBuild(ctx context.Context, ph ops.Phase, say func(
 	if ph.Name != ops.PhaseBuildIndex || say == nil || s.db == nil {
 		return func() {}
 	}
-	return onEveryTick(ctx, 500*time.Millisecond, func(ctx context.Context) bool {
+	return core.OnEveryTick(ctx, 500*time.Millisecond, func(ctx context.Context) bool {
 		var phase string
 		var blocksDone, blocksTotal, tuplesDone, tuplesTotal int64
 		err := s.db.QueryRowContext(ctx, `SELECT phase, blocks_done, blocks_total, tuples_done, tuples_total
@@ -219,12 +220,12 @@ func (s *pgSession) watchIndexBuild(ctx context.Context, ph ops.Phase, say func(
 // have moved to a page already covered, so the whole table is passed over
 // again, a few times at most, until it holds (a pass writes only the rows
 // still to do).
-func (s *pgSession) copyBatches(ctx context.Context, ph ops.Phase, h phaseHooks) error {
+func (s *pgSession) copyBatches(ctx context.Context, ph ops.Phase, h core.PhaseHooks) error {
 	pages, err := s.pages(ctx, ph.Table)
 	if err != nil {
 		return err
 	}
-	most := int64(max(s.o.copyBatchPages, 1))
+	most := int64(max(s.o.CopyBatchPages, 1))
 	batch := most
 	verb := "copying"
 	if ph.Name == ops.PhaseFill {
@@ -232,7 +233,7 @@ func (s *pgSession) copyBatches(ctx context.Context, ph ops.Phase, h phaseHooks)
 	}
 	var rows int64
 	for from := int64(0); from < pages; {
-		if err := s.o.overBudget(); err != nil {
+		if err := s.o.OverBudget(); err != nil {
 			return err
 		}
 		began := time.Now()
@@ -242,14 +243,14 @@ func (s *pgSession) copyBatches(ctx context.Context, ph ops.Phase, h phaseHooks)
 		}
 		took := time.Since(began)
 		if from == 0 {
-			h.executed(ph.Loop.Batch)
+			h.Executed(ph.Loop.Batch)
 		}
 		rows, from = rows+n, from+batch
-		h.progress(fmt.Sprintf("%s %s: %d rows copied, page %d of %d", verb, ph.Table, rows, min(from, pages), pages))
-		if err := h.fail(hooks.FailpointCopyBatch); err != nil {
+		h.Progress(fmt.Sprintf("%s %s: %d rows copied, page %d of %d", verb, ph.Table, rows, min(from, pages), pages))
+		if err := h.Fail(hooks.FailpointCopyBatch); err != nil {
 			return err
 		}
-		if rest := time.Duration(float64(took) * s.o.copyPause); rest > 0 && from < pages {
+		if rest := time.Duration(float64(took) * s.o.CopyPause); rest > 0 && from < pages {
 			select {
 			case <-ctx.Done():
 				return ctx.Err()
@@ -258,32 +259,43 @@ func (s *pgSession) copyBatches(ctx context.Context, ph ops.Phase, h phaseHooks)
 		}
 		batch = nextBatch(batch, most, took)
 	}
+	rows, err = s.tailPasses(ctx, ph, h, verb, batch, rows)
+	if err != nil {
+		return err
+	}
+	h.Progress(fmt.Sprintf("copied %s: %d rows", ph.Table, rows))
+	return nil
+}
+
+// tailPasses passes over the table again, in batches of batch pages, until
+// the phase's DoneWhen holds, for the rows the host moved while the first
+// pass ran; at most maxTailPasses. It returns rows, the rows written so
+// far, with those it wrote.
+func (s *pgSession) tailPasses(ctx context.Context, ph ops.Phase, h core.PhaseHooks, verb string, batch, rows int64) (int64, error) {
 	for tail := 0; ; tail++ {
 		var done bool
 		if err := s.conn.QueryRowContext(ctx, ph.DoneWhen).Scan(&done); err != nil {
-			return fmt.Errorf("check the batches: %w", err)
+			return rows, fmt.Errorf("check the batches: %w", err)
 		}
 		if done {
-			break
+			return rows, nil
 		}
 		if tail == maxTailPasses {
-			return fmt.Errorf("batches incomplete: rows of %s still to do after %d passes (%d rows written)", ph.Table, tail+1, rows)
+			return rows, fmt.Errorf("batches incomplete: rows of %s still to do after %d passes (%d rows written)", ph.Table, tail+1, rows)
 		}
 		now, err := s.pages(ctx, ph.Table)
 		if err != nil {
-			return err
+			return rows, err
 		}
 		for from := int64(0); from < now; from += batch {
 			n, err := s.batch(ctx, ph, from, from+batch)
 			if err != nil {
-				return fmt.Errorf("batch of pages %d–%d: %w", from, from+batch, err)
+				return rows, fmt.Errorf("batch of pages %d–%d: %w", from, from+batch, err)
 			}
 			rows += n
 		}
-		h.progress(fmt.Sprintf("%s %s: %d rows, pass %d over %d pages for the rows the host moved meanwhile", verb, ph.Table, rows, tail+2, now))
+		h.Progress(fmt.Sprintf("%s %s: %d rows, pass %d over %d pages for the rows the host moved meanwhile", verb, ph.Table, rows, tail+2, now))
 	}
-	h.progress(fmt.Sprintf("copied %s: %d rows", ph.Table, rows))
-	return nil
 }
 
 // batchTarget is how long one batch of a batched phase should hold its row
@@ -343,8 +355,8 @@ func (s *pgSession) batch(ctx context.Context, ph ops.Phase, from, to int64) (in
 // the attempt timeout for its locks; between attempts it backs off
 // exponentially with jitter, so replicas and the host's own DDL interleave.
 func (s *pgSession) withLockRetry(ctx context.Context, table string, attempt func(timeout time.Duration) error) error {
-	budget := s.o.ddlLockTimeout
-	per := min(s.o.ddlLockAttempt, budget)
+	budget := s.o.DDLLockTimeout
+	per := min(s.o.DDLLockAttempt, budget)
 	deadline := time.Now().Add(budget)
 	wait := 20 * time.Millisecond
 	for n := 1; ; n++ {
@@ -377,13 +389,13 @@ func isLockTimeout(err error) bool {
 func (s *pgSession) holders(ctx context.Context, table string) string {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
 	defer cancel()
-	list, err := queryStrings(ctx, s.conn, `SELECT format('pid %s (%s, %s, transaction open %s s: %s)', a.pid, l.mode, a.state,
+	list, err := core.QueryStrings(ctx, s.conn, `SELECT format('pid %s (%s, %s, transaction open %s s: %s)', a.pid, l.mode, a.state,
   round(extract(epoch FROM now() - a.xact_start)::numeric, 1), left(regexp_replace(a.query, '\s+', ' ', 'g'), 60))
  FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
  WHERE l.database = (SELECT oid FROM pg_database WHERE datname = current_database()) AND l.relation = to_regclass($1)
    AND l.granted AND l.pid <> pg_backend_pid() ORDER BY a.xact_start LIMIT 5`, qualified(s.schema, table))
 	if err == nil && len(list) == 0 {
-		list, err = queryStrings(ctx, s.conn, `SELECT format('pid %s (oldest open transaction, %s, open %s s: %s)', pid, state,
+		list, err = core.QueryStrings(ctx, s.conn, `SELECT format('pid %s (oldest open transaction, %s, open %s s: %s)', pid, state,
   round(extract(epoch FROM now() - xact_start)::numeric, 1), left(regexp_replace(query, '\s+', ' ', 'g'), 60))
  FROM pg_stat_activity WHERE xact_start IS NOT NULL AND pid <> pg_backend_pid() AND backend_type = 'client backend'
    AND datname = current_database() AND pid <> $1
@@ -409,7 +421,7 @@ func (s *pgSession) duplicates(ctx context.Context, err error, ph ops.Phase) str
 		quoted[i] = dialect.QuoteIdent(c)
 	}
 	cols := strings.Join(quoted, ", ")
-	list, qerr := queryStrings(context.WithoutCancel(ctx), s.conn, fmt.Sprintf(`SELECT format('(%%s) × %%s', concat_ws(', ', %s), count(*))
+	list, qerr := core.QueryStrings(context.WithoutCancel(ctx), s.conn, fmt.Sprintf(`SELECT format('(%%s) × %%s', concat_ws(', ', %s), count(*))
  FROM %s GROUP BY %s HAVING count(*) > 1 LIMIT 5`, cols, qualified(s.schema, ph.Table), cols))
 	if qerr != nil {
 		return ""

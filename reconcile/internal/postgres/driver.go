@@ -1,4 +1,11 @@
-package reconcile
+// Package postgres is PostgreSQL's reconcile driver (core.Driver): its
+// catalog reads (driver.go), its planning (plan.go: one transaction, or the
+// online phases by size: online.go, recipes.go, indexes.go, the shadow-table
+// rebuild of rebuild.go), its session (session.go: the advisory lock's
+// transaction, a transaction per step or phase) and the runners of the
+// phases it runs outside a transaction (apply.go, runners.go). It meets the
+// step sequence only through reconcile/internal/core.
+package postgres
 
 import (
 	"context"
@@ -8,39 +15,38 @@ import (
 	"strings"
 
 	"ariga.io/atlas/sql/migrate"
-	"ariga.io/atlas/sql/postgres"
+	atlaspg "ariga.io/atlas/sql/postgres"
 	"ariga.io/atlas/sql/schema"
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/schemastate/schemastate/dialect"
 	"github.com/schemastate/schemastate/internal/endstate"
+	"github.com/schemastate/schemastate/reconcile/internal/core"
 )
 
-// PostgreSQL's driver: its declaration and catalog reads, here; its
-// planning in postgres_plan.go, its session in postgres.go, the phases it
-// runs outside a transaction in postgres_apply.go.
-type postgresDriver struct{}
+// Driver is PostgreSQL's.
+type Driver struct{}
 
-func (postgresDriver) dialect() dialect.Dialect { return dialect.Postgres }
+func (Driver) Dialect() dialect.Dialect { return dialect.Postgres }
 
-func (postgresDriver) lockMechanism() string { return lockAdvisoryXact }
+func (Driver) LockMechanism() string { return LockAdvisoryXact }
 
-func (postgresDriver) open(ctx context.Context, db *sql.DB, o *call) (session, error) {
+func (Driver) Open(ctx context.Context, db *sql.DB, o *core.Config) (core.Session, error) {
 	return openPostgres(ctx, db, o)
 }
 
-func (postgresDriver) schemaName(ctx context.Context, q querier) (string, error) {
+func (Driver) SchemaName(ctx context.Context, q core.Querier) (string, error) {
 	var s string
 	err := q.QueryRowContext(ctx, "SELECT current_schema()").Scan(&s)
 	return s, err
 }
 
-func (postgresDriver) atlas(q querier) (migrate.Driver, error) { return postgres.Open(q) }
+func (Driver) Atlas(q core.Querier) (migrate.Driver, error) { return atlaspg.Open(q) }
 
 // dropSQL: an index that backs a UNIQUE constraint, a foreign key and a
 // check are dropped as constraints of the table, any other index by its
 // schema-qualified name.
-func (postgresDriver) dropSQL(schemaName, table string, c schema.Change) (string, error) {
+func (Driver) DropSQL(schemaName, table string, c schema.Change) (string, error) {
 	var name string
 	switch c := c.(type) {
 	case *schema.DropIndex:
@@ -58,8 +64,8 @@ func (postgresDriver) dropSQL(schemaName, table string, c schema.Change) (string
 	return "ALTER TABLE " + qualified(schemaName, table) + " DROP CONSTRAINT " + dialect.QuoteIdent(name), nil
 }
 
-func (postgresDriver) tablesQuery(n int) string {
-	return `SELECT table_name FROM information_schema.tables WHERE table_schema = current_schema() AND table_name IN (` + placeholders(dialect.Postgres, 1, n) + `)`
+func (Driver) TablesQuery(n int) string {
+	return `SELECT table_name FROM information_schema.tables WHERE table_schema = current_schema() AND table_name IN (` + core.Placeholders(dialect.Postgres, 1, n) + `)`
 }
 
 // catalogQuery reads stored forms where a deparser would cost a lookup per
@@ -75,7 +81,7 @@ func (postgresDriver) tablesQuery(n int) string {
 // or collation its oid: one full check.) Constraints and triggers keep their
 // deparsed form (a handful of rows; it names the referenced table as it is
 // called now).
-func (postgresDriver) catalogQuery(ownedIn, hostIn string) string {
+func (Driver) CatalogQuery(ownedIn, hostIn string) string {
 	return `WITH rel AS (
   SELECT c.oid, c.relname, c.relkind, c.relpersistence, c.reloptions FROM pg_class c
   WHERE c.relnamespace = (SELECT oid FROM pg_namespace WHERE nspname = current_schema()) AND c.relkind IN ('r', 'p') AND c.relname IN (` + ownedIn + `)
@@ -100,16 +106,21 @@ UNION ALL SELECT 'host:' || c.relname FROM pg_class c
 ORDER BY 1`
 }
 
-// facts reads the table's DEFERRABLE unique constraints, its INVALID
+// Facts reads the table's facts (readFacts); PlanTable takes them back.
+func (d Driver) Facts(ctx context.Context, q core.Querier, schemaName string, live, want *schema.Table) (core.Facts, error) {
+	return d.readFacts(ctx, q, schemaName, live, want)
+}
+
+// readFacts reads the table's DEFERRABLE unique constraints, its INVALID
 // indexes (an online build that crashed or failed) and its size, which
 // chooses the path.
-func (postgresDriver) facts(ctx context.Context, q querier, schemaName string, live, want *schema.Table) (tableFacts, error) {
+func (Driver) readFacts(ctx context.Context, q core.Querier, schemaName string, live, want *schema.Table) (tableFacts, error) {
 	var f tableFacts
 	var err error
 	if f.deferrable, err = deferrableUniques(ctx, q, live.Name); err != nil {
 		return f, err
 	}
-	if f.invalid, err = queryStrings(ctx, q, `SELECT c.relname FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
+	if f.invalid, err = core.QueryStrings(ctx, q, `SELECT c.relname FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
  WHERE i.indrelid = to_regclass($1) AND NOT i.indisvalid ORDER BY 1`, qualified(schemaName, live.Name)); err != nil {
 		return f, fmt.Errorf("read invalid indexes of %s: %w", live.Name, err)
 	}
@@ -123,7 +134,7 @@ func (postgresDriver) facts(ctx context.Context, q querier, schemaName string, l
 	for i, c := range want.Columns {
 		names[i] = c.Name
 	}
-	if f.rebuild.quoted, err = readQuoted(ctx, q, names); err != nil {
+	if f.rebuild.quoted, err = ReadQuoted(ctx, q, names); err != nil {
 		return f, fmt.Errorf("quote the column names of %s: %w", live.Name, err)
 	}
 	if f.notValid, err = notValidConstraints(ctx, q, schemaName, live.Name); err != nil {
@@ -148,7 +159,7 @@ func (postgresDriver) facts(ctx context.Context, q querier, schemaName string, l
 
 // observable is live without what no statement can use (endstate.Usable):
 // its INVALID indexes, NOT VALID constraints and DEFERRABLE uniques.
-func (postgresDriver) observable(ctx context.Context, q querier, live *schema.Table) (*schema.Table, error) {
+func (Driver) Observable(ctx context.Context, q core.Querier, live *schema.Table) (*schema.Table, error) {
 	if live == nil {
 		return nil, nil
 	}
@@ -159,7 +170,7 @@ func (postgresDriver) observable(ctx context.Context, q querier, live *schema.Ta
 	return endstate.Usable(live, names), nil
 }
 
-func (postgresDriver) explain(err error) error { return withDetail(err) }
+func (Driver) Explain(err error) error { return withDetail(err) }
 
 // withDetail appends PostgreSQL's DETAIL and HINT to err: they name the
 // object that blocked a statement (the view that reads a column, say), which

@@ -1,7 +1,8 @@
-package reconcile
+package postgres
 
 import (
 	"fmt"
+	"github.com/schemastate/schemastate/reconcile/internal/core"
 
 	"github.com/schemastate/schemastate/dialect"
 	"github.com/schemastate/schemastate/internal/ops"
@@ -9,7 +10,7 @@ import (
 
 // The online recipe for a check, a foreign key and SET NOT NULL: check_rows,
 // add_not_valid, validate (and set_not_null), each done when the live
-// constraint is the declared definition (postgres_definitions.go).
+// constraint is the declared definition (definitions.go).
 
 // exists is the catalog check that the table has a constraint of that
 // name; valid adds that it is validated, match (a condition on its
@@ -59,13 +60,13 @@ func (p recipePlanner) constraint(s constraintSpec) []ops.Phase {
 		lock, lockNote, detail = ops.LockCatalog, lockNote+"; the definition found under the name dropped first", detail+" (replacing another definition under the name)"
 	}
 	return []ops.Phase{
-		{Step: StepShape, Name: ops.PhaseCheckRows, Kind: ops.KindCheckRows, Table: p.table, Object: s.name, Lock: ops.LockNone, Scans: true,
+		{Step: core.StepShape, Name: ops.PhaseCheckRows, Kind: ops.KindCheckRows, Table: p.table, Object: s.name, Lock: ops.LockNone, Scans: true,
 			Breaking: p.breaking(s.broken), Constraint: s.what,
 			DoneWhen: "SELECT " + p.exists(s.name, false, s.match) + or, Detail: detail},
-		{Step: StepShape, Name: ops.PhaseAddNotValid, Kind: ops.KindStatements, Table: p.table, Object: s.name, Transactional: true, Lock: lock,
+		{Step: core.StepShape, Name: ops.PhaseAddNotValid, Kind: ops.KindStatements, Table: p.table, Object: s.name, Transactional: true, Lock: lock,
 			SQL:      add,
 			DoneWhen: "SELECT " + p.exists(s.name, false, s.match) + or, Detail: detail + lockNote},
-		{Step: StepShape, Name: ops.PhaseValidate, Kind: ops.KindOwnTx, Table: p.table, Object: s.name, Transactional: true, Lock: ops.LockShareUpdateExclusive, Scans: true,
+		{Step: core.StepShape, Name: ops.PhaseValidate, Kind: ops.KindOwnTx, Table: p.table, Object: s.name, Transactional: true, Lock: ops.LockShareUpdateExclusive, Scans: true,
 			SQL:      []string{fmt.Sprintf("ALTER TABLE %s VALIDATE CONSTRAINT %s", p.qt, qn)},
 			Breaking: p.breaking(s.broken), Constraint: s.what,
 			Cleanup:  []string{drop},
@@ -81,7 +82,7 @@ func (p recipePlanner) setNotNull(col string, replace map[string]bool) []ops.Pha
 	qc := dialect.QuoteIdent(col)
 	phases := p.constraint(constraintSpec{name: chk, what: "NOT NULL of " + col, broken: qc + " IS NULL", def: fmt.Sprintf("CHECK (%s IS NOT NULL)", qc),
 		match: checkMatches(p.declaredCheckExpr(chk)), lock: ops.LockCatalog, replace: replace[chk], skipWhen: p.notNull(col)})
-	return append(phases, ops.Phase{Step: StepShape, Name: ops.PhaseSetNotNull, Kind: ops.KindStatements, Table: p.table, Object: col, Transactional: true, Lock: ops.LockCatalog,
+	return append(phases, ops.Phase{Step: core.StepShape, Name: ops.PhaseSetNotNull, Kind: ops.KindStatements, Table: p.table, Object: col, Transactional: true, Lock: ops.LockCatalog,
 		SQL: []string{
 			fmt.Sprintf("ALTER TABLE %s ALTER COLUMN %s SET NOT NULL", p.qt, qc),
 			fmt.Sprintf("ALTER TABLE %s DROP CONSTRAINT IF EXISTS %s", p.qt, dialect.QuoteIdent(chk)),
@@ -93,7 +94,7 @@ func (p recipePlanner) setNotNull(col string, replace map[string]bool) []ops.Pha
 // dropNotNullCheck drops a recipe's check left by a SET NOT NULL that no
 // longer applies (the declaration changed back).
 func (p recipePlanner) dropNotNullCheck(chk string) ops.Phase {
-	return ops.Phase{Step: StepShape, Name: ops.PhaseAlter, Kind: ops.KindStatements, Table: p.table, Object: chk, Transactional: true, Lock: ops.LockCatalog,
+	return ops.Phase{Step: core.StepShape, Name: ops.PhaseAlter, Kind: ops.KindStatements, Table: p.table, Object: chk, Transactional: true, Lock: ops.LockCatalog,
 		SQL:      []string{fmt.Sprintf("ALTER TABLE %s DROP CONSTRAINT IF EXISTS %s", p.qt, dialect.QuoteIdent(chk))},
 		DoneWhen: "SELECT NOT " + p.exists(chk, false),
 		Detail:   p.why + "; the check " + chk + " of a SET NOT NULL no longer declared"}

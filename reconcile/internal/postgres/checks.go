@@ -1,12 +1,13 @@
-package reconcile
+package postgres
 
 import (
 	"context"
 	"database/sql"
 	"fmt"
+	"github.com/schemastate/schemastate/reconcile/internal/core"
 	"sort"
 
-	"ariga.io/atlas/sql/postgres"
+	atlaspg "ariga.io/atlas/sql/postgres"
 	"ariga.io/atlas/sql/schema"
 
 	"github.com/schemastate/schemastate/dialect"
@@ -59,7 +60,7 @@ func (c *checkFacts) same(name string) bool {
 // readCheckFacts reads the table's live checks and normalizes the declared
 // ones; nothing is created when the declaration has no check to compare or
 // add.
-func readCheckFacts(ctx context.Context, q querier, schemaName string, live, want *schema.Table) (*checkFacts, error) {
+func readCheckFacts(ctx context.Context, q core.Querier, schemaName string, live, want *schema.Table) (*checkFacts, error) {
 	cf := &checkFacts{live: map[string]string{}, declared: map[string]string{}, deparsed: map[string]bool{}}
 	rows, err := q.QueryContext(ctx, `SELECT conname, pg_get_expr(conbin, conrelid) FROM pg_constraint WHERE conrelid = to_regclass($1) AND contype = 'c'`, qualified(schemaName, live.Name))
 	if err != nil {
@@ -143,14 +144,14 @@ func spelledIndexes(want *schema.Table) []*schema.Index {
 // server stores them, inside a transaction that is rolled back: nothing
 // outlives it, on the server or on a pooled connection. What does not parse
 // is left out (the phase that adds it reports the error).
-func scratchForms(ctx context.Context, q querier, schemaName, table string, exprs map[string]string, indexes []*schema.Index) (map[string]string, map[string]indexForm, error) {
+func scratchForms(ctx context.Context, q core.Querier, schemaName, table string, exprs map[string]string, indexes []*schema.Index) (map[string]string, map[string]indexForm, error) {
 	names := make([]string, 0, len(exprs))
 	for n := range exprs {
 		names = append(names, n)
 	}
 	sort.Strings(names)
 	checks, forms := map[string]string{}, map[string]indexForm{}
-	err := rolledBack(ctx, q, func(tx querier) error {
+	err := rolledBack(ctx, q, func(tx core.Querier) error {
 		if _, err := tx.ExecContext(ctx, fmt.Sprintf("CREATE TEMPORARY TABLE %s (LIKE %s)", scratchTable, qualified(schemaName, table))); err != nil {
 			return err
 		}
@@ -195,7 +196,7 @@ func scratchForms(ctx context.Context, q querier, schemaName, table string, expr
 // scratchRead runs add in a savepoint of tx and, when it succeeds, scan on
 // each row of read; an add that fails is rolled back to the savepoint and
 // skipped.
-func scratchRead(ctx context.Context, tx querier, add, read string, scan func(*sql.Rows) error) error {
+func scratchRead(ctx context.Context, tx core.Querier, add, read string, scan func(*sql.Rows) error) error {
 	if _, err := tx.ExecContext(ctx, "SAVEPOINT schemastate_form"); err != nil {
 		return err
 	}
@@ -244,8 +245,8 @@ func withServerForms(want *schema.Table, forms map[string]indexForm) *schema.Tab
 		}
 		c.Attrs = make([]schema.Attr, len(idx.Attrs))
 		for j, a := range idx.Attrs {
-			if _, ok := a.(*postgres.IndexPredicate); ok && f.predicate != "" {
-				a = &postgres.IndexPredicate{P: f.predicate}
+			if _, ok := a.(*atlaspg.IndexPredicate); ok && f.predicate != "" {
+				a = &atlaspg.IndexPredicate{P: f.predicate}
 			}
 			c.Attrs[j] = a
 		}
@@ -256,7 +257,7 @@ func withServerForms(want *schema.Table, forms map[string]indexForm) *schema.Tab
 
 // rolledBack runs fn in a transaction it rolls back: one of its own on a
 // connection or pool, a savepoint inside a transaction.
-func rolledBack(ctx context.Context, q querier, fn func(querier) error) error {
+func rolledBack(ctx context.Context, q core.Querier, fn func(core.Querier) error) error {
 	if b, ok := q.(interface {
 		BeginTx(context.Context, *sql.TxOptions) (*sql.Tx, error)
 	}); ok {

@@ -1,4 +1,4 @@
-package reconcile
+package sqlite
 
 import (
 	"fmt"
@@ -7,40 +7,43 @@ import (
 	"strings"
 
 	"ariga.io/atlas/sql/schema"
-	"ariga.io/atlas/sql/sqlite"
+	atlassqlite "ariga.io/atlas/sql/sqlite"
 
 	"github.com/schemastate/schemastate/dialect"
+	"github.com/schemastate/schemastate/internal/catalog"
 	"github.com/schemastate/schemastate/internal/describe"
 	"github.com/schemastate/schemastate/internal/ops"
+	"github.com/schemastate/schemastate/reconcile/internal/core"
 )
 
 // SQLite planning: pure, from the inspected table, its declaration and the
-// catalog facts sqlite_driver.go reads.
+// catalog facts driver.go reads.
 
 // planTable: a new table is one create phase; an existing one is one alter
 // phase where ALTER TABLE can make every change (needsCopy), else one
 // rebuild phase with its guards.
-func (sqliteDriver) planTable(pc *planContext, tp *tablePlan, f tableFacts) error {
+func (Driver) PlanTable(pc *core.PlanContext, tp *core.TablePlan, cf core.Facts) error {
+	f, _ := cf.(facts) // none for a new table
 	if tp.Live == nil {
-		stmts, err := pc.render(&schema.AddTable{T: tp.Want})
+		stmts, err := pc.Render(&schema.AddTable{T: tp.Want})
 		if err != nil {
 			return fmt.Errorf("plan %s: %w", tp.Table, err)
 		}
-		tp.Phases = []ops.Phase{sqlitePhase(ops.PhaseCreate, tp.Table, stmts)}
+		tp.Phases = []ops.Phase{phase(ops.PhaseCreate, tp.Table, stmts)}
 		return nil
 	}
 	tp.Live = normalizedLive(tp.Live, tp.Want) // the inspected table is left as read
-	changes, kept, err := pc.diff(tp)
+	changes, kept, err := pc.Diff(tp)
 	stale := staleSelfReferences(tp.Live, tp.Want)
 	if err != nil || len(tp.Refused) > 0 || len(changes) == 0 && stale == "" {
 		return err
 	}
 	if !needsCopy(changes) && stale == "" {
-		stmts, err := pc.render(&schema.ModifyTable{T: tp.Want, Changes: changes})
+		stmts, err := pc.Render(&schema.ModifyTable{T: tp.Want, Changes: changes})
 		if err != nil {
 			return fmt.Errorf("plan %s: %w", tp.Table, err)
 		}
-		ph := sqlitePhase(ops.PhaseAlter, tp.Table, stmts)
+		ph := phase(ops.PhaseAlter, tp.Table, stmts)
 		ph.Scans = slices.ContainsFunc(changes, func(c schema.Change) bool { _, build := c.(*schema.AddIndex); return build })
 		tp.Phases = []ops.Phase{ph}
 		return nil
@@ -87,15 +90,15 @@ func staleSelfReferences(live, want *schema.Table) string {
 	return fmt.Sprintf("foreign key %s names %s, which does not exist: rebuilt naming %s", strings.Join(cols, ", "), rebuildName(live.Name), want.Name)
 }
 
-// sqlitePhase is a phase of the reconcile's one BEGIN IMMEDIATE transaction.
-func sqlitePhase(name, table string, stmts []string) ops.Phase {
-	return ops.Phase{Step: StepShape, Name: name, Kind: ops.KindStatements, Table: table, SQL: stmts, Transactional: true, Lock: ops.LockSQLiteWrite}
+// phase is a phase of the reconcile's one BEGIN IMMEDIATE transaction.
+func phase(name, table string, stmts []string) ops.Phase {
+	return ops.Phase{Step: core.StepShape, Name: name, Kind: ops.KindStatements, Table: table, SQL: stmts, Transactional: true, Lock: ops.LockSQLiteWrite}
 }
 
 // normalizedLive is live without the differences that are spellings of the
 // same shape, so an equivalent live table plans no change (and runs no DDL).
 func normalizedLive(live, want *schema.Table) *schema.Table {
-	live = cloneTable(live)
+	live = core.CloneTable(live)
 	// An inline UNIQUE (…) constraint inspects as sqlite_autoindex_T_N; it is
 	// the same uniqueness as a declared unique index over the same columns.
 	for _, idx := range live.Indexes {
@@ -103,7 +106,7 @@ func normalizedLive(live, want *schema.Table) *schema.Table {
 			continue
 		}
 		for _, w := range want.Indexes {
-			if w.Unique && sameColumns(idx, w) {
+			if w.Unique && core.SameColumns(idx, w) {
 				idx.Name = w.Name
 				idx.Attrs = nil
 			}
@@ -114,23 +117,11 @@ func normalizedLive(live, want *schema.Table) *schema.Table {
 	// Atlas's inspection strips: the same default, not a change.
 	for _, wc := range want.Columns {
 		if lc, ok := live.Column(wc.Name); ok && wc.Default != nil && lc.Default != nil &&
-			describe.BareExpr(defaultSQL(wc.Default)) == describe.BareExpr(defaultSQL(lc.Default)) {
+			describe.BareExpr(core.DefaultSQL(wc.Default)) == describe.BareExpr(core.DefaultSQL(lc.Default)) {
 			lc.Default = wc.Default
 		}
 	}
 	return live
-}
-
-func sameColumns(a, b *schema.Index) bool {
-	if len(a.Parts) != len(b.Parts) {
-		return false
-	}
-	for i := range a.Parts {
-		if a.Parts[i].C == nil || b.Parts[i].C == nil || a.Parts[i].C.Name != b.Parts[i].C.Name {
-			return false
-		}
-	}
-	return true
 }
 
 // needsCopy reports whether SQLite can only make these changes by rebuilding
@@ -193,21 +184,21 @@ func atlasCopies(c *schema.Column) bool {
 // checks — is created again on the new one (drift.go). Its guards refuse to
 // let it commit unless every row was copied and no foreign-key violation
 // appeared, and run the rename as the legacy rename.
-func rebuildPhase(pc *planContext, live, want *schema.Table, changes, drift []schema.Change, f tableFacts) (ops.Phase, error) {
+func rebuildPhase(pc *core.PlanContext, live, want *schema.Table, changes, drift []schema.Change, f facts) (ops.Phase, error) {
 	tmp, keepIndexes := rebuildTable(live, want, drift)
-	stmts, err := pc.render(&schema.AddTable{T: tmp})
+	stmts, err := pc.Render(&schema.AddTable{T: tmp})
 	if err != nil {
 		return ops.Phase{}, err
 	}
 	// The new table carries the kept foreign keys and checks as Atlas read
 	// them off the catalog, a check's expression as raw text: what Atlas
-	// renders of them must stay one statement (sqlite_ident.go).
+	// renders of them must stay one statement (internal/catalog).
 	for _, s := range stmts {
-		if err := singleSQLiteStatement(s); err != nil {
+		if err := catalog.SingleSQLiteStatement(s); err != nil {
 			return ops.Phase{}, err
 		}
 	}
-	fill := fills(live, want)
+	fill := core.Fills(live, want)
 	table := dialect.QuoteIdent(want.Name)
 	copyAt := len(stmts)
 	stmts = append(stmts,
@@ -215,7 +206,7 @@ func rebuildPhase(pc *planContext, live, want *schema.Table, changes, drift []sc
 		"DROP TABLE "+table,
 		"ALTER TABLE "+dialect.QuoteIdent(tmp.Name)+" RENAME TO "+table)
 	for _, idx := range want.Indexes {
-		s, err := pc.render(&schema.ModifyTable{T: want, Changes: []schema.Change{&schema.AddIndex{I: idx}}})
+		s, err := pc.Render(&schema.ModifyTable{T: want, Changes: []schema.Change{&schema.AddIndex{I: idx}}})
 		if err != nil {
 			return ops.Phase{}, err
 		}
@@ -230,7 +221,7 @@ func rebuildPhase(pc *planContext, live, want *schema.Table, changes, drift []sc
 	}
 	stmts = append(stmts, f.triggers...)
 
-	ph := sqlitePhase(ops.PhaseRebuild, want.Name, stmts)
+	ph := phase(ops.PhaseRebuild, want.Name, stmts)
 	ph.Guards = nullChecks(live, want, fill)
 	if why := fkCheckWhy(live, tmp, changes, f.referencedBy); why != "" {
 		var checks []string
@@ -325,7 +316,7 @@ func nullChecks(live, want *schema.Table, fill map[string]string) []ops.Guard {
 			continue
 		}
 		var names []string
-		if !slices.ContainsFunc(live.Attrs, func(a schema.Attr) bool { _, ok := a.(*sqlite.WithoutRowID); return ok }) {
+		if !slices.ContainsFunc(live.Attrs, func(a schema.Attr) bool { _, ok := a.(*atlassqlite.WithoutRowID); return ok }) {
 			names = append(names, "rowid")
 		}
 		var key []*schema.Column
@@ -425,12 +416,12 @@ func foreignKeyKeys(t, live *schema.Table) []string {
 // rebuild: the operator's own CREATE INDEX as SQLite stored it. An inline
 // UNIQUE (an autoindex, which has no statement and whose name SQLite
 // reserves) becomes a named unique index over the same columns.
-func keptIndex(pc *planContext, want *schema.Table, idx *schema.Index, stored map[string]string) ([]string, error) {
+func keptIndex(pc *core.PlanContext, want *schema.Table, idx *schema.Index, stored map[string]string) ([]string, error) {
 	if stmt, ok := stored[idx.Name]; ok {
 		return []string{stmt}, nil
 	}
 	named := *idx
 	named.Name = want.Name + "_" + strings.Join(describe.ColumnNames(idx), "_") + "_key"
 	named.Table = want
-	return pc.render(&schema.ModifyTable{T: want, Changes: []schema.Change{&schema.AddIndex{I: &named}}})
+	return pc.Render(&schema.ModifyTable{T: want, Changes: []schema.Change{&schema.AddIndex{I: &named}}})
 }

@@ -1,4 +1,4 @@
-package reconcile
+package core
 
 import (
 	"fmt"
@@ -12,14 +12,14 @@ import (
 // Twins on either dialect: an object under a declared name with another
 // definition. Atlas pairs checks by name and compares nothing else of them
 // (its default diff mode is not the normalized one), so the diff adds the
-// change it misses (checkTwins); twinNotes names what was found, for the
-// step detail. PostgreSQL's comparisons are in postgres_definitions.go and
-// postgres_checks.go.
+// change it misses (CheckTwins); TwinNotes names what was found, for the
+// step detail. PostgreSQL's comparisons are in reconcile/internal/postgres
+// (definitions.go and checks.go).
 
-// checkTwins are the diff's changes Atlas misses: a declared check whose
+// CheckTwins are the diff's changes Atlas misses: a declared check whose
 // name the live table holds with another expression (Atlas pairs checks by
 // name and compares nothing else of them).
-func checkTwins(live, want *schema.Table, same func(l, w *schema.Check) bool, changes []schema.Change) []schema.Change {
+func CheckTwins(live, want *schema.Table, same func(l, w *schema.Check) bool, changes []schema.Change) []schema.Change {
 	for _, a := range want.Attrs {
 		w, ok := a.(*schema.Check)
 		if !ok || w.Name == "" {
@@ -50,18 +50,18 @@ func hasCheckChange(changes []schema.Change, name string) bool {
 	return false
 }
 
-// sameCheckText compares two checks as SQLite stores them, in the table's
+// SameCheckText compares two checks as SQLite stores them, in the table's
 // SQL: the expression without its outer parentheses, its white space
 // collapsed.
-func sameCheckText(l, w *schema.Check) bool {
+func SameCheckText(l, w *schema.Check) bool {
 	norm := func(x string) string { return strings.Join(strings.Fields(describe.BareExpr(x)), " ") }
 	return norm(l.Expr) == norm(w.Expr)
 }
 
-// twinNotes describe each object the diff found under a declared name with
+// TwinNotes describe each object the diff found under a declared name with
 // another definition, for the step detail: what was found and that the
 // declared definition replaces it.
-func twinNotes(changes []schema.Change, notValid, deferrable map[string]bool) []string {
+func TwinNotes(changes []schema.Change, notValid, deferrable map[string]bool) []string {
 	var out []string
 	valid := func(name string) string {
 		if notValid[name] {
@@ -92,14 +92,14 @@ func twinNotes(changes []schema.Change, notValid, deferrable map[string]bool) []
 	return out
 }
 
-// nameTwins names, in the detail of a table's phases that have none (a
+// NameTwins names, in the detail of a table's phases that have none (a
 // SQLite rebuild or alter), each twin the diff found: what the step found
 // and replaced. PostgreSQL's phases name them in their detail already.
-func nameTwins(tp *tablePlan) {
-	if tp.twins != nil {
+func NameTwins(tp *TablePlan) {
+	if tp.Twins != nil {
 		return
 	}
-	notes := twinNotes(tp.Changes, nil, nil)
+	notes := TwinNotes(tp.Changes, nil, nil)
 	if len(notes) == 0 {
 		return
 	}

@@ -1,4 +1,4 @@
-package reconcile
+package postgres
 
 import (
 	"context"
@@ -14,6 +14,7 @@ import (
 
 	"github.com/schemastate/schemastate/dialect"
 	"github.com/schemastate/schemastate/internal/ops"
+	"github.com/schemastate/schemastate/reconcile/internal/core"
 )
 
 // PostgreSQL: the lock is a transaction-level advisory lock
@@ -53,9 +54,9 @@ import (
 // never waits for another replica's reconcile; a boot with work takes the
 // lock and checks again under it.
 
-// lockAdvisoryXact names PostgreSQL's boot lock in Report.Lock: a
+// LockAdvisoryXact names PostgreSQL's boot lock in Report.Lock: a
 // transaction-level advisory lock held by a transaction of its own.
-const lockAdvisoryXact = "advisory_xact"
+const LockAdvisoryXact = "advisory_xact"
 
 type pgSession struct {
 	conn   *sql.Conn
@@ -74,10 +75,10 @@ type pgSession struct {
 	// restoreTimeout, once preflight lifted statement_timeout on conn, is
 	// the statement that gives the connection back its own (release).
 	restoreTimeout string
-	o              *call
+	o              *core.Config
 }
 
-func openPostgres(ctx context.Context, db *sql.DB, o *call) (*pgSession, error) {
+func openPostgres(ctx context.Context, db *sql.DB, o *core.Config) (*pgSession, error) {
 	conn, err := db.Conn(ctx)
 	if err != nil {
 		return nil, err
@@ -106,12 +107,12 @@ func openPostgres(ctx context.Context, db *sql.DB, o *call) (*pgSession, error) 
 // connection, pool idle or not; were waiters to keep theirs, eight replicas
 // on a pool of four would leave the holder no server connection for its
 // steps, and every replica would wait out its lock wait.
-func (s *pgSession) lock(ctx context.Context) error {
+func (s *pgSession) Lock(ctx context.Context) error {
 	if n := s.db.Stats().MaxOpenConnections; n == 1 {
 		return fmt.Errorf("the pool allows one connection (SetMaxOpenConns(%d)); the reconcile's lock holds a transaction on a connection of its own beside the one its steps run on: allow at least two", n)
 	}
 	s.lockConn, s.conn = s.conn, nil
-	deadline := time.Now().Add(s.o.lockWait)
+	deadline := time.Now().Add(s.o.LockWait)
 	pause := 50 * time.Millisecond
 	for {
 		got, err := s.tryLock(ctx)
@@ -124,10 +125,10 @@ func (s *pgSession) lock(ctx context.Context) error {
 		discard(s.lockConn)
 		s.lockConn = nil
 		if pause == 50*time.Millisecond {
-			s.o.logger.Info("reconcile lock: another reconcile holds it; waiting", "lock", s.ident, "lock_wait", s.o.lockWait)
+			s.o.Logger.Info("reconcile lock: another reconcile holds it; waiting", "lock", s.ident, "lock_wait", s.o.LockWait)
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("%w on %s; gave up after %s", ErrLockHeld, s.ident, s.o.lockWait)
+			return fmt.Errorf("%w on %s; gave up after %s", core.ErrLockHeld, s.ident, s.o.LockWait)
 		}
 		select {
 		case <-ctx.Done():
@@ -161,7 +162,7 @@ func (s *pgSession) tryLock(ctx context.Context) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	if err := setLocalTimeout(ctx, tx, s.o.stmtBudget(budgetCatalog)); err != nil {
+	if err := setLocalTimeout(ctx, tx, stmtBudget(s.o, budgetCatalog)); err != nil {
 		_ = tx.Rollback()
 		return false, err
 	}
@@ -204,7 +205,7 @@ func (s *pgSession) idle(ctx context.Context) error {
 // holding is the holder check: the lock's transaction is alive and holds
 // the lock. It asks that transaction itself, so behind any pooler it is the
 // server connection the lock lives on that answers.
-func (s *pgSession) holding(ctx context.Context) error {
+func (s *pgSession) Holding(ctx context.Context) error {
 	if s.lockTx == nil {
 		return nil
 	}
@@ -238,22 +239,22 @@ func pooled(err error) error {
 	return err
 }
 
-func (s *pgSession) querier() dialect.Querier { return s.conn }
+func (s *pgSession) Querier() dialect.Querier { return s.conn }
 
-func (s *pgSession) schemaName() string { return s.schema }
+func (s *pgSession) SchemaName() string { return s.schema }
 
-func (s *pgSession) begin(ctx context.Context, step string) (dialect.Querier, error) {
+func (s *pgSession) Begin(ctx context.Context, step string) (dialect.Querier, error) {
 	tx, err := s.conn.BeginTx(ctx, nil)
 	if err != nil {
 		return nil, err
 	}
 	// The backfill is one scan and one copy of the history (AC-23a): no
 	// bound but the host's patience; execution_since writes one key.
-	budget := s.o.stmtBudget(budgetCatalog)
-	if step == StepBackfill {
-		budget = s.o.stmtBudget(budgetScan)
+	budget := stmtBudget(s.o, budgetCatalog)
+	if step == core.StepBackfill {
+		budget = stmtBudget(s.o, budgetScan)
 	}
-	if err := setLocalTimeouts(ctx, tx, s.o.ddlLockTimeout, budget); err != nil {
+	if err := setLocalTimeouts(ctx, tx, s.o.DDLLockTimeout, budget); err != nil {
 		tx.Rollback()
 		return nil, err
 	}
@@ -261,7 +262,7 @@ func (s *pgSession) begin(ctx context.Context, step string) (dialect.Querier, er
 	return tx, nil
 }
 
-func (s *pgSession) end(ctx context.Context, ok bool) error {
+func (s *pgSession) End(ctx context.Context, ok bool) error {
 	tx := s.tx
 	s.tx = nil
 	if !ok {
@@ -273,12 +274,12 @@ func (s *pgSession) end(ctx context.Context, ok bool) error {
 // close releases the lock. Every step has already committed or rolled back
 // in its own transaction, so nothing here can undo a step: a failed release
 // is not a step failure.
-func (s *pgSession) close(context.Context) error {
+func (s *pgSession) Close(context.Context) error {
 	s.release()
 	return nil
 }
 
-func (s *pgSession) abort() {
+func (s *pgSession) Abort() {
 	if s.tx != nil {
 		s.tx.Rollback()
 	}
@@ -308,6 +309,6 @@ func (s *pgSession) release() {
 		s.lockConn.Close()
 		return
 	}
-	s.o.logger.Warn("reconcile lock: its transaction did not end cleanly; its connection is discarded, which ends it on the server", "lock", s.ident, "error", err)
+	s.o.Logger.Warn("reconcile lock: its transaction did not end cleanly; its connection is discarded, which ends it on the server", "lock", s.ident, "error", err)
 	discard(s.lockConn)
 }

@@ -1,18 +1,18 @@
-package reconcile
+package postgres
 
 import (
-	"context"
 	"fmt"
 	"slices"
 	"strings"
 
-	"ariga.io/atlas/sql/postgres"
+	atlaspg "ariga.io/atlas/sql/postgres"
 	"ariga.io/atlas/sql/schema"
 
 	"github.com/schemastate/schemastate/dialect"
 	"github.com/schemastate/schemastate/internal/describe"
 	"github.com/schemastate/schemastate/internal/ops"
 	"github.com/schemastate/schemastate/internal/pgtypes"
+	"github.com/schemastate/schemastate/reconcile/internal/core"
 )
 
 // PostgreSQL planning: the single-transaction path and the online phases.
@@ -24,17 +24,17 @@ import (
 //
 // A table at or above it is changed in phases whose every exclusive lock is
 // catalog-only (docs/reconcile.md, "Later edits on a large PostgreSQL
-// table"). planOnline (postgres_online.go) sorts the diff:
+// table"). planOnline (online.go) sorts the diff:
 //
 //   - alter: what is catalog-only as Atlas renders it (a constant default, a
 //     rename, a constraint dropped, a binary-coercible type change);
-//   - the recipes (postgres_recipes.go): SET NOT NULL, a check, a foreign
+//   - the recipes (recipes.go): SET NOT NULL, a check, a foreign
 //     key through check_rows, NOT VALID and VALIDATE; a column whose default
 //     is evaluated per row added nullable, then filled in page batches;
-//   - indexes (postgres_indexes.go): built and dropped CONCURRENTLY, a
+//   - indexes (indexes.go): built and dropped CONCURRENTLY, a
 //     redefined index or primary key built beside and swapped in, unique
 //     keys attached USING INDEX in swap_key;
-//   - widenings: the shadow-table rebuild (postgres_rebuild.go), or the
+//   - widenings: the shadow-table rebuild (rebuild.go), or the
 //     column copy (widen_expand, widen_copy, widen_contract) where the
 //     rebuild does not apply.
 //
@@ -77,7 +77,7 @@ type inflight struct {
 	next    map[string]string
 	orphans []string
 	// twins describe each object found under a declared name with another
-	// definition, replaced by the declared one (postgres_definitions.go);
+	// definition, replaced by the declared one (definitions.go);
 	// replace names the checks and foreign keys among them, which the
 	// recipe drops in the transaction that adds the declared one.
 	twins   []string
@@ -98,7 +98,7 @@ func (f *inflight) any() bool { return f != nil && len(f.notes) > 0 }
 // the table's INVALID indexes (tableFacts).
 func resumeOnline(live, want *schema.Table, invalid []string) (*schema.Table, *inflight) {
 	f := &inflight{invalid: map[string]bool{}, replace: map[string]bool{}}
-	live = cloneTable(live)
+	live = core.CloneTable(live)
 	cols := live.Columns[:0:0]
 	for _, c := range live.Columns {
 		if base, ok := strings.CutSuffix(c.Name, shadowSuffix); ok {
@@ -128,7 +128,7 @@ func resumeOnline(live, want *schema.Table, invalid []string) (*schema.Table, *i
 		if strings.HasPrefix(idx.Name, nextIndexPrefix) && f.resumeNext(idx, live, want, slices.Contains(invalid, idx.Name)) {
 			continue
 		}
-		if w, declared := want.Index(idx.Name); declared && isUniqueConstraint(w) && idx.Unique && !isUniqueConstraint(idx) && sameColumns(idx, w) && !hasPredicate(idx) {
+		if w, declared := want.Index(idx.Name); declared && isUniqueConstraint(w) && idx.Unique && !isUniqueConstraint(idx) && core.SameColumns(idx, w) && !hasPredicate(idx) {
 			f.notes = append(f.notes, fmt.Sprintf("index %s built, not yet the key", idx.Name))
 			continue
 		}
@@ -167,46 +167,13 @@ func (f *inflight) resumeNext(idx *schema.Index, live, want *schema.Table, inval
 		return true
 	}
 	for _, a := range idx.Attrs {
-		if c, ok := a.(*postgres.Constraint); ok && c.T != "" {
+		if c, ok := a.(*atlaspg.Constraint); ok && c.T != "" {
 			return false // a constraint's index: not one we build beside
 		}
 	}
 	f.orphans = append(f.orphans, idx.Name)
 	f.notes = append(f.notes, fmt.Sprintf("index %s built for a redefinition no longer declared (dropped)", idx.Name))
 	return true
-}
-
-// tableSize is what the path is chosen from.
-type tableSize struct {
-	bytes   int64
-	rows    int64 // the planner's estimate (pg_class.reltuples); -1 when never analysed
-	version int   // server_version_num
-}
-
-func (s tableSize) String() string {
-	if s.rows < 0 {
-		return fmt.Sprintf("%s, rows not yet estimated", byteSize(s.bytes))
-	}
-	return fmt.Sprintf("%s, ~%d rows", byteSize(s.bytes), s.rows)
-}
-
-func readTableSize(ctx context.Context, q dialect.Querier, schemaName, table string) (tableSize, error) {
-	var s tableSize
-	var rows float64
-	err := q.QueryRowContext(ctx, `SELECT pg_table_size(c.oid), c.reltuples, current_setting('server_version_num')::int
- FROM pg_class c WHERE c.oid = to_regclass($1)`, qualified(schemaName, table)).Scan(&s.bytes, &rows, &s.version)
-	s.rows = int64(rows)
-	return s, err
-}
-
-func byteSize(n int64) string {
-	switch {
-	case n >= 1<<30:
-		return fmt.Sprintf("%.1f GiB", float64(n)/(1<<30))
-	case n >= 1<<20:
-		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
-	}
-	return fmt.Sprintf("%d kB", n>>10)
 }
 
 // prelude is what precedes Atlas's statements in a PostgreSQL table's
@@ -233,22 +200,77 @@ func (p prelude) catalogOnly() bool { return len(p.replaced) == 0 && len(p.fills
 // (an online upgrade in flight, a deferrable key, an equivalent key under
 // another name), diffed, and planned as the single transaction or as online
 // phases by its size (planPhases).
-func (postgresDriver) planTable(pc *planContext, tp *tablePlan, f tableFacts) error {
+func (d Driver) PlanTable(pc *core.PlanContext, tp *core.TablePlan, f core.Facts) error {
+	pf, _ := f.(tableFacts) // none for a new table
+	ptp := &pgTablePlan{TablePlan: tp}
+	err := d.planTable(pc, ptp, pf)
+	if ptp.Inflight.any() {
+		tp.Resumed = ptp.Inflight.notes
+	}
+	return err
+}
+
+// pgTablePlan is one table's plan with what PostgreSQL's planning found of
+// an online upgrade in flight.
+type pgTablePlan struct {
+	*core.TablePlan
+	// Inflight is what an online upgrade stopped between two phases left
+	// in the catalog.
+	Inflight *inflight
+}
+
+func (Driver) planTable(pc *core.PlanContext, tp *pgTablePlan, f tableFacts) error {
 	if tp.Live == nil {
-		stmts, err := pc.render(&schema.AddTable{T: tp.Want})
-		if err != nil {
-			return fmt.Errorf("plan %s: %w", tp.Table, err)
-		}
-		if len(stmts) > 0 {
-			tp.Phases = []ops.Phase{{Step: StepShape, Name: ops.PhaseCreate, Kind: ops.KindStatements, Table: tp.Table, SQL: stmts, Transactional: true, Lock: ops.LockCatalog,
-				Detail: "new table"}}
-		}
-		return nil
+		return planCreate(pc, tp)
 	}
 	// Each normalization returns a new table: the inspected one is left as
 	// the catalog holds it. The declared indexes' predicates and
 	// expressions are compared as the server spells them.
 	tp.Want = withServerForms(tp.Want, f.checks.indexForms())
+	live, in := resumeInflight(tp, f)
+	var pre prelude
+	live, pre.replaced = replaceDeferrableKeys(pc.Schema, live, tp.Want, f.deferrable)
+	for _, w := range tp.Want.Indexes {
+		if f.deferrable[w.Name] {
+			in.twins = append(in.twins, fmt.Sprintf("unique key %s found DEFERRABLE (no ON CONFLICT arbiter): replaced", w.Name))
+		}
+	}
+	live, pre.renames, in.renamed = renameEquivalentUniques(pc.Schema, live, tp.Want, f.deferrable)
+	tp.Live = live // what the diff and the phases plan from
+	tp.Twins = func(changes []schema.Change) []schema.Change {
+		changes = core.CheckTwins(tp.Live, tp.Want, func(l, w *schema.Check) bool { return f.checks.same(w.Name) }, changes)
+		return fkTwins(tp.Live, tp.Want, f.deferrableFKs, changes)
+	}
+	changes, _, err := pc.Diff(tp.TablePlan)
+	if err != nil {
+		return err
+	}
+	in.twins = append(in.twins, core.TwinNotes(changes, f.notValid, f.deferrableFKs)...)
+	if len(tp.Refused) > 0 {
+		tp.Phases = refusedRebuild(pc.Schema, tp)
+		return nil
+	}
+	pre.fills = fillStatements(pc.Schema, tp.Live, tp.Want)
+	return planChanges(pc, tp, f.size, pre, changes)
+}
+
+// planCreate plans a table that does not exist: one create phase.
+func planCreate(pc *core.PlanContext, tp *pgTablePlan) error {
+	stmts, err := pc.Render(&schema.AddTable{T: tp.Want})
+	if err != nil {
+		return fmt.Errorf("plan %s: %w", tp.Table, err)
+	}
+	if len(stmts) > 0 {
+		tp.Phases = []ops.Phase{{Step: core.StepShape, Name: ops.PhaseCreate, Kind: ops.KindStatements, Table: tp.Table, SQL: stmts, Transactional: true, Lock: ops.LockCatalog,
+			Detail: "new table"}}
+	}
+	return nil
+}
+
+// resumeInflight reads off the live table what an online upgrade stopped
+// between two phases left there (tp.Inflight, with a note for each), and
+// returns the table without it, as the diff must see it.
+func resumeInflight(tp *pgTablePlan, f tableFacts) (*schema.Table, *inflight) {
 	live, in := resumeOnline(tp.Live, tp.Want, f.invalid)
 	tp.Inflight = in
 	if tp.Inflight.rebuild = f.rebuild; f.rebuild.inflight() {
@@ -271,42 +293,26 @@ func (postgresDriver) planTable(pc *planContext, tp *tablePlan, f tableFacts) er
 	}
 	slices.Sort(recipeNotes)
 	tp.Inflight.notes = append(tp.Inflight.notes, recipeNotes...)
-	var pre prelude
-	live, pre.replaced = replaceDeferrableKeys(pc.schema, live, tp.Want, f.deferrable)
-	for _, w := range tp.Want.Indexes {
-		if f.deferrable[w.Name] {
-			in.twins = append(in.twins, fmt.Sprintf("unique key %s found DEFERRABLE (no ON CONFLICT arbiter): replaced", w.Name))
-		}
-	}
-	live, pre.renames, in.renamed = renameEquivalentUniques(pc.schema, live, tp.Want, f.deferrable)
-	tp.Live = live // what the diff and the phases plan from
-	tp.twins = func(changes []schema.Change) []schema.Change {
-		changes = checkTwins(tp.Live, tp.Want, func(l, w *schema.Check) bool { return f.checks.same(w.Name) }, changes)
-		return fkTwins(tp.Live, tp.Want, f.deferrableFKs, changes)
-	}
-	changes, _, err := pc.diff(tp)
-	if err != nil {
-		return err
-	}
-	in.twins = append(in.twins, twinNotes(changes, f.notValid, f.deferrableFKs)...)
-	if len(tp.Refused) > 0 {
-		tp.Phases = refusedRebuild(pc.schema, tp)
-		return nil
-	}
-	pre.fills = fillStatements(pc.schema, tp.Live, tp.Want)
+	return live, in
+}
+
+// planChanges renders the diff, the widenings apart from the rest
+// (splitWidenings), and plans the phases that apply them.
+func planChanges(pc *core.PlanContext, tp *pgTablePlan, size tableSize, pre prelude, changes []schema.Change) error {
 	rest, widen := splitWidenings(changes)
 	var stmts, widenSQL []string
+	var err error
 	if len(widen) > 0 {
-		if widenSQL, err = pc.render(&schema.ModifyTable{T: tp.Want, Changes: widen}); err != nil {
+		if widenSQL, err = pc.Render(&schema.ModifyTable{T: tp.Want, Changes: widen}); err != nil {
 			return fmt.Errorf("plan %s: %w", tp.Table, err)
 		}
 	}
 	if len(rest) > 0 {
-		if stmts, err = pc.render(&schema.ModifyTable{T: tp.Want, Changes: rest}); err != nil {
+		if stmts, err = pc.Render(&schema.ModifyTable{T: tp.Want, Changes: rest}); err != nil {
 			return fmt.Errorf("plan %s: %w", tp.Table, err)
 		}
 	}
-	return planPhases(pc, tp, f.size, pre, append(pre.sql(), stmts...), widenSQL)
+	return planPhases(pc, tp, size, pre, append(pre.sql(), stmts...), widenSQL)
 }
 
 // fillStatements are the UPDATEs that apply fills on PostgreSQL, run before
@@ -314,7 +320,7 @@ func (postgresDriver) planTable(pc *planContext, tp *tablePlan, f tableFacts) er
 func fillStatements(schemaName string, live, want *schema.Table) []string {
 	var out []string
 	for _, c := range want.Columns {
-		if v, ok := fills(live, want)[c.Name]; ok {
+		if v, ok := core.Fills(live, want)[c.Name]; ok {
 			col := dialect.QuoteIdent(c.Name)
 			out = append(out, fmt.Sprintf("UPDATE %s.%s SET %s = %s WHERE %s IS NULL",
 				dialect.QuoteIdent(schemaName), dialect.QuoteIdent(want.Name), col, v, col))
@@ -326,12 +332,12 @@ func fillStatements(schemaName string, live, want *schema.Table) []string {
 // planPhases chooses the path by the live table's size and turns one table's
 // diff into phases: alter is the single transaction's ALTERs (the prelude
 // first), widen its type widenings.
-func planPhases(pc *planContext, tp *tablePlan, size tableSize, pre prelude, alter, widen []string) error {
+func planPhases(pc *core.PlanContext, tp *pgTablePlan, size tableSize, pre prelude, alter, widen []string) error {
 	if len(alter) == 0 && len(widen) == 0 && !tp.Inflight.any() && len(tp.Inflight.twins) == 0 {
 		return nil
 	}
-	online := size.bytes >= pc.onlineAbove
-	why := fmt.Sprintf("table is %s, at or above the online threshold %s: online phases", size, byteSize(pc.onlineAbove))
+	online := size.bytes >= pc.OnlineAbove
+	why := fmt.Sprintf("table is %s, at or above the online threshold %s: online phases", size, byteSize(pc.OnlineAbove))
 	switch {
 	case tp.Inflight.any():
 		online, why = true, "resuming an online upgrade ("+strings.Join(tp.Inflight.notes, "; ")+")"
@@ -339,7 +345,7 @@ func planPhases(pc *planContext, tp *tablePlan, size tableSize, pre prelude, alt
 		// The batched copy walks the table by ctid ranges (TID range scans, PG 14).
 		online, why = false, fmt.Sprintf("table is %s, but the server is older than PostgreSQL 14: single transaction", size)
 	case !online:
-		why = fmt.Sprintf("table is %s, under the online threshold %s: single transaction", size, byteSize(pc.onlineAbove))
+		why = fmt.Sprintf("table is %s, under the online threshold %s: single transaction", size, byteSize(pc.OnlineAbove))
 	}
 	if tp.Inflight != nil && len(tp.Inflight.twins) > 0 {
 		why += "; under a declared name: " + strings.Join(tp.Inflight.twins, "; ")
@@ -351,7 +357,7 @@ func planPhases(pc *planContext, tp *tablePlan, size tableSize, pre prelude, alt
 			if scans {
 				lock = ops.LockRewrite
 			}
-			tp.Phases = append(tp.Phases, ops.Phase{Step: StepShape, Name: ops.PhaseAlter, Kind: ops.KindStatements, Table: tp.Table, SQL: alter, Transactional: true, Lock: lock, Scans: scans, Detail: why})
+			tp.Phases = append(tp.Phases, ops.Phase{Step: core.StepShape, Name: ops.PhaseAlter, Kind: ops.KindStatements, Table: tp.Table, SQL: alter, Transactional: true, Lock: lock, Scans: scans, Detail: why})
 		}
 		if len(widen) > 0 {
 			// A widening PostgreSQL makes in the catalog (varchar(n) growth,
@@ -363,7 +369,7 @@ func planPhases(pc *planContext, tp *tablePlan, size tableSize, pre prelude, alt
 			if scans {
 				lock = ops.LockRewrite
 			}
-			tp.Phases = append(tp.Phases, ops.Phase{Step: StepWiden, Name: ops.PhaseWiden, Kind: ops.KindStatements, Table: tp.Table, SQL: widen, Transactional: true, Lock: lock, Scans: scans, Detail: why})
+			tp.Phases = append(tp.Phases, ops.Phase{Step: core.StepWiden, Name: ops.PhaseWiden, Kind: ops.KindStatements, Table: tp.Table, SQL: widen, Transactional: true, Lock: lock, Scans: scans, Detail: why})
 		}
 		return nil
 	}
@@ -374,7 +380,7 @@ func planPhases(pc *planContext, tp *tablePlan, size tableSize, pre prelude, alt
 // copy for the columns, and plans what a rebuild in flight needs: its last
 // phase after a swap, or its abandonment when its table changed under it or
 // the rebuild no longer applies.
-func onlineWidening(schemaName string, tp *tablePlan, cols []*schema.Column, indexes []liveIndex, why string) []ops.Phase {
+func onlineWidening(schemaName string, tp *pgTablePlan, cols []*schema.Column, indexes []liveIndex, why string) []ops.Phase {
 	rb := tp.Inflight.rebuild
 	if rb == nil {
 		rb = &rebuildFacts{}
@@ -424,20 +430,4 @@ func onlineWidening(schemaName string, tp *tablePlan, cols []*schema.Column, ind
 		return append(phases, widenPhases(schemaName, tp.Table, cols, tp.Inflight.replace, why+"; not rebuilt ("+reason+"): column copy")...)
 	}
 	return append(phases, rebuildPhases(schemaName, live, tp.Want, cols, rb, indexes, why)...)
-}
-
-// qualified is schema.name, quoted, for to_regclass and messages.
-func qualified(schemaName, name string) string {
-	return dialect.QuoteIdent(schemaName) + "." + dialect.QuoteIdent(name)
-}
-
-// literal quotes s as an SQL string literal (catalog names in a plan's
-// checks, which are printed and must read standalone).
-func literal(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
-
-func orNone(xs []string) string {
-	if len(xs) == 0 {
-		return "NULL"
-	}
-	return strings.Join(xs, ", ")
 }

@@ -1,4 +1,4 @@
-package reconcile
+package sqlite
 
 import (
 	"context"
@@ -13,6 +13,7 @@ import (
 
 	"github.com/schemastate/schemastate/dialect"
 	"github.com/schemastate/schemastate/internal/ops"
+	"github.com/schemastate/schemastate/reconcile/internal/core"
 )
 
 // SQLite: the lock is SQLite's own write lock. The certificate is checked
@@ -42,7 +43,7 @@ import (
 // meet a writer's commit lock (rollback journal) and fail, the boot takes
 // the lock and runs the full check, which is always correct.
 
-type sqliteSession struct {
+type session struct {
 	conn *sql.Conn
 	// lockWait is the busy timeout the write lock waits under.
 	lockWait time.Duration
@@ -65,24 +66,24 @@ type sqliteSession struct {
 
 // discard has release close the connection instead of handing it back to
 // the host's pool (connDiscarder).
-func (s *sqliteSession) discard(why error) { s.bad = errors.Join(s.bad, why) }
+func (s *session) Discard(why error) { s.bad = errors.Join(s.bad, why) }
 
-func openSQLite(ctx context.Context, db *sql.DB, o *call) (*sqliteSession, error) {
+func open(ctx context.Context, db *sql.DB, o *core.Config) (*session, error) {
 	conn, err := db.Conn(ctx)
 	if err != nil {
 		return nil, err
 	}
-	return &sqliteSession{conn: conn, lockWait: o.lockWait, fail: o.fail, logger: o.logger}, nil
+	return &session{conn: conn, lockWait: o.LockWait, fail: o.Fail, logger: o.Logger}, nil
 }
 
 // holding: every step runs inside the transaction that holds the write
 // lock, so a step cannot outlive the lock; a lost connection fails the step
 // itself.
-func (s *sqliteSession) holding(context.Context) error { return nil }
+func (s *session) Holding(context.Context) error { return nil }
 
 // lock switches foreign keys off (verified) and the busy timeout to the
 // lock wait, and takes the write lock, waiting up to the lock wait.
-func (s *sqliteSession) lock(ctx context.Context) error {
+func (s *session) Lock(ctx context.Context) error {
 	if err := s.setPragmas(ctx); err != nil {
 		return err
 	}
@@ -90,7 +91,7 @@ func (s *sqliteSession) lock(ctx context.Context) error {
 	if _, err := s.conn.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
 		err = fmt.Errorf("take the write lock (waited %s): %w", time.Since(start).Round(time.Millisecond), err)
 		if busy(err) {
-			return heldError{err}
+			return core.HeldError{Err: err}
 		}
 		return err
 	}
@@ -100,7 +101,7 @@ func (s *sqliteSession) lock(ctx context.Context) error {
 
 // setPragmas records the host's foreign_keys and busy_timeout, then sets the
 // reconcile's, outside any transaction.
-func (s *sqliteSession) setPragmas(ctx context.Context) error {
+func (s *session) setPragmas(ctx context.Context) error {
 	var fk int
 	if err := s.conn.QueryRowContext(ctx, "PRAGMA foreign_keys").Scan(&fk); err != nil {
 		return fmt.Errorf("read foreign_keys on the reconcile connection: %w", err)
@@ -126,11 +127,11 @@ func (s *sqliteSession) setPragmas(ctx context.Context) error {
 	return nil
 }
 
-func (s *sqliteSession) querier() dialect.Querier { return s.conn }
+func (s *session) Querier() dialect.Querier { return s.conn }
 
-func (s *sqliteSession) schemaName() string { return "main" }
+func (s *session) SchemaName() string { return "main" }
 
-func (s *sqliteSession) begin(ctx context.Context, step string) (dialect.Querier, error) {
+func (s *session) Begin(ctx context.Context, step string) (dialect.Querier, error) {
 	s.step = savepointName(step)
 	if _, err := s.conn.ExecContext(ctx, "SAVEPOINT "+s.step); err != nil {
 		return nil, err
@@ -138,7 +139,7 @@ func (s *sqliteSession) begin(ctx context.Context, step string) (dialect.Querier
 	return s.conn, nil
 }
 
-func (s *sqliteSession) end(ctx context.Context, ok bool) error {
+func (s *session) End(ctx context.Context, ok bool) error {
 	if !ok {
 		if _, err := s.conn.ExecContext(ctx, "ROLLBACK TO "+s.step); err != nil {
 			return err
@@ -151,7 +152,7 @@ func (s *sqliteSession) end(ctx context.Context, ok bool) error {
 // transact runs fn in a savepoint of the reconcile's one transaction: a
 // failure rolls back to exactly the state before it. The write lock is
 // already held, so there is nothing to retry.
-func (s *sqliteSession) transact(ctx context.Context, step, _ string, fn func(q querier) error) error {
+func (s *session) Transact(ctx context.Context, step, _ string, fn func(q core.Querier) error) error {
 	sp := savepointName(step)
 	if _, err := s.conn.ExecContext(ctx, "SAVEPOINT "+sp); err != nil {
 		return err
@@ -166,11 +167,11 @@ func (s *sqliteSession) transact(ctx context.Context, step, _ string, fn func(q 
 }
 
 // alone: SQLite plans every phase inside its one transaction.
-func (s *sqliteSession) alone(_ context.Context, ph ops.Phase, _ phaseHooks) error {
+func (s *session) Alone(_ context.Context, ph ops.Phase, _ core.PhaseHooks) error {
 	return fmt.Errorf("phase %s runs outside a transaction, which SQLite's plan never asks for", ph.ID())
 }
 
-func (s *sqliteSession) close(ctx context.Context) error {
+func (s *session) Close(ctx context.Context) error {
 	var err error
 	if s.inTx {
 		if _, err = s.conn.ExecContext(ctx, "COMMIT"); err != nil {
@@ -181,7 +182,7 @@ func (s *sqliteSession) close(ctx context.Context) error {
 	return err
 }
 
-func (s *sqliteSession) abort() {
+func (s *session) Abort() {
 	if s.inTx {
 		s.rollback()
 	}
@@ -190,9 +191,9 @@ func (s *sqliteSession) abort() {
 
 // rollback ends the write transaction; a connection it may have left inside
 // one is discarded, not pooled.
-func (s *sqliteSession) rollback() {
+func (s *session) rollback() {
 	if _, err := s.conn.ExecContext(context.Background(), "ROLLBACK"); err != nil {
-		s.discard(fmt.Errorf("roll back the reconcile's transaction: %w", err))
+		s.Discard(fmt.Errorf("roll back the reconcile's transaction: %w", err))
 	}
 }
 
@@ -202,15 +203,15 @@ func (s *sqliteSession) rollback() {
 // the pool never lends the host a connection with foreign keys off. A
 // connection database/sql's Raw callback calls bad (driver.ErrBadConn) is
 // closed, not pooled.
-func (s *sqliteSession) release() {
+func (s *session) release() {
 	if s.set {
 		if s.fkWasOn {
-			if err := restoreSetting(s.conn, s.fail, s.logger, "PRAGMA foreign_keys", "PRAGMA foreign_keys = ON", "1"); err != nil {
-				s.discard(err)
+			if err := core.RestoreSetting(s.conn, s.fail, s.logger, "PRAGMA foreign_keys", "PRAGMA foreign_keys = ON", "1"); err != nil {
+				s.Discard(err)
 			}
 		}
-		if err := restoreSetting(s.conn, s.fail, s.logger, "PRAGMA busy_timeout", fmt.Sprintf("PRAGMA busy_timeout = %d", s.busyWas), strconv.Itoa(s.busyWas)); err != nil {
-			s.discard(err)
+		if err := core.RestoreSetting(s.conn, s.fail, s.logger, "PRAGMA busy_timeout", fmt.Sprintf("PRAGMA busy_timeout = %d", s.busyWas), strconv.Itoa(s.busyWas)); err != nil {
+			s.Discard(err)
 		}
 	}
 	if s.bad != nil {

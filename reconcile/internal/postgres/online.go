@@ -1,7 +1,8 @@
-package reconcile
+package postgres
 
 import (
 	"fmt"
+	"github.com/schemastate/schemastate/reconcile/internal/core"
 	"maps"
 	"slices"
 	"strings"
@@ -39,7 +40,7 @@ type onlineChanges struct {
 }
 
 // classifyOnline sorts the table's changes for the online path.
-func classifyOnline(tp *tablePlan, pre prelude) *onlineChanges {
+func classifyOnline(tp *pgTablePlan, pre prelude) *onlineChanges {
 	oc := &onlineChanges{catalogOnly: len(pre.replaced) == 0, rc: recipes{replace: map[string]bool{}}}
 	if tp.Inflight != nil {
 		maps.Copy(oc.rc.replace, tp.Inflight.replace)
@@ -58,7 +59,7 @@ func classifyOnline(tp *tablePlan, pre prelude) *onlineChanges {
 
 // take files c under what makes it online; false leaves it to the alter
 // (noting there whether it is catalog-only).
-func (oc *onlineChanges) take(tp *tablePlan, c schema.Change) bool {
+func (oc *onlineChanges) take(tp *pgTablePlan, c schema.Change) bool {
 	switch c := c.(type) {
 	case *schema.AddIndex:
 		if buildable(c.I) && (!oc.widening || plainColumns(c.I)) {
@@ -83,6 +84,40 @@ func (oc *onlineChanges) take(tp *tablePlan, c schema.Change) bool {
 			return false
 		}
 		// NOT NULL with no default fails on a table with rows: nothing to fill it with.
+	case *schema.AddCheck, *schema.ModifyCheck, *schema.AddForeignKey, *schema.ModifyForeignKey:
+		if oc.takeConstraint(c) {
+			return true
+		}
+	case *schema.ModifyIndex:
+		if c.Change&^schema.ChangeComment == schema.NoChange {
+			return false // COMMENT ON INDEX: catalog-only
+		}
+		if buildable(c.To) && (!oc.widening || plainColumns(c.To)) {
+			oc.redefined = append(oc.redefined, c)
+			return true
+		}
+		// Atlas's DROP INDEX and CREATE INDEX: a build that holds the writers.
+	case *schema.AddPrimaryKey:
+		if onlinePrimaryKey(c.P, tp.Want) && !oc.widening {
+			oc.keyTo = c.P
+			return true
+		}
+	case *schema.ModifyPrimaryKey:
+		if onlinePrimaryKey(c.To, tp.Want) && !oc.widening {
+			oc.keyFrom, oc.keyTo = c.From, c.To
+			return true
+		}
+	case *schema.DropCheck, *schema.DropForeignKey, *schema.RenameIndex, *schema.DropPrimaryKey, *schema.AddAttr, *schema.ModifyAttr, *schema.DropAttr:
+		return false // catalog-only: a comment, a name, a constraint dropped
+	}
+	oc.catalogOnly = false
+	return false
+}
+
+// takeConstraint takes a check or foreign key added or redefined under a
+// name into the recipes (take), reporting whether it did.
+func (oc *onlineChanges) takeConstraint(c schema.Change) bool {
+	switch c := c.(type) {
 	case *schema.AddCheck:
 		if c.C.Name != "" {
 			oc.rc.checks = append(oc.rc.checks, c.C)
@@ -112,35 +147,13 @@ func (oc *onlineChanges) take(tp *tablePlan, c schema.Change) bool {
 			oc.rc.replace[c.To.Symbol] = true
 			return true
 		}
-	case *schema.ModifyIndex:
-		if c.Change&^schema.ChangeComment == schema.NoChange {
-			return false // COMMENT ON INDEX: catalog-only
-		}
-		if buildable(c.To) && (!oc.widening || plainColumns(c.To)) {
-			oc.redefined = append(oc.redefined, c)
-			return true
-		}
-		// Atlas's DROP INDEX and CREATE INDEX: a build that holds the writers.
-	case *schema.AddPrimaryKey:
-		if onlinePrimaryKey(c.P, tp.Want) && !oc.widening {
-			oc.keyTo = c.P
-			return true
-		}
-	case *schema.ModifyPrimaryKey:
-		if onlinePrimaryKey(c.To, tp.Want) && !oc.widening {
-			oc.keyFrom, oc.keyTo = c.From, c.To
-			return true
-		}
-	case *schema.DropCheck, *schema.DropForeignKey, *schema.RenameIndex, *schema.DropPrimaryKey, *schema.AddAttr, *schema.ModifyAttr, *schema.DropAttr:
-		return false // catalog-only: a comment, a name, a constraint dropped
 	}
-	oc.catalogOnly = false
 	return false
 }
 
 // takeColumn files a column's change: a widening online or not, a NOT NULL
 // to its recipe (the rest of the change, if any, to the alter).
-func (oc *onlineChanges) takeColumn(tp *tablePlan, c *schema.ModifyColumn) bool {
+func (oc *onlineChanges) takeColumn(tp *pgTablePlan, c *schema.ModifyColumn) bool {
 	if c.Change.Is(schema.ChangeType) && typechange.Widens(c.From.Type.Type, c.To.Type.Type) && !pgtypes.BinaryCoercible(c.From.Type.Type, c.To.Type.Type) {
 		if widenableOnline(tp.Live, c) {
 			oc.widenOnline = append(oc.widenOnline, c.To)
@@ -168,26 +181,26 @@ func (oc *onlineChanges) takeColumn(tp *tablePlan, c *schema.ModifyColumn) bool 
 // planOnline plans the table's changes as the online phases: the alter,
 // the recipes, the concurrent builds, redefinitions and key, the swap of
 // the unique keys, the drops, the widenings.
-func planOnline(pc *planContext, tp *tablePlan, pre prelude, why string) error {
+func planOnline(pc *core.PlanContext, tp *pgTablePlan, pre prelude, why string) error {
 	oc := classifyOnline(tp, pre)
 	if err := oc.planAlter(pc, tp, pre, why); err != nil {
 		return err
 	}
-	rp := newRecipePlanner(pc.schema, tp, why)
+	rp := newRecipePlanner(pc.Schema, tp, why)
 	oc.planRecipes(rp, tp)
 	attach := oc.planIndexes(rp, tp)
-	if ph, ok := swapKeys(pc.schema, tp.Table, oc.dropKeys, attach, why); ok {
+	if ph, ok := swapKeys(pc.Schema, tp.Table, oc.dropKeys, attach, why); ok {
 		tp.Phases = append(tp.Phases, ph)
 	}
 	for _, idx := range oc.dropIndexes {
-		tp.Phases = append(tp.Phases, dropConcurrently(pc.schema, tp.Table, idx.Name, why))
+		tp.Phases = append(tp.Phases, dropConcurrently(pc.Schema, tp.Table, idx.Name, why))
 	}
 	if len(oc.widenOther) > 0 {
-		stmts, err := pc.render(&schema.ModifyTable{T: tp.Want, Changes: oc.widenOther})
+		stmts, err := pc.Render(&schema.ModifyTable{T: tp.Want, Changes: oc.widenOther})
 		if err != nil {
 			return fmt.Errorf("plan %s: %w", tp.Table, err)
 		}
-		tp.Phases = append(tp.Phases, ops.Phase{Step: StepWiden, Name: ops.PhaseWiden, Kind: ops.KindStatements, Table: tp.Table, SQL: stmts, Transactional: true, Lock: ops.LockRewrite, Scans: true,
+		tp.Phases = append(tp.Phases, ops.Phase{Step: core.StepWiden, Name: ops.PhaseWiden, Kind: ops.KindStatements, Table: tp.Table, SQL: stmts, Transactional: true, Lock: ops.LockRewrite, Scans: true,
 			Detail: why + "; these columns have no online widening (indexed, defaulted or NOT NULL)"})
 	}
 	// A redefined index is, after the shape phases, its new definition
@@ -196,16 +209,16 @@ func planOnline(pc *planContext, tp *tablePlan, pre prelude, why string) error {
 	for _, m := range oc.redefined {
 		built, gone = append(built, m.To), append(gone, m.From)
 	}
-	tp.Phases = append(tp.Phases, onlineWidening(pc.schema, tp, oc.widenOnline, afterShape(pc.schema, tp, built, oc.dropKeys, gone), why)...)
+	tp.Phases = append(tp.Phases, onlineWidening(pc.Schema, tp, oc.widenOnline, afterShape(pc.Schema, tp, built, oc.dropKeys, gone), why)...)
 	return nil
 }
 
 // planAlter is the alter phase: the prelude's statements and Atlas's for
 // the changes left to it.
-func (oc *onlineChanges) planAlter(pc *planContext, tp *tablePlan, pre prelude, why string) error {
+func (oc *onlineChanges) planAlter(pc *core.PlanContext, tp *pgTablePlan, pre prelude, why string) error {
 	alter := append(append([]string(nil), pre.replaced...), pre.renames...)
 	if len(oc.other) > 0 {
-		stmts, err := pc.render(&schema.ModifyTable{T: tp.Want, Changes: oc.other})
+		stmts, err := pc.Render(&schema.ModifyTable{T: tp.Want, Changes: oc.other})
 		if err != nil {
 			return fmt.Errorf("plan %s: %w", tp.Table, err)
 		}
@@ -218,13 +231,13 @@ func (oc *onlineChanges) planAlter(pc *planContext, tp *tablePlan, pre prelude, 
 	if !oc.catalogOnly {
 		lock = ops.LockRewrite
 	}
-	tp.Phases = append(tp.Phases, ops.Phase{Step: StepShape, Name: ops.PhaseAlter, Kind: ops.KindStatements, Table: tp.Table, SQL: alter, Transactional: true, Lock: lock, Scans: !oc.catalogOnly, Detail: why})
+	tp.Phases = append(tp.Phases, ops.Phase{Step: core.StepShape, Name: ops.PhaseAlter, Kind: ops.KindStatements, Table: tp.Table, SQL: alter, Transactional: true, Lock: lock, Scans: !oc.catalogOnly, Detail: why})
 	return nil
 }
 
 // planRecipes is the recipes' phases, after the drop of a SET NOT NULL's
 // check left by a tightening no longer declared.
-func (oc *onlineChanges) planRecipes(rp recipePlanner, tp *tablePlan) {
+func (oc *onlineChanges) planRecipes(rp recipePlanner, tp *pgTablePlan) {
 	oc.rc.filling = tp.Inflight.filling
 	tightened := map[string]bool{}
 	for _, c := range append(append([]*schema.Column(nil), oc.rc.tighten...), oc.rc.addColumns...) {
@@ -241,7 +254,7 @@ func (oc *onlineChanges) planRecipes(rp recipePlanner, tp *tablePlan) {
 // planIndexes is the concurrent builds, the redefinitions, the primary key
 // and the drop of what was built for a redefinition no longer declared;
 // attach names the built indexes to become unique keys.
-func (oc *onlineChanges) planIndexes(rp recipePlanner, tp *tablePlan) (attach []*schema.Index) {
+func (oc *onlineChanges) planIndexes(rp recipePlanner, tp *pgTablePlan) (attach []*schema.Index) {
 	schemaName, why := rp.schema, rp.why
 	for _, idx := range oc.builds {
 		tp.Phases = append(tp.Phases, buildConcurrently(schemaName, tp.Table, idx.Name, idx, idx.Unique, tp.Inflight != nil && tp.Inflight.invalid[idx.Name], why))
@@ -298,7 +311,7 @@ func swapKeys(schemaName, tableName string, dropKeys []*schema.Index, attach []*
 	if len(absent) > 0 {
 		done += fmt.Sprintf(" AND NOT EXISTS (SELECT 1 FROM pg_constraint WHERE conrelid = to_regclass(%s) AND conname IN (%s))", literal(qt), strings.Join(absent, ", "))
 	}
-	return ops.Phase{Step: StepShape, Name: ops.PhaseSwapKey, Kind: ops.KindStatements, Table: tableName,
+	return ops.Phase{Step: core.StepShape, Name: ops.PhaseSwapKey, Kind: ops.KindStatements, Table: tableName,
 		SQL:           []string{"ALTER TABLE " + qt + " " + strings.Join(clauses, ", ")},
 		Transactional: true, Lock: ops.LockCatalog, DoneWhen: done, Detail: why}, true
 }

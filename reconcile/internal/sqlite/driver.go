@@ -1,4 +1,9 @@
-package reconcile
+// Package sqlite is SQLite's reconcile driver (core.Driver): its
+// declaration and catalog reads (driver.go), its planning (plan.go: ALTER
+// TABLE where SQLite has one, else the documented rebuild) and its session
+// (session.go: the write lock, one BEGIN IMMEDIATE transaction, a savepoint
+// per step). It meets the step sequence only through reconcile/internal/core.
+package sqlite
 
 import (
 	"context"
@@ -8,49 +13,49 @@ import (
 
 	"ariga.io/atlas/sql/migrate"
 	"ariga.io/atlas/sql/schema"
-	"ariga.io/atlas/sql/sqlite"
+	atlassqlite "ariga.io/atlas/sql/sqlite"
 
 	"github.com/schemastate/schemastate/dialect"
 	"github.com/schemastate/schemastate/internal/catalog"
 	"github.com/schemastate/schemastate/internal/ops"
+	"github.com/schemastate/schemastate/reconcile/internal/core"
 )
 
-// SQLite's driver: its declaration and catalog reads, here; its planning in
-// sqlite_plan.go, its session in sqlite.go. A table is changed with ALTER
-// TABLE where SQLite has one, else by the documented rebuild; every table's
-// phase runs inside the reconcile's one BEGIN IMMEDIATE transaction, so the
-// shape step is all-or-nothing.
-type sqliteDriver struct{}
+// Driver is SQLite's. A table is changed with ALTER TABLE where SQLite has
+// one, else by the documented rebuild; every table's phase runs inside the
+// reconcile's one BEGIN IMMEDIATE transaction, so the shape step is
+// all-or-nothing.
+type Driver struct{}
 
-func (sqliteDriver) dialect() dialect.Dialect { return dialect.SQLite }
+func (Driver) Dialect() dialect.Dialect { return dialect.SQLite }
 
 // lockMechanism: the database's write lock, held by the reconcile's one
 // BEGIN IMMEDIATE transaction; the same lock every SQLite phase names.
-func (sqliteDriver) lockMechanism() string { return string(ops.LockSQLiteWrite) }
+func (Driver) LockMechanism() string { return string(ops.LockSQLiteWrite) }
 
-func (sqliteDriver) open(ctx context.Context, db *sql.DB, o *call) (session, error) {
-	return openSQLite(ctx, db, o)
+func (Driver) Open(ctx context.Context, db *sql.DB, o *core.Config) (core.Session, error) {
+	return open(ctx, db, o)
 }
 
-func (sqliteDriver) schemaName(context.Context, querier) (string, error) { return "main", nil }
+func (Driver) SchemaName(context.Context, core.Querier) (string, error) { return "main", nil }
 
 // atlas opens Atlas's driver over q, refusing any text that is more than
-// one statement (sqlite_ident.go).
-func (sqliteDriver) atlas(q querier) (migrate.Driver, error) {
-	return sqlite.Open(catalog.SQLiteQuerier(q))
+// one statement (internal/catalog).
+func (Driver) Atlas(q core.Querier) (migrate.Driver, error) {
+	return atlassqlite.Open(catalog.SQLiteQuerier(q))
 }
 
 // dropSQL: SQLite drops an index by name; a foreign key or check goes only
 // with a rebuild, which never renders it.
-func (sqliteDriver) dropSQL(_, _ string, c schema.Change) (string, error) {
+func (Driver) DropSQL(_, _ string, c schema.Change) (string, error) {
 	if d, ok := c.(*schema.DropIndex); ok {
 		return "DROP INDEX " + dialect.QuoteIdent(d.I.Name), nil
 	}
 	return "", fmt.Errorf("SQLite drops a %T only by rebuilding the table", c)
 }
 
-func (sqliteDriver) tablesQuery(n int) string {
-	return `SELECT name FROM sqlite_master WHERE type = 'table' AND name IN (` + placeholders(dialect.SQLite, 1, n) + `)`
+func (Driver) TablesQuery(n int) string {
+	return `SELECT name FROM sqlite_master WHERE type = 'table' AND name IN (` + core.Placeholders(dialect.SQLite, 1, n) + `)`
 }
 
 // catalogQuery is one pass over sqlite_master: every entry of the owned
@@ -60,7 +65,7 @@ func (sqliteDriver) tablesQuery(n int) string {
 // once, which certifies again. The entries are sorted by catalogHash, as an
 // ORDER BY would sort them (bytewise), which would cost SQLite a sorter for a
 // few dozen rows.
-func (sqliteDriver) catalogQuery(ownedIn, hostIn string) string {
+func (Driver) CatalogQuery(ownedIn, hostIn string) string {
 	return `SELECT type || ':' || name || ':' || COALESCE(sql, '') FROM sqlite_master
 WHERE tbl_name IN (` + ownedIn + `) OR (type = 'table' AND name IN (` + hostIn + `))`
 }
@@ -68,7 +73,7 @@ WHERE tbl_name IN (` + ownedIn + `) OR (type = 'table' AND name IN (` + hostIn +
 // foreignKeyParents reads the parent table of every foreign key of the
 // owned tables (parentReader), on the full check only: a table-valued pragma
 // in the certified boot's catalog read would cost it half its time again.
-func (sqliteDriver) foreignKeyParents(ctx context.Context, q querier, owned []string) (parents, dangling []string, err error) {
+func (Driver) ForeignKeyParents(ctx context.Context, q core.Querier, owned []string) (parents, dangling []string, err error) {
 	args := make([]any, len(owned))
 	for i, t := range owned {
 		args[i] = t
@@ -76,7 +81,7 @@ func (sqliteDriver) foreignKeyParents(ctx context.Context, q querier, owned []st
 	rows, err := q.QueryContext(ctx, `SELECT DISTINCT m.name, f."from", f."table", p.name
 FROM sqlite_master m, pragma_foreign_key_list(m.name) f
 LEFT JOIN sqlite_master p ON p.type = 'table' AND p.name = f."table" COLLATE NOCASE
-WHERE m.type = 'table' AND m.name IN (`+placeholders(dialect.SQLite, 1, len(owned))+`)
+WHERE m.type = 'table' AND m.name IN (`+core.Placeholders(dialect.SQLite, 1, len(owned))+`)
 ORDER BY 1, 2`, args...)
 	if err != nil {
 		return nil, nil, fmt.Errorf("read the owned tables' foreign keys: %w", err)
@@ -98,16 +103,29 @@ ORDER BY 1, 2`, args...)
 	return parents, dangling, rows.Err()
 }
 
-// facts reads what a rebuild needs beyond Atlas's inspection: the table's
+// facts are what a rebuild needs to know of a live table beyond
+// Atlas's inspection.
+type facts struct {
+	// triggers are the CREATE TRIGGER statements of the table's triggers,
+	// which a rebuild creates again.
+	triggers []string
+	// referencedBy names the tables whose foreign keys reference the table.
+	referencedBy []string
+	// indexSQL is each live index's CREATE INDEX as stored, by name; an
+	// inline UNIQUE has none.
+	indexSQL map[string]string
+}
+
+// Facts reads what a rebuild needs beyond Atlas's inspection: the table's
 // triggers, the tables referencing it and the stored CREATE INDEX of each
 // index, which the rebuild creates again.
-func (sqliteDriver) facts(ctx context.Context, q querier, _ string, live, _ *schema.Table) (tableFacts, error) {
-	var f tableFacts
+func (Driver) Facts(ctx context.Context, q core.Querier, _ string, live, _ *schema.Table) (core.Facts, error) {
+	var f facts
 	var err error
-	if f.triggers, err = queryStrings(ctx, q, `SELECT sql FROM sqlite_master WHERE type = 'trigger' AND tbl_name = ? AND sql IS NOT NULL ORDER BY name`, live.Name); err != nil {
+	if f.triggers, err = core.QueryStrings(ctx, q, `SELECT sql FROM sqlite_master WHERE type = 'trigger' AND tbl_name = ? AND sql IS NOT NULL ORDER BY name`, live.Name); err != nil {
 		return f, err
 	}
-	if f.referencedBy, err = queryStrings(ctx, q, `SELECT DISTINCT m.name FROM sqlite_master m, pragma_foreign_key_list(m.name) f WHERE m.type = 'table' AND f."table" = ? ORDER BY m.name`, live.Name); err != nil {
+	if f.referencedBy, err = core.QueryStrings(ctx, q, `SELECT DISTINCT m.name FROM sqlite_master m, pragma_foreign_key_list(m.name) f WHERE m.type = 'table' AND f."table" = ? ORDER BY m.name`, live.Name); err != nil {
 		return f, err
 	}
 	rows, err := q.QueryContext(ctx, `SELECT name, sql FROM sqlite_master WHERE type = 'index' AND tbl_name = ? AND sql IS NOT NULL`, live.Name)
@@ -126,8 +144,8 @@ func (sqliteDriver) facts(ctx context.Context, q querier, _ string, live, _ *sch
 	return f, rows.Err()
 }
 
-func (sqliteDriver) observable(_ context.Context, _ querier, live *schema.Table) (*schema.Table, error) {
+func (Driver) Observable(_ context.Context, _ core.Querier, live *schema.Table) (*schema.Table, error) {
 	return live, nil
 }
 
-func (sqliteDriver) explain(err error) error { return err }
+func (Driver) Explain(err error) error { return err }
