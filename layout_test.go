@@ -166,14 +166,7 @@ const maxLibraryFuncLines = 60
 // libraryLayers are the layers whose functions are held to
 // maxLibraryFuncLines: what a host imports and what it stands on. The CLI's
 // tools, the test support and the command are not.
-var libraryLayers = []string{"leaves", "primitives", "library"}
-
-// notYetAtMost60Lines are library folders (each with the folders below it)
-// not held to maxLibraryFuncLines yet.
-var notYetAtMost60Lines = []string{
-	// reconcile/ is split by dialect in its own change; it leaves this list then.
-	"reconcile",
-}
+var libraryLayers = []string{"leaves", "primitives", "reconcile internals", "library"}
 
 // Every function in the library's packages (the leaves, internal/'s
 // primitives, the packages a host imports) is at most maxLibraryFuncLines
@@ -192,7 +185,7 @@ func TestLayout_LibraryFunctionsAtMost60Lines(t *testing.T) {
 	}
 	var long []string
 	for _, p := range modulePackages(t) {
-		if held[layerOf(p.dir)] && !notYetHeld(p.dir) {
+		if held[layerOf(p.dir)] {
 			long = append(long, funcsOver(t, p.dir, maxLibraryFuncLines)...)
 		}
 	}
@@ -200,17 +193,6 @@ func TestLayout_LibraryFunctionsAtMost60Lines(t *testing.T) {
 		t.Errorf("functions over %d lines in the library (split each into functions named for what it does):\n%s",
 			maxLibraryFuncLines, strings.Join(long, "\n"))
 	}
-}
-
-// notYetHeld reports whether the package in folder dir is in or below one of
-// notYetAtMost60Lines.
-func notYetHeld(dir string) bool {
-	for _, f := range notYetAtMost60Lines {
-		if dir == f || strings.HasPrefix(dir, f+"/") {
-			return true
-		}
-	}
-	return false
 }
 
 // funcsOver parses every non-test .go file in folder dir, whatever its build
