@@ -1,7 +1,6 @@
 package reconcile
 
 import (
-	"context"
 	"testing"
 
 	"ariga.io/atlas/sql/migrate"
@@ -12,6 +11,7 @@ import (
 
 	"github.com/schemastate/schemastate/dialect"
 	"github.com/schemastate/schemastate/internal/describe"
+	"github.com/schemastate/schemastate/reconcile/internal/coretest"
 )
 
 // Rules of both dialects' planning, with no database: Atlas's diff and
@@ -24,8 +24,6 @@ type differPlanner struct {
 	schema.Differ
 	migrate.PlanApplier
 }
-
-var ctx = context.Background()
 
 func atlasFor(d dialect.Dialect) atlasPlanner {
 	if d == dialect.Postgres {
@@ -43,31 +41,11 @@ func driverOf(d dialect.Dialect) driver {
 	return drv
 }
 
-// sqliteT is a SQLite table t: id text primary key, a NOT NULL, b nullable,
-// unique (a, b); more adds to it.
-func sqliteT(more func(t *schema.Table)) func() *schema.Table {
-	return func() *schema.Table {
-		id, a, b := schema.NewStringColumn("id", "text"), schema.NewStringColumn("a", "text"), schema.NewNullStringColumn("b", "text")
-		t := schema.NewTable("t").AddColumns(id, a, b).SetPrimaryKey(schema.NewPrimaryKey(id))
-		t.AddIndexes(schema.NewUniqueIndex("t_a_b").AddColumns(a, b))
-		schema.New("main").AddTables(t)
-		if more != nil {
-			more(t)
-		}
-		return t
-	}
-}
-
-func column(t *schema.Table, name string) *schema.Column {
-	c, _ := t.Column(name)
-	return c
-}
-
 // One describer of indexes and foreign keys: the forms drift reports (and a
 // certificate stores), IndexSet lists and comparisons read.
 func TestDescribe_IndexAndForeignKeyForms(t *testing.T) {
-	tbl := sqliteT(nil)()
-	a, b := column(tbl, "a"), column(tbl, "b")
+	tbl := coretest.SQLiteTable(nil)()
+	a, b := coretest.Column(tbl, "a"), coretest.Column(tbl, "b")
 	desc := schema.NewUniqueIndex("t_a_b_desc").AddColumns(a)
 	desc.AddParts(&schema.IndexPart{C: b, Desc: true})
 	desc.AddAttrs(&sqlite.IndexPredicate{P: "b IS NOT NULL"})
@@ -86,7 +64,7 @@ func TestDescribe_IndexAndForeignKeyForms(t *testing.T) {
 	require.False(t, describe.SameIndex(desc, schema.NewUniqueIndex("t_a_b").AddColumns(a, b)), "direction and predicate count")
 
 	parent := schema.NewTable("p").AddColumns(schema.NewStringColumn("id", "text"))
-	fk := schema.NewForeignKey("t_a_fk").AddColumns(a).SetRefTable(parent).AddRefColumns(column(parent, "id")).SetOnDelete(schema.Cascade)
+	fk := schema.NewForeignKey("t_a_fk").AddColumns(a).SetRefTable(parent).AddRefColumns(coretest.Column(parent, "id")).SetOnDelete(schema.Cascade)
 	f := describe.ForeignKey(fk)
 	require.Equal(t, "(a) REFERENCES p (id) ON DELETE CASCADE", f.Definition())
 	require.Equal(t, "(a) p(id) NO ACTION CASCADE", f.Decides())

@@ -16,13 +16,6 @@ func qualified(schemaName, name string) string {
 // checks, which are printed and must read standalone).
 func literal(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
 
-func orNone(xs []string) string {
-	if len(xs) == 0 {
-		return "NULL"
-	}
-	return strings.Join(xs, ", ")
-}
-
 // loopPhase sets the phase's Loop and its SQL, the loop's statements in
 // the order they run.
 func loopPhase(ph ops.Phase, l ops.Loop) ops.Phase {

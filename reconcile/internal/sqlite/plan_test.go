@@ -6,123 +6,54 @@ import (
 	"strings"
 	"testing"
 
-	"ariga.io/atlas/sql/migrate"
 	"ariga.io/atlas/sql/schema"
 	atlassqlite "ariga.io/atlas/sql/sqlite"
 	"github.com/stretchr/testify/require"
 
 	"github.com/schemastate/schemastate/internal/ops"
 	"github.com/schemastate/schemastate/reconcile/internal/core"
+	"github.com/schemastate/schemastate/reconcile/internal/coretest"
 )
 
-// The planning rules, with no database: a live and a declared table in,
-// phases out. PlanTable is pure: what the live catalog says beyond Atlas's
-// inspection arrives as facts, and Atlas's diff and rendering are its
-// DefaultDiff and DefaultPlan.
-
-// differPlanner is Atlas's database-free diff and rendering.
-type differPlanner struct {
-	schema.Differ
-	migrate.PlanApplier
-}
+// The planning rules, with no database (reconcile/internal/coretest).
 
 var ctx = context.Background()
 
-// planTableCase is one table's planning: build makes the live table (nil
-// for none) and the declared one afresh, as planning edits the live one.
-type planTableCase struct {
-	name        string
-	live        func() *schema.Table
-	want        func() *schema.Table
-	facts       core.Facts
-	onlineAbove int64
-	check       func(t *testing.T, tp *core.TablePlan)
-}
-
-func runPlanCases(t *testing.T, drv core.Driver, cases []planTableCase) {
-	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
-			want := c.want()
-			tp := &core.TablePlan{Table: want.Name, Want: want}
-			if c.live != nil {
-				tp.Live = c.live()
-			}
-			pc := &core.PlanContext{Atlas: differPlanner{atlassqlite.DefaultDiff, atlassqlite.DefaultPlan}, Schema: want.Schema.Name, File: "test.hcl", Driver: drv, OnlineAbove: c.onlineAbove}
-			require.NoError(t, drv.PlanTable(pc, tp, c.facts))
-			c.check(t, tp)
-		})
-	}
-}
-
-func phaseNames(tp *core.TablePlan) []string {
-	var out []string
-	for _, ph := range tp.Phases {
-		out = append(out, ph.Step+":"+ph.Name)
-	}
-	return out
-}
-
-func guardKinds(ph ops.Phase) []ops.GuardKind {
-	var out []ops.GuardKind
-	for _, g := range ph.Guards {
-		out = append(out, g.Kind)
-	}
-	return out
-}
-
-// sqliteT is a SQLite table t: id text primary key, a NOT NULL, b nullable,
-// unique (a, b); more adds to it.
-func sqliteT(more func(t *schema.Table)) func() *schema.Table {
-	return func() *schema.Table {
-		id, a, b := schema.NewStringColumn("id", "text"), schema.NewStringColumn("a", "text"), schema.NewNullStringColumn("b", "text")
-		t := schema.NewTable("t").AddColumns(id, a, b).SetPrimaryKey(schema.NewPrimaryKey(id))
-		t.AddIndexes(schema.NewUniqueIndex("t_a_b").AddColumns(a, b))
-		schema.New("main").AddTables(t)
-		if more != nil {
-			more(t)
-		}
-		return t
-	}
-}
-
-func column(t *schema.Table, name string) *schema.Column {
-	c, _ := t.Column(name)
-	return c
-}
+var atlas = coretest.Atlas{Differ: atlassqlite.DefaultDiff, PlanApplier: atlassqlite.DefaultPlan}
 
 func TestPlanTable_SQLite(t *testing.T) {
 	addNotNull := func(t *schema.Table) { t.AddColumns(schema.NewStringColumn("c", "text")) }
-	runPlanCases(t, Driver{}, []planTableCase{
-		{name: "a table that does not exist is one create phase", want: sqliteT(nil), check: func(t *testing.T, tp *core.TablePlan) {
-			require.Equal(t, []string{"shape:create"}, phaseNames(tp))
+	coretest.RunPlanCases(t, Driver{}, atlas, []coretest.PlanCase{
+		{Name: "a table that does not exist is one create phase", Want: coretest.SQLiteTable(nil), Check: func(t *testing.T, tp *core.TablePlan) {
+			require.Equal(t, []string{"shape:create"}, coretest.PhaseNames(tp))
 			ph := tp.Phases[0]
 			require.True(t, ph.Transactional)
 			require.Equal(t, ops.LockSQLiteWrite, ph.Lock)
 			require.True(t, strings.HasPrefix(ph.SQL[0], "CREATE TABLE"), ph.SQL[0])
 		}},
-		{name: "the declared shape plans nothing", live: sqliteT(nil), want: sqliteT(nil), check: func(t *testing.T, tp *core.TablePlan) {
+		{Name: "the declared shape plans nothing", Live: coretest.SQLiteTable(nil), Want: coretest.SQLiteTable(nil), Check: func(t *testing.T, tp *core.TablePlan) {
 			require.Empty(t, tp.Phases)
 		}},
-		{name: "an inline UNIQUE is the declared unique index", live: sqliteT(func(t *schema.Table) {
+		{Name: "an inline UNIQUE is the declared unique index", Live: coretest.SQLiteTable(func(t *schema.Table) {
 			t.Indexes[0].Name = "sqlite_autoindex_t_1"
-		}), want: sqliteT(nil), check: func(t *testing.T, tp *core.TablePlan) {
+		}), Want: coretest.SQLiteTable(nil), Check: func(t *testing.T, tp *core.TablePlan) {
 			require.Empty(t, tp.Phases)
 		}},
-		{name: "a nullable column is an ALTER", live: sqliteT(nil), want: sqliteT(func(t *schema.Table) {
+		{Name: "a nullable column is an ALTER", Live: coretest.SQLiteTable(nil), Want: coretest.SQLiteTable(func(t *schema.Table) {
 			t.AddColumns(schema.NewNullStringColumn("c", "text"))
-		}), check: func(t *testing.T, tp *core.TablePlan) {
-			require.Equal(t, []string{"shape:alter"}, phaseNames(tp))
+		}), Check: func(t *testing.T, tp *core.TablePlan) {
+			require.Equal(t, []string{"shape:alter"}, coretest.PhaseNames(tp))
 			require.Empty(t, tp.Phases[0].Guards)
 			require.Len(t, tp.Phases[0].SQL, 1)
 			require.True(t, strings.HasPrefix(tp.Phases[0].SQL[0], "ALTER TABLE"), tp.Phases[0].SQL[0])
 		}},
-		{name: "a NOT NULL column without a default is a guarded rebuild", live: sqliteT(nil), want: sqliteT(addNotNull), check: func(t *testing.T, tp *core.TablePlan) {
-			require.Equal(t, []string{"shape:rebuild"}, phaseNames(tp))
+		{Name: "a NOT NULL column without a default is a guarded rebuild", Live: coretest.SQLiteTable(nil), Want: coretest.SQLiteTable(addNotNull), Check: func(t *testing.T, tp *core.TablePlan) {
+			require.Equal(t, []string{"shape:rebuild"}, coretest.PhaseNames(tp))
 			ph := tp.Phases[0]
 			require.Equal(t, ops.LockSQLiteWrite, ph.Lock)
 			// No foreign key and nothing referencing t: the violation set
 			// cannot change, so foreign_key_check is not run.
-			require.Equal(t, []ops.GuardKind{ops.GuardRowsCopied, ops.GuardSetting}, guardKinds(ph))
+			require.Equal(t, []ops.GuardKind{ops.GuardRowsCopied, ops.GuardSetting}, coretest.GuardKinds(ph))
 			rows := ph.Guards[0]
 			require.Equal(t, []string{`SELECT COUNT(*) FROM "t"`}, rows.SQL)
 			at := slices.Index(ph.SQL, rows.Copy)
@@ -132,34 +63,34 @@ func TestPlanTable_SQLite(t *testing.T) {
 			require.Equal(t, []string{"PRAGMA legacy_alter_table", "PRAGMA legacy_alter_table = ON", "PRAGMA legacy_alter_table = %s"}, ph.Guards[1].SQL)
 			require.Contains(t, core.Said(ph), "foreign_key_check skipped")
 		}},
-		{name: "a column an index covers is rebuilt, never Atlas's copy", live: sqliteT(nil), want: sqliteT(func(t *schema.Table) {
+		{Name: "a column an index covers is rebuilt, never Atlas's copy", Live: coretest.SQLiteTable(nil), Want: coretest.SQLiteTable(func(t *schema.Table) {
 			c := schema.NewNullStringColumn("c", "text")
 			t.AddColumns(c).AddIndexes(schema.NewIndex("t_c").AddColumns(c))
-		}), check: func(t *testing.T, tp *core.TablePlan) {
-			require.Equal(t, []string{"shape:rebuild"}, phaseNames(tp))
+		}), Check: func(t *testing.T, tp *core.TablePlan) {
+			require.Equal(t, []string{"shape:rebuild"}, coretest.PhaseNames(tp))
 			require.NotContains(t, strings.Join(tp.Phases[0].SQL, "\n"), `"new_t"`, "Atlas's own copy path")
 		}},
-		{name: "a referenced table's rebuild checks foreign keys on both", live: sqliteT(nil), want: sqliteT(addNotNull),
-			facts: facts{referencedBy: []string{"child"}}, check: func(t *testing.T, tp *core.TablePlan) {
+		{Name: "a referenced table's rebuild checks foreign keys on both", Live: coretest.SQLiteTable(nil), Want: coretest.SQLiteTable(addNotNull),
+			Facts: facts{referencedBy: []string{"child"}}, Check: func(t *testing.T, tp *core.TablePlan) {
 				ph := tp.Phases[0]
-				require.Equal(t, []ops.GuardKind{ops.GuardForeignKeys, ops.GuardRowsCopied, ops.GuardSetting}, guardKinds(ph))
+				require.Equal(t, []ops.GuardKind{ops.GuardForeignKeys, ops.GuardRowsCopied, ops.GuardSetting}, coretest.GuardKinds(ph))
 				require.Equal(t, []string{`PRAGMA foreign_key_check("t")`, `PRAGMA foreign_key_check("child")`}, ph.Guards[0].SQL)
 				require.Equal(t, "referenced by child", ph.Guards[0].Detail)
 			}},
-		{name: "a rebuild creates kept drift and triggers again", live: sqliteT(func(t *schema.Table) {
-			t.AddIndexes(schema.NewIndex("t_b").AddColumns(column(t, "b")))
-		}), want: sqliteT(addNotNull), facts: facts{
+		{Name: "a rebuild creates kept drift and triggers again", Live: coretest.SQLiteTable(func(t *schema.Table) {
+			t.AddIndexes(schema.NewIndex("t_b").AddColumns(coretest.Column(t, "b")))
+		}), Want: coretest.SQLiteTable(addNotNull), Facts: facts{
 			indexSQL: map[string]string{"t_b": "CREATE INDEX t_b ON t (b)"},
 			triggers: []string{"CREATE TRIGGER t_touch AFTER UPDATE ON t BEGIN SELECT 1; END"},
-		}, check: func(t *testing.T, tp *core.TablePlan) {
+		}, Check: func(t *testing.T, tp *core.TablePlan) {
 			require.Equal(t, []core.Drift{{Table: "t", Kind: core.DriftIndex, Name: "t_b", Definition: "index (b)"}}, tp.Drift)
 			sql := tp.Phases[0].SQL
 			require.Contains(t, sql, "CREATE INDEX t_b ON t (b)", "the operator's own statement")
 			require.Equal(t, "CREATE TRIGGER t_touch AFTER UPDATE ON t BEGIN SELECT 1; END", sql[len(sql)-1])
 		}},
-		{name: "a dropped column is refused and plans nothing", live: sqliteT(func(t *schema.Table) {
+		{Name: "a dropped column is refused and plans nothing", Live: coretest.SQLiteTable(func(t *schema.Table) {
 			t.AddColumns(schema.NewNullStringColumn("x", "text"))
-		}), want: sqliteT(nil), check: func(t *testing.T, tp *core.TablePlan) {
+		}), Want: coretest.SQLiteTable(nil), Check: func(t *testing.T, tp *core.TablePlan) {
 			require.Equal(t, []string{"t: would drop column x (test.hcl)"}, tp.Refused)
 			require.Empty(t, tp.Phases)
 		}},
@@ -191,7 +122,7 @@ func TestPlan_SQLiteNeverRendersAtlasCopy(t *testing.T) {
 		}},
 		{"foreign key", func(t *schema.Table) *schema.Column {
 			c := schema.NewNullStringColumn("c", "text")
-			t.AddForeignKeys(schema.NewForeignKey("t_c_fk").AddColumns(c).SetRefTable(t).AddRefColumns(column(t, "id")))
+			t.AddForeignKeys(schema.NewForeignKey("t_c_fk").AddColumns(c).SetRefTable(t).AddRefColumns(coretest.Column(t, "id")))
 			return c
 		}},
 		{"stored generated", func(*schema.Table) *schema.Column {
@@ -202,7 +133,7 @@ func TestPlan_SQLiteNeverRendersAtlasCopy(t *testing.T) {
 		}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			want := sqliteT(nil)()
+			want := coretest.SQLiteTable(nil)()
 			col := c.col(want)
 			want.AddColumns(col)
 			p, err := atlassqlite.DefaultPlan.PlanChanges(ctx, "t", []schema.Change{&schema.ModifyTable{T: want, Changes: []schema.Change{&schema.AddColumn{C: col}}}})
@@ -224,12 +155,12 @@ func TestPlan_SQLiteNeverRendersAtlasCopy(t *testing.T) {
 // rebuild first refuses a row holding NULL there, naming it by rowid and the
 // declared unique key.
 func TestPlanTable_SQLiteNullableKeyIsRebuiltRefusingNulls(t *testing.T) {
-	runPlanCases(t, Driver{}, []planTableCase{{name: "nullable id", live: sqliteT(func(t *schema.Table) {
-		column(t, "id").Type.Null = true
-	}), want: sqliteT(nil), check: func(t *testing.T, tp *core.TablePlan) {
-		require.Equal(t, []string{"shape:rebuild"}, phaseNames(tp))
+	coretest.RunPlanCases(t, Driver{}, atlas, []coretest.PlanCase{{Name: "nullable id", Live: coretest.SQLiteTable(func(t *schema.Table) {
+		coretest.Column(t, "id").Type.Null = true
+	}), Want: coretest.SQLiteTable(nil), Check: func(t *testing.T, tp *core.TablePlan) {
+		require.Equal(t, []string{"shape:rebuild"}, coretest.PhaseNames(tp))
 		ph := tp.Phases[0]
-		require.Equal(t, []ops.GuardKind{ops.GuardNoNulls, ops.GuardRowsCopied, ops.GuardSetting}, guardKinds(ph), "the NULL check first, before anything changes")
+		require.Equal(t, []ops.GuardKind{ops.GuardNoNulls, ops.GuardRowsCopied, ops.GuardSetting}, coretest.GuardKinds(ph), "the NULL check first, before anything changes")
 		g := ph.Guards[0]
 		require.Equal(t, "id", g.Column)
 		require.Equal(t, []string{"rowid", "a", "b"}, g.Names)
