@@ -21,7 +21,7 @@ import (
 // reconcile's one transaction; PostgreSQL: its own transaction under the
 // lock discipline, retried whole when it cannot get its lock), a
 // non-transactional phase alone (PostgreSQL's CONCURRENTLY and batched copy,
-// reconcile/internal/postgres/apply.go). Each phase re-checks the live catalog first (DoneWhen)
+// reconcile/internal/postgres/pgsession/apply.go). Each phase re-checks the live catalog first (DoneWhen)
 // and its blockers (BlockedBy), runs its guards around its SQL (Guards), and
 // is reported to the exec hook, the failpoints and the progress callback from
 // here alone. A failed phase fails the step; on PostgreSQL the groups
@@ -97,7 +97,7 @@ func (a *applied) committedBefore(err error) error {
 
 // preflighter is a session that checks a step's phases against the
 // server's settings before the first of them runs: PostgreSQL's
-// statement_timeout (reconcile/internal/postgres/timeout.go). SQLite has no such setting.
+// statement_timeout (reconcile/internal/postgres/pgsession/timeout.go). SQLite has no such setting.
 type preflighter interface {
 	Preflight(ctx context.Context, phases []ops.Phase) error
 }

@@ -2,7 +2,8 @@ package reconcile
 
 import (
 	"github.com/schemastate/schemastate/internal/ops"
-	"github.com/schemastate/schemastate/reconcile/internal/postgres"
+	"github.com/schemastate/schemastate/reconcile/internal/postgres/pgsession"
+	"github.com/schemastate/schemastate/reconcile/internal/postgres/rebuild"
 )
 
 // The reconcile's test hooks, for its own tests: the options below are no
@@ -18,7 +19,7 @@ var (
 	WithCopyBatchPages = withCopyBatchPages
 	WithDDLLockAttempt = withDDLLockAttempt
 	WithDDLLockTimeout = withDDLLockTimeout
-	ReadQuoted         = postgres.ReadQuoted
+	ReadQuoted         = rebuild.ReadQuoted
 )
 
 type Event = event
@@ -34,6 +35,6 @@ const (
 	RowsMetric       = rowsMetric
 	StepsMetric      = stepsMetric
 	PlannerVersion   = plannerVersion
-	LockAdvisoryXact = postgres.LockAdvisoryXact
+	LockAdvisoryXact = pgsession.LockAdvisoryXact
 	LockSQLiteWrite  = string(ops.LockSQLiteWrite)
 )

@@ -12,6 +12,7 @@ import (
 
 	"github.com/schemastate/schemastate/dialect"
 	"github.com/schemastate/schemastate/internal/describe"
+	"github.com/schemastate/schemastate/reconcile/internal/postgres/pgsql"
 )
 
 // checkFacts are a table's checks as the server normalizes them: the live
@@ -62,7 +63,7 @@ func (c *checkFacts) same(name string) bool {
 // add.
 func readCheckFacts(ctx context.Context, q core.Querier, schemaName string, live, want *schema.Table) (*checkFacts, error) {
 	cf := &checkFacts{live: map[string]string{}, declared: map[string]string{}, deparsed: map[string]bool{}}
-	rows, err := q.QueryContext(ctx, `SELECT conname, pg_get_expr(conbin, conrelid) FROM pg_constraint WHERE conrelid = to_regclass($1) AND contype = 'c'`, qualified(schemaName, live.Name))
+	rows, err := q.QueryContext(ctx, `SELECT conname, pg_get_expr(conbin, conrelid) FROM pg_constraint WHERE conrelid = to_regclass($1) AND contype = 'c'`, pgsql.Qualified(schemaName, live.Name))
 	if err != nil {
 		return nil, fmt.Errorf("read the checks of %s: %w", live.Name, err)
 	}
@@ -94,8 +95,8 @@ func readCheckFacts(ctx context.Context, q core.Querier, schemaName string, live
 		if !ok {
 			continue
 		}
-		dw, err1 := deparse(ctx, q, w+" FROM "+qualified(schemaName, live.Name))
-		dl, err2 := deparse(ctx, q, l+" FROM "+qualified(schemaName, live.Name))
+		dw, err1 := deparse(ctx, q, w+" FROM "+pgsql.Qualified(schemaName, live.Name))
+		dl, err2 := deparse(ctx, q, l+" FROM "+pgsql.Qualified(schemaName, live.Name))
 		cf.deparsed[name] = err1 == nil && err2 == nil && dw == dl
 		if cf.deparsed[name] {
 			cf.declared[name] = l
@@ -152,7 +153,7 @@ func scratchForms(ctx context.Context, q core.Querier, schemaName, table string,
 	sort.Strings(names)
 	checks, forms := map[string]string{}, map[string]indexForm{}
 	err := rolledBack(ctx, q, func(tx core.Querier) error {
-		if _, err := tx.ExecContext(ctx, fmt.Sprintf("CREATE TEMPORARY TABLE %s (LIKE %s)", scratchTable, qualified(schemaName, table))); err != nil {
+		if _, err := tx.ExecContext(ctx, fmt.Sprintf("CREATE TEMPORARY TABLE %s (LIKE %s)", scratchTable, pgsql.Qualified(schemaName, table))); err != nil {
 			return err
 		}
 		for i, n := range names {

@@ -6,6 +6,7 @@ import (
 
 	"github.com/schemastate/schemastate/dialect"
 	"github.com/schemastate/schemastate/internal/ops"
+	"github.com/schemastate/schemastate/reconcile/internal/postgres/pgsql"
 )
 
 // The online recipe for a check, a foreign key and SET NOT NULL: check_rows,
@@ -23,7 +24,7 @@ func (p recipePlanner) exists(name string, valid bool, match ...string) string {
 	for _, m := range match {
 		cond += " AND " + m
 	}
-	return fmt.Sprintf("EXISTS (SELECT 1 FROM pg_constraint c WHERE c.conrelid = to_regclass(%s) AND c.conname = %s%s)", literal(p.qt), literal(name), cond)
+	return fmt.Sprintf("EXISTS (SELECT 1 FROM pg_constraint c WHERE c.conrelid = to_regclass(%s) AND c.conname = %s%s)", pgsql.Literal(p.qt), pgsql.Literal(name), cond)
 }
 
 // constraintSpec is one constraint a recipe adds: its name, what it is (for

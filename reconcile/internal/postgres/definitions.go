@@ -11,6 +11,8 @@ import (
 	"ariga.io/atlas/sql/schema"
 
 	"github.com/schemastate/schemastate/internal/describe"
+	"github.com/schemastate/schemastate/reconcile/internal/postgres/pgsql"
+	"github.com/schemastate/schemastate/reconcile/internal/postgres/rebuild"
 )
 
 // One rule for "already done" on PostgreSQL: an object under a declared name
@@ -31,7 +33,7 @@ func checkMatches(expr string) string {
 	if expr == "" {
 		return "false"
 	}
-	return "c.contype = 'c' AND pg_get_expr(c.conbin, c.conrelid) = " + literal(expr)
+	return "c.contype = 'c' AND pg_get_expr(c.conbin, c.conrelid) = " + pgsql.Literal(expr)
 }
 
 // fkMatches is the condition that pg_constraint row c is foreign key fk of
@@ -41,13 +43,13 @@ func fkMatches(refTable string, fk *schema.ForeignKey) string {
 	cols := func(rel, key string, cs []*schema.Column) string {
 		names := make([]string, len(cs))
 		for i, c := range cs {
-			names[i] = literal(c.Name)
+			names[i] = pgsql.Literal(c.Name)
 		}
 		return fmt.Sprintf("ARRAY(SELECT a.attname::text FROM unnest(c.%s) WITH ORDINALITY k(n, o) JOIN pg_attribute a ON a.attrelid = c.%s AND a.attnum = k.n ORDER BY k.o) = ARRAY[%s]::text[]",
 			key, rel, strings.Join(names, ", "))
 	}
 	return fmt.Sprintf("c.contype = 'f' AND c.confrelid = to_regclass(%s) AND %s AND %s AND c.confupdtype = '%c' AND c.confdeltype = '%c' AND c.confmatchtype = 's' AND NOT c.condeferrable",
-		literal(refTable), cols("conrelid", "conkey", fk.Columns), cols("confrelid", "confkey", fk.RefColumns), actionCode(fk.OnUpdate), actionCode(fk.OnDelete))
+		pgsql.Literal(refTable), cols("conrelid", "conkey", fk.Columns), cols("confrelid", "confkey", fk.RefColumns), actionCode(fk.OnUpdate), actionCode(fk.OnDelete))
 }
 
 // actionCode is a referential action as pg_constraint spells it.
@@ -116,7 +118,7 @@ func indexMatches(idx *schema.Index, unique bool) string {
 		if p.Desc {
 			s += " DESC"
 		}
-		parts[i] = literal(s)
+		parts[i] = pgsql.Literal(s)
 	}
 	method := "btree"
 	if t := indexMethod(idx); t != "" {
@@ -128,7 +130,7 @@ func indexMatches(idx *schema.Index, unique bool) string {
 	spelled := ""
 	either := func(x string) string {
 		x = describe.BareExpr(x)
-		return fmt.Sprintf("(%s, %s)", literal(x), literal("("+x+")"))
+		return fmt.Sprintf("(%s, %s)", pgsql.Literal(x), pgsql.Literal("("+x+")"))
 	}
 	if pred := describe.Index(idx).Predicate; pred != "" {
 		spelled += " AND pg_get_expr(i.indpred, i.indrelid) IN " + either(pred)
@@ -143,12 +145,12 @@ func indexMatches(idx *schema.Index, unique bool) string {
    FROM unnest(i.indkey::int2[]) WITH ORDINALITY k(n, o) LEFT JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.n AND k.n <> 0
    WHERE k.o <= i.indnkeyatts ORDER BY k.o) = ARRAY[%s]::text[]
  AND (SELECT am.amname FROM pg_class ic JOIN pg_am am ON am.oid = ic.relam WHERE ic.oid = i.indexrelid) = %s`,
-		unique, len(idx.Parts), describe.IsPartial(idx), spelled, strings.Join(parts, ", "), literal(method))
+		unique, len(idx.Parts), describe.IsPartial(idx), spelled, strings.Join(parts, ", "), pgsql.Literal(method))
 }
 
 // indexIs is the done-check that index qname is idx as declared and valid.
 func indexIs(qname string, idx *schema.Index, unique bool) string {
-	return fmt.Sprintf("EXISTS (SELECT 1 FROM pg_index i WHERE i.indexrelid = to_regclass(%s) AND i.indisvalid AND %s)", literal(qname), indexMatches(idx, unique))
+	return fmt.Sprintf("EXISTS (SELECT 1 FROM pg_index i WHERE i.indexrelid = to_regclass(%s) AND i.indisvalid AND %s)", pgsql.Literal(qname), indexMatches(idx, unique))
 }
 
 // unusable names the table's indexes and constraints no statement can use
@@ -173,7 +175,7 @@ UNION SELECT con.conname::text FROM pg_constraint con
 
 // deferrableForeignKeys names the table's DEFERRABLE foreign keys.
 func deferrableForeignKeys(ctx context.Context, q core.Querier, schemaName, table string) (map[string]bool, error) {
-	names, err := core.QueryStrings(ctx, q, `SELECT conname::text FROM pg_constraint WHERE conrelid = to_regclass($1) AND contype = 'f' AND condeferrable`, qualified(schemaName, table))
+	names, err := core.QueryStrings(ctx, q, `SELECT conname::text FROM pg_constraint WHERE conrelid = to_regclass($1) AND contype = 'f' AND condeferrable`, pgsql.Qualified(schemaName, table))
 	if err != nil {
 		return nil, fmt.Errorf("read the deferrable foreign keys of %s: %w", table, err)
 	}
@@ -247,7 +249,7 @@ func readRebuildTable(ctx context.Context, q core.Querier, schemaName, table str
 	rows, err := q.QueryContext(ctx, `SELECT 'c', attrelid = to_regclass($1), attname::text, format_type(atttypid, atttypmod) FROM pg_attribute
  WHERE attrelid IN (to_regclass($1), to_regclass($2)) AND attnum > 0 AND NOT attisdropped
 UNION ALL SELECT 'i', true, c.relname::text, pg_get_indexdef(i.indexrelid) FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid WHERE i.indrelid = to_regclass($1)`,
-		qualified(schemaName, rebuildNew(table)), qualified(schemaName, table))
+		pgsql.Qualified(schemaName, rebuild.NewTable(table)), pgsql.Qualified(schemaName, table))
 	if err != nil {
 		return nil, fmt.Errorf("read the rebuild's new table of %s: %w", table, err)
 	}
@@ -280,9 +282,9 @@ UNION ALL SELECT 'i', true, c.relname::text, pg_get_indexdef(i.indexrelid) FROM 
 // twins describes what the new table holds under the rebuild's names with
 // another definition than the rebuild makes: a column that is not the live
 // one (the widened ones bigint), an index built under an index's rebuild
-// name (rebuildTempIndex) that is not that index. Empty when it is the
+// name (rebuild.TempIndex) that is not that index. Empty when it is the
 // rebuild's own.
-func (rt *shadowTable) twins(widened []*schema.Column, indexes []liveIndex) []string {
+func (rt *shadowTable) twins(widened []*schema.Column, indexes []rebuild.LiveIndex) []string {
 	if rt == nil {
 		return nil
 	}
@@ -314,9 +316,9 @@ func (rt *shadowTable) twins(widened []*schema.Column, indexes []liveIndex) []st
 		return fmt.Sprintf("%t%s", unique, def)
 	}
 	for _, ix := range indexes {
-		tmp := rebuildTempIndex(ix.name)
-		if def, ok := rt.indexes[tmp]; ok && tail(def) != tail(ix.def) {
-			out = append(out, fmt.Sprintf("index %s (for %s) found as %s", tmp, ix.name, def))
+		tmp := rebuild.TempIndex(ix.Name)
+		if def, ok := rt.indexes[tmp]; ok && tail(def) != tail(ix.Def) {
+			out = append(out, fmt.Sprintf("index %s (for %s) found as %s", tmp, ix.Name, def))
 		}
 	}
 	sort.Strings(out)
@@ -328,17 +330,4 @@ func orAbsent(s string) string {
 		return "absent"
 	}
 	return s
-}
-
-// rebuiltIndexIs is the done-check that the rebuild's index qtmp is built,
-// valid, and of the live index's definition def (pg_get_indexdef): the
-// same uniqueness, and the same text from its access method on.
-func rebuiltIndexIs(qtmp, def string) string {
-	unique := strings.HasPrefix(def, "CREATE UNIQUE ")
-	tail := def
-	if i := strings.Index(def, " USING "); i >= 0 {
-		tail = def[i+len(" USING "):]
-	}
-	return fmt.Sprintf("EXISTS (SELECT 1 FROM pg_index WHERE indexrelid = to_regclass(%s) AND indisvalid AND indisunique = %t AND split_part(pg_get_indexdef(indexrelid), ' USING ', 2) = %s)",
-		literal(qtmp), unique, literal(tail))
 }

@@ -1,27 +1,26 @@
 // Package postgres is PostgreSQL's reconcile driver (core.Driver): its
-// catalog reads (driver.go), its planning (plan.go: one transaction, or the
-// online phases by size: online.go, recipes.go, indexes.go, the shadow-table
-// rebuild of rebuild.go), its session (session.go: the advisory lock's
-// transaction, a transaction per step or phase) and the runners of the
-// phases it runs outside a transaction (apply.go, runners.go). It meets the
-// step sequence only through reconcile/internal/core.
+// catalog reads (driver.go) and its planning (plan.go: one transaction, or
+// the online phases by size: online.go, recipes.go, indexes.go, the
+// shadow-table rebuild of package rebuild). Its session and the runners of
+// the phases it runs outside a transaction are package pgsession. It meets
+// the step sequence only through reconcile/internal/core.
 package postgres
 
 import (
 	"context"
 	"database/sql"
-	"errors"
 	"fmt"
-	"strings"
 
 	"ariga.io/atlas/sql/migrate"
 	atlaspg "ariga.io/atlas/sql/postgres"
 	"ariga.io/atlas/sql/schema"
-	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/schemastate/schemastate/dialect"
 	"github.com/schemastate/schemastate/internal/endstate"
 	"github.com/schemastate/schemastate/reconcile/internal/core"
+	"github.com/schemastate/schemastate/reconcile/internal/postgres/pgsession"
+	"github.com/schemastate/schemastate/reconcile/internal/postgres/pgsql"
+	"github.com/schemastate/schemastate/reconcile/internal/postgres/rebuild"
 )
 
 // Driver is PostgreSQL's.
@@ -29,10 +28,10 @@ type Driver struct{}
 
 func (Driver) Dialect() dialect.Dialect { return dialect.Postgres }
 
-func (Driver) LockMechanism() string { return LockAdvisoryXact }
+func (Driver) LockMechanism() string { return pgsession.LockAdvisoryXact }
 
 func (Driver) Open(ctx context.Context, db *sql.DB, o *core.Config) (core.Session, error) {
-	return openPostgres(ctx, db, o)
+	return pgsession.Open(ctx, db, o)
 }
 
 func (Driver) SchemaName(ctx context.Context, q core.Querier) (string, error) {
@@ -51,7 +50,7 @@ func (Driver) DropSQL(schemaName, table string, c schema.Change) (string, error)
 	switch c := c.(type) {
 	case *schema.DropIndex:
 		if !isUniqueConstraint(c.I) {
-			return "DROP INDEX " + qualified(schemaName, c.I.Name), nil
+			return "DROP INDEX " + pgsql.Qualified(schemaName, c.I.Name), nil
 		}
 		name = c.I.Name
 	case *schema.DropForeignKey:
@@ -61,7 +60,7 @@ func (Driver) DropSQL(schemaName, table string, c schema.Change) (string, error)
 	default:
 		return "", fmt.Errorf("no drop of a %T", c)
 	}
-	return "ALTER TABLE " + qualified(schemaName, table) + " DROP CONSTRAINT " + dialect.QuoteIdent(name), nil
+	return "ALTER TABLE " + pgsql.Qualified(schemaName, table) + " DROP CONSTRAINT " + dialect.QuoteIdent(name), nil
 }
 
 func (Driver) TablesQuery(n int) string {
@@ -121,20 +120,20 @@ func (Driver) readFacts(ctx context.Context, q core.Querier, schemaName string, 
 		return f, err
 	}
 	if f.invalid, err = core.QueryStrings(ctx, q, `SELECT c.relname FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
- WHERE i.indrelid = to_regclass($1) AND NOT i.indisvalid ORDER BY 1`, qualified(schemaName, live.Name)); err != nil {
+ WHERE i.indrelid = to_regclass($1) AND NOT i.indisvalid ORDER BY 1`, pgsql.Qualified(schemaName, live.Name)); err != nil {
 		return f, fmt.Errorf("read invalid indexes of %s: %w", live.Name, err)
 	}
 	if f.size, err = readTableSize(ctx, q, schemaName, live.Name); err != nil {
 		return f, fmt.Errorf("read the size of %s: %w", live.Name, err)
 	}
-	if f.rebuild, err = readRebuildFacts(ctx, q, schemaName, live.Name); err != nil {
+	if f.rebuild, err = rebuild.ReadFacts(ctx, q, schemaName, live.Name); err != nil {
 		return f, err
 	}
 	names := make([]string, len(want.Columns))
 	for i, c := range want.Columns {
 		names[i] = c.Name
 	}
-	if f.rebuild.quoted, err = ReadQuoted(ctx, q, names); err != nil {
+	if f.rebuild.Quoted, err = rebuild.ReadQuoted(ctx, q, names); err != nil {
 		return f, fmt.Errorf("quote the column names of %s: %w", live.Name, err)
 	}
 	if f.notValid, err = notValidConstraints(ctx, q, schemaName, live.Name); err != nil {
@@ -149,7 +148,7 @@ func (Driver) readFacts(ctx context.Context, q core.Querier, schemaName string, 
 	if f.deferrableFKs, err = deferrableForeignKeys(ctx, q, schemaName, live.Name); err != nil {
 		return f, err
 	}
-	if f.rebuild.newExists {
+	if f.rebuild.NewExists {
 		if f.newTable, err = readRebuildTable(ctx, q, schemaName, live.Name); err != nil {
 			return f, err
 		}
@@ -170,19 +169,4 @@ func (Driver) Observable(ctx context.Context, q core.Querier, live *schema.Table
 	return endstate.Usable(live, names), nil
 }
 
-func (Driver) Explain(err error) error { return withDetail(err) }
-
-// withDetail appends PostgreSQL's DETAIL and HINT to err: they name the
-// object that blocked a statement (the view that reads a column, say), which
-// the error message alone does not.
-func withDetail(err error) error {
-	var pe *pgconn.PgError
-	if !errors.As(err, &pe) || (pe.Detail == "" && pe.Hint == "") {
-		return err
-	}
-	extra := pe.Detail
-	if pe.Hint != "" {
-		extra = strings.TrimSpace(extra + " " + pe.Hint)
-	}
-	return fmt.Errorf("%w: %s", err, extra)
-}
+func (Driver) Explain(err error) error { return pgsql.WithDetail(err) }

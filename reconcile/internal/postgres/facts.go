@@ -5,6 +5,8 @@ import (
 	"fmt"
 
 	"github.com/schemastate/schemastate/dialect"
+	"github.com/schemastate/schemastate/reconcile/internal/postgres/pgsql"
+	"github.com/schemastate/schemastate/reconcile/internal/postgres/rebuild"
 )
 
 // tableFacts are the live catalog facts planning needs beyond Atlas's
@@ -20,7 +22,7 @@ type tableFacts struct {
 	// size is the live table's size, which chooses the path.
 	size tableSize
 	// rebuild is what the shadow-table rebuild needs to know.
-	rebuild *rebuildFacts
+	rebuild *rebuild.Facts
 	// notValid names the table's NOT VALID checks and foreign keys
 	//: a recipe stopped before its validation.
 	notValid map[string]bool
@@ -57,7 +59,7 @@ func readTableSize(ctx context.Context, q dialect.Querier, schemaName, table str
 	var s tableSize
 	var rows float64
 	err := q.QueryRowContext(ctx, `SELECT pg_table_size(c.oid), c.reltuples, current_setting('server_version_num')::int
- FROM pg_class c WHERE c.oid = to_regclass($1)`, qualified(schemaName, table)).Scan(&s.bytes, &rows, &s.version)
+ FROM pg_class c WHERE c.oid = to_regclass($1)`, pgsql.Qualified(schemaName, table)).Scan(&s.bytes, &rows, &s.version)
 	s.rows = int64(rows)
 	return s, err
 }

@@ -15,13 +15,15 @@ import (
 	"github.com/schemastate/schemastate/dialect"
 	"github.com/schemastate/schemastate/internal/describe"
 	"github.com/schemastate/schemastate/internal/ops"
+	"github.com/schemastate/schemastate/reconcile/internal/postgres/pgsql"
+	"github.com/schemastate/schemastate/reconcile/internal/postgres/rebuild"
 )
 
 // afterShape is the live table's index set as the shape phases leave it —
 // what the rebuild then carries. (Reconcile plans the widening again once
 // the shape step has applied, from the catalog; this keeps the dry run's
 // phases the ones it runs.)
-func afterShape(schemaName string, tp *pgTablePlan, builds, dropKeys, dropIndexes []*schema.Index) []liveIndex {
+func afterShape(schemaName string, tp *pgTablePlan, builds, dropKeys, dropIndexes []*schema.Index) []rebuild.LiveIndex {
 	rb := tp.Inflight.rebuild
 	if rb == nil {
 		return nil
@@ -30,23 +32,23 @@ func afterShape(schemaName string, tp *pgTablePlan, builds, dropKeys, dropIndexe
 	for _, idx := range append(append([]*schema.Index(nil), dropKeys...), dropIndexes...) {
 		gone[idx.Name] = true
 	}
-	var out []liveIndex
+	var out []rebuild.LiveIndex
 	for _, next := range tp.Inflight.next {
 		gone[next] = true // swapped in or dropped by the shape phases
 	}
 	for _, next := range tp.Inflight.orphans {
 		gone[next] = true
 	}
-	for _, ix := range rb.indexes {
-		if to, ok := tp.Inflight.renamed[ix.name]; ok {
-			ix.name, ix.constraintName = to, to
+	for _, ix := range rb.Indexes {
+		if to, ok := tp.Inflight.renamed[ix.Name]; ok {
+			ix.Name, ix.ConstraintName = to, to
 		}
-		if !gone[ix.name] {
+		if !gone[ix.Name] {
 			out = append(out, ix)
 		}
 	}
 	for _, idx := range builds {
-		ix := liveIndex{name: idx.Name, prefix: "INDEX " + dialect.QuoteIdent(idx.Name) + " ON " + qualified(schemaName, tp.Table) + " "}
+		ix := rebuild.LiveIndex{Name: idx.Name, Prefix: "INDEX " + dialect.QuoteIdent(idx.Name) + " ON " + pgsql.Qualified(schemaName, tp.Table) + " "}
 		unique := ""
 		if idx.Unique {
 			unique = "UNIQUE "
@@ -58,18 +60,18 @@ func afterShape(schemaName string, tp *pgTablePlan, builds, dropKeys, dropIndexe
 		}
 		cols := make([]string, len(idx.Parts))
 		for i, part := range idx.Parts {
-			cols[i] = rb.quote(part.C.Name)
+			cols[i] = rb.Quote(part.C.Name)
 			if part.Desc {
 				cols[i] += " DESC"
 			}
 		}
-		ix.def = "CREATE " + unique + ix.prefix + "USING btree (" + strings.Join(cols, ", ") + ")"
+		ix.Def = "CREATE " + unique + ix.Prefix + "USING btree (" + strings.Join(cols, ", ") + ")"
 		if isUniqueConstraint(idx) {
-			ix.contype, ix.constraintName = "u", idx.Name
+			ix.Contype, ix.ConstraintName = "u", idx.Name
 		}
 		out = append(out, ix)
 	}
-	slices.SortFunc(out, func(a, b liveIndex) int { return strings.Compare(a.name, b.name) })
+	slices.SortFunc(out, func(a, b rebuild.LiveIndex) int { return strings.Compare(a.Name, b.Name) })
 	return out
 }
 
@@ -254,10 +256,10 @@ func nextIndexName(name string) string {
 func (p recipePlanner) replaceIndex(m *schema.ModifyIndex, rebuild bool) []ops.Phase {
 	to := m.To
 	next := nextIndexName(to.Name)
-	qnext := qualified(p.schema, next)
+	qnext := pgsql.Qualified(p.schema, next)
 	qn := dialect.QuoteIdent(to.Name)
 	detail := fmt.Sprintf("%s; index %s redefined: built CONCURRENTLY as %s, then swapped in", p.why, to.Name, next)
-	swap := []string{"DROP INDEX " + qualified(p.schema, to.Name)}
+	swap := []string{"DROP INDEX " + pgsql.Qualified(p.schema, to.Name)}
 	if isUniqueConstraint(m.From) {
 		swap[0] = fmt.Sprintf("ALTER TABLE %s DROP CONSTRAINT %s", p.qt, qn)
 	}
@@ -268,7 +270,7 @@ func (p recipePlanner) replaceIndex(m *schema.ModifyIndex, rebuild bool) []ops.P
 	return []ops.Phase{
 		buildConcurrently(p.schema, p.table, next, to, to.Unique, rebuild, detail),
 		{Step: core.StepShape, Name: ops.PhaseSwapIndex, Kind: ops.KindStatements, Table: p.table, Object: to.Name, SQL: swap, Transactional: true, Lock: ops.LockCatalog,
-			DoneWhen: fmt.Sprintf("SELECT to_regclass(%s) IS NULL AND %s", literal(qnext), indexIs(qualified(p.schema, to.Name), to, to.Unique)),
+			DoneWhen: fmt.Sprintf("SELECT to_regclass(%s) IS NULL AND %s", pgsql.Literal(qnext), indexIs(pgsql.Qualified(p.schema, to.Name), to, to.Unique)),
 			Detail:   detail},
 	}
 }
@@ -278,7 +280,7 @@ func (p recipePlanner) replaceIndex(m *schema.ModifyIndex, rebuild bool) []ops.P
 // beside its index under — dropping first the INVALID build an earlier boot
 // left (rebuild). A failed build's Cleanup drops what it left.
 func buildConcurrently(schemaName, table, name string, idx *schema.Index, unique, rebuild bool, detail string) ops.Phase {
-	qname := qualified(schemaName, name)
+	qname := pgsql.Qualified(schemaName, name)
 	var sqls []string
 	if rebuild {
 		sqls = append(sqls, "DROP INDEX CONCURRENTLY IF EXISTS "+qname)
@@ -290,7 +292,7 @@ func buildConcurrently(schemaName, table, name string, idx *schema.Index, unique
 			key = describe.ColumnNames(idx) // the duplicates a failed build names
 		}
 	}
-	sqls = append(sqls, fmt.Sprintf("CREATE %sINDEX CONCURRENTLY %s ON %s %s", kw, dialect.QuoteIdent(name), qualified(schemaName, table), indexBody(idx)))
+	sqls = append(sqls, fmt.Sprintf("CREATE %sINDEX CONCURRENTLY %s ON %s %s", kw, dialect.QuoteIdent(name), pgsql.Qualified(schemaName, table), indexBody(idx)))
 	return ops.Phase{Step: core.StepShape, Name: ops.PhaseBuildIndex, Kind: ops.KindConcurrent, Table: table, Object: name, SQL: sqls, Scans: true,
 		Key: key, Lock: ops.LockShareUpdateExclusive,
 		DoneWhen: "SELECT " + indexIs(qname, idx, unique),
@@ -300,10 +302,10 @@ func buildConcurrently(schemaName, table, name string, idx *schema.Index, unique
 
 // dropConcurrently is the phase that drops index name CONCURRENTLY.
 func dropConcurrently(schemaName, table, name, detail string) ops.Phase {
-	qname := qualified(schemaName, name)
+	qname := pgsql.Qualified(schemaName, name)
 	return ops.Phase{Step: core.StepShape, Name: ops.PhaseDropIndex, Kind: ops.KindConcurrent, Table: table, Object: name,
 		SQL:  []string{"DROP INDEX CONCURRENTLY IF EXISTS " + qname},
-		Lock: ops.LockShareUpdateExclusive, DoneWhen: fmt.Sprintf("SELECT to_regclass(%s) IS NULL", literal(qname)), Detail: detail}
+		Lock: ops.LockShareUpdateExclusive, DoneWhen: fmt.Sprintf("SELECT to_regclass(%s) IS NULL", pgsql.Literal(qname)), Detail: detail}
 }
 
 // primaryKeyName is the name of the table's declared primary key
@@ -341,7 +343,7 @@ func onlinePrimaryKey(pk *schema.Index, want *schema.Table) bool {
 // KEY USING INDEX, which renames it to the constraint's name).
 func (p recipePlanner) replacePrimaryKey(from, to *schema.Index, name string, rebuild bool) []ops.Phase {
 	next := nextIndexName(name)
-	qnext := qualified(p.schema, next)
+	qnext := pgsql.Qualified(p.schema, next)
 	detail := fmt.Sprintf("%s; primary key %s (%s): its index built CONCURRENTLY as %s, then made the key", p.why, name, strings.Join(describe.ColumnNames(to), ", "), next)
 	var swap []string
 	if from != nil {
@@ -351,7 +353,7 @@ func (p recipePlanner) replacePrimaryKey(from, to *schema.Index, name string, re
 	return []ops.Phase{
 		buildConcurrently(p.schema, p.table, next, to, true, rebuild, detail),
 		{Step: core.StepShape, Name: ops.PhaseSwapIndex, Kind: ops.KindStatements, Table: p.table, Object: name, SQL: swap, Transactional: true, Lock: ops.LockCatalog,
-			DoneWhen: fmt.Sprintf("SELECT to_regclass(%s) IS NULL AND %s", literal(qnext), indexIs(qualified(p.schema, name), to, true)),
+			DoneWhen: fmt.Sprintf("SELECT to_regclass(%s) IS NULL AND %s", pgsql.Literal(qnext), indexIs(pgsql.Qualified(p.schema, name), to, true)),
 			Detail:   detail},
 	}
 }

@@ -13,6 +13,8 @@ import (
 	"github.com/schemastate/schemastate/internal/ops"
 	"github.com/schemastate/schemastate/internal/pgtypes"
 	"github.com/schemastate/schemastate/internal/typechange"
+	"github.com/schemastate/schemastate/reconcile/internal/postgres/pgsql"
+	"github.com/schemastate/schemastate/reconcile/internal/postgres/rebuild"
 )
 
 // onlineChanges is one table's diff sorted by how the online path makes
@@ -291,27 +293,44 @@ func swapKeys(schemaName, tableName string, dropKeys []*schema.Index, attach []*
 	if len(dropKeys) == 0 && len(attach) == 0 {
 		return ops.Phase{}, false
 	}
-	qt := qualified(schemaName, tableName)
+	qt := pgsql.Qualified(schemaName, tableName)
 	var clauses, present, absent []string
 	for _, idx := range dropKeys {
 		clauses = append(clauses, "DROP CONSTRAINT "+dialect.QuoteIdent(idx.Name))
-		absent = append(absent, literal(idx.Name))
+		absent = append(absent, pgsql.Literal(idx.Name))
 	}
 	for _, idx := range attach {
 		n := idx.Name
 		clauses = append(clauses, fmt.Sprintf("ADD CONSTRAINT %s UNIQUE USING INDEX %s", dialect.QuoteIdent(n), dialect.QuoteIdent(n)))
 		// Attached, not deferrable, and over the declared index.
 		present = append(present, fmt.Sprintf("EXISTS (SELECT 1 FROM pg_constraint c JOIN pg_index i ON i.indexrelid = c.conindid WHERE c.conrelid = to_regclass(%s) AND c.contype = 'u' AND c.conname = %s AND NOT c.condeferrable AND i.indisvalid AND %s)",
-			literal(qt), literal(n), indexMatches(idx, true)))
+			pgsql.Literal(qt), pgsql.Literal(n), indexMatches(idx, true)))
 	}
 	done := "SELECT true"
 	if len(present) > 0 {
 		done = "SELECT " + strings.Join(present, " AND ")
 	}
 	if len(absent) > 0 {
-		done += fmt.Sprintf(" AND NOT EXISTS (SELECT 1 FROM pg_constraint WHERE conrelid = to_regclass(%s) AND conname IN (%s))", literal(qt), strings.Join(absent, ", "))
+		done += fmt.Sprintf(" AND NOT EXISTS (SELECT 1 FROM pg_constraint WHERE conrelid = to_regclass(%s) AND conname IN (%s))", pgsql.Literal(qt), strings.Join(absent, ", "))
 	}
 	return ops.Phase{Step: core.StepShape, Name: ops.PhaseSwapKey, Kind: ops.KindStatements, Table: tableName,
 		SQL:           []string{"ALTER TABLE " + qt + " " + strings.Join(clauses, ", ")},
 		Transactional: true, Lock: ops.LockCatalog, DoneWhen: done, Detail: why}, true
+}
+
+// refusedRebuild is what a table whose declared change is refused still
+// runs of a rebuild in flight on it: once swapped, its finish (the carried
+// foreign keys validated); before, its abandonment — the table is left as it
+// is, without the trigger that logs its every write into a log nothing
+// replays, and the rebuild begins again from the catalog once the refusal is
+// resolved.
+func refusedRebuild(schemaName string, tp *pgTablePlan) []ops.Phase {
+	rb := tp.Inflight.rebuild
+	switch {
+	case rb == nil || !rb.Inflight():
+		return nil
+	case rb.State.Swapped:
+		return []ops.Phase{rebuild.FinishPhase(schemaName, tp.Table, rb.State.Validate, "its declared shape refused; the rebuilt table is swapped in")}
+	}
+	return []ops.Phase{rebuild.AbandonPhase(schemaName, tp.Table, "its declared shape refused ("+strings.Join(tp.Refused, "; ")+"): the rebuild is dropped, and begins again once the refusal is resolved")}
 }

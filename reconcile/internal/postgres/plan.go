@@ -13,6 +13,7 @@ import (
 	"github.com/schemastate/schemastate/internal/ops"
 	"github.com/schemastate/schemastate/internal/pgtypes"
 	"github.com/schemastate/schemastate/reconcile/internal/core"
+	"github.com/schemastate/schemastate/reconcile/internal/postgres/rebuild"
 )
 
 // PostgreSQL planning: the single-transaction path and the online phases.
@@ -62,7 +63,7 @@ type inflight struct {
 	shadows bool
 	// rebuild is the catalog's view of a shadow-table rebuild, in flight
 	// or not (nil when not read).
-	rebuild *rebuildFacts
+	rebuild *rebuild.Facts
 	// renamed maps a live unique constraint the shape step renames to its
 	// declared name (renameEquivalentUniques).
 	renamed map[string]string
@@ -273,8 +274,8 @@ func planCreate(pc *core.PlanContext, tp *pgTablePlan) error {
 func resumeInflight(tp *pgTablePlan, f tableFacts) (*schema.Table, *inflight) {
 	live, in := resumeOnline(tp.Live, tp.Want, f.invalid)
 	tp.Inflight = in
-	if tp.Inflight.rebuild = f.rebuild; f.rebuild.inflight() {
-		tp.Inflight.notes = append(tp.Inflight.notes, f.rebuild.notes(tp.Table)...)
+	if tp.Inflight.rebuild = f.rebuild; f.rebuild.Inflight() {
+		tp.Inflight.notes = append(tp.Inflight.notes, f.rebuild.Notes(tp.Table)...)
 	}
 	in.checks, in.newTable = f.checks, f.newTable
 	live, in.nnChecks, in.filling = normalizeRecipes(live, tp.Want, f)
@@ -380,18 +381,18 @@ func planPhases(pc *core.PlanContext, tp *pgTablePlan, size tableSize, pre prelu
 // copy for the columns, and plans what a rebuild in flight needs: its last
 // phase after a swap, or its abandonment when its table changed under it or
 // the rebuild no longer applies.
-func onlineWidening(schemaName string, tp *pgTablePlan, cols []*schema.Column, indexes []liveIndex, why string) []ops.Phase {
+func onlineWidening(schemaName string, tp *pgTablePlan, cols []*schema.Column, indexes []rebuild.LiveIndex, why string) []ops.Phase {
 	rb := tp.Inflight.rebuild
 	if rb == nil {
-		rb = &rebuildFacts{}
+		rb = &rebuild.Facts{}
 	}
-	if rb.state.swapped {
-		return []ops.Phase{finishPhase(schemaName, tp.Table, rb.state.validate, why)}
+	if rb.State.Swapped {
+		return []ops.Phase{rebuild.FinishPhase(schemaName, tp.Table, rb.State.Validate, why)}
 	}
 	var phases []ops.Phase
 	if len(cols) == 0 {
-		if rb.inflight() {
-			phases = append(phases, abandonPhase(schemaName, tp.Table, why+"; nothing left to widen"))
+		if rb.Inflight() {
+			phases = append(phases, rebuild.AbandonPhase(schemaName, tp.Table, why+"; nothing left to widen"))
 		}
 		return phases
 	}
@@ -407,27 +408,27 @@ func onlineWidening(schemaName string, tp *pgTablePlan, cols []*schema.Column, i
 	switch {
 	case tp.Inflight.shadows:
 		reason = "a column copy is in flight"
-	case rebuildable(live) != "":
-		reason = rebuildable(live)
-	case len(rb.blockers) > 0:
-		reason = strings.Join(rb.blockers, "; ")
+	case rebuild.Rebuildable(live) != "":
+		reason = rebuild.Rebuildable(live)
+	case len(rb.Blockers) > 0:
+		reason = strings.Join(rb.Blockers, "; ")
 	}
-	if twins := tp.Inflight.newTable.twins(cols, indexes); rb.inflight() && reason == "" && len(twins) > 0 {
+	if twins := tp.Inflight.newTable.twins(cols, indexes); rb.Inflight() && reason == "" && len(twins) > 0 {
 		// Not this rebuild's own: started again, rather than swapped in.
 		tp.Inflight.twins = append(tp.Inflight.twins, twins...)
-		return append([]ops.Phase{abandonPhase(schemaName, tp.Table, why+"; the rebuild's new table is not its own ("+strings.Join(twins, "; ")+"): starting again")},
-			rebuildPhases(schemaName, live, tp.Want, cols, rb, indexes, why)...)
+		return append([]ops.Phase{rebuild.AbandonPhase(schemaName, tp.Table, why+"; the rebuild's new table is not its own ("+strings.Join(twins, "; ")+"): starting again")},
+			rebuild.Phases(schemaName, live, tp.Want, cols, rb, indexes, why)...)
 	}
-	if rb.inflight() {
+	if rb.Inflight() {
 		switch {
 		case reason != "":
-			phases = append(phases, abandonPhase(schemaName, tp.Table, why+"; the rebuild no longer applies: "+reason))
-		case !rb.stateExists || rb.state.fingerprint != rb.fingerprint:
-			phases = append(phases, abandonPhase(schemaName, tp.Table, why+"; "+rebuildChanged))
+			phases = append(phases, rebuild.AbandonPhase(schemaName, tp.Table, why+"; the rebuild no longer applies: "+reason))
+		case !rb.StateExists || rb.State.Fingerprint != rb.Fingerprint:
+			phases = append(phases, rebuild.AbandonPhase(schemaName, tp.Table, why+"; "+rebuild.Changed))
 		}
 	}
 	if reason != "" {
 		return append(phases, widenPhases(schemaName, tp.Table, cols, tp.Inflight.replace, why+"; not rebuilt ("+reason+"): column copy")...)
 	}
-	return append(phases, rebuildPhases(schemaName, live, tp.Want, cols, rb, indexes, why)...)
+	return append(phases, rebuild.Phases(schemaName, live, tp.Want, cols, rb, indexes, why)...)
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/schemastate/schemastate/dialect"
 	"github.com/schemastate/schemastate/internal/ops"
 	"github.com/schemastate/schemastate/internal/pgtypes"
+	"github.com/schemastate/schemastate/reconcile/internal/postgres/pgsql"
 )
 
 // The online recipes for constraints and defaults on a PostgreSQL table at
@@ -78,7 +79,7 @@ type recipePlanner struct {
 }
 
 func newRecipePlanner(schemaName string, tp *pgTablePlan, why string) recipePlanner {
-	p := recipePlanner{schema: schemaName, table: tp.Table, qt: qualified(schemaName, tp.Table), key: rowKeyText(tp.Want), why: why}
+	p := recipePlanner{schema: schemaName, table: tp.Table, qt: pgsql.Qualified(schemaName, tp.Table), key: rowKeyText(tp.Want), why: why}
 	if tp.Inflight != nil {
 		p.checks = tp.Inflight.checks
 	}
@@ -146,7 +147,7 @@ func (p recipePlanner) plan(r recipes, fills map[string]bool) []ops.Phase {
 		if fk.RefTable != nil && fk.RefTable.Schema != nil && fk.RefTable.Schema.Name != "" {
 			ref = fk.RefTable.Schema.Name
 		}
-		refTable := qualified(ref, fk.RefTable.Name)
+		refTable := pgsql.Qualified(ref, fk.RefTable.Name)
 		var cols, refCols, present, match []string
 		for i, c := range fk.Columns {
 			rc := fk.RefColumns[i]
@@ -181,7 +182,7 @@ func fkAction(a schema.ReferenceOption) string {
 
 // notNull is the catalog check that a column is NOT NULL.
 func (p recipePlanner) notNull(col string) string {
-	return fmt.Sprintf("EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = to_regclass(%s) AND attname = %s AND attnotnull AND NOT attisdropped)", literal(p.qt), literal(col))
+	return fmt.Sprintf("EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = to_regclass(%s) AND attname = %s AND attnotnull AND NOT attisdropped)", pgsql.Literal(p.qt), pgsql.Literal(col))
 }
 
 // breaking is the read of the rows where broken holds.
@@ -203,13 +204,13 @@ func (p recipePlanner) addColumn(c *schema.Column) ops.Phase {
 		SQL: []string{
 			fmt.Sprintf("ALTER TABLE %s ADD COLUMN IF NOT EXISTS %s %s", p.qt, qc, t),
 			fmt.Sprintf("ALTER TABLE %s ALTER COLUMN %s SET DEFAULT %s", p.qt, qc, core.DefaultSQL(c.Default)),
-			fmt.Sprintf("COMMENT ON COLUMN %s.%s IS %s", p.qt, qc, literal(fillMarker)),
+			fmt.Sprintf("COMMENT ON COLUMN %s.%s IS %s", p.qt, qc, pgsql.Literal(fillMarker)),
 		},
 		// Done when a column of the name and of the declared type has a
 		// default (a column of the name and another type is no column this
 		// phase added).
 		DoneWhen: fmt.Sprintf("SELECT EXISTS (SELECT 1 FROM pg_attribute a JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum WHERE a.attrelid = to_regclass(%s) AND a.attname = %s AND a.atttypid = to_regtype(%s) AND NOT a.attisdropped)",
-			literal(p.qt), literal(c.Name), literal(t)),
+			pgsql.Literal(p.qt), pgsql.Literal(c.Name), pgsql.Literal(t)),
 		Detail: p.why + "; column " + c.Name + ": its default is evaluated per row, so it is added nullable, then filled in batches"}
 }
 
@@ -217,7 +218,7 @@ func (p recipePlanner) addColumn(c *schema.Column) ops.Phase {
 // batches of pages.
 func (p recipePlanner) fill(c *schema.Column) ops.Phase {
 	qc := dialect.QuoteIdent(c.Name)
-	return loopPhase(ops.Phase{Step: core.StepShape, Name: ops.PhaseFill, Kind: ops.KindBatched, Table: p.table, Object: c.Name, Lock: ops.LockRows, Scans: true,
+	return pgsql.LoopPhase(ops.Phase{Step: core.StepShape, Name: ops.PhaseFill, Kind: ops.KindBatched, Table: p.table, Object: c.Name, Lock: ops.LockRows, Scans: true,
 		DoneWhen: fmt.Sprintf("SELECT %s OR NOT EXISTS (SELECT 1 FROM %s WHERE %s IS NULL)", p.notNull(c.Name), p.qt, qc),
 		Detail:   p.why + "; column " + c.Name + ": its NULLs given its default in batches"},
 		ops.Loop{Batch: fmt.Sprintf("UPDATE %s SET %s = DEFAULT WHERE ctid >= $1::text::tid AND ctid < $2::text::tid AND %s IS NULL", p.qt, qc, qc)})
@@ -228,13 +229,13 @@ func (p recipePlanner) filled(c *schema.Column) ops.Phase {
 	comment := "NULL"
 	for _, a := range c.Attrs {
 		if cm, ok := a.(*schema.Comment); ok && cm.Text != "" {
-			comment = literal(cm.Text)
+			comment = pgsql.Literal(cm.Text)
 		}
 	}
 	return ops.Phase{Step: core.StepShape, Name: ops.PhaseFilled, Kind: ops.KindStatements, Table: p.table, Object: c.Name, Transactional: true, Lock: ops.LockCatalog,
 		SQL: []string{fmt.Sprintf("COMMENT ON COLUMN %s.%s IS %s", p.qt, dialect.QuoteIdent(c.Name), comment)},
 		DoneWhen: fmt.Sprintf("SELECT col_description(to_regclass(%s), (SELECT attnum FROM pg_attribute WHERE attrelid = to_regclass(%s) AND attname = %s AND NOT attisdropped)) IS DISTINCT FROM %s",
-			literal(p.qt), literal(p.qt), literal(c.Name), literal(fillMarker)),
+			pgsql.Literal(p.qt), pgsql.Literal(p.qt), pgsql.Literal(c.Name), pgsql.Literal(fillMarker)),
 		Detail: p.why + "; column " + c.Name + ": filled"}
 }
 
@@ -269,7 +270,7 @@ func catalogOnlyDefault(c *schema.Column) bool {
 // notValidConstraints names the table's NOT VALID checks and foreign keys.
 func notValidConstraints(ctx context.Context, q core.Querier, schemaName, table string) (map[string]bool, error) {
 	names, err := core.QueryStrings(ctx, q, `SELECT conname FROM pg_constraint WHERE conrelid = to_regclass($1) AND contype IN ('c', 'f') AND NOT convalidated`,
-		qualified(schemaName, table))
+		pgsql.Qualified(schemaName, table))
 	if err != nil {
 		return nil, fmt.Errorf("read the NOT VALID constraints of %s: %w", table, err)
 	}

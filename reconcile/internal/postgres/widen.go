@@ -10,6 +10,7 @@ import (
 
 	"github.com/schemastate/schemastate/dialect"
 	"github.com/schemastate/schemastate/internal/ops"
+	"github.com/schemastate/schemastate/reconcile/internal/postgres/pgsql"
 )
 
 // viewsReading names the views (rules) reading a column about to be
@@ -42,10 +43,10 @@ func widenPhases(schemaName, table string, cols []*schema.Column, replace map[st
 		differ = append(differ, sh+" IS DISTINCT FROM "+col)
 		drops = append(drops, "DROP COLUMN "+col)
 		renames = append(renames, fmt.Sprintf("ALTER TABLE %s RENAME COLUMN %s TO %s", qt, sh, col))
-		names = append(names, literal(c.Name))
-		shadows = append(shadows, literal(c.Name+shadowSuffix))
+		names = append(names, pgsql.Literal(c.Name))
+		shadows = append(shadows, pgsql.Literal(c.Name+shadowSuffix))
 	}
-	tbl := literal(qualified(schemaName, table))
+	tbl := pgsql.Literal(pgsql.Qualified(schemaName, table))
 	blocked := viewsReading(tbl, names)
 	hasShadows := fmt.Sprintf("(SELECT count(*) FROM pg_attribute WHERE attrelid = to_regclass(%s) AND attname IN (%s) AND NOT attisdropped)", tbl, strings.Join(shadows, ", "))
 	detail := why + "; columns " + strings.Join(names, ", ")
@@ -65,9 +66,9 @@ func widenPhases(schemaName, table string, cols []*schema.Column, replace map[st
 			// Done when every shadow is bigint: a shadow of another type
 			// under the name is no shadow of this widening.
 			DoneWhen: fmt.Sprintf("SELECT %s = %d AND EXISTS (SELECT 1 FROM pg_trigger WHERE tgrelid = to_regclass(%s) AND tgname = %s AND tgattr::text = '')",
-				strings.Replace(hasShadows, "AND NOT attisdropped", "AND atttypid = 'bigint'::regtype AND NOT attisdropped", 1), len(cols), tbl, literal(widenTrigger(table))),
+				strings.Replace(hasShadows, "AND NOT attisdropped", "AND atttypid = 'bigint'::regtype AND NOT attisdropped", 1), len(cols), tbl, pgsql.Literal(widenTrigger(table))),
 			BlockedBy: blocked, Detail: detail},
-		loopPhase(ops.Phase{Step: core.StepWiden, Name: ops.PhaseWidenCopy, Kind: ops.KindBatched, Table: table, Lock: ops.LockRows, Scans: true,
+		pgsql.LoopPhase(ops.Phase{Step: core.StepWiden, Name: ops.PhaseWidenCopy, Kind: ops.KindBatched, Table: table, Lock: ops.LockRows, Scans: true,
 			DoneWhen: fmt.Sprintf("SELECT NOT EXISTS (SELECT 1 FROM %s WHERE %s)", qt, strings.Join(differ, " OR ")),
 			Detail:   detail},
 			ops.Loop{Batch: fmt.Sprintf("UPDATE %s SET %s WHERE ctid >= $1::text::tid AND ctid < $2::text::tid AND (%s)",

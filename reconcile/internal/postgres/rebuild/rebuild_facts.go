@@ -1,4 +1,4 @@
-package postgres
+package rebuild
 
 import (
 	"context"
@@ -10,17 +10,18 @@ import (
 
 	"github.com/schemastate/schemastate/dialect"
 	"github.com/schemastate/schemastate/internal/readonly"
+	"github.com/schemastate/schemastate/reconcile/internal/postgres/pgsql"
 )
 
-// rebuildFacts is what planning the rebuild reads from the catalog.
-type rebuildFacts struct {
+// Facts is what planning the rebuild reads from the catalog.
+type Facts struct {
 	// blockers name what the rename cannot carry; any sends the widening to
 	// the column-copy path.
-	blockers []string
+	Blockers []string
 	// fingerprint digests everything the swap carries over or refuses on.
-	fingerprint string
-	// indexes are the live table's indexes, constraints its constraints.
-	indexes     []liveIndex
+	Fingerprint string
+	// Indexes are the live table's indexes, constraints its constraints.
+	Indexes     []LiveIndex
 	foreignKeys []liveConstraint
 	// carry are the swap's statements that carry grants, owner, comments
 	// and sequences over, rendered against the final table name.
@@ -29,19 +30,19 @@ type rebuildFacts struct {
 	columnOptions []string
 	// exists says which artefacts are in the catalog; state is the state
 	// row, when its table exists.
-	newExists, logExists, triggerExists, stateExists bool
-	state                                            rebuildProgress
+	NewExists, logExists, triggerExists, StateExists bool
+	State                                            rebuildProgress
 	// quoted is each declared column's name as the server's quote_ident
 	// renders it (bare when lower-case and not a key word), so the dry run
 	// predicts an index the shape phases build as pg_get_indexdef will read
 	// it back (afterShape): the server keeps its own key-word list.
-	quoted map[string]string
+	Quoted map[string]string
 }
 
-// quote is name as quoted holds it, else quoted always (a name the facts
+// Quote is name as Quoted holds it, else quoted always (a name the facts
 // did not read: the same index, spelled with quotes).
-func (f *rebuildFacts) quote(name string) string {
-	if q, ok := f.quoted[name]; ok {
+func (f *Facts) Quote(name string) string {
+	if q, ok := f.Quoted[name]; ok {
 		return q
 	}
 	return dialect.QuoteIdent(name)
@@ -59,11 +60,13 @@ func ReadQuoted(ctx context.Context, q core.Querier, names []string) (map[string
 	return out, err
 }
 
-type liveIndex struct {
-	name, def      string // def: pg_get_indexdef
-	prefix         string // how def names the index and its table
-	contype        string // "p", "u" or "" (a plain index)
-	constraintName string
+// LiveIndex is one of the live table's indexes, as the rebuild builds it
+// again on its new table.
+type LiveIndex struct {
+	Name, Def      string // Def: pg_get_indexdef
+	Prefix         string // how Def names the index and its table
+	Contype        string // "p", "u" or "" (a plain index)
+	ConstraintName string
 }
 
 type liveConstraint struct {
@@ -73,13 +76,14 @@ type liveConstraint struct {
 
 type rebuildProgress struct {
 	pages, next, rows int64
-	fingerprint       string
-	swapped           bool
-	validate          []string
+	Fingerprint       string
+	Swapped           bool
+	Validate          []string
 }
 
-func (f *rebuildFacts) inflight() bool {
-	return f != nil && (f.newExists || f.logExists || f.triggerExists || f.stateExists)
+// Inflight says whether any of the rebuild's artefacts is in the catalog.
+func (f *Facts) Inflight() bool {
+	return f != nil && (f.NewExists || f.logExists || f.triggerExists || f.StateExists)
 }
 
 // rebuildFingerprintQuery digests the live table's heap file, indexes,
@@ -106,7 +110,7 @@ const rebuildFingerprintQuery = `SELECT md5(concat_ws('|',
 
 // fingerprintSQL is rebuildFingerprintQuery for the table, standalone.
 func fingerprintSQL(qt, table string) string {
-	return strings.NewReplacer("$1", literal(qt), "$2", literal(rebuildLog(table))).Replace(rebuildFingerprintQuery)
+	return strings.NewReplacer("$1", pgsql.Literal(qt), "$2", pgsql.Literal(LogTable(table))).Replace(rebuildFingerprintQuery)
 }
 
 // rebuildBlockersQuery names what the rename cannot carry; $1 is the table,
@@ -134,29 +138,29 @@ const rebuildBlockersQuery = `SELECT DISTINCT format('view %s depends on it (a v
  UNION ALL SELECT format('index %s is not valid', indexrelid::regclass) FROM pg_index WHERE indrelid = $1::regclass AND NOT indisvalid
  ORDER BY 1`
 
-// readRebuildFacts reads the rebuild's facts for a live table.
-func readRebuildFacts(ctx context.Context, q core.Querier, schemaName, table string) (*rebuildFacts, error) {
-	if len(rebuildState(table)) > 63 {
-		return &rebuildFacts{blockers: []string{"its name is too long for the rebuild's table names"}}, nil
+// ReadFacts reads the rebuild's facts for a live table.
+func ReadFacts(ctx context.Context, q core.Querier, schemaName, table string) (*Facts, error) {
+	if len(StateTable(table)) > 63 {
+		return &Facts{Blockers: []string{"its name is too long for the rebuild's table names"}}, nil
 	}
-	tbl := qualified(schemaName, table)
-	trig := rebuildLog(table)
-	f := &rebuildFacts{}
+	tbl := pgsql.Qualified(schemaName, table)
+	trig := LogTable(table)
+	f := &Facts{}
 	var err error
-	if f.blockers, err = core.QueryStrings(ctx, q, rebuildBlockersQuery, tbl, trig); err != nil {
+	if f.Blockers, err = core.QueryStrings(ctx, q, rebuildBlockersQuery, tbl, trig); err != nil {
 		return nil, fmt.Errorf("read what depends on %s: %w", table, err)
 	}
-	if err = q.QueryRowContext(ctx, rebuildFingerprintQuery, tbl, trig).Scan(&f.fingerprint); err != nil {
+	if err = q.QueryRowContext(ctx, rebuildFingerprintQuery, tbl, trig).Scan(&f.Fingerprint); err != nil {
 		return nil, fmt.Errorf("fingerprint %s: %w", table, err)
 	}
 	if err = q.QueryRowContext(ctx, `SELECT to_regclass($1) IS NOT NULL, to_regclass($2) IS NOT NULL, to_regclass($3) IS NOT NULL,
   EXISTS (SELECT 1 FROM pg_trigger WHERE tgrelid = $4::regclass AND tgname = $5)`,
-		qualified(schemaName, rebuildNew(table)), qualified(schemaName, rebuildLog(table)), qualified(schemaName, rebuildState(table)), tbl, trig).
-		Scan(&f.newExists, &f.logExists, &f.stateExists, &f.triggerExists); err != nil {
+		pgsql.Qualified(schemaName, NewTable(table)), pgsql.Qualified(schemaName, LogTable(table)), pgsql.Qualified(schemaName, StateTable(table)), tbl, trig).
+		Scan(&f.NewExists, &f.logExists, &f.StateExists, &f.triggerExists); err != nil {
 		return nil, fmt.Errorf("look for a rebuild of %s: %w", table, err)
 	}
-	if f.stateExists {
-		if err := f.readState(ctx, q, qualified(schemaName, rebuildState(table))); err != nil {
+	if f.StateExists {
+		if err := f.readState(ctx, q, pgsql.Qualified(schemaName, StateTable(table))); err != nil {
 			return nil, fmt.Errorf("read the rebuild state of %s: %w", table, err)
 		}
 	}
@@ -167,15 +171,15 @@ func readRebuildFacts(ctx context.Context, q core.Querier, schemaName, table str
 }
 
 // readState reads the state row of a rebuild in flight.
-func (f *rebuildFacts) readState(ctx context.Context, q core.Querier, qs string) error {
+func (f *Facts) readState(ctx context.Context, q core.Querier, qs string) error {
 	var validate sql.NullString
 	err := q.QueryRowContext(ctx, fmt.Sprintf(`SELECT pages, next_page, rows, fingerprint, swapped, array_to_string(validate, ',') FROM %s`, qs)).
-		Scan(&f.state.pages, &f.state.next, &f.state.rows, &f.state.fingerprint, &f.state.swapped, &validate)
+		Scan(&f.State.pages, &f.State.next, &f.State.rows, &f.State.Fingerprint, &f.State.Swapped, &validate)
 	if err != nil && !errors.Is(err, sql.ErrNoRows) {
 		return err
 	}
 	if validate.String != "" {
-		f.state.validate = strings.Split(validate.String, ",")
+		f.State.Validate = strings.Split(validate.String, ",")
 	}
 	return nil
 }
@@ -183,8 +187,8 @@ func (f *rebuildFacts) readState(ctx context.Context, q core.Querier, qs string)
 // readCarried reads what the new table must carry over from the live one:
 // column options, indexes, foreign keys, grants, owner, comments, owned
 // sequences.
-func (f *rebuildFacts) readCarried(ctx context.Context, q core.Querier, schemaName, table string) error {
-	tbl := qualified(schemaName, table)
+func (f *Facts) readCarried(ctx context.Context, q core.Querier, schemaName, table string) error {
+	tbl := pgsql.Qualified(schemaName, table)
 	var err error
 	// Per-column planner options (n_distinct) and statistics targets, which
 	// LIKE does not copy.
@@ -192,22 +196,22 @@ func (f *rebuildFacts) readCarried(ctx context.Context, q core.Querier, schemaNa
  FROM pg_attribute, unnest(attoptions) o WHERE attrelid = $1::regclass AND NOT attisdropped AND (o LIKE 'n\_distinct=%' OR o LIKE 'n\_distinct\_inherited=%') GROUP BY attname
  UNION ALL SELECT format('ALTER TABLE %s ALTER COLUMN %I SET STATISTICS %s', $2::text, attname, attstattarget)
  FROM pg_attribute WHERE attrelid = $1::regclass AND attnum > 0 AND NOT attisdropped AND attstattarget >= 0 ORDER BY 1`,
-		tbl, qualified(schemaName, rebuildNew(table))); err != nil {
+		tbl, pgsql.Qualified(schemaName, NewTable(table))); err != nil {
 		return fmt.Errorf("read the column options of %s: %w", table, err)
 	}
-	if f.indexes, err = readonly.Rows(ctx, q, func(r *sql.Rows) (ix liveIndex, err error) {
-		err = r.Scan(&ix.name, &ix.def, &ix.contype, &ix.constraintName, &ix.prefix)
+	if f.Indexes, err = readonly.Rows(ctx, q, func(r *sql.Rows) (ix LiveIndex, err error) {
+		err = r.Scan(&ix.Name, &ix.Def, &ix.Contype, &ix.ConstraintName, &ix.Prefix)
 		return ix, err
-	}, `SELECT c.relname, pg_get_indexdef(i.indexrelid), coalesce(con.contype::text, ''), coalesce(con.conname, ''),
+	}, `SELECT c.relname, pg_get_indexdef(i.indexrelid), coalesce(con.Contype::text, ''), coalesce(con.conname, ''),
   format('INDEX %I ON %I.%I ', c.relname, n.nspname, t.relname)
  FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid JOIN pg_class t ON t.oid = i.indrelid JOIN pg_namespace n ON n.oid = t.relnamespace
- LEFT JOIN pg_constraint con ON con.conindid = i.indexrelid AND con.conrelid = i.indrelid AND con.contype IN ('p', 'u', 'x')
+ LEFT JOIN pg_constraint con ON con.conindid = i.indexrelid AND con.conrelid = i.indrelid AND con.Contype IN ('p', 'u', 'x')
  WHERE i.indrelid = $1::regclass ORDER BY 1`, tbl); err != nil {
 		return fmt.Errorf("read the indexes of %s: %w", table, err)
 	}
-	for _, ix := range f.indexes {
-		if !strings.Contains(ix.def, ix.prefix) {
-			f.blockers = append(f.blockers, fmt.Sprintf("index %s has a definition the rebuild does not read: %s", ix.name, ix.def))
+	for _, ix := range f.Indexes {
+		if !strings.Contains(ix.Def, ix.Prefix) {
+			f.Blockers = append(f.Blockers, fmt.Sprintf("index %s has a definition the rebuild does not read: %s", ix.Name, ix.Def))
 		}
 	}
 	if f.foreignKeys, err = readonly.Rows(ctx, q, func(r *sql.Rows) (c liveConstraint, err error) {
@@ -239,16 +243,16 @@ UNION ALL SELECT format('ALTER SEQUENCE %s OWNED BY %s.%I', d.objid::regclass, $
 	return nil
 }
 
-// rebuildNotes describe a rebuild in flight, for status and plan.
-func (f *rebuildFacts) notes(table string) []string {
+// Notes describe a rebuild in flight, for status and plan.
+func (f *Facts) Notes(table string) []string {
 	var out []string
 	switch {
-	case f.state.swapped:
-		out = append(out, fmt.Sprintf("rebuilt table swapped in; %d foreign keys to validate", len(f.state.validate)))
-	case f.stateExists:
-		out = append(out, fmt.Sprintf("rebuild table %s: %d rows copied, page %d of %d", rebuildNew(table), f.state.rows, min(f.state.next, f.state.pages), f.state.pages))
-	case f.inflight():
-		out = append(out, "rebuild artefacts without their state ("+rebuildNew(table)+", "+rebuildLog(table)+")")
+	case f.State.Swapped:
+		out = append(out, fmt.Sprintf("rebuilt table swapped in; %d foreign keys to validate", len(f.State.Validate)))
+	case f.StateExists:
+		out = append(out, fmt.Sprintf("rebuild table %s: %d rows copied, page %d of %d", NewTable(table), f.State.rows, min(f.State.next, f.State.pages), f.State.pages))
+	case f.Inflight():
+		out = append(out, "rebuild artefacts without their state ("+NewTable(table)+", "+LogTable(table)+")")
 	}
 	return out
 }

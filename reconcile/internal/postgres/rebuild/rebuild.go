@@ -1,4 +1,6 @@
-package postgres
+// Package rebuild plans PostgreSQL's online widening as a shadow-table
+// rebuild (rebuild.go) from the catalog facts it reads (rebuild_facts.go).
+package rebuild
 
 import (
 	"crypto/sha1"
@@ -13,6 +15,7 @@ import (
 
 	"github.com/schemastate/schemastate/dialect"
 	"github.com/schemastate/schemastate/internal/ops"
+	"github.com/schemastate/schemastate/reconcile/internal/postgres/pgsql"
 )
 
 // The online widening as a shadow-table rebuild (pg_repack's algorithm).
@@ -57,76 +60,59 @@ import (
 
 // Rebuild artefact names, all within PostgreSQL's 63-byte identifiers for
 // the owned tables' names.
-func rebuildNew(table string) string   { return "schemastate_new_" + table }
-func rebuildLog(table string) string   { return "schemastate_log_" + table }
-func rebuildState(table string) string { return "schemastate_state_" + table }
+func NewTable(table string) string   { return "schemastate_new_" + table }
+func LogTable(table string) string   { return "schemastate_log_" + table }
+func StateTable(table string) string { return "schemastate_state_" + table }
 
-// rebuildTempIndex names an index of the new table until the swap gives it
+// TempIndex names an index of the new table until the swap gives it
 // its final name (the live table's index holds that name until then).
-func rebuildTempIndex(name string) string {
+func TempIndex(name string) string {
 	sum := sha1.Sum([]byte(name))
 	return "schemastate_ix_" + hex.EncodeToString(sum[:8])
 }
 
-// errRebuildSourceChanged stops a rebuild's copy whose table no longer has
+// ErrSourceChanged stops a rebuild's copy whose table no longer has
 // the heap file the copy's page ranges were read from.
-var errRebuildSourceChanged = errors.New("the table was truncated or rewritten since its rebuild began")
+var ErrSourceChanged = errors.New("the table was truncated or rewritten since its rebuild began")
 
-// rebuildChanged ends the detail of the abandonment planned for a rebuild
+// Changed ends the detail of the abandonment planned for a rebuild
 // whose table changed under it.
-const rebuildChanged = "the table was truncated, rewritten or altered since its rebuild began: starting again"
+const Changed = "the table was truncated, rewritten or altered since its rebuild began: starting again"
 
 // replayChunk is how many logged ids one replay transaction takes, and
-// replayShort the log length at which the replay leaves the rest to the swap.
+// ReplayShort the log length at which the replay leaves the rest to the swap.
 const (
 	replayChunk = 20000
-	replayShort = 2000
+	ReplayShort = 2000
 )
 
-// refusedRebuild is what a table whose declared change is refused still
-// runs of a rebuild in flight on it: once swapped, its finish (the carried
-// foreign keys validated); before, its abandonment — the table is left as it
-// is, without the trigger that logs its every write into a log nothing
-// replays, and the rebuild begins again from the catalog once the refusal is
-// resolved.
-func refusedRebuild(schemaName string, tp *pgTablePlan) []ops.Phase {
-	rb := tp.Inflight.rebuild
-	switch {
-	case rb == nil || !rb.inflight():
-		return nil
-	case rb.state.swapped:
-		return []ops.Phase{finishPhase(schemaName, tp.Table, rb.state.validate, "its declared shape refused; the rebuilt table is swapped in")}
-	}
-	return []ops.Phase{abandonPhase(schemaName, tp.Table, "its declared shape refused ("+strings.Join(tp.Refused, "; ")+"): the rebuild is dropped, and begins again once the refusal is resolved")}
-}
-
-// abandonPhase drops a rebuild's artefacts: a rebuild whose table changed
+// AbandonPhase drops a rebuild's artefacts: a rebuild whose table changed
 // under it, or that now has a blocker, starts again or takes the column copy.
-func abandonPhase(schemaName, table, why string) ops.Phase {
-	qt := qualified(schemaName, table)
-	trig := dialect.QuoteIdent(rebuildLog(table))
+func AbandonPhase(schemaName, table, why string) ops.Phase {
+	qt := pgsql.Qualified(schemaName, table)
+	trig := dialect.QuoteIdent(LogTable(table))
 	return ops.Phase{Step: core.StepWiden, Name: ops.PhaseRebuildAbandon, Kind: ops.KindStatements, Table: table, Transactional: true, Lock: ops.LockCatalog,
 		SQL: []string{
 			fmt.Sprintf("DROP TRIGGER IF EXISTS %s ON %s", trig, qt),
-			fmt.Sprintf("DROP FUNCTION IF EXISTS %s()", qualified(schemaName, rebuildLog(table))),
-			fmt.Sprintf("DROP TABLE IF EXISTS %s, %s, %s", qualified(schemaName, rebuildNew(table)), qualified(schemaName, rebuildLog(table)), qualified(schemaName, rebuildState(table))),
+			fmt.Sprintf("DROP FUNCTION IF EXISTS %s()", pgsql.Qualified(schemaName, LogTable(table))),
+			fmt.Sprintf("DROP TABLE IF EXISTS %s, %s, %s", pgsql.Qualified(schemaName, NewTable(table)), pgsql.Qualified(schemaName, LogTable(table)), pgsql.Qualified(schemaName, StateTable(table))),
 		},
 		DoneWhen: fmt.Sprintf("SELECT to_regclass(%s) IS NULL AND to_regclass(%s) IS NULL AND to_regclass(%s) IS NULL AND NOT EXISTS (SELECT 1 FROM pg_trigger WHERE tgrelid = to_regclass(%s) AND tgname = %s)",
-			literal(qualified(schemaName, rebuildNew(table))), literal(qualified(schemaName, rebuildLog(table))), literal(qualified(schemaName, rebuildState(table))), literal(qt), literal(rebuildLog(table))),
+			pgsql.Literal(pgsql.Qualified(schemaName, NewTable(table))), pgsql.Literal(pgsql.Qualified(schemaName, LogTable(table))), pgsql.Literal(pgsql.Qualified(schemaName, StateTable(table))), pgsql.Literal(qt), pgsql.Literal(LogTable(table))),
 		Detail: why}
 }
 
-// finishPhase validates the foreign keys the swap carried NOT VALID and
+// FinishPhase validates the foreign keys the swap carried NOT VALID and
 // drops the rebuild's state (the new table was analysed before the swap).
-func finishPhase(schemaName, table string, validate []string, why string) ops.Phase {
-	qt := qualified(schemaName, table)
+func FinishPhase(schemaName, table string, validate []string, why string) ops.Phase {
+	qt := pgsql.Qualified(schemaName, table)
 	var sqls []string
 	for _, fk := range validate {
 		sqls = append(sqls, fmt.Sprintf("ALTER TABLE %s VALIDATE CONSTRAINT %s", qt, dialect.QuoteIdent(fk)))
 	}
-	sqls = append(sqls, "DROP TABLE IF EXISTS "+qualified(schemaName, rebuildState(table)))
+	sqls = append(sqls, "DROP TABLE IF EXISTS "+pgsql.Qualified(schemaName, StateTable(table)))
 	return ops.Phase{Step: core.StepWiden, Name: ops.PhaseRebuildFinish, Kind: ops.KindConcurrent, Table: table, SQL: sqls, Lock: ops.LockShareUpdateExclusive, Scans: len(validate) > 0,
-		DoneWhen: fmt.Sprintf("SELECT to_regclass(%s) IS NULL", literal(qualified(schemaName, rebuildState(table)))),
+		DoneWhen: fmt.Sprintf("SELECT to_regclass(%s) IS NULL", pgsql.Literal(pgsql.Qualified(schemaName, StateTable(table)))),
 		Detail:   why}
 }
 
@@ -145,12 +131,12 @@ type rebuildNames struct {
 func newRebuildNames(schemaName string, live, want *schema.Table, cols []*schema.Column, why string) rebuildNames {
 	table := live.Name
 	n := rebuildNames{schema: schemaName, table: table,
-		qt: qualified(schemaName, table), qn: qualified(schemaName, rebuildNew(table)),
-		ql: qualified(schemaName, rebuildLog(table)), qs: qualified(schemaName, rebuildState(table)),
-		trig: dialect.QuoteIdent(rebuildLog(table)), fn: qualified(schemaName, rebuildLog(table)),
+		qt: pgsql.Qualified(schemaName, table), qn: pgsql.Qualified(schemaName, NewTable(table)),
+		ql: pgsql.Qualified(schemaName, LogTable(table)), qs: pgsql.Qualified(schemaName, StateTable(table)),
+		trig: dialect.QuoteIdent(LogTable(table)), fn: pgsql.Qualified(schemaName, LogTable(table)),
 		qid: dialect.QuoteIdent(rebuildRowKey(live))}
 	for _, c := range cols {
-		n.names = append(n.names, literal(c.Name))
+		n.names = append(n.names, pgsql.Literal(c.Name))
 	}
 	// The live columns, and those the shape phases add before the rebuild.
 	var all []string
@@ -169,21 +155,21 @@ func newRebuildNames(schemaName string, live, want *schema.Table, cols []*schema
 
 // stateDone is the catalog check that the state table holds cond.
 func (n rebuildNames) stateDone(cond string) string {
-	return fmt.Sprintf("SELECT to_regclass(%s) IS NOT NULL AND (SELECT %s FROM %s)", literal(n.qs), cond, n.qs)
+	return fmt.Sprintf("SELECT to_regclass(%s) IS NOT NULL AND (SELECT %s FROM %s)", pgsql.Literal(n.qs), cond, n.qs)
 }
 
-// rebuildPhases plans the rebuild of a live table whose columns cols widen
+// Phases plans the rebuild of a live table whose columns cols widen
 // and whose indexes are indexes (afterShape).
-func rebuildPhases(schemaName string, live, want *schema.Table, cols []*schema.Column, f *rebuildFacts, indexes []liveIndex, why string) []ops.Phase {
+func Phases(schemaName string, live, want *schema.Table, cols []*schema.Column, f *Facts, indexes []LiveIndex, why string) []ops.Phase {
 	n := newRebuildNames(schemaName, live, want, cols, why)
 	phases := []ops.Phase{n.prepare(cols, f),
-		loopPhase(ops.Phase{Step: core.StepWiden, Name: ops.PhaseRebuildCopy, Kind: ops.KindRebuildCopy, Table: n.table, Lock: ops.LockNone, Scans: true,
+		pgsql.LoopPhase(ops.Phase{Step: core.StepWiden, Name: ops.PhaseRebuildCopy, Kind: ops.KindRebuildCopy, Table: n.table, Lock: ops.LockNone, Scans: true,
 			DoneWhen: n.stateDone("next_page >= pages"), Detail: n.detail},
 			ops.Loop{
 				Batch: fmt.Sprintf("INSERT INTO %s (%s) SELECT %s FROM %s WHERE ctid >= $1::text::tid AND ctid < $2::text::tid", n.qn, n.colList, n.colList, n.qt),
 				// Recorded only while the table's heap file is the one the
 				// copy began on (rebuildCopy stops when it is not).
-				Progress: fmt.Sprintf("UPDATE %s SET next_page = $1, rows = rows + $2 WHERE relfilenode = (SELECT relfilenode FROM pg_class WHERE oid = %s::regclass)", n.qs, literal(n.qt)),
+				Progress: fmt.Sprintf("UPDATE %s SET next_page = $1, rows = rows + $2 WHERE relfilenode = (SELECT relfilenode FROM pg_class WHERE oid = %s::regclass)", n.qs, pgsql.Literal(n.qt)),
 			}),
 		replayPhase(n.table, "copied", n.qn, n.ql, n.qt, n.qid, n.colList, n.detail),
 	}
@@ -195,7 +181,7 @@ func rebuildPhases(schemaName string, live, want *schema.Table, cols []*schema.C
 	// them (ANALYZE samples; it does not read every row).
 	if len(builds) > 0 {
 		slices.SortStableFunc(builds, func(a, b string) int { return buildWeight(b) - buildWeight(a) })
-		phases = append(phases, loopPhase(ops.Phase{Step: core.StepWiden, Name: ops.PhaseRebuildIndex, Kind: ops.KindRebuildIndex, Table: n.table, Lock: ops.LockNone, Scans: true,
+		phases = append(phases, pgsql.LoopPhase(ops.Phase{Step: core.StepWiden, Name: ops.PhaseRebuildIndex, Kind: ops.KindRebuildIndex, Table: n.table, Lock: ops.LockNone, Scans: true,
 			DoneWhen: "SELECT " + strings.Join(built, " AND "),
 			Detail:   n.detail}, ops.Loop{Builds: builds, Analyze: "ANALYZE " + n.qn}))
 	}
@@ -203,16 +189,16 @@ func rebuildPhases(schemaName string, live, want *schema.Table, cols []*schema.C
 	// Done once the state row says so and the live table's catalog agrees:
 	// the table under the live name has every widened column as bigint.
 	swapped := fmt.Sprintf("%s AND (SELECT count(*) FROM pg_attribute WHERE attrelid = to_regclass(%s) AND attname IN (%s) AND atttypid = 'bigint'::regtype AND NOT attisdropped) = %d",
-		n.stateDone("swapped"), literal(n.qt), strings.Join(n.names, ", "), len(cols))
+		n.stateDone("swapped"), pgsql.Literal(n.qt), strings.Join(n.names, ", "), len(cols))
 	return append(phases,
 		ops.Phase{Step: core.StepWiden, Name: ops.PhaseRebuildSwap, Kind: ops.KindStatements, Table: n.table, Transactional: true, Lock: ops.LockCatalog, SQL: n.swap(f, attach, validate),
 			DoneWhen: swapped, Detail: n.detail},
-		finishPhase(schemaName, n.table, validate, n.detail))
+		FinishPhase(schemaName, n.table, validate, n.detail))
 }
 
 // prepare is the rebuild's first phase: the new table with the widened
 // types, the log, its trigger, the state row.
-func (n rebuildNames) prepare(cols []*schema.Column, f *rebuildFacts) ops.Phase {
+func (n rebuildNames) prepare(cols []*schema.Column, f *Facts) ops.Phase {
 	var types []string
 	for _, c := range cols {
 		types = append(types, fmt.Sprintf("ALTER COLUMN %s TYPE bigint", dialect.QuoteIdent(c.Name)))
@@ -234,35 +220,35 @@ func (n rebuildNames) prepare(cols []*schema.Column, f *rebuildFacts) ops.Phase 
 			// refuses when it no longer is), relfilenode the heap file the
 			// pages are of (each batch checks it).
 			fmt.Sprintf(`CREATE TABLE %s AS SELECT pg_relation_size(%s::regclass) / current_setting('block_size')::int AS pages, 0::bigint AS next_page, 0::bigint AS rows,
- (%s)::text AS fingerprint, false AS swapped, NULL::text[] AS validate, (SELECT relfilenode FROM pg_class WHERE oid = %s::regclass) AS relfilenode`, n.qs, literal(n.qt), fingerprintSQL(n.qt, n.table), literal(n.qt)),
+ (%s)::text AS fingerprint, false AS swapped, NULL::text[] AS validate, (SELECT relfilenode FROM pg_class WHERE oid = %s::regclass) AS relfilenode`, n.qs, pgsql.Literal(n.qt), fingerprintSQL(n.qt, n.table), pgsql.Literal(n.qt)),
 		}),
 		DoneWhen: fmt.Sprintf("SELECT to_regclass(%s) IS NOT NULL AND to_regclass(%s) IS NOT NULL AND to_regclass(%s) IS NOT NULL AND EXISTS (SELECT 1 FROM pg_trigger WHERE tgrelid = to_regclass(%s) AND tgname = %s)",
-			literal(n.qn), literal(n.ql), literal(n.qs), literal(n.qt), literal(rebuildLog(n.table))),
-		BlockedBy: fmt.Sprintf("SELECT x FROM (%s) b(x)", strings.NewReplacer("$1", literal(n.qt), "$2", literal(rebuildLog(n.table))).Replace(rebuildBlockersQuery)),
+			pgsql.Literal(n.qn), pgsql.Literal(n.ql), pgsql.Literal(n.qs), pgsql.Literal(n.qt), pgsql.Literal(LogTable(n.table))),
+		BlockedBy: fmt.Sprintf("SELECT x FROM (%s) b(x)", strings.NewReplacer("$1", pgsql.Literal(n.qt), "$2", pgsql.Literal(LogTable(n.table))).Replace(rebuildBlockersQuery)),
 		Detail:    n.detail}
 }
 
 // indexes are the new table's index builds (with the catalog checks that
 // they are built), the statements that attach them and the foreign keys to
 // the swapped-in table, and the foreign keys the finish validates.
-func (n rebuildNames) indexes(indexes []liveIndex, f *rebuildFacts) (builds, built, attach, validate []string) {
+func (n rebuildNames) indexes(indexes []LiveIndex, f *Facts) (builds, built, attach, validate []string) {
 	for _, ix := range indexes {
-		tmp := rebuildTempIndex(ix.name)
-		qtmp := qualified(n.schema, tmp)
-		// readRebuildFacts made sure the definition reads this way. IF NOT
+		tmp := TempIndex(ix.Name)
+		qtmp := pgsql.Qualified(n.schema, tmp)
+		// ReadFacts made sure the definition reads this way. IF NOT
 		// EXISTS: each build commits on its own, so a resumed phase skips
 		// the builds that already committed (a plain CREATE INDEX in a
 		// transaction leaves no invalid index behind).
-		at := strings.Index(ix.def, ix.prefix)
-		builds = append(builds, ix.def[:at]+"INDEX IF NOT EXISTS "+dialect.QuoteIdent(tmp)+" ON "+n.qn+" "+ix.def[at+len(ix.prefix):])
-		built = append(built, rebuiltIndexIs(qtmp, ix.def))
-		switch ix.contype {
+		at := strings.Index(ix.Def, ix.Prefix)
+		builds = append(builds, ix.Def[:at]+"INDEX IF NOT EXISTS "+dialect.QuoteIdent(tmp)+" ON "+n.qn+" "+ix.Def[at+len(ix.Prefix):])
+		built = append(built, rebuiltIndexIs(qtmp, ix.Def))
+		switch ix.Contype {
 		case "p":
-			attach = append(attach, fmt.Sprintf("ALTER TABLE %s ADD CONSTRAINT %s PRIMARY KEY USING INDEX %s", n.qt, dialect.QuoteIdent(ix.constraintName), dialect.QuoteIdent(tmp)))
+			attach = append(attach, fmt.Sprintf("ALTER TABLE %s ADD CONSTRAINT %s PRIMARY KEY USING INDEX %s", n.qt, dialect.QuoteIdent(ix.ConstraintName), dialect.QuoteIdent(tmp)))
 		case "u":
-			attach = append(attach, fmt.Sprintf("ALTER TABLE %s ADD CONSTRAINT %s UNIQUE USING INDEX %s", n.qt, dialect.QuoteIdent(ix.constraintName), dialect.QuoteIdent(tmp)))
+			attach = append(attach, fmt.Sprintf("ALTER TABLE %s ADD CONSTRAINT %s UNIQUE USING INDEX %s", n.qt, dialect.QuoteIdent(ix.ConstraintName), dialect.QuoteIdent(tmp)))
 		default:
-			attach = append(attach, fmt.Sprintf("ALTER INDEX %s RENAME TO %s", qtmp, dialect.QuoteIdent(ix.name)))
+			attach = append(attach, fmt.Sprintf("ALTER INDEX %s RENAME TO %s", qtmp, dialect.QuoteIdent(ix.Name)))
 		}
 	}
 	for _, fk := range f.foreignKeys {
@@ -281,7 +267,7 @@ func (n rebuildNames) indexes(indexes []liveIndex, f *rebuildFacts) (builds, bui
 // the new table's grants made the live one's, the live table dropped and
 // the new one renamed to it, its keys, indexes, foreign keys and the rest
 // carried attached, the state row marked.
-func (n rebuildNames) swap(f *rebuildFacts, attach, validate []string) []string {
+func (n rebuildNames) swap(f *Facts, attach, validate []string) []string {
 	swap := []string{
 		fmt.Sprintf("LOCK TABLE %s IN ACCESS EXCLUSIVE MODE", n.qt),
 		fmt.Sprintf(`DO $schemastate$ BEGIN IF (%s) IS DISTINCT FROM (SELECT fingerprint FROM %s) THEN
@@ -294,14 +280,14 @@ func (n rebuildNames) swap(f *rebuildFacts, attach, validate []string) []string 
 	}
 	var validated []string
 	for _, v := range validate {
-		validated = append(validated, literal(v))
+		validated = append(validated, pgsql.Literal(v))
 	}
 	// The new table's grants start empty (default privileges may have
 	// granted some at its creation), then get the live table's exactly.
 	revoke := fmt.Sprintf(`DO $schemastate$ DECLARE r record; BEGIN
  FOR r IN SELECT DISTINCT a.grantee FROM pg_class c, aclexplode(c.relacl) a WHERE c.oid = %s::regclass LOOP
   EXECUTE format('REVOKE ALL ON TABLE %s FROM %%s', CASE WHEN r.grantee = 0 THEN 'PUBLIC' ELSE quote_ident(pg_get_userbyid(r.grantee)) END);
- END LOOP; END $schemastate$`, literal(n.qn), strings.ReplaceAll(n.qn, "'", "''"))
+ END LOOP; END $schemastate$`, pgsql.Literal(n.qn), strings.ReplaceAll(n.qn, "'", "''"))
 	for _, c := range f.carry {
 		if strings.HasPrefix(c, "ALTER SEQUENCE ") {
 			// Before the live table is dropped, which would drop the sequence.
@@ -324,7 +310,7 @@ func (n rebuildNames) swap(f *rebuildFacts, attach, validate []string) []string 
 // replayPhase replays the log: after the copy (which/what: "copied") and
 // once the new table is indexed ("indexed").
 func replayPhase(table, after, qn, ql, qt, qid, colList, detail string) ops.Phase {
-	return loopPhase(ops.Phase{Step: core.StepWiden, Name: ops.PhaseRebuildReplay, Kind: ops.KindRebuildReplay, Table: table, Object: after, Lock: ops.LockNone, Scans: true,
+	return pgsql.LoopPhase(ops.Phase{Step: core.StepWiden, Name: ops.PhaseRebuildReplay, Kind: ops.KindRebuildReplay, Table: table, Object: after, Lock: ops.LockNone, Scans: true,
 		Detail: detail}, ops.Loop{
 		Bound:  fmt.Sprintf("SELECT coalesce(max(n), 0) FROM (SELECT n FROM %s ORDER BY n LIMIT %d) c", ql, replayChunk),
 		Delete: fmt.Sprintf("DELETE FROM %s WHERE %s IN (SELECT id FROM %s WHERE n <= $1)", qn, qid, ql),
@@ -344,14 +330,14 @@ func buildWeight(def string) int {
 }
 
 // rebuildRowKey is the column the log records: the primary key's, which
-// rebuildable requires to be one column.
+// Rebuildable requires to be one column.
 func rebuildRowKey(live *schema.Table) string {
 	return live.PrimaryKey.Parts[0].C.Name
 }
 
-// rebuildable reports whether the rebuild can key its log on the table's
+// Rebuildable reports whether the rebuild can key its log on the table's
 // primary key: one text column.
-func rebuildable(live *schema.Table) string {
+func Rebuildable(live *schema.Table) string {
 	pk := live.PrimaryKey
 	if pk == nil || len(pk.Parts) != 1 || pk.Parts[0].C == nil {
 		return "it has no single-column primary key to log changed rows by"
@@ -360,4 +346,17 @@ func rebuildable(live *schema.Table) string {
 		return "its primary key is not a text column"
 	}
 	return ""
+}
+
+// rebuiltIndexIs is the done-check that the rebuild's index qtmp is built,
+// valid, and of the live index's definition def (pg_get_indexdef): the
+// same uniqueness, and the same text from its access method on.
+func rebuiltIndexIs(qtmp, def string) string {
+	unique := strings.HasPrefix(def, "CREATE UNIQUE ")
+	tail := def
+	if i := strings.Index(def, " USING "); i >= 0 {
+		tail = def[i+len(" USING "):]
+	}
+	return fmt.Sprintf("EXISTS (SELECT 1 FROM pg_index WHERE indexrelid = to_regclass(%s) AND indisvalid AND indisunique = %t AND split_part(pg_get_indexdef(indexrelid), ' USING ', 2) = %s)",
+		pgsql.Literal(qtmp), unique, pgsql.Literal(tail))
 }

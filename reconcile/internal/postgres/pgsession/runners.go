@@ -1,4 +1,4 @@
-package postgres
+package pgsession
 
 import (
 	"context"
@@ -14,6 +14,8 @@ import (
 
 	"github.com/schemastate/schemastate/internal/hooks"
 	"github.com/schemastate/schemastate/internal/ops"
+	"github.com/schemastate/schemastate/reconcile/internal/postgres/pgsql"
+	"github.com/schemastate/schemastate/reconcile/internal/postgres/rebuild"
 )
 
 // flushAsWritten opens every transaction of the rebuild's copy and replay:
@@ -28,8 +30,8 @@ const flushAsWritten = "SET LOCAL backend_flush_after = '256kB'"
 // rebuildCopy fills the new table, one range of pages per transaction, from
 // where the state row says the copy is; each batch commits its rows and its
 // progress together.
-func (s *pgSession) rebuildCopy(ctx context.Context, ph ops.Phase, h core.PhaseHooks) error {
-	qs := qualified(s.schema, rebuildState(ph.Table))
+func (s *Session) rebuildCopy(ctx context.Context, ph ops.Phase, h core.PhaseHooks) error {
+	qs := pgsql.Qualified(s.schema, rebuild.StateTable(ph.Table))
 	var pages, next, rows int64
 	if err := s.conn.QueryRowContext(ctx, "SELECT pages, next_page, rows FROM "+qs).Scan(&pages, &next, &rows); err != nil {
 		return fmt.Errorf("read the copy's progress: %w", err)
@@ -55,14 +57,14 @@ func (s *pgSession) rebuildCopy(ctx context.Context, ph ops.Phase, h core.PhaseH
 				}
 				res, err := tx.ExecContext(ctx, ph.Loop.Batch, fmt.Sprintf("(%d,0)", from), fmt.Sprintf("(%d,0)", to))
 				if err != nil {
-					return withDetail(err)
+					return pgsql.WithDetail(err)
 				}
 				n, _ = res.RowsAffected()
 				if res, err = tx.ExecContext(ctx, ph.Loop.Progress, to, n); err != nil {
 					return err
 				}
 				if k, _ := res.RowsAffected(); k == 0 {
-					return errRebuildSourceChanged
+					return rebuild.ErrSourceChanged
 				}
 				return nil
 			})
@@ -97,11 +99,11 @@ func (s *pgSession) rebuildCopy(ctx context.Context, ph ops.Phase, h core.PhaseH
 // the duplicates the copy left, and every row the copy saw twice was logged
 // before the copy ended: it replays up to the log's last entry as it begins
 // and stops, leaving what writers log meanwhile to the indexed replay.
-func (s *pgSession) replayLog(ctx context.Context, ph ops.Phase, h core.PhaseHooks) error {
+func (s *Session) replayLog(ctx context.Context, ph ops.Phase, h core.PhaseHooks) error {
 	var total int64
 	target := int64(-1) // no bound: replay until the log is short
 	if ph.Object == "copied" {
-		if err := s.conn.QueryRowContext(ctx, "SELECT coalesce(max(n), 0) FROM "+qualified(s.schema, rebuildLog(ph.Table))).Scan(&target); err != nil {
+		if err := s.conn.QueryRowContext(ctx, "SELECT coalesce(max(n), 0) FROM "+pgsql.Qualified(s.schema, rebuild.LogTable(ph.Table))).Scan(&target); err != nil {
 			return fmt.Errorf("read the end of the log: %w", err)
 		}
 	}
@@ -129,7 +131,7 @@ func (s *pgSession) replayLog(ctx context.Context, ph ops.Phase, h core.PhaseHoo
 				return err
 			}
 		}
-		if n < replayShort || target >= 0 && upTo >= target {
+		if n < rebuild.ReplayShort || target >= 0 && upTo >= target {
 			return nil
 		}
 	}
@@ -137,7 +139,7 @@ func (s *pgSession) replayLog(ctx context.Context, ph ops.Phase, h core.PhaseHoo
 
 // replayOnce replays one chunk of the rebuild's log in a transaction of its
 // own: n rows forgotten, up to entry upTo.
-func (s *pgSession) replayOnce(ctx context.Context, ph ops.Phase) (n, upTo int64, err error) {
+func (s *Session) replayOnce(ctx context.Context, ph ops.Phase) (n, upTo int64, err error) {
 	tx, err := s.conn.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelRepeatableRead})
 	if err != nil {
 		return 0, 0, err
@@ -156,7 +158,7 @@ func (s *pgSession) replayOnce(ctx context.Context, ph ops.Phase) (n, upTo int64
 	}
 	for _, stmt := range []string{ph.Loop.Delete, ph.Loop.Copy} {
 		if _, err := tx.ExecContext(ctx, stmt, upTo); err != nil {
-			return 0, 0, withDetail(err)
+			return 0, 0, pgsql.WithDetail(err)
 		}
 	}
 	res, err := tx.ExecContext(ctx, ph.Loop.Forget, upTo)
@@ -181,7 +183,7 @@ const rebuildIndexConns = 2
 // is CREATE INDEX IF NOT EXISTS, so a phase resumed after a crash skips
 // what committed. The holder check runs before each build; the first error
 // stops the others from starting and is the phase's.
-func (s *pgSession) rebuildIndexes(ctx context.Context, ph ops.Phase, h core.PhaseHooks) error {
+func (s *Session) rebuildIndexes(ctx context.Context, ph ops.Phase, h core.PhaseHooks) error {
 	builds, analyze := ph.Loop.Builds, ph.Loop.Analyze
 	next := make(chan string, len(builds))
 	for _, b := range builds {
@@ -237,7 +239,7 @@ func (s *pgSession) rebuildIndexes(ctx context.Context, ph ops.Phase, h core.Pha
 // onConns runs worker on the steps' connection and on each further one, up
 // to rebuildIndexConns in all and no more than n, the pool lends within a
 // second, and waits for every run.
-func (s *pgSession) onConns(ctx context.Context, n int, worker func(conn *sql.Conn) error) error {
+func (s *Session) onConns(ctx context.Context, n int, worker func(conn *sql.Conn) error) error {
 	var g errgroup.Group
 	for i := 1; i < min(rebuildIndexConns, n); i++ {
 		// A pool with none to lend soon (SetMaxOpenConns(2): the lock's and
@@ -259,7 +261,7 @@ func (s *pgSession) onConns(ctx context.Context, n int, worker func(conn *sql.Co
 
 // buildOne checks the boot lock is still held, builds stmt on conn and,
 // under mu, runs done (the count, the progress, the failpoint).
-func (s *pgSession) buildOne(ctx context.Context, conn *sql.Conn, stmt string, mu *sync.Mutex, done func() error) error {
+func (s *Session) buildOne(ctx context.Context, conn *sql.Conn, stmt string, mu *sync.Mutex, done func() error) error {
 	mu.Lock()
 	err := s.Holding(ctx)
 	mu.Unlock()
@@ -267,7 +269,7 @@ func (s *pgSession) buildOne(ctx context.Context, conn *sql.Conn, stmt string, m
 		err = buildIn(ctx, conn, stmt, stmtBudget(s.o, budgetScan))
 	}
 	if err != nil {
-		return fmt.Errorf("%s: %w", core.FirstLine(stmt), withDetail(err))
+		return fmt.Errorf("%s: %w", core.FirstLine(stmt), pgsql.WithDetail(err))
 	}
 	mu.Lock()
 	defer mu.Unlock()
@@ -295,7 +297,7 @@ func buildIn(ctx context.Context, conn *sql.Conn, stmt string, budget time.Durat
 // it, by name, before the constraint is added. The read scans the table:
 // it runs in a read-only transaction of its own, for its SET LOCAL
 // statement_timeout.
-func (s *pgSession) checkRows(ctx context.Context, ph ops.Phase, h core.PhaseHooks) error {
+func (s *Session) checkRows(ctx context.Context, ph ops.Phase, h core.PhaseHooks) error {
 	h.Progress(fmt.Sprintf("checking %s: rows that break %s", ph.Table, ph.Constraint))
 	tx, err := s.conn.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
 	if err != nil {
@@ -333,13 +335,13 @@ func brokenRows(ctx context.Context, q core.Querier, ph ops.Phase) error {
 // transaction of its own under the lock discipline. When it fails, Cleanup
 // runs (dropping the NOT VALID constraint, which would otherwise keep
 // rejecting the host's writes) and the rows that broke it are named.
-func (s *pgSession) ownTx(ctx context.Context, ph ops.Phase, h core.PhaseHooks) error {
+func (s *Session) ownTx(ctx context.Context, ph ops.Phase, h core.PhaseHooks) error {
 	h.Progress(fmt.Sprintf("validating %s: %s", ph.Table, ph.Constraint))
 	err := s.withLockRetry(ctx, ph.Table, func(timeout time.Duration) error {
 		return s.inTx(ctx, timeout, budgetScan, func(tx *sql.Tx) error {
 			for _, stmt := range ph.SQL {
 				if _, err := tx.ExecContext(ctx, stmt); err != nil {
-					return fmt.Errorf("%s: %w", core.FirstLine(stmt), withDetail(err))
+					return fmt.Errorf("%s: %w", core.FirstLine(stmt), pgsql.WithDetail(err))
 				}
 			}
 			return h.Fail(hooks.FailpointPhaseHeld(ph.ID()))

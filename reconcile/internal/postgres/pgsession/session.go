@@ -1,4 +1,8 @@
-package postgres
+// Package pgsession is PostgreSQL's session (session.go: the advisory
+// lock's transaction, a transaction per step or phase; timeout.go: the
+// statement budgets and the preflight) and the runners of the phases it runs
+// outside a transaction (apply.go, runners.go).
+package pgsession
 
 import (
 	"context"
@@ -58,7 +62,8 @@ import (
 // transaction-level advisory lock held by a transaction of its own.
 const LockAdvisoryXact = "advisory_xact"
 
-type pgSession struct {
+// Session is PostgreSQL's core.Session.
+type Session struct {
 	conn   *sql.Conn
 	db     *sql.DB // for the lock's connection and progress reports
 	schema string  // current_schema(), where the reconcile works
@@ -78,12 +83,14 @@ type pgSession struct {
 	o              *core.Config
 }
 
-func openPostgres(ctx context.Context, db *sql.DB, o *core.Config) (*pgSession, error) {
+// Open opens the session on a connection of db's own, keyed to its
+// database and schema; the lock is taken by Lock.
+func Open(ctx context.Context, db *sql.DB, o *core.Config) (*Session, error) {
 	conn, err := db.Conn(ctx)
 	if err != nil {
 		return nil, err
 	}
-	s := &pgSession{conn: conn, db: db, o: o}
+	s := &Session{conn: conn, db: db, o: o}
 	var database string
 	if err := conn.QueryRowContext(ctx, `SELECT current_database(), current_schema()`).Scan(&database, &s.schema); err != nil {
 		conn.Close()
@@ -107,7 +114,7 @@ func openPostgres(ctx context.Context, db *sql.DB, o *core.Config) (*pgSession, 
 // connection, pool idle or not; were waiters to keep theirs, eight replicas
 // on a pool of four would leave the holder no server connection for its
 // steps, and every replica would wait out its lock wait.
-func (s *pgSession) Lock(ctx context.Context) error {
+func (s *Session) Lock(ctx context.Context) error {
 	if n := s.db.Stats().MaxOpenConnections; n == 1 {
 		return fmt.Errorf("the pool allows one connection (SetMaxOpenConns(%d)); the reconcile's lock holds a transaction on a connection of its own beside the one its steps run on: allow at least two", n)
 	}
@@ -157,7 +164,7 @@ func discard(conn *sql.Conn) {
 // tryLock is one attempt: a READ COMMITTED transaction that tries the lock
 // and is kept when it got it, rolled back (and the rollback checked) when
 // it did not.
-func (s *pgSession) tryLock(ctx context.Context) (bool, error) {
+func (s *Session) tryLock(ctx context.Context) (bool, error) {
 	tx, err := s.lockConn.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
 	if err != nil {
 		return false, err
@@ -197,7 +204,7 @@ func (s *pgSession) tryLock(ctx context.Context) (bool, error) {
 // connection) part way through the run; it is switched off for this
 // transaction alone. The lock still ends with its process: the server ends
 // the transaction when the connection closes.
-func (s *pgSession) idle(ctx context.Context) error {
+func (s *Session) idle(ctx context.Context) error {
 	_, err := s.lockTx.ExecContext(ctx, `SET LOCAL idle_in_transaction_session_timeout = 0`)
 	return err
 }
@@ -205,7 +212,7 @@ func (s *pgSession) idle(ctx context.Context) error {
 // holding is the holder check: the lock's transaction is alive and holds
 // the lock. It asks that transaction itself, so behind any pooler it is the
 // server connection the lock lives on that answers.
-func (s *pgSession) Holding(ctx context.Context) error {
+func (s *Session) Holding(ctx context.Context) error {
 	if s.lockTx == nil {
 		return nil
 	}
@@ -239,11 +246,11 @@ func pooled(err error) error {
 	return err
 }
 
-func (s *pgSession) Querier() dialect.Querier { return s.conn }
+func (s *Session) Querier() dialect.Querier { return s.conn }
 
-func (s *pgSession) SchemaName() string { return s.schema }
+func (s *Session) SchemaName() string { return s.schema }
 
-func (s *pgSession) Begin(ctx context.Context, step string) (dialect.Querier, error) {
+func (s *Session) Begin(ctx context.Context, step string) (dialect.Querier, error) {
 	tx, err := s.conn.BeginTx(ctx, nil)
 	if err != nil {
 		return nil, err
@@ -262,7 +269,7 @@ func (s *pgSession) Begin(ctx context.Context, step string) (dialect.Querier, er
 	return tx, nil
 }
 
-func (s *pgSession) End(ctx context.Context, ok bool) error {
+func (s *Session) End(ctx context.Context, ok bool) error {
 	tx := s.tx
 	s.tx = nil
 	if !ok {
@@ -274,12 +281,12 @@ func (s *pgSession) End(ctx context.Context, ok bool) error {
 // close releases the lock. Every step has already committed or rolled back
 // in its own transaction, so nothing here can undo a step: a failed release
 // is not a step failure.
-func (s *pgSession) Close(context.Context) error {
+func (s *Session) Close(context.Context) error {
 	s.release()
 	return nil
 }
 
-func (s *pgSession) Abort() {
+func (s *Session) Abort() {
 	if s.tx != nil {
 		s.tx.Rollback()
 	}
@@ -291,7 +298,7 @@ func (s *pgSession) Abort() {
 // rather than returned to the pool: closing it ends the transaction on the
 // server (through a pooler: the pooler closes a server connection whose
 // client left mid-transaction).
-func (s *pgSession) release() {
+func (s *Session) release() {
 	s.restoreSession()
 	if s.conn != nil {
 		defer s.conn.Close()

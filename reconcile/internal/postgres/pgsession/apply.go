@@ -1,4 +1,4 @@
-package postgres
+package pgsession
 
 import (
 	"context"
@@ -16,6 +16,7 @@ import (
 	"github.com/schemastate/schemastate/dialect"
 	"github.com/schemastate/schemastate/internal/hooks"
 	"github.com/schemastate/schemastate/internal/ops"
+	"github.com/schemastate/schemastate/reconcile/internal/postgres/pgsql"
 )
 
 // Applying a PostgreSQL plan, phase by phase, with lock discipline.
@@ -31,7 +32,7 @@ import (
 // transact runs fn in one transaction whose lock waits end after the
 // attempt timeout, retried whole (fn from the start) until it gets its locks
 // or the budget is spent (withLockRetry).
-func (s *pgSession) Transact(ctx context.Context, _ string, table string, fn func(q core.Querier) error) error {
+func (s *Session) Transact(ctx context.Context, _ string, table string, fn func(q core.Querier) error) error {
 	return s.withLockRetry(ctx, table, func(timeout time.Duration) error {
 		return s.inTx(ctx, timeout, budgetCatalog, func(tx *sql.Tx) error { return fn(tx) })
 	})
@@ -39,7 +40,7 @@ func (s *pgSession) Transact(ctx context.Context, _ string, table string, fn fun
 
 // alone applies a non-transactional phase: the batched copy, or CREATE or
 // DROP INDEX CONCURRENTLY.
-func (s *pgSession) Alone(ctx context.Context, ph ops.Phase, h core.PhaseHooks) error {
+func (s *Session) Alone(ctx context.Context, ph ops.Phase, h core.PhaseHooks) error {
 	switch ph.Kind {
 	case ops.KindBatched:
 		return s.copyBatches(ctx, ph, h)
@@ -62,7 +63,7 @@ func (s *pgSession) Alone(ctx context.Context, ph ops.Phase, h core.PhaseHooks) 
 // inTx runs fn in one transaction whose lock waits end after timeout and
 // whose statements end after the budget of kind (SET LOCAL, whatever the
 // session's statement_timeout).
-func (s *pgSession) inTx(ctx context.Context, timeout time.Duration, kind stmtKind, fn func(*sql.Tx) error) error {
+func (s *Session) inTx(ctx context.Context, timeout time.Duration, kind stmtKind, fn func(*sql.Tx) error) error {
 	tx, err := s.conn.BeginTx(ctx, nil)
 	if err != nil {
 		return err
@@ -88,7 +89,7 @@ func (s *pgSession) inTx(ctx context.Context, timeout time.Duration, kind stmtKi
 // lock_timeout: a statement outside a transaction has no SET LOCAL, and a
 // session SET … RESET pair can land on two server connections behind a
 // transaction-mode pooler, leaving the setting on another client's.
-func (s *pgSession) concurrently(ctx context.Context, ph ops.Phase, h core.PhaseHooks) error {
+func (s *Session) concurrently(ctx context.Context, ph ops.Phase, h core.PhaseHooks) error {
 	for _, stmt := range ph.SQL {
 		stop := s.watchIndexBuild(ctx, ph, h.Progress)
 		tag := statementTag()
@@ -103,7 +104,7 @@ func (s *pgSession) concurrently(ctx context.Context, ph ops.Phase, h core.Phase
 			err = fmt.Errorf("%w: %s: waited %s%s: %w", ops.ErrLockNotAcquired, ph.Table, s.o.ConcurrentWait, s.holders(ctx, ph.Table), err)
 		}
 		if err != nil {
-			err = fmt.Errorf("%s: %w", core.FirstLine(stmt), withDetail(err))
+			err = fmt.Errorf("%s: %w", core.FirstLine(stmt), pgsql.WithDetail(err))
 			if dup := s.duplicates(ctx, err, ph); dup != "" {
 				err = fmt.Errorf("%w; duplicated keys: %s", err, dup)
 			}
@@ -148,7 +149,7 @@ func statementTag() string {
 // running that statement, so a server connection a pooler has since handed
 // to another client's statement is never cancelled. waited reports whether
 // it cancelled the statement; release stops the watch.
-func (s *pgSession) boundWait(ctx context.Context, tag string) (waited func() bool, release func()) {
+func (s *Session) boundWait(ctx context.Context, tag string) (waited func() bool, release func()) {
 	var cancelled atomic.Bool
 	poll := min(max(s.o.ConcurrentWait/20, 10*time.Millisecond), 250*time.Millisecond)
 	var since time.Time // the current wait began, as first seen
@@ -187,7 +188,7 @@ func (s *pgSession) boundWait(ctx context.Context, tag string) (waited func() bo
 
 // watchIndexBuild reports pg_stat_progress_create_index for the build on
 // the phase's table while it runs, from another pooled connection.
-func (s *pgSession) watchIndexBuild(ctx context.Context, ph ops.Phase, say func(string)) func() {
+func (s *Session) watchIndexBuild(ctx context.Context, ph ops.Phase, say func(string)) func() {
 	if ph.Name != ops.PhaseBuildIndex || say == nil || s.db == nil {
 		return func() {}
 	}
@@ -195,7 +196,7 @@ func (s *pgSession) watchIndexBuild(ctx context.Context, ph ops.Phase, say func(
 		var phase string
 		var blocksDone, blocksTotal, tuplesDone, tuplesTotal int64
 		err := s.db.QueryRowContext(ctx, `SELECT phase, blocks_done, blocks_total, tuples_done, tuples_total
- FROM pg_stat_progress_create_index WHERE datname = current_database() AND relid = to_regclass($1) LIMIT 1`, qualified(s.schema, ph.Table)).Scan(&phase, &blocksDone, &blocksTotal, &tuplesDone, &tuplesTotal)
+ FROM pg_stat_progress_create_index WHERE datname = current_database() AND relid = to_regclass($1) LIMIT 1`, pgsql.Qualified(s.schema, ph.Table)).Scan(&phase, &blocksDone, &blocksTotal, &tuplesDone, &tuplesTotal)
 		if err != nil {
 			return true
 		}
@@ -220,7 +221,7 @@ func (s *pgSession) watchIndexBuild(ctx context.Context, ph ops.Phase, say func(
 // have moved to a page already covered, so the whole table is passed over
 // again, a few times at most, until it holds (a pass writes only the rows
 // still to do).
-func (s *pgSession) copyBatches(ctx context.Context, ph ops.Phase, h core.PhaseHooks) error {
+func (s *Session) copyBatches(ctx context.Context, ph ops.Phase, h core.PhaseHooks) error {
 	pages, err := s.pages(ctx, ph.Table)
 	if err != nil {
 		return err
@@ -271,7 +272,7 @@ func (s *pgSession) copyBatches(ctx context.Context, ph ops.Phase, h core.PhaseH
 // the phase's DoneWhen holds, for the rows the host moved while the first
 // pass ran; at most maxTailPasses. It returns rows, the rows written so
 // far, with those it wrote.
-func (s *pgSession) tailPasses(ctx context.Context, ph ops.Phase, h core.PhaseHooks, verb string, batch, rows int64) (int64, error) {
+func (s *Session) tailPasses(ctx context.Context, ph ops.Phase, h core.PhaseHooks, verb string, batch, rows int64) (int64, error) {
 	for tail := 0; ; tail++ {
 		var done bool
 		if err := s.conn.QueryRowContext(ctx, ph.DoneWhen).Scan(&done); err != nil {
@@ -325,23 +326,23 @@ const minBatchPages = 16
 const maxTailPasses = 5
 
 // pages is the table's size in pages.
-func (s *pgSession) pages(ctx context.Context, table string) (int64, error) {
+func (s *Session) pages(ctx context.Context, table string) (int64, error) {
 	var pages int64
 	err := s.conn.QueryRowContext(ctx, `SELECT pg_relation_size(to_regclass($1)) / current_setting('block_size')::int`,
-		qualified(s.schema, table)).Scan(&pages)
+		pgsql.Qualified(s.schema, table)).Scan(&pages)
 	return pages, err
 }
 
 // batch runs a batched phase's statement over the pages [from, to) in a
 // short transaction under the lock discipline, and says how many rows it
 // wrote.
-func (s *pgSession) batch(ctx context.Context, ph ops.Phase, from, to int64) (int64, error) {
+func (s *Session) batch(ctx context.Context, ph ops.Phase, from, to int64) (int64, error) {
 	var rows int64
 	err := s.withLockRetry(ctx, ph.Table, func(timeout time.Duration) error {
 		return s.inTx(ctx, timeout, budgetBatch, func(tx *sql.Tx) error {
 			res, err := tx.ExecContext(ctx, ph.Loop.Batch, fmt.Sprintf("(%d,0)", from), fmt.Sprintf("(%d,0)", to))
 			if err != nil {
-				return withDetail(err)
+				return pgsql.WithDetail(err)
 			}
 			rows, _ = res.RowsAffected()
 			return nil
@@ -354,7 +355,7 @@ func (s *pgSession) batch(ctx context.Context, ph ops.Phase, from, to int64) (in
 // than a lock timeout, or the budget is spent. Each attempt waits at most
 // the attempt timeout for its locks; between attempts it backs off
 // exponentially with jitter, so replicas and the host's own DDL interleave.
-func (s *pgSession) withLockRetry(ctx context.Context, table string, attempt func(timeout time.Duration) error) error {
+func (s *Session) withLockRetry(ctx context.Context, table string, attempt func(timeout time.Duration) error) error {
 	budget := s.o.DDLLockTimeout
 	per := min(s.o.DDLLockAttempt, budget)
 	deadline := time.Now().Add(budget)
@@ -386,14 +387,14 @@ func isLockTimeout(err error) bool {
 // holders names the other sessions holding a lock on the table (or, when
 // none does, the database's oldest open transaction, which a concurrent
 // index build waits for: it waits for no other database's).
-func (s *pgSession) holders(ctx context.Context, table string) string {
+func (s *Session) holders(ctx context.Context, table string) string {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
 	defer cancel()
 	list, err := core.QueryStrings(ctx, s.conn, `SELECT format('pid %s (%s, %s, transaction open %s s: %s)', a.pid, l.mode, a.state,
   round(extract(epoch FROM now() - a.xact_start)::numeric, 1), left(regexp_replace(a.query, '\s+', ' ', 'g'), 60))
  FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
  WHERE l.database = (SELECT oid FROM pg_database WHERE datname = current_database()) AND l.relation = to_regclass($1)
-   AND l.granted AND l.pid <> pg_backend_pid() ORDER BY a.xact_start LIMIT 5`, qualified(s.schema, table))
+   AND l.granted AND l.pid <> pg_backend_pid() ORDER BY a.xact_start LIMIT 5`, pgsql.Qualified(s.schema, table))
 	if err == nil && len(list) == 0 {
 		list, err = core.QueryStrings(ctx, s.conn, `SELECT format('pid %s (oldest open transaction, %s, open %s s: %s)', pid, state,
   round(extract(epoch FROM now() - xact_start)::numeric, 1), left(regexp_replace(query, '\s+', ' ', 'g'), 60))
@@ -408,7 +409,7 @@ func (s *pgSession) holders(ctx context.Context, table string) string {
 }
 
 // duplicates names up to five keys that made a unique build fail.
-func (s *pgSession) duplicates(ctx context.Context, err error, ph ops.Phase) string {
+func (s *Session) duplicates(ctx context.Context, err error, ph ops.Phase) string {
 	var pe *pgconn.PgError
 	if ph.Name != ops.PhaseBuildIndex || !errors.As(err, &pe) || pe.Code != "23505" {
 		return ""
@@ -422,7 +423,7 @@ func (s *pgSession) duplicates(ctx context.Context, err error, ph ops.Phase) str
 	}
 	cols := strings.Join(quoted, ", ")
 	list, qerr := core.QueryStrings(context.WithoutCancel(ctx), s.conn, fmt.Sprintf(`SELECT format('(%%s) × %%s', concat_ws(', ', %s), count(*))
- FROM %s GROUP BY %s HAVING count(*) > 1 LIMIT 5`, cols, qualified(s.schema, ph.Table), cols))
+ FROM %s GROUP BY %s HAVING count(*) > 1 LIMIT 5`, cols, pgsql.Qualified(s.schema, ph.Table), cols))
 	if qerr != nil {
 		return ""
 	}

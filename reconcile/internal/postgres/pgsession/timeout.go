@@ -1,4 +1,4 @@
-package postgres
+package pgsession
 
 import (
 	"context"
@@ -156,7 +156,7 @@ func (st sessionTimeout) fix() string {
 // connection (a direct one), or refuses the step with ErrStatementTimeout
 // before anything ran (behind a pooler). A lifted setting is restored by
 // release.
-func (s *pgSession) Preflight(ctx context.Context, phases []ops.Phase) error {
+func (s *Session) Preflight(ctx context.Context, phases []ops.Phase) error {
 	if s.restoreTimeout != "" {
 		return nil // lifted already, for an earlier step
 	}
@@ -202,7 +202,7 @@ func (s *pgSession) Preflight(ctx context.Context, phases []ops.Phase) error {
 // catalog says is done (a boot resumed past it runs nothing of it; its
 // DoneWhen reads the catalog alone, where a batched phase's scans the
 // table, under the very setting in question).
-func (s *pgSession) outsidePhases(ctx context.Context, phases []ops.Phase) ([]string, error) {
+func (s *Session) outsidePhases(ctx context.Context, phases []ops.Phase) ([]string, error) {
 	var outside []string
 	for _, ph := range phases {
 		if !outsideTx(ph) {
@@ -228,7 +228,7 @@ func (s *pgSession) outsidePhases(ctx context.Context, phases []ops.Phase) ([]st
 // pooler answers the startup itself, with a cancel key of its own, and
 // hands the client's statements to server connections of its choosing. A
 // driver other than pgx cannot tell, and is taken as pooled.
-func (s *pgSession) direct(ctx context.Context) (bool, error) {
+func (s *Session) direct(ctx context.Context) (bool, error) {
 	var started uint32
 	err := s.conn.Raw(func(dc any) error {
 		// pgx's stdlib connection, seen through its method rather than its
@@ -252,7 +252,7 @@ func (s *pgSession) direct(ctx context.Context) (bool, error) {
 // restoreSession gives the steps' connection back the statement_timeout
 // preflight lifted; a connection whose restore fails is discarded, never
 // returned to the host's pool with the reconcile's setting.
-func (s *pgSession) restoreSession() {
+func (s *Session) restoreSession() {
 	if s.restoreTimeout == "" || s.conn == nil {
 		return
 	}
