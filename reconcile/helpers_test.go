@@ -241,3 +241,26 @@ func failShape(t *testing.T, db *dbtest.DB) (undo func()) {
 	require.NoError(t, err)
 	return func() { require.NoError(t, tx.Rollback()) }
 }
+
+// onEveryConnection runs query (one text column) on every open connection
+// of pool, all held at once so that each is a different one, and returns
+// each answer: what the host's pool carries after a reconcile.
+func onEveryConnection(t *testing.T, pool *sql.DB, query string) []string {
+	t.Helper()
+	var conns []*sql.Conn
+	defer func() {
+		for _, c := range conns {
+			c.Close()
+		}
+	}()
+	var out []string
+	for range pool.Stats().OpenConnections {
+		c, err := pool.Conn(ctx)
+		require.NoError(t, err)
+		conns = append(conns, c)
+		var got string
+		require.NoError(t, c.QueryRowContext(ctx, query).Scan(&got))
+		out = append(out, got)
+	}
+	return out
+}

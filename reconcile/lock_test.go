@@ -242,18 +242,7 @@ func TestLock_ConcurrentWaitBoundedWithoutSessionState(t *testing.T) {
  WHERE NOT i.indisvalid AND c.relnamespace = current_schema()::regnamespace`))
 
 	// Every connection of the pool at once: none carries a lock_timeout.
-	var conns []*sql.Conn
-	defer func() {
-		for _, c := range conns {
-			c.Close()
-		}
-	}()
-	for range db.Stats().OpenConnections {
-		c, err := db.Conn(ctx)
-		require.NoError(t, err)
-		conns = append(conns, c)
-		var got string
-		require.NoError(t, c.QueryRowContext(ctx, `SHOW lock_timeout`).Scan(&got))
+	for _, got := range onEveryConnection(t, db.DB, `SHOW lock_timeout`) {
 		require.Equal(t, want, got)
 	}
 	require.NoError(t, old.Rollback())

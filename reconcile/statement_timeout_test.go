@@ -117,18 +117,7 @@ func TestReconcile_RoleStatementTimeoutDirectCompletes(t *testing.T) {
 
 	// Every connection of the host's pool at once: each has the role's
 	// setting, none the reconcile's.
-	var conns []*sql.Conn
-	defer func() {
-		for _, c := range conns {
-			c.Close()
-		}
-	}()
-	for range pool.Stats().OpenConnections {
-		c, err := pool.Conn(ctx)
-		require.NoError(t, err)
-		conns = append(conns, c)
-		var got string
-		require.NoError(t, c.QueryRowContext(ctx, `SHOW statement_timeout`).Scan(&got))
+	for _, got := range onEveryConnection(t, pool, `SHOW statement_timeout`) {
 		require.Equal(t, "300ms", got)
 	}
 	requireWriterStoresOrRefusesShape(t, pool)
