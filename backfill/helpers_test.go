@@ -12,9 +12,9 @@ import (
 
 	"github.com/schemastate/schemastate/backfill"
 	"github.com/schemastate/schemastate/dialect"
+	"github.com/schemastate/schemastate/internal/declare"
 	"github.com/schemastate/schemastate/internal/hooks"
 	"github.com/schemastate/schemastate/internal/instant"
-	"github.com/schemastate/schemastate/internal/owned"
 	"github.com/schemastate/schemastate/internal/testkit/dbtest"
 	"github.com/schemastate/schemastate/keys"
 	"github.com/schemastate/schemastate/reconcile"
@@ -142,7 +142,7 @@ func subagent(toolCallID string, top, task map[string]any) string {
 // columns is task_session_subagents's columns as schema.hcl declares them.
 func columns(t *testing.T) []string {
 	t.Helper()
-	cols, err := owned.Columns(owned.Subagents)
+	cols, err := declare.Columns(declare.Subagents)
 	require.NoError(t, err)
 	return cols
 }

@@ -15,8 +15,8 @@ import (
 
 	"github.com/schemastate/schemastate/capture"
 	"github.com/schemastate/schemastate/dialect"
+	"github.com/schemastate/schemastate/internal/declare"
 	"github.com/schemastate/schemastate/internal/instant"
-	"github.com/schemastate/schemastate/internal/owned"
 	"github.com/schemastate/schemastate/internal/testkit/dbtest"
 	"github.com/schemastate/schemastate/internal/testkit/proctest"
 	"github.com/schemastate/schemastate/reconcile"
@@ -158,7 +158,7 @@ func (s *store) one(t *testing.T, execution, toolCallID string) capture.Row {
 // itself, for byte-for-byte comparisons.
 func (s *store) raw(t *testing.T, session, execution, toolCallID string) []sql.NullString {
 	t.Helper()
-	cols, err := owned.Columns(owned.Subagents)
+	cols, err := declare.Columns(declare.Subagents)
 	require.NoError(t, err)
 	sel := make([]string, len(cols))
 	for i, c := range cols {

@@ -18,8 +18,8 @@ import (
 	"github.com/schemastate/schemastate/capture"
 	"github.com/schemastate/schemastate/dialect"
 	"github.com/schemastate/schemastate/health"
+	"github.com/schemastate/schemastate/internal/declare"
 	"github.com/schemastate/schemastate/internal/instant"
-	"github.com/schemastate/schemastate/internal/owned"
 	"github.com/schemastate/schemastate/internal/testkit/dbtest"
 	"github.com/schemastate/schemastate/internal/tool/gen"
 	"github.com/schemastate/schemastate/keys"
@@ -444,7 +444,7 @@ func escapedBackfilled(t *testing.T, db *dbtest.DB) (escaped, missing int) {
 // timestamp as the instant it names.
 func subagentRows(t *testing.T, db *dbtest.DB) []string {
 	t.Helper()
-	cols, err := owned.Columns(owned.Subagents)
+	cols, err := declare.Columns(declare.Subagents)
 	require.NoError(t, err)
 	timestamps := map[string]bool{"observed_at": true, "settled_at": true, "updated_at": true}
 	sel := make([]string, 0, len(cols))

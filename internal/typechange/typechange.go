@@ -1,6 +1,9 @@
 // Package typechange judges a column's type change: whether every stored
 // value survives it (Widens), whether the reconcile refuses it as
-// destroying data (Destructive), and how the dialect spells a type (Name).
+// destroying data (Destructive), how the dialect spells a type (Name), and
+// which changes PostgreSQL makes in the catalog alone (BinaryCoercible,
+// TimeKind, TimePrecision: pgtypes.go), as the planner and lint both read
+// them.
 package typechange
 
 import (
@@ -12,7 +15,6 @@ import (
 	"ariga.io/atlas/sql/sqlite"
 
 	"github.com/schemastate/schemastate/dialect"
-	"github.com/schemastate/schemastate/internal/pgtypes"
 )
 
 // Destructive reports whether the shape step refuses c on dialect d because
@@ -57,9 +59,9 @@ func Widens(from, to schema.Type) bool {
 	// every stored value (an unset precision is PostgreSQL's maximum, 6).
 	if ft, ok := from.(*schema.TimeType); ok {
 		tt, ok := to.(*schema.TimeType)
-		return ok && pgtypes.TimeKind(ft.T) == pgtypes.TimeKind(tt.T) && pgtypes.TimePrecision(tt) >= pgtypes.TimePrecision(ft)
+		return ok && TimeKind(ft.T) == TimeKind(tt.T) && TimePrecision(tt) >= TimePrecision(ft)
 	}
-	if pgtypes.BinaryCoercible(from, to) {
+	if BinaryCoercible(from, to) {
 		return true
 	}
 	if st, ok := to.(*schema.StringType); ok && strings.EqualFold(st.T, "text") {

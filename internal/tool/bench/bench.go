@@ -37,7 +37,7 @@ import (
 	"time"
 
 	"github.com/schemastate/schemastate/dialect"
-	"github.com/schemastate/schemastate/internal/owned"
+	"github.com/schemastate/schemastate/internal/declare"
 	"github.com/schemastate/schemastate/internal/tool/gen"
 	"github.com/schemastate/schemastate/keys"
 )
@@ -324,7 +324,7 @@ func Run(ctx context.Context, stores Stores, cfg Config) (*Report, error) {
 	}
 	rep := &Report{Started: time.Now().UTC(), GoVersion: runtime.Version(), CPUs: runtime.NumCPU(),
 		Runs: cfg.Runs, LargeRuns: cfg.LargeRuns, Frames: cfg.Frames, Dialect: stores.Dialect(), Skipped: cfg.Skipped}
-	legacy, err := owned.PreAmendmentColumns()
+	legacy, err := declare.PreAmendmentColumns()
 	if err != nil {
 		return rep, fmt.Errorf("bench: %w", err)
 	}

@@ -20,8 +20,8 @@ import (
 	"time"
 
 	"github.com/schemastate/schemastate/dialect"
+	"github.com/schemastate/schemastate/internal/declare"
 	"github.com/schemastate/schemastate/internal/instant"
-	"github.com/schemastate/schemastate/internal/owned"
 	"github.com/schemastate/schemastate/internal/perdialect"
 	"github.com/schemastate/schemastate/internal/readonly"
 	"github.com/schemastate/schemastate/internal/tool/basestate"
@@ -262,14 +262,14 @@ func (g *generator) run(ctx context.Context, conn *sql.Conn) error {
 	g.messages = g.w.table("task_session_messages", "id", "task_session_id", "task_id", "turn_id", "author_type", "author_id", "content", "requests_input", "type", "metadata", "created_at", "updated_at")
 	// The table's columns as the state has it: the declared ones once
 	// amended, the pre-amendment ones before.
-	cols, err := owned.PreAmendmentColumns()
+	cols, err := declare.PreAmendmentColumns()
 	if g.cfg.State == Amended {
-		cols, err = owned.Columns(owned.Subagents)
+		cols, err = declare.Columns(declare.Subagents)
 	}
 	if err != nil {
 		return fmt.Errorf("gen: %w", err)
 	}
-	g.subagentRows = g.w.table(owned.Subagents, cols...)
+	g.subagentRows = g.w.table(declare.Subagents, cols...)
 	g.w.onCommit = func() {
 		if g.cfg.Progress != nil {
 			g.cfg.Progress(Progress{Messages: g.sum.Messages, PlannedMessage: g.plan.messages, Bytes: g.sum.ContentBytes + int64(g.sum.Messages)*overheadPerMessage, TargetBytes: target, Elapsed: time.Since(g.start)})

@@ -8,7 +8,6 @@ import (
 
 	"github.com/schemastate/schemastate/dialect"
 	"github.com/schemastate/schemastate/internal/ops"
-	"github.com/schemastate/schemastate/internal/pgtypes"
 	"github.com/schemastate/schemastate/internal/tool/dsn"
 	"github.com/schemastate/schemastate/internal/typechange"
 )
@@ -34,7 +33,7 @@ func postgresLockHazards(d dialect.Dialect, tc ops.TableChanges, c schema.Change
 				Advice: "expected for a small table; on a large one confirm the online threshold (reconcile.WithOnlineAbove) sends it to the online recipe"})
 		}
 	case *schema.ModifyColumn:
-		if c.Change.Is(schema.ChangeType) && !pgtypes.BinaryCoercible(c.From.Type.Type, c.To.Type.Type) && !widenedOnline(phases, tc.Table) {
+		if c.Change.Is(schema.ChangeType) && !typechange.BinaryCoercible(c.From.Type.Type, c.To.Type.Type) && !widenedOnline(phases, tc.Table) {
 			add(Hazard{Code: CodeTableRewrite, Level: LevelRewrite, Table: tc.Table, Column: c.To.Name, copiesRows: true,
 				Detail: fmt.Sprintf("ALTER COLUMN TYPE %s → %s rewrites the table under ACCESS EXCLUSIVE (a table above the online threshold is widened online instead — rebuilt into a shadow table, or in expand/copy/contract phases — when the column allows it)", typechange.Name(d, c.From.Type.Type), typechange.Name(d, c.To.Type.Type)),
 				Advice: "ship it when the table is small, or make the column nullable, without default or index, so it is widened online"})

@@ -11,7 +11,6 @@ import (
 
 	"github.com/schemastate/schemastate/dialect"
 	"github.com/schemastate/schemastate/internal/ops"
-	"github.com/schemastate/schemastate/internal/pgtypes"
 	"github.com/schemastate/schemastate/internal/typechange"
 	"github.com/schemastate/schemastate/reconcile/internal/postgres/pgsql"
 	"github.com/schemastate/schemastate/reconcile/internal/postgres/rebuild"
@@ -49,7 +48,7 @@ func classifyOnline(tp *pgTablePlan, pre prelude) *onlineChanges {
 	}
 	oc.widening = slices.ContainsFunc(tp.Changes, func(c schema.Change) bool {
 		m, ok := c.(*schema.ModifyColumn)
-		return ok && m.Change.Is(schema.ChangeType) && typechange.Widens(m.From.Type.Type, m.To.Type.Type) && !pgtypes.BinaryCoercible(m.From.Type.Type, m.To.Type.Type)
+		return ok && m.Change.Is(schema.ChangeType) && typechange.Widens(m.From.Type.Type, m.To.Type.Type) && !typechange.BinaryCoercible(m.From.Type.Type, m.To.Type.Type)
 	})
 	for _, c := range tp.Changes {
 		if !oc.take(tp, c) {
@@ -156,7 +155,7 @@ func (oc *onlineChanges) takeConstraint(c schema.Change) bool {
 // takeColumn files a column's change: a widening online or not, a NOT NULL
 // to its recipe (the rest of the change, if any, to the alter).
 func (oc *onlineChanges) takeColumn(tp *pgTablePlan, c *schema.ModifyColumn) bool {
-	if c.Change.Is(schema.ChangeType) && typechange.Widens(c.From.Type.Type, c.To.Type.Type) && !pgtypes.BinaryCoercible(c.From.Type.Type, c.To.Type.Type) {
+	if c.Change.Is(schema.ChangeType) && typechange.Widens(c.From.Type.Type, c.To.Type.Type) && !typechange.BinaryCoercible(c.From.Type.Type, c.To.Type.Type) {
 		if widenableOnline(tp.Live, c) {
 			oc.widenOnline = append(oc.widenOnline, c.To)
 		} else {
@@ -173,7 +172,7 @@ func (oc *onlineChanges) takeColumn(tp *pgTablePlan, c *schema.ModifyColumn) boo
 		}
 		c = &rest
 	}
-	if c.Change.Is(schema.ChangeType) && !pgtypes.BinaryCoercible(c.From.Type.Type, c.To.Type.Type) {
+	if c.Change.Is(schema.ChangeType) && !typechange.BinaryCoercible(c.From.Type.Type, c.To.Type.Type) {
 		oc.catalogOnly = false
 	}
 	oc.other = append(oc.other, c)

@@ -11,7 +11,7 @@ import (
 	"github.com/schemastate/schemastate/dialect"
 	"github.com/schemastate/schemastate/internal/describe"
 	"github.com/schemastate/schemastate/internal/ops"
-	"github.com/schemastate/schemastate/internal/pgtypes"
+	"github.com/schemastate/schemastate/internal/typechange"
 	"github.com/schemastate/schemastate/reconcile/internal/core"
 	"github.com/schemastate/schemastate/reconcile/internal/postgres/rebuild"
 )
@@ -365,7 +365,7 @@ func planPhases(pc *core.PlanContext, tp *pgTablePlan, size tableSize, pre prelu
 			// varchar → text, …) neither scans nor rewrites.
 			lock, scans := ops.LockCatalog, slices.ContainsFunc(widened, func(c schema.Change) bool {
 				m := c.(*schema.ModifyColumn)
-				return !pgtypes.BinaryCoercible(m.From.Type.Type, m.To.Type.Type)
+				return !typechange.BinaryCoercible(m.From.Type.Type, m.To.Type.Type)
 			})
 			if scans {
 				lock = ops.LockRewrite

@@ -12,7 +12,7 @@ import (
 
 	"github.com/schemastate/schemastate/dialect"
 	"github.com/schemastate/schemastate/internal/ops"
-	"github.com/schemastate/schemastate/internal/pgtypes"
+	"github.com/schemastate/schemastate/internal/typechange"
 	"github.com/schemastate/schemastate/reconcile/internal/postgres/pgsql"
 )
 
@@ -420,7 +420,7 @@ func pgScans(c schema.Change) bool {
 		*schema.AddAttr, *schema.ModifyAttr, *schema.DropAttr:
 		return false
 	case *schema.ModifyColumn:
-		return c.Change.Is(schema.ChangeType) && !pgtypes.BinaryCoercible(c.From.Type.Type, c.To.Type.Type) ||
+		return c.Change.Is(schema.ChangeType) && !typechange.BinaryCoercible(c.From.Type.Type, c.To.Type.Type) ||
 			c.Change.Is(schema.ChangeNull) && !c.To.Type.Null
 	case *schema.AddColumn:
 		return c.C.Default != nil && !catalogOnlyDefault(c.C) || !c.C.Type.Null && c.C.Default == nil

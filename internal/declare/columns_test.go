@@ -1,8 +1,9 @@
-package owned_test
+package declare_test
 
 import (
 	"context"
 	"log/slog"
+	"os"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -10,10 +11,12 @@ import (
 	"github.com/schemastate/schemastate"
 	"github.com/schemastate/schemastate/dialect"
 	"github.com/schemastate/schemastate/internal/declare"
-	"github.com/schemastate/schemastate/internal/owned"
 	"github.com/schemastate/schemastate/internal/testkit/dbtest"
 	"github.com/schemastate/schemastate/reconcile"
 )
+
+// TestMain gives this package's PostgreSQL tests a database of their own.
+func TestMain(m *testing.M) { os.Exit(dbtest.Main(m)) }
 
 // liveColumns is table's columns as the database holds them, in order.
 func liveColumns(t *testing.T, db *dbtest.DB, table string) []string {
@@ -31,27 +34,27 @@ func TestColumns_AreTheLiveTablesColumns(t *testing.T) {
 		db.Host(t)
 		_, err := reconcile.Reconcile(context.Background(), db.DB, reconcile.WithLogger(slog.New(slog.DiscardHandler)))
 		require.NoError(t, err)
-		for _, table := range []string{owned.Subagents, "background_agent_log"} {
-			cols, err := owned.Columns(table)
+		for _, table := range []string{declare.Subagents, "background_agent_log"} {
+			cols, err := declare.Columns(table)
 			require.NoError(t, err)
 			require.Equal(t, liveColumns(t, db, table), cols, table)
 		}
 
 		legacy := dbtest.Open(t, db.Dialect).Host(t).Legacy(t)
-		cols, err := owned.PreAmendmentColumns()
+		cols, err := declare.PreAmendmentColumns()
 		require.NoError(t, err)
-		require.Equal(t, liveColumns(t, legacy, owned.Subagents), cols)
+		require.Equal(t, liveColumns(t, legacy, declare.Subagents), cols)
 	})
 }
 
 // The names do not depend on the dialect the declaration is evaluated for.
 func TestColumns_SameOnBothDialects(t *testing.T) {
-	cols, err := owned.Columns(owned.Subagents)
+	cols, err := declare.Columns(declare.Subagents)
 	require.NoError(t, err)
 	pg, err := declare.Eval(schemastate.SchemaHCL, "schema.hcl", dialect.Postgres, "public")
 	require.NoError(t, err)
 	var names []string
-	for _, c := range pg.Table(owned.Subagents).Columns {
+	for _, c := range pg.Table(declare.Subagents).Columns {
 		names = append(names, c.Name)
 	}
 	require.Equal(t, names, cols)
@@ -59,6 +62,6 @@ func TestColumns_SameOnBothDialects(t *testing.T) {
 
 // A table schema.hcl does not own is an error, never an empty list.
 func TestColumns_UndeclaredTableIsAnError(t *testing.T) {
-	_, err := owned.Columns("task_sessions")
+	_, err := declare.Columns("task_sessions")
 	require.ErrorContains(t, err, "declares no owned table task_sessions")
 }

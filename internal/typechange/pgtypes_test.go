@@ -1,4 +1,4 @@
-package pgtypes
+package typechange
 
 import (
 	"testing"

@@ -1,8 +1,9 @@
-// Package owned reads the owned tables' column lists from the built-in
-// declaration (schema.hcl) as Atlas evaluates it, for the code that writes,
-// copies or reads back whole rows — the generator, the benchmark and the
-// tests — instead of spelling the columns out again in Go.
-package owned
+// The owned tables' column lists, read from the built-in declaration
+// (schema.hcl) as Atlas evaluates it, for the code that writes, copies or
+// reads back whole rows (the generator, the benchmark and the tests) instead
+// of spelling the columns out again in Go.
+
+package declare
 
 import (
 	"fmt"
@@ -11,7 +12,6 @@ import (
 
 	"github.com/schemastate/schemastate"
 	"github.com/schemastate/schemastate/dialect"
-	"github.com/schemastate/schemastate/internal/declare"
 )
 
 // Subagents is the owned table of subagent invocations.
@@ -23,8 +23,8 @@ const amendmentColumn = "agent_execution_id"
 
 // builtin is schema.hcl evaluated once, on first use. The column names are
 // the same on both dialects (a test pins it); only their types differ.
-var builtin = sync.OnceValues(func() (*declare.Declaration, error) {
-	return declare.Eval(schemastate.SchemaHCL, "schema.hcl (built in)", dialect.SQLite, "main")
+var builtin = sync.OnceValues(func() (*Declaration, error) {
+	return Eval(schemastate.SchemaHCL, "schema.hcl (built in)", dialect.SQLite, "main")
 })
 
 // Columns is the owned table's columns in the order schema.hcl declares
@@ -32,11 +32,11 @@ var builtin = sync.OnceValues(func() (*declare.Declaration, error) {
 func Columns(table string) ([]string, error) {
 	decl, err := builtin()
 	if err != nil {
-		return nil, fmt.Errorf("owned: %w", err)
+		return nil, fmt.Errorf("declare: %w", err)
 	}
 	t := decl.Table(table)
 	if t == nil {
-		return nil, fmt.Errorf("owned: schema.hcl declares no owned table %s", table)
+		return nil, fmt.Errorf("declare: schema.hcl declares no owned table %s", table)
 	}
 	cols := make([]string, len(t.Columns))
 	for i, c := range t.Columns {

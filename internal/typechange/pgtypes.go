@@ -1,7 +1,4 @@
-// Package pgtypes holds PostgreSQL's rules for column type changes, as the
-// planner and lint both read them: which changes the server makes in the
-// catalog alone.
-package pgtypes
+package typechange
 
 import (
 	"strings"
