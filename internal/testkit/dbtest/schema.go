@@ -1,6 +1,7 @@
 package dbtest
 
 import (
+	"encoding/json"
 	"strings"
 	"testing"
 
@@ -19,6 +20,18 @@ func BuiltinWriter(t testing.TB, name string) *contract.Writer {
 	w := c.Writer(name)
 	require.NotNil(t, w, "writers.json has no writer %q", name)
 	return w
+}
+
+// EditedWriters is the built-in writers.json, read afresh (a copy no other
+// caller shares) and named source, with edit applied to its capture writer:
+// a release whose writer differs from this one's.
+func EditedWriters(t testing.TB, source string, edit func(w *contract.Writer)) *contract.Contract {
+	t.Helper()
+	var c contract.Contract
+	require.NoError(t, json.Unmarshal(schemastate.WritersJSON, &c))
+	c.Source = source
+	edit(c.Writer("capture"))
+	return &c
 }
 
 // EditedSchema is the built-in schema.hcl with one edit a platform engineer

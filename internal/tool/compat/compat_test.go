@@ -2,7 +2,6 @@ package compat_test
 
 import (
 	"context"
-	"encoding/json"
 	"os"
 	"slices"
 	"strings"
@@ -10,7 +9,6 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/schemastate/schemastate"
 	"github.com/schemastate/schemastate/dialect"
 	"github.com/schemastate/schemastate/internal/contract"
 	"github.com/schemastate/schemastate/internal/testkit/dbtest"
@@ -23,12 +21,7 @@ func hcl(t *testing.T, old, new string) []byte { return dbtest.EditedSchema(t, o
 
 // writers is the built-in contract with edit applied to its capture writer.
 func writers(t *testing.T, edit func(w *contract.Writer)) *contract.Contract {
-	t.Helper()
-	var c contract.Contract
-	require.NoError(t, json.Unmarshal(schemastate.WritersJSON, &c))
-	c.Source = "edited writers.json"
-	edit(c.Writer("capture"))
-	return &c
+	return dbtest.EditedWriters(t, "edited writers.json", edit)
 }
 
 func without(list []string, name string) []string {

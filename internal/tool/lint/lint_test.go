@@ -13,7 +13,6 @@ import (
 
 	"github.com/schemastate/schemastate"
 	"github.com/schemastate/schemastate/dialect"
-	"github.com/schemastate/schemastate/internal/contract"
 	"github.com/schemastate/schemastate/internal/hooks"
 	"github.com/schemastate/schemastate/internal/ops"
 	"github.com/schemastate/schemastate/internal/testkit/dbtest"
@@ -382,29 +381,6 @@ func TestLint_OnlinePath_NoExclusiveBuild(t *testing.T) {
 			require.NotEqual(t, CodeTableRewrite, h.Code, "%s: %+v", run.State, h)
 		}
 	}
-}
-
-// Issue 14: without a base, a declaration that does not reach AC-33's end
-// state is still said (execution_since would never be written), and what
-// needs a base is reported skipped.
-func TestLint_NoBase_EndStateStillChecked(t *testing.T) {
-	e := edits[len(edits)-1]
-	require.Equal(t, "retire the upsert key", e.name)
-	rep, err := Lint(context.Background(), Config{New: Source{HCL: e.hcl(t), File: "schema.hcl"}, Dialects: []dialect.Dialect{dialect.SQLite}})
-	require.NoError(t, err)
-	var codes []string
-	for _, h := range rep.Declaration {
-		codes = append(codes, h.Code)
-	}
-	require.Equal(t, []string{CodeEndState, contract.CodeConflictTarget, contract.CodeConflictTarget}, codes, "the end state, and the lost conflict target for the live writer and the backfill")
-	require.Equal(t, LevelRefused, rep.Declaration[0].Level)
-	require.Equal(t, 1, rep.Exit(LevelRefused))
-	require.Len(t, rep.Runs, 3, "no old-shape state without a base")
-	require.Contains(t, rep.Skipped[0], "no base declaration")
-
-	rep, err = Lint(context.Background(), Config{Dialects: []dialect.Dialect{dialect.SQLite}})
-	require.NoError(t, err)
-	require.Empty(t, rep.Declaration, "the built-in declaration reaches the end state")
 }
 
 // A dialect other than the two is refused before any store is built: it

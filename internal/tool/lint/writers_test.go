@@ -2,7 +2,6 @@ package lint
 
 import (
 	"context"
-	"encoding/json"
 	"os"
 	"path/filepath"
 	"slices"
@@ -21,13 +20,10 @@ import (
 // a contract: no agent_execution_id, the two-column conflict target.
 func preAmendmentWriter(t *testing.T) *contract.Contract {
 	t.Helper()
-	var c contract.Contract
-	require.NoError(t, json.Unmarshal(schemastate.WritersJSON, &c))
-	c.Source = "base:writers.json"
-	w := c.Writer("capture")
-	w.Insert = slices.DeleteFunc(w.Insert, func(s string) bool { return s == "agent_execution_id" })
-	w.Conflict = []string{"task_session_id", "tool_call_id"}
-	return &c
+	return dbtest.EditedWriters(t, "base:writers.json", func(w *contract.Writer) {
+		w.Insert = slices.DeleteFunc(w.Insert, func(s string) bool { return s == "agent_execution_id" })
+		w.Conflict = []string{"task_session_id", "tool_call_id"}
+	})
 }
 
 func writerHazardsOf(rep *Report) []Hazard {
@@ -62,12 +58,35 @@ func TestLint_NamesTheBaseReleasesWriter(t *testing.T) {
 
 	builtin, err := contract.Builtin()
 	require.NoError(t, err)
-	withDefault := []byte(strings.Replace(string(schemastate.SchemaHCL), noteAfter, noteAfter+"  column \"note\" {\n    type    = local.text\n    null    = false\n    default = \"\"\n  }\n", 1))
+	withDefault := dbtest.EditedSchema(t, noteAfter, noteAfter+"  column \"note\" {\n    type    = local.text\n    null    = false\n    default = \"\"\n  }\n")
 	for _, src := range [][]byte{nil, withDefault} {
 		rep, err = Lint(context.Background(), Config{New: Source{HCL: src, File: "new.hcl"}, Dialects: both, Writers: Writers{Base: builtin}})
 		require.NoError(t, err)
 		require.Empty(t, writerHazardsOf(rep))
 	}
+}
+
+// Issue 14: without a base, a declaration that does not reach AC-33's end
+// state is still said (execution_since would never be written), and what
+// needs a base is reported skipped.
+func TestLint_NoBase_EndStateStillChecked(t *testing.T) {
+	e := edits[len(edits)-1]
+	require.Equal(t, "retire the upsert key", e.name)
+	rep, err := Lint(context.Background(), Config{New: Source{HCL: e.hcl(t), File: "schema.hcl"}, Dialects: []dialect.Dialect{dialect.SQLite}})
+	require.NoError(t, err)
+	var codes []string
+	for _, h := range rep.Declaration {
+		codes = append(codes, h.Code)
+	}
+	require.Equal(t, []string{CodeEndState, contract.CodeConflictTarget, contract.CodeConflictTarget}, codes, "the end state, and the lost conflict target for the live writer and the backfill")
+	require.Equal(t, LevelRefused, rep.Declaration[0].Level)
+	require.Equal(t, 1, rep.Exit(LevelRefused))
+	require.Len(t, rep.Runs, 3, "no old-shape state without a base")
+	require.Contains(t, rep.Skipped[0], "no base declaration")
+
+	rep, err = Lint(context.Background(), Config{Dialects: []dialect.Dialect{dialect.SQLite}})
+	require.NoError(t, err)
+	require.Empty(t, rep.Declaration, "the built-in declaration reaches the end state")
 }
 
 // GitWriters reads REF:writers.json, and a release from before the
@@ -107,7 +126,7 @@ func TestLint_EachWriterHazardForBothReleases(t *testing.T) {
 		{contract.CodeUnique, last, last + "  index \"uq\" {\n    unique  = true\n    columns = [column.task_session_id, column.tool_call_id]\n  }\n"},
 	} {
 		t.Run(e.code+"/"+e.new[len(e.new)-20:], func(t *testing.T) {
-			src := []byte(strings.Replace(string(schemastate.SchemaHCL), e.old, e.new, 1))
+			src := dbtest.EditedSchema(t, e.old, e.new)
 			rep, err := Lint(context.Background(), Config{New: Source{HCL: src, File: "new.hcl"}, Dialects: both, Writers: Writers{Base: builtin}})
 			require.NoError(t, err)
 			seen := map[string]int{}
