@@ -76,7 +76,7 @@ func (b *bench) backfill(ctx context.Context, rep *Report, n int, sum *gen.Summa
 	m := Measurement{Name: Backfill, Family: FamilyMessages, N: n, Messages: sum.Messages, Target: 1.0,
 		OursIs:  "the backfill step of reconcile.Reconcile on the predating store (its own Duration: the one scan into the winners table, the MAX, the INSERT, the keys)",
 		FloorIs: "the same algorithm with nothing extra, in the step's transaction shape: one scan through the same text pre-filter into a temp table of the per-key winners (ROW_NUMBER), the MAX over them, one INSERT … SELECT from them (no guard, key writes, defensive JSON reading, timestamp normalization or unreadable count)"}
-	r := &backfillRuns{b: b, ctx: ctx, n: n}
+	r := &backfillRuns{sampledRuns: sampledRuns{b: b, ctx: ctx, n: n}}
 	var anchors []anchorRun
 	if b.cfg.Exe != "" {
 		anchors = append(anchors, anchorRun{AnchorCLI, "`schemastate reconcile --db …` on the predating store as a child process, wall time (process start, the whole boot: table created, execution_since, the backfill)", func(int) (time.Duration, error) {
@@ -92,9 +92,7 @@ func (b *bench) backfill(ctx context.Context, rep *Report, n int, sum *gen.Summa
 	if err := b.measure(&m, b.cfg.runsAt(n), r.ours, r.floor, anchors...); err != nil {
 		return err
 	}
-	if r.mem != nil {
-		rep.Memory = append(rep.Memory, *r.mem)
-	}
+	r.keepMemory(rep)
 	m.Rows = int(r.rows)
 	m.Detail = fmt.Sprintf("%d rows; the scan into the winners table and the MAX %s median, the INSERT from the winners %s median, the rest is the guard, key writes and transaction; the whole boot in process (table created, execution_since, backfill, COMMIT) %s median",
 		r.rows, median(r.scans).Round(time.Microsecond), median(r.inserts).Round(time.Microsecond), median(r.boots).Round(time.Microsecond))
@@ -106,12 +104,9 @@ func (b *bench) backfill(ctx context.Context, rep *Report, n int, sum *gen.Summa
 // parts of ours kept per run and the rows the floor wrote, which ours must
 // write too.
 type backfillRuns struct {
-	b                     *bench
-	ctx                   context.Context
-	n                     int
+	sampledRuns
 	scans, inserts, boots []time.Duration
 	rows                  int64
-	mem                   *Memory
 }
 
 // ours is the backfill step of a reconcile of the predating store.

@@ -63,6 +63,23 @@ func (b *bench) sampled(sample bool, fn func()) (time.Duration, *Memory) {
 	return el, m
 }
 
+// sampledRuns is what the side of a measurement that reconciles in process
+// keeps across its runs: the bench, the context, the size it measures at,
+// and the memory its first run sampled (sampledReconcile).
+type sampledRuns struct {
+	b   *bench
+	ctx context.Context
+	n   int
+	mem *Memory
+}
+
+// keepMemory records the memory the first run sampled, if it did.
+func (s *sampledRuns) keepMemory(rep *Report) {
+	if s.mem != nil {
+		rep.Memory = append(rep.Memory, *s.mem)
+	}
+}
+
 // sampledReconcile is one in-process Reconcile of run with the quiet logger
 // and opts, timed by sampled: on the first run (0) its memory is sampled
 // too, labelled with the family, n and operation it measures, and kept in

@@ -74,7 +74,7 @@ func (b *bench) rebuild(ctx context.Context, rep *Report, n int) error {
 	if err != nil {
 		return err
 	}
-	ours := &rebuildRuns{b: b, ctx: ctx, n: n, name: m.Name}
+	ours := &rebuildRuns{sampledRuns: sampledRuns{b: b, ctx: ctx, n: n}, name: m.Name}
 	floorRun := func(int) (time.Duration, error) {
 		if err := b.restoreLegacy(ctx); err != nil {
 			return 0, err
@@ -97,9 +97,7 @@ func (b *bench) rebuild(ctx context.Context, rep *Report, n int) error {
 		return err
 	}
 	m.Fixed = fixed
-	if ours.mem != nil {
-		rep.Memory = append(rep.Memory, *ours.mem)
-	}
+	ours.keepMemory(rep)
 	if err := b.physicalLimit(ctx, rep, &m, floor); err != nil {
 		return err
 	}
@@ -113,12 +111,9 @@ func (b *bench) rebuild(ctx context.Context, rep *Report, n int) error {
 // the shape (and widen) steps' time and the planned statements' time inside
 // it kept per run.
 type rebuildRuns struct {
-	b                   *bench
-	ctx                 context.Context
-	n                   int
+	sampledRuns
 	name                string
 	shapeSteps, applies []time.Duration
-	mem                 *Memory
 }
 
 func (r *rebuildRuns) run(run int) (time.Duration, error) {
