@@ -8,6 +8,8 @@ import (
 	"strings"
 
 	"ariga.io/atlas/sql/schema"
+
+	"github.com/schemastate/schemastate/internal/describe"
 )
 
 // checks: a CHECK over a column the writer writes is decided where its form
@@ -182,17 +184,6 @@ func normalize(expr string) string {
 
 // balanced reports whether s's parentheses pair up in order.
 func balanced(s string) bool {
-	depth := 0
-	for _, c := range s {
-		switch c {
-		case '(':
-			depth++
-		case ')':
-			depth--
-			if depth < 0 {
-				return false
-			}
-		}
-	}
-	return depth == 0
+	lowest, final := describe.Depth(s)
+	return lowest == 0 && final == 0
 }

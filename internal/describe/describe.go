@@ -188,18 +188,25 @@ func BareExpr(x string) string {
 		if len(x) < 2 || x[0] != '(' || x[len(x)-1] != ')' {
 			return x
 		}
-		depth := 0
-		for i, r := range x {
-			switch r {
-			case '(':
-				depth++
-			case ')':
-				depth--
-			}
-			if depth == 0 && i < len(x)-1 {
-				return x // "(a) + (b)": the first parenthesis closes early
-			}
+		if lowest, _ := Depth(x[1 : len(x)-1]); lowest < 0 {
+			return x // "(a) + (b)": the first parenthesis closes early
 		}
 		x = x[1 : len(x)-1]
 	}
+}
+
+// Depth scans s's parentheses: lowest is the least depth reached (below 0
+// where a ')' closes more than was opened), final the depth at the end. s
+// is balanced when both are 0.
+func Depth(s string) (lowest, final int) {
+	for _, r := range s {
+		switch r {
+		case '(':
+			final++
+		case ')':
+			final--
+			lowest = min(lowest, final)
+		}
+	}
+	return lowest, final
 }
