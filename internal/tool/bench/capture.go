@@ -116,10 +116,16 @@ type captureRuns struct {
 
 // frame is frame i of run run.
 func (c *captureRuns) frame(run, i int) capture.Frame {
-	s := c.sessions[i%len(c.sessions)]
+	return captureFrame(c.sessions[i%len(c.sessions)], "turn-bench-", "toolu_bench_", run, i)
+}
+
+// captureFrame is frame i of run run in session s: an async_launched
+// launch, its turn and tool call ids starting with the prefixes given, by
+// which a measurement finds and removes the rows it wrote.
+func captureFrame(s captureSession, turnPrefix, toolCallPrefix string, run, i int) capture.Frame {
 	return capture.Frame{
-		SessionID: s.id, TaskID: s.task, TurnID: fmt.Sprintf("turn-bench-%d", i/3),
-		ExecutionID: fmt.Sprintf("00000000-0000-4000-8000-%012d", run), ToolCallID: fmt.Sprintf("toolu_bench_%d_%d", run, i),
+		SessionID: s.id, TaskID: s.task, TurnID: fmt.Sprintf("%s%d", turnPrefix, i/3),
+		ExecutionID: fmt.Sprintf("00000000-0000-4000-8000-%012d", run), ToolCallID: fmt.Sprintf("%s%d_%d", toolCallPrefix, run, i),
 		ToolStatus: "completed", ObservedAt: time.Now(),
 		Subagent: capture.SubagentTask{Status: "async_launched", SubagentType: "code-reviewer", Description: "Review the change",
 			AgentID: fmt.Sprintf("a%016d", i), Model: "claude-opus-5[1m]", IsAsync: true},
@@ -133,7 +139,7 @@ func (c *captureRuns) cleanup() error {
 
 // fanOut runs one(i) for every frame i < n on writers goroutines, writer k
 // taking frames k, k+writers, …, and returns the wall time.
-func (c *captureRuns) fanOut(writers int, one func(i int) error) (time.Duration, error) {
+func fanOut(n, writers int, one func(i int) error) (time.Duration, error) {
 	t0 := time.Now()
 	var wg sync.WaitGroup
 	errs := make([]error, writers)
@@ -141,7 +147,7 @@ func (c *captureRuns) fanOut(writers int, one func(i int) error) (time.Duration,
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for i := k; i < c.n && errs[k] == nil; i += writers {
+			for i := k; i < n && errs[k] == nil; i += writers {
 				errs[k] = one(i)
 			}
 		}()
@@ -153,7 +159,7 @@ func (c *captureRuns) fanOut(writers int, one func(i int) error) (time.Duration,
 // record is ours: every frame through Record, from writers goroutines.
 func (c *captureRuns) record(writers int) func(run int) (time.Duration, error) {
 	return func(run int) (time.Duration, error) {
-		el, err := c.fanOut(writers, func(i int) error { return c.w.Record(c.ctx, c.frame(run, i)) })
+		el, err := fanOut(c.n, writers, func(i int) error { return c.w.Record(c.ctx, c.frame(run, i)) })
 		if err != nil {
 			return 0, err
 		}
@@ -166,7 +172,7 @@ func (c *captureRuns) record(writers int) func(run int) (time.Duration, error) {
 func (c *captureRuns) plain(writers int) func(run int) (time.Duration, error) {
 	d := c.b.d
 	return func(run int) (time.Duration, error) {
-		el, err := c.fanOut(writers, func(i int) error {
+		el, err := fanOut(c.n, writers, func(i int) error {
 			f := c.frame(run, i)
 			now := time.Now()
 			// A random (version 4) id, the kind Record writes, so both

@@ -3,9 +3,7 @@ package bench
 import (
 	"context"
 	"database/sql"
-	"errors"
 	"fmt"
-	"sync"
 	"time"
 
 	"github.com/schemastate/schemastate/capture"
@@ -145,12 +143,9 @@ func roundAll(ds []time.Duration) []time.Duration {
 // poolerCapture records cfg.Frames frames through capture.Writer through
 // the pooler and direct, from one writer and from captureWriters.
 func (b *bench) poolerCapture(ctx context.Context, rep *Report, n int, pooled *sql.DB, runs int) error {
-	sessions, err := b.sessions(ctx)
+	sessions, err := b.captureSessions(ctx)
 	if err != nil {
 		return err
-	}
-	if len(sessions) == 0 {
-		return fmt.Errorf("%w: no sessions to capture into", errUnexpected)
 	}
 	frames := b.cfg.Frames
 	record := func(db *sql.DB, writers int) timed {
@@ -160,28 +155,10 @@ func (b *bench) poolerCapture(ctx context.Context, rep *Report, n int, pooled *s
 				return 0, err
 			}
 			defer w.Close()
-			t0 := time.Now()
-			var wg sync.WaitGroup
-			errs := make([]error, writers)
-			for k := range writers {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					for i := k; i < frames && errs[k] == nil; i += writers {
-						s := sessions[i%len(sessions)]
-						errs[k] = w.Record(ctx, capture.Frame{
-							SessionID: s[0], TaskID: s[1], TurnID: fmt.Sprintf("turn-pool-%d", i/3),
-							ExecutionID: fmt.Sprintf("00000000-0000-4000-8000-%012d", run), ToolCallID: fmt.Sprintf("toolu_poolbench_%d_%d", run, i),
-							ToolStatus: "completed", ObservedAt: time.Now(),
-							Subagent: capture.SubagentTask{Status: "async_launched", SubagentType: "code-reviewer", Description: "Review the change",
-								AgentID: fmt.Sprintf("a%016d", i), Model: "claude-opus-5[1m]", IsAsync: true},
-						})
-					}
-				}()
-			}
-			wg.Wait()
-			el := time.Since(t0)
-			if err := errors.Join(errs...); err != nil {
+			el, err := fanOut(frames, writers, func(i int) error {
+				return w.Record(ctx, captureFrame(sessions[i%len(sessions)], "turn-pool-", "toolu_poolbench_", run, i))
+			})
+			if err != nil {
 				return 0, err
 			}
 			_, err = b.db.ExecContext(ctx, `DELETE FROM task_session_subagents WHERE tool_call_id LIKE 'toolu_poolbench_%'`)
@@ -203,22 +180,4 @@ func (b *bench) poolerCapture(ctx context.Context, rep *Report, n int, pooled *s
 		rep.Measurements = append(rep.Measurements, m)
 	}
 	return nil
-}
-
-// sessions lists up to 64 (session id, task id) pairs of the store.
-func (b *bench) sessions(ctx context.Context) ([][2]string, error) {
-	rows, err := b.db.QueryContext(ctx, `SELECT id, task_id FROM task_sessions ORDER BY id LIMIT 64`)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var out [][2]string
-	for rows.Next() {
-		var s [2]string
-		if err := rows.Scan(&s[0], &s[1]); err != nil {
-			return nil, err
-		}
-		out = append(out, s)
-	}
-	return out, rows.Err()
 }
