@@ -180,6 +180,18 @@ func IndexSet(t *schema.Table) []string {
 	return out
 }
 
+// Expr is an expression's text: a literal's value, a raw expression's SQL,
+// anything else as fmt prints it.
+func Expr(x schema.Expr) string {
+	switch x := x.(type) {
+	case *schema.Literal:
+		return x.V
+	case *schema.RawExpr:
+		return x.X
+	}
+	return fmt.Sprintf("%v", x)
+}
+
 // BareExpr is an expression without the parentheses around the whole of it
 // and the space at its ends.
 func BareExpr(x string) string {

@@ -185,16 +185,6 @@ func builtConcurrently(phases []ops.Phase, table, index string) bool {
 	return false
 }
 
-func exprText(x schema.Expr) string {
-	switch x := x.(type) {
-	case *schema.RawExpr:
-		return x.X
-	case *schema.Literal:
-		return x.V
-	}
-	return fmt.Sprintf("%v", x)
-}
-
 func indexColumns(idx *schema.Index) string {
 	var cols []string
 	for _, p := range idx.Parts {

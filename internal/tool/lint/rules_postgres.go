@@ -7,6 +7,7 @@ import (
 	"ariga.io/atlas/sql/schema"
 
 	"github.com/schemastate/schemastate/dialect"
+	"github.com/schemastate/schemastate/internal/describe"
 	"github.com/schemastate/schemastate/internal/ops"
 	"github.com/schemastate/schemastate/internal/tool/dsn"
 	"github.com/schemastate/schemastate/internal/typechange"
@@ -29,7 +30,7 @@ func postgresLockHazards(d dialect.Dialect, tc ops.TableChanges, c schema.Change
 	case *schema.AddColumn:
 		if _, raw := c.C.Default.(*schema.RawExpr); raw && !hasPhase(phases, tc.Table, ops.PhaseAddColumn, c.C.Name) && alterScans(phases, tc.Table) {
 			add(Hazard{Code: CodeTableRewrite, Level: LevelRewrite, Table: tc.Table, Column: c.C.Name, copiesRows: true,
-				Detail: fmt.Sprintf("ADD COLUMN with the default %s may rewrite the table under ACCESS EXCLUSIVE (a volatile default is evaluated for every row; a table above the online threshold adds it nullable and fills it in batches)", exprText(c.C.Default)),
+				Detail: fmt.Sprintf("ADD COLUMN with the default %s may rewrite the table under ACCESS EXCLUSIVE (a volatile default is evaluated for every row; a table above the online threshold adds it nullable and fills it in batches)", describe.Expr(c.C.Default)),
 				Advice: "expected for a small table; on a large one confirm the online threshold (reconcile.WithOnlineAbove) sends it to the online recipe"})
 		}
 	case *schema.ModifyColumn:

@@ -195,17 +195,10 @@ type inspector struct {
 var inspectors = perdialect.Of[inspector]{Postgres: postgresInspector, SQLite: sqliteInspector}
 
 func exprString(e schema.Expr) *string {
-	var s string
-	switch e := e.(type) {
-	case nil:
+	if e == nil {
 		return nil
-	case *schema.Literal:
-		s = e.V
-	case *schema.RawExpr:
-		s = e.X
-	default:
-		s = fmt.Sprintf("%v", e)
 	}
+	s := describe.Expr(e)
 	return &s
 }
 
