@@ -3,19 +3,14 @@ package capture_test
 import (
 	"context"
 	"fmt"
-	"log/slog"
-	"strings"
 	"testing"
-	"time"
 
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
 	"github.com/schemastate/schemastate/capture"
 	"github.com/schemastate/schemastate/dialect"
-	"github.com/schemastate/schemastate/internal/instant"
 	"github.com/schemastate/schemastate/internal/testkit/dbtest"
-	"github.com/schemastate/schemastate/reconcile"
 )
 
 // BenchmarkRecord measures frames/s through Writer.Record per dialect, on the
@@ -52,15 +47,7 @@ func BenchmarkRecord(b *testing.B) {
 			})
 			b.Run("floor_plain_insert", func(b *testing.B) {
 				_, db := benchStore(b, d)
-				cols := []string{"id", "task_session_id", "task_id", "turn_id", "agent_execution_id", "tool_call_id",
-					"parent_tool_call_id", "subagent_type", "description", "agent_id", "child_session_id", "model",
-					"agent_status", "tool_status", "is_async", "total_tokens", "tool_use_count", "duration_ms",
-					"source", "observed_at", "settled_at", "updated_at"}
-				q := db.Q(`INSERT INTO task_session_subagents (` + strings.Join(cols, ", ") + `) VALUES (` +
-					strings.TrimSuffix(strings.Repeat("?, ", len(cols)), ", ") + `)`)
-				now := instant.RowTime(d, time.Now())
-				stmt, err := db.DB.PrepareContext(context.Background(), q) // prepared once, as Record's upsert is
-				require.NoError(b, err)
+				stmt, now := floorInsert(b, db)
 				defer stmt.Close()
 				for i := 0; b.Loop(); i++ {
 					// A random id of the kind Record writes, so the floor
@@ -81,10 +68,8 @@ func BenchmarkRecord(b *testing.B) {
 func benchStore(b *testing.B, d dialect.Dialect) (*capture.Writer, *dbtest.DB) {
 	b.Helper()
 	db := dbtest.Open(b, d)
-	db.Host(b)
-	_, err := reconcile.Reconcile(context.Background(), db.DB, reconcile.WithLogger(slog.New(slog.DiscardHandler)))
-	require.NoError(b, err)
-	_, err = db.DB.Exec(db.Q(`INSERT INTO task_sessions (id, task_id) VALUES (?, ?)`), sessA, taskA)
+	declared(b, db)
+	_, err := db.DB.Exec(db.Q(`INSERT INTO task_sessions (id, task_id) VALUES (?, ?)`), sessA, taskA)
 	require.NoError(b, err)
 	w, err := capture.NewWriter(context.Background(), db.DB, d)
 	require.NoError(b, err)

@@ -51,13 +51,42 @@ type store struct {
 // and inserts the two parent sessions.
 func newStore(t *testing.T, db *dbtest.DB) *store {
 	t.Helper()
-	ctx := context.Background()
-	db.Host(t)
-	_, err := reconcile.Reconcile(ctx, db.DB, reconcile.WithLogger(slog.New(slog.DiscardHandler)))
-	require.NoError(t, err)
+	declared(t, db)
 	s := withSessions(t, db)
-	require.NoError(t, s.w.Check(ctx), "the writer starts on the declared table")
+	require.NoError(t, s.w.Check(context.Background()), "the writer starts on the declared table")
 	return s
+}
+
+// declared creates the host tables and reconciles the declared table into place.
+func declared(t testing.TB, db *dbtest.DB) {
+	t.Helper()
+	db.Host(t)
+	reconcileQuietly(t, db)
+}
+
+// reconcileQuietly runs a whole reconcile of db, its log discarded.
+func reconcileQuietly(t testing.TB, db *dbtest.DB) {
+	t.Helper()
+	_, err := reconcile.Reconcile(context.Background(), db.DB, reconcile.WithLogger(slog.New(slog.DiscardHandler)))
+	require.NoError(t, err)
+}
+
+// floorInsert prepares the benchmarks' floor: a plain single-row INSERT of
+// task_session_subagents's 22 columns, in the order the floor binds them,
+// and returns it with the timestamp value bound to observed_at, settled_at
+// and updated_at.
+func floorInsert(b *testing.B, db *dbtest.DB) (*sql.Stmt, any) {
+	b.Helper()
+	cols := []string{"id", "task_session_id", "task_id", "turn_id", "agent_execution_id", "tool_call_id",
+		"parent_tool_call_id", "subagent_type", "description", "agent_id", "child_session_id", "model",
+		"agent_status", "tool_status", "is_async", "total_tokens", "tool_use_count", "duration_ms",
+		"source", "observed_at", "settled_at", "updated_at"}
+	q := db.Q(`INSERT INTO task_session_subagents (` + strings.Join(cols, ", ") + `) VALUES (` +
+		strings.TrimSuffix(strings.Repeat("?, ", len(cols)), ", ") + `)`)
+	now := instant.RowTime(db.Dialect, time.Now())
+	stmt, err := db.DB.PrepareContext(context.Background(), q) // prepared once, as Record's upsert is
+	require.NoError(b, err)
+	return stmt, now
 }
 
 // writer is NewWriter on a table it must start on.
