@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
@@ -44,7 +43,7 @@ func TestCLI_Compat_ExitCodesAndLostFrames(t *testing.T) {
 			code, out, _ = cli(t, append(args, "--schema", turnIDNotNullFile(t), "--json")...)
 			require.Equal(t, 1, code)
 			var rep compat.Report
-			require.NoError(t, json.Unmarshal([]byte(out), &rep))
+			decodeJSON(t, out, &rep)
 			require.False(t, rep.Compatible())
 			var lost []compat.Failure
 			for _, r := range rep.Runs {
@@ -92,7 +91,7 @@ func TestCLI_Status_SaysWhetherTheLiveWriterStarts(t *testing.T) {
 				Refused string `json:"refused"`
 			} `json:"live_writer"`
 		}
-		require.NoError(t, json.Unmarshal([]byte(out), &st))
+		decodeJSON(t, out, &st)
 		require.True(t, st.LiveWriter.Starts, out)
 
 		code, _, errOut := cli(t, "reconcile", "--db", db.CLIDSN, "--schema", turnIDNotNullFile(t))

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"os"
 	"path/filepath"
 	"testing"
@@ -28,7 +27,7 @@ func TestCLI_Generate_JSONSummaryAndRefusesAFullStore(t *testing.T) {
 			}
 			Keys map[string]*string
 		}
-		require.NoError(t, json.Unmarshal([]byte(out), &sum), out)
+		decodeJSON(t, out, &sum, out)
 		require.Equal(t, string(db.Dialect), sum.Dialect)
 		require.Equal(t, "legacy", sum.State)
 		require.Equal(t, 253, sum.SubagentMessages)

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"path/filepath"
 	"testing"
 	"time"
@@ -59,7 +58,7 @@ func TestCLI_Health_AC28_AC28a_AC29_VerdictsAndExitCodes(t *testing.T) {
 			code, out, stderr := healthCLI(t, "--db", db.CLIDSN, "--json")
 			require.Equal(t, wantCode, code, stderr)
 			var m map[string]any
-			require.NoError(t, json.Unmarshal([]byte(out), &m), out)
+			decodeJSON(t, out, &m, out)
 			require.Equal(t, want, m)
 		}
 		// requireText runs health and requires its exit code and lines.

@@ -2,7 +2,6 @@ package main
 
 import (
 	"database/sql"
-	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
@@ -44,7 +43,7 @@ func TestCLI_Lint_ExitCodes(t *testing.T) {
 	code, out, errOut := cli(t, "lint", "--base", base, dropped, "--dialect", "sqlite", "--json")
 	require.Equal(t, 1, code, errOut)
 	var rep lintJSON
-	require.NoError(t, json.Unmarshal([]byte(out), &rep), out)
+	decodeJSON(t, out, &rep, out)
 	require.Len(t, rep.Runs, 4)
 	require.Equal(t, "old-shape", rep.Runs[3].State)
 	require.Equal(t, "drop-column", rep.Runs[3].Hazards[0].Code)
@@ -96,7 +95,7 @@ func TestCLI_Lint_PostgresRewrite(t *testing.T) {
 	code, out, errOut := cli(t, append(args, "--json")...)
 	require.Equal(t, 0, code, errOut)
 	var rep lintJSON
-	require.NoError(t, json.Unmarshal([]byte(out), &rep), out)
+	decodeJSON(t, out, &rep, out)
 	require.Len(t, rep.Runs, 4)
 	old := rep.Runs[3]
 	require.Equal(t, "old-shape", old.State)
@@ -126,7 +125,7 @@ func TestCLI_Lint_RebuildRowsFromRealStore(t *testing.T) {
 			}
 		}
 	}
-	require.NoError(t, json.Unmarshal([]byte(out), &rep), out)
+	decodeJSON(t, out, &rep, out)
 	var rows *int64
 	for _, r := range rep.Runs {
 		for _, h := range r.Hazards {

@@ -49,7 +49,7 @@ func TestCLI_Subagents_AC25_JSON(t *testing.T) {
 			Rows    []map[string]any `json:"rows"`
 			Summary map[string]any   `json:"summary"`
 		}
-		require.NoError(t, json.Unmarshal([]byte(out), &got), out)
+		decodeJSON(t, out, &got, out)
 		require.Len(t, got.Rows, 2)
 		for _, r := range got.Rows {
 			for _, k := range []string{"task_session_id", "tool_call_id", "agent_execution_id", "source", "observed_at", "execution_identity"} {
@@ -77,7 +77,7 @@ func TestCLI_Subagents_AC25_JSON(t *testing.T) {
 		db.Exec(t, `DELETE FROM kandev_meta WHERE key = 'subagent_context_execution_since'`)
 		code, out, stderr = cli(t, "subagents", "--db", db.CLIDSN, "--session", "nobody", "--json")
 		require.Equal(t, exitOK, code, stderr)
-		require.NoError(t, json.Unmarshal([]byte(out), &got))
+		decodeJSON(t, out, &got)
 		require.Empty(t, got.Rows)
 		require.Contains(t, out, `"rows": []`)
 		require.Contains(t, got.Summary, "executions")
@@ -131,7 +131,7 @@ func TestCLI_Status_AC25_StoreWideCounts(t *testing.T) {
 		code, out, stderr := cli(t, "status", "--db", db.CLIDSN, "--json")
 		require.Equal(t, exitOK, code, stderr)
 		var st map[string]json.RawMessage
-		require.NoError(t, json.Unmarshal([]byte(out), &st))
+		decodeJSON(t, out, &st)
 		for _, k := range []string{"dialect", "keys", "keys_read", "state", "end_state", "indexes", "drift", "subagents"} {
 			require.Contains(t, st, k)
 		}
@@ -139,7 +139,7 @@ func TestCLI_Status_AC25_StoreWideCounts(t *testing.T) {
 		var whole struct {
 			Summary json.RawMessage `json:"summary"`
 		}
-		require.NoError(t, json.Unmarshal([]byte(all), &whole))
+		decodeJSON(t, all, &whole)
 		require.JSONEq(t, string(whole.Summary), string(st["subagents"]))
 		var counts struct{ Rows, Subagents, Executions int }
 		require.NoError(t, json.Unmarshal(st["subagents"], &counts))

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"io"
 	"log/slog"
 	"os"
@@ -26,6 +27,13 @@ func tempFile(t *testing.T, name string, data []byte) string {
 	path := filepath.Join(t.TempDir(), name)
 	require.NoError(t, os.WriteFile(path, data, 0o644))
 	return path
+}
+
+// decodeJSON decodes a command's JSON output into v; output that is not
+// JSON fails the test, with msgAndArgs.
+func decodeJSON(t *testing.T, out string, v any, msgAndArgs ...any) {
+	t.Helper()
+	require.NoError(t, json.Unmarshal([]byte(out), v), msgAndArgs...)
 }
 
 // sessionStore is a declared-shape database (the host tables, reconciled)

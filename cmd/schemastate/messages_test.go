@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
@@ -60,7 +59,7 @@ func TestCLI_Reconcile_LockTimeoutSaysKeysNotRead(t *testing.T) {
 			KeysRead         bool `json:"keys_read"`
 			EndStateObserved bool `json:"end_state_observed"`
 		}
-		require.NoError(t, json.Unmarshal([]byte(out), &rep))
+		decodeJSON(t, out, &rep)
 		require.False(t, rep.KeysRead)
 		require.False(t, rep.EndStateObserved)
 	})

@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -111,7 +110,7 @@ func TestPooler_EightConcurrentReconcilesOneApplies(t *testing.T) {
 				for i, r := range results {
 					require.Equal(t, exitOK, r.code, "replica %d: %s%s", i, r.out, r.stderr)
 					var rep reconcile.Report
-					require.NoError(t, json.Unmarshal([]byte(r.out), &rep), r.out)
+					decodeJSON(t, r.out, &rep, r.out)
 					require.Equal(t, "advisory_xact", rep.Lock)
 					if rep.Step(reconcile.StepShape).Status == reconcile.Applied {
 						applied++
@@ -130,7 +129,7 @@ func TestPooler_EightConcurrentReconcilesOneApplies(t *testing.T) {
 				code, out, stderr := cli(t, "status", "--db", p.DSN, "--json")
 				require.Equal(t, exitOK, code, stderr)
 				var st struct{ Lock string }
-				require.NoError(t, json.Unmarshal([]byte(out), &st), out)
+				decodeJSON(t, out, &st, out)
 				require.Equal(t, "advisory_xact", st.Lock, "status names the lock")
 				require.Equal(t, before, metricRows(t, p.Direct), "every row and metric value intact")
 				require.Empty(t, advisoryLocks(t, p), "no advisory lock left")
@@ -144,7 +143,7 @@ func TestPooler_EightConcurrentReconcilesOneApplies(t *testing.T) {
 					code, out, stderr := cli(t, "reconcile", "--db", dsn, "--lock-wait", "0s", "--json")
 					require.Equal(t, exitOK, code, "a later boot is not held up: %s%s", out, stderr)
 					var rep reconcile.Report
-					require.NoError(t, json.Unmarshal([]byte(out), &rep), out)
+					decodeJSON(t, out, &rep, out)
 					require.Equal(t, reconcile.Applied, rep.Step(reconcile.StepShape).Status, "the boot had work to do: %s", out)
 					require.Empty(t, advisoryLocks(t, p))
 				}
@@ -185,7 +184,7 @@ func TestPooler_ReplicaKilledMidUpgradeThenNextBootConverges(t *testing.T) {
 				res := runCLI(t, bin, nil, "reconcile", "--db", dsn, "--json")
 				require.Equal(t, exitOK, res.code, res.out+res.stderr)
 				var rep reconcile.Report
-				require.NoError(t, json.Unmarshal([]byte(res.out), &rep), res.out)
+				decodeJSON(t, res.out, &rep, res.out)
 				t.Logf("next boot %s, lock step: %s", time.Since(start).Round(time.Millisecond), rep.Step(reconcile.StepLock).Detail)
 				requireReconciled(t, p.Direct)
 				require.Equal(t, before, metricRows(t, p.Direct), "every row and metric value intact")
@@ -206,7 +205,7 @@ func TestPooler_StatementModeRefusesNamingThePooler(t *testing.T) {
 	code, out, stderr := cli(t, "reconcile", "--db", p.DSN, "--json")
 	require.Equal(t, exitStepFailed, code, out+stderr)
 	var rep reconcile.Report
-	require.NoError(t, json.Unmarshal([]byte(out), &rep), out)
+	decodeJSON(t, out, &rep, out)
 	lock := rep.Step(reconcile.StepLock)
 	require.Equal(t, reconcile.Failed, lock.Status, out)
 	require.Contains(t, lock.Detail, "statement-mode connection pooler")

@@ -2,7 +2,6 @@ package main
 
 import (
 	"database/sql"
-	"encoding/json"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -97,7 +96,7 @@ func requireReconciled(t *testing.T, db *dbtest.DB) {
 	var st struct {
 		Keys map[string]*string `json:"keys"`
 	}
-	require.NoError(t, json.Unmarshal([]byte(out), &st), out)
+	decodeJSON(t, out, &st, out)
 	for _, k := range []string{"subagent_context_capture_since", "subagent_context_execution_since"} {
 		require.NotNil(t, st.Keys[k], "%s in %s", k, out)
 	}
