@@ -1,8 +1,6 @@
 package main
 
 import (
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -19,9 +17,7 @@ const corpus = "../../testdata/frames"
 // NULL with a default, "every row gets a turn".
 func turnIDNotNullFile(t *testing.T) string {
 	t.Helper()
-	p := filepath.Join(t.TempDir(), "edited.hcl")
-	require.NoError(t, os.WriteFile(p, dbtest.TurnIDNotNull(t), 0o600))
-	return p
+	return tempFile(t, "edited.hcl", dbtest.TurnIDNotNull(t))
 }
 
 // compat on this repository's own history passes; an edit the base

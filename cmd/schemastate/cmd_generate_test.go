@@ -2,7 +2,6 @@ package main
 
 import (
 	"os"
-	"path/filepath"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -54,7 +53,7 @@ func TestCLI_Generate_JSONSummaryAndRefusesAFullStore(t *testing.T) {
 // Issue 12 §4: an unknown --state is a usage error, checked before --db is
 // opened, so it leaves no file behind.
 func TestCLI_Generate_UnknownStateIsUsageErrorAndWritesNoFile(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "new.db")
+	path := tempPath(t, "new.db")
 	code, _, stderr := cli(t, "generate", "--db", "sqlite:"+path, "--scale-mb", "1", "--state", "someday")
 	require.Equal(t, exitUsage, code)
 	require.Contains(t, stderr, `--state "someday": want predating, legacy or amended`)

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -121,7 +120,7 @@ func TestCLI_Health_ErrorsExit2(t *testing.T) {
 
 		unreachable := "postgres://postgres@127.0.0.1:1/test?sslmode=disable&connect_timeout=2"
 		if db.Dialect == dialect.SQLite {
-			unreachable = "sqlite:" + filepath.Join(t.TempDir(), "no", "such", "dir", "x.db")
+			unreachable = "sqlite:" + tempPath(t, "no", "such", "dir", "x.db")
 		}
 		code, out, stderr = healthCLI(t, "--db", unreachable, "--json")
 		require.Equal(t, exitUsage, code)

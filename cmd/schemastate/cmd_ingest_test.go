@@ -208,7 +208,7 @@ func TestIngest_ExitTwoOnUsageAndDatabaseErrors(t *testing.T) {
 
 		code, _, _ = ingestCLI(t, line, "--db", db.CLIDSN, "a", "b")
 		require.Equal(t, exitUsage, code)
-		code, _, errOut = ingestCLI(t, line, "--db", db.CLIDSN, filepath.Join(t.TempDir(), "absent.ndjson"))
+		code, _, errOut = ingestCLI(t, line, "--db", db.CLIDSN, tempPath(t, "absent.ndjson"))
 		require.Equal(t, exitUsage, code, errOut)
 		code, _, _ = ingestCLI(t, line, "--nope")
 		require.Equal(t, exitUsage, code)

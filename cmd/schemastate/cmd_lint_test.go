@@ -78,7 +78,7 @@ func TestCLI_Lint_ExitCodes(t *testing.T) {
 		{"lint", "--dialect", "postgres", "--db", "sqlite:" + base},
 		{"lint", "--base", base, "--base-git", "HEAD"},
 		{"lint", "a.hcl", "b.hcl"},
-		{"lint", filepath.Join(t.TempDir(), "missing.hcl")},
+		{"lint", tempPath(t, "missing.hcl")},
 	} {
 		code, _, errOut := cli(t, args...)
 		require.Equal(t, exitUsage, code, "%v: %s", args, errOut)
@@ -111,7 +111,7 @@ func TestCLI_Lint_PostgresRewrite(t *testing.T) {
 // Issue 14: a SQLite rebuild quotes the rows it will copy when --db points
 // at a real store.
 func TestCLI_Lint_RebuildRowsFromRealStore(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "store.db")
+	path := tempPath(t, "store.db")
 	code, _, errOut := cli(t, "demo", "--db", "sqlite:"+path)
 	require.Equal(t, exitOK, code, errOut)
 	code, out, errOut := cli(t, "lint", "--dialect", "sqlite", "--db", "sqlite:"+path, "--json")

@@ -24,9 +24,14 @@ import (
 // and returns its path.
 func tempFile(t *testing.T, name string, data []byte) string {
 	t.Helper()
-	path := filepath.Join(t.TempDir(), name)
+	path := tempPath(t, name)
 	require.NoError(t, os.WriteFile(path, data, 0o644))
 	return path
+}
+
+// tempPath is a path in a new temporary directory, where nothing is yet.
+func tempPath(t *testing.T, elem ...string) string {
+	return filepath.Join(append([]string{t.TempDir()}, elem...)...)
 }
 
 // decodeJSON decodes a command's JSON output into v; output that is not

@@ -23,7 +23,7 @@ func TestCLI_Reconcile_BadSchemaIsUsageError(t *testing.T) {
 	bad := tempFile(t, "bad.hcl", []byte("table \"x\" {"))
 	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
 		db.Host(t)
-		for _, path := range []string{filepath.Join(t.TempDir(), "nonexistent.hcl"), bad} {
+		for _, path := range []string{tempPath(t, "nonexistent.hcl"), bad} {
 			for _, cmd := range []string{"reconcile", "plan", "status"} {
 				code, out, errOut := cli(t, cmd, "--db", db.CLIDSN, "--schema", path)
 				require.Equal(t, exitUsage, code, "%s %s: %s%s", cmd, path, out, errOut)
