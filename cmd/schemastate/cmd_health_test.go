@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"testing"
 	"time"
 
@@ -20,7 +19,7 @@ func healthStore(t *testing.T, db *dbtest.DB) func(q string, args ...any) {
 	sessionStore(t, db, map[string]string{"s1": "task-1"})
 	exec := func(q string, args ...any) {
 		t.Helper()
-		_, err := db.ExecContext(context.Background(), db.Q(q), args...)
+		_, err := db.DB.Exec(db.Q(q), args...)
 		require.NoError(t, err, q)
 	}
 	exec(`DELETE FROM kandev_meta`)

@@ -15,6 +15,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/schemastate/schemastate/capture"
 	"github.com/schemastate/schemastate/internal/testkit/dbtest"
 	"github.com/schemastate/schemastate/internal/testkit/proctest"
 	"github.com/schemastate/schemastate/reconcile"
@@ -51,6 +52,18 @@ func sessionStore(t *testing.T, db *dbtest.DB, sessions map[string]string) {
 	for id, task := range sessions {
 		_, err := db.DB.Exec(db.Q(`INSERT INTO task_sessions (id, task_id) VALUES (?, ?)`), id, task)
 		require.NoError(t, err)
+	}
+}
+
+// recordFrames writes frames to db through the live writer (its log
+// discarded); each must be recorded.
+func recordFrames(t *testing.T, db *dbtest.DB, frames ...capture.Frame) {
+	t.Helper()
+	w, err := capture.NewWriter(context.Background(), db.DB, db.Dialect, capture.WithLogger(slog.New(slog.DiscardHandler)))
+	require.NoError(t, err)
+	defer w.Close()
+	for i, f := range frames {
+		require.NoError(t, w.Record(context.Background(), f), i)
 	}
 }
 
