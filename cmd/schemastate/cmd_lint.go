@@ -34,22 +34,18 @@ or constraint and the frames that would fail, and how to ship the edit in two re
 `
 
 func runLint(ctx context.Context, e *env, args []string) int {
-	fs := flags(e, "lint", lintUsage)
+	fs, db, asJSON := checkFlags(e, "lint", lintUsage,
+		"PostgreSQL server for the PostgreSQL stores, and/or a real store (either dialect) for row counts", "print the whole report as one JSON object")
 	base := fs.String("base", "", "the declaration installations run today, from a file")
 	baseGit := fs.String("base-git", "", "the declaration installations run today, as 'git show REF:schema.hcl' reads it")
 	writers := fs.String("writers", "", "this release's writer contract, from a file (default: the built-in writers.json)")
 	baseWriters := fs.String("base-writers", "", "the base release's writer contract, from a file (--base-git reads REF:writers.json)")
 	dialects := fs.String("dialect", "both", "sqlite, postgres or both")
-	db := fs.String("db", "", "PostgreSQL server for the PostgreSQL stores, and/or a real store (either dialect) for row counts")
 	failOn := fs.String("fail-on", "refused", "exit 1 on a hazard at or above: refused, rewrite or any")
-	asJSON := fs.Bool("json", false, "print the whole report as one JSON object")
 	if code, ok := parseArgs(e, fs, args, 1, "one declaration (NEW.hcl)"); !ok {
 		return code
 	}
-	usageErr := func(format string, a ...any) int {
-		fmt.Fprintf(e.stderr, "schemastate lint: "+format+"\n", a...)
-		return exitUsage
-	}
+	usageErr := func(format string, a ...any) int { return usagef(e, "lint", format, a...) }
 	level, err := lint.ParseFailOn(*failOn)
 	if err != nil {
 		return usageErr("%v", err)

@@ -365,6 +365,13 @@ func fail(e *env, cmd string, err error) int {
 	return exitUsage
 }
 
+// usagef prints a command's usage error, "schemastate CMD: " and format
+// applied to a, and returns exitUsage.
+func usagef(e *env, cmd, format string, a ...any) int {
+	fmt.Fprintf(e.stderr, "schemastate %s: %s\n", cmd, fmt.Sprintf(format, a...))
+	return exitUsage
+}
+
 // usageError prints err as "schemastate: …" and returns exitUsage.
 func usageError(e *env, err error) int {
 	fmt.Fprintf(e.stderr, "schemastate: %v\n", err)
