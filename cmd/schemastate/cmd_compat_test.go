@@ -11,8 +11,6 @@ import (
 	"github.com/schemastate/schemastate/internal/tool/compat"
 )
 
-const corpus = "../../testdata/frames"
-
 // turnIDNotNullFile writes the edit of issue's reproduction: turn_id NOT
 // NULL with a default, "every row gets a turn".
 func turnIDNotNullFile(t *testing.T) string {

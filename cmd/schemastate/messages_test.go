@@ -247,13 +247,12 @@ func TestCLI_Ingest_RefusesBeforeReading(t *testing.T) {
 // foreign-key failure, in either demo state; the one malformed line the
 // stream carries on purpose (42) is the only line not recorded.
 func TestCLI_ShippedFramesIngestIntoTheDemoStore(t *testing.T) {
-	path := filepath.Join("..", "..", "testdata", "frames", "stream.ndjson")
 	for _, state := range []string{"legacy", "fresh"} {
 		t.Run(state, func(t *testing.T) {
 			dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
 				code, _, errOut := cli(t, "demo", "--db", db.CLIDSN, "--state", state)
 				require.Equal(t, exitOK, code, errOut)
-				code, out, errOut := cli(t, "ingest", path, "--db", db.CLIDSN, "--json")
+				code, out, errOut := cli(t, "ingest", shippedStream, "--db", db.CLIDSN, "--json")
 				require.Equal(t, exitIngestMalformed, code, errOut)
 				require.NotContains(t, errOut, "WARN")
 				require.Equal(t, ingestSummary{Counters: capture.Counters{Attempted: 41, Persisted: 40, SkippedNoIdentity: 1,

@@ -1,10 +1,7 @@
 package main
 
 import (
-	"bytes"
 	"fmt"
-	"os"
-	"os/exec"
 	"strings"
 	"sync"
 	"testing"
@@ -55,26 +52,6 @@ func advisoryLocks(t *testing.T, p *pgbouncer.Pooler) []string {
 	t.Helper()
 	return p.Direct.Strings(t, `SELECT pid::text || ' ' || mode FROM pg_locks WHERE locktype = 'advisory'
  AND database = (SELECT oid FROM pg_database WHERE datname = current_database())`)
-}
-
-type childResult struct {
-	code   int
-	out    string
-	stderr string
-}
-
-// runCLI runs the binary with args and the extra environment.
-func runCLI(t *testing.T, bin string, env []string, args ...string) childResult {
-	t.Helper()
-	cmd := exec.Command(bin, args...)
-	cmd.Env = append(os.Environ(), env...)
-	var out, errb bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &errb
-	err := cmd.Run()
-	if _, ok := err.(*exec.ExitError); !ok && err != nil {
-		return childResult{code: -1, stderr: err.Error()}
-	}
-	return childResult{code: cmd.ProcessState.ExitCode(), out: out.String(), stderr: errb.String()}
 }
 
 // Eight replicas boot at once through the pooler, on a small pre-amendment

@@ -2,7 +2,6 @@ package main
 
 import (
 	"database/sql"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -157,11 +156,10 @@ func subagentRows(t *testing.T, db *sql.DB) []string {
 // pooler each record every frame (one line is malformed by design, exit 1)
 // and leave exactly the rows one direct ingest leaves.
 func TestPooler_ConcurrentIngestsLoseNothing(t *testing.T) {
-	stream := filepath.Join("..", "..", "testdata", "frames", "stream.ndjson")
 	sessions := map[string]string{"sess-claude": "task-review", "sess-opencode": "task-refactor"}
 	direct := dbtest.Open(t, "postgres")
 	sessionStore(t, direct, sessions)
-	code, _, stderr := ingestCLI(t, "", "--db", direct.CLIDSN, stream)
+	code, _, stderr := ingestCLI(t, "", "--db", direct.CLIDSN, shippedStream)
 	require.Equal(t, exitIngestMalformed, code, stderr)
 	want := subagentRows(t, direct.DB)
 	require.NotEmpty(t, want)
@@ -175,7 +173,7 @@ func TestPooler_ConcurrentIngestsLoseNothing(t *testing.T) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				results[i], errs[i] = proctest.Run(bin, nil, "ingest", "--db", p.DSN, "--json", stream)
+				results[i], errs[i] = proctest.Run(bin, nil, "ingest", "--db", p.DSN, "--json", shippedStream)
 			}()
 		}
 		wg.Wait()
