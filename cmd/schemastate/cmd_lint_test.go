@@ -28,6 +28,12 @@ type lintJSON struct {
 	Skipped []string
 }
 
+// modelIndexed is src with one more index, idx_subagents_model, declared
+// before idx_subagents_turn_id.
+func modelIndexed(src string) string {
+	return strings.Replace(src, "  index \"idx_subagents_turn_id\" {", "  index \"idx_subagents_model\" {\n    columns = [column.model]\n  }\n  index \"idx_subagents_turn_id\" {", 1)
+}
+
 // Issue 14: exit 0 below --fail-on, 1 at or above it, 2 for a declaration
 // that does not evaluate (naming file:line) or a usage error; --json prints
 // the report; without a PostgreSQL --db PostgreSQL is skipped and said so.
@@ -37,8 +43,7 @@ func TestCLI_Lint_ExitCodes(t *testing.T) {
 	drop := strings.Replace(src, "  column \"model\" {\n    type = local.text\n    null = true\n  }\n  column \"agent_status\"", "  column \"agent_status\"", 1)
 	require.NotEqual(t, src, drop)
 	dropped := tempFile(t, "drop.hcl", []byte(drop))
-	index := strings.Replace(src, "  index \"idx_subagents_turn_id\" {", "  index \"idx_subagents_model\" {\n    columns = [column.model]\n  }\n  index \"idx_subagents_turn_id\" {", 1)
-	indexed := tempFile(t, "index.hcl", []byte(index))
+	indexed := tempFile(t, "index.hcl", []byte(modelIndexed(src)))
 
 	code, out, errOut := cli(t, "lint", "--base", base, dropped, "--dialect", "sqlite", "--json")
 	require.Equal(t, 1, code, errOut)
@@ -149,8 +154,7 @@ func TestCLI_Lint_RebuildRowsFromRealStore(t *testing.T) {
 // says which declaration it read.
 func TestCLI_Lint_BaseGitReadsTheWorkingTree(t *testing.T) {
 	dir, git := dbtest.SchemaRepo(t)
-	edited := strings.Replace(string(schemastate.SchemaHCL), "  index \"idx_subagents_turn_id\" {", "  index \"idx_subagents_model\" {\n    columns = [column.model]\n  }\n  index \"idx_subagents_turn_id\" {", 1)
-	require.NoError(t, os.WriteFile(filepath.Join(dir, "schema.hcl"), []byte(edited), 0o644))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "schema.hcl"), []byte(modelIndexed(string(schemastate.SchemaHCL))), 0o644))
 	require.NoError(t, os.MkdirAll(filepath.Join(dir, "sub"), 0o755))
 	t.Chdir(filepath.Join(dir, "sub")) // the repository's top level is found from below it too
 
