@@ -79,11 +79,11 @@ func parseCommands(text string, runs map[string]runFunc) []*command {
 		body := strings.TrimSpace(line)
 		switch {
 		case body == "" || strings.HasPrefix(body, "#"):
-		case body == line:
+		case !strings.HasPrefix(line, " ") && !strings.HasPrefix(line, "\t"):
 			name, summary, _ := strings.Cut(body, " ")
 			run := runs[name]
-			if run == nil {
-				panic("commands.txt: command " + name + " has no run")
+			if run == nil || lookupIn(cs, name) != nil {
+				panic("commands.txt: command " + name + " has no run, or comes twice")
 			}
 			cs = append(cs, &command{name: name, summary: strings.TrimSpace(summary), run: run})
 		case len(cs) > 0 && strings.HasPrefix(body, "exit"):
@@ -108,8 +108,11 @@ func parseCommands(text string, runs map[string]runFunc) []*command {
 }
 
 // lookup is the command named name, or nil.
-func lookup(name string) *command {
-	for _, c := range commands {
+func lookup(name string) *command { return lookupIn(commands, name) }
+
+// lookupIn is the command of cs named name, or nil.
+func lookupIn(cs []*command, name string) *command {
+	for _, c := range cs {
 		if c.name == name {
 			return c
 		}
