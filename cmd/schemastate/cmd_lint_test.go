@@ -1,7 +1,6 @@
 package main
 
 import (
-	"database/sql"
 	"os"
 	"path/filepath"
 	"strings"
@@ -116,10 +115,10 @@ func TestCLI_Lint_PostgresRewrite(t *testing.T) {
 // Issue 14: a SQLite rebuild quotes the rows it will copy when --db points
 // at a real store.
 func TestCLI_Lint_RebuildRowsFromRealStore(t *testing.T) {
-	path := tempPath(t, "store.db")
-	code, _, errOut := cli(t, "demo", "--db", "sqlite:"+path)
+	db := dbtest.Open(t, "sqlite")
+	code, _, errOut := cli(t, "demo", "--db", db.CLIDSN)
 	require.Equal(t, exitOK, code, errOut)
-	code, out, errOut := cli(t, "lint", "--dialect", "sqlite", "--db", "sqlite:"+path, "--json")
+	code, out, errOut := cli(t, "lint", "--dialect", "sqlite", "--db", db.CLIDSN, "--json")
 	require.Equal(t, exitOK, code, errOut)
 	var rep struct {
 		Runs []struct {
@@ -141,10 +140,7 @@ func TestCLI_Lint_RebuildRowsFromRealStore(t *testing.T) {
 	}
 	require.NotNil(t, rows, "the rebuild hazard quotes the store's rows")
 	var n int64
-	real, err := sql.Open("sqlite", "file:"+path+"?mode=ro")
-	require.NoError(t, err)
-	defer real.Close()
-	require.NoError(t, real.QueryRow("SELECT count(*) FROM task_session_subagents").Scan(&n))
+	require.NoError(t, db.DB.QueryRow("SELECT count(*) FROM task_session_subagents").Scan(&n))
 	require.Positive(t, n)
 	require.Equal(t, n, *rows)
 }
