@@ -20,8 +20,8 @@ import (
 const exitBenchFailed = 1 // a measurement could not be taken
 
 func runBench(ctx context.Context, e *env, args []string) int {
-	fs := flags(e, "bench", "[--db DSN] [--rows N,…] [--messages N,…] [--runs N] [--large-runs N] [--frames N] [--only NAME,…] [--pooler URL] [--out DIR] [--json]")
-	dbArg := dbFlag(fs)
+	fs, dbArg, asJSON := storeFlags(e, "bench", "[--db DSN] [--rows N,…] [--messages N,…] [--runs N] [--large-runs N] [--frames N] [--only NAME,…] [--pooler URL] [--out DIR] [--json]",
+		"print the report as one JSON object and no progress")
 	rowsFlag := fs.String("rows", "", "task_session_subagents sizes of the rebuild/steady/capture curves (default 1000,10000,100000,300000,1000000; PostgreSQL also 4000000; 0 for none)")
 	msgsFlag := fs.String("messages", "", "task_session_messages sizes of the backfill/health/steady curves (default 100000,600000,2000000; 0 for none)")
 	runs := fs.Int("runs", 3, "repetitions per measurement; medians are reported")
@@ -36,7 +36,6 @@ func runBench(ctx context.Context, e *env, args []string) int {
 	only := fs.String("only", "", "take only these measurements, comma-separated ("+strings.Join(bench.Names(), ", ")+"; default all)")
 	poolerArg := fs.String("pooler", "", "PostgreSQL: the same database reached through PgBouncer in transaction mode (no search_path in --db); also measures the boot, the steady-state boot and live capture through it beside direct")
 	noCLI := fs.Bool("no-cli", false, "do not time the operations through the CLI")
-	asJSON := fs.Bool("json", false, "print the report as one JSON object and no progress")
 	if code, ok := parseFlags(e, fs, args); !ok {
 		return code
 	}

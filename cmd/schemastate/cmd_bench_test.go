@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -66,7 +65,7 @@ func TestCLI_Bench_JSON(t *testing.T) {
 			Ratio float64 `json:"ratio"`
 		}
 	}
-	require.NoError(t, json.Unmarshal([]byte(out), &rep), out)
+	decodeJSON(t, out, &rep, out)
 	require.Len(t, rep.Measurements, 4)
 	for _, m := range rep.Measurements {
 		require.Equal(t, 300, m.N, m.Name)
@@ -120,7 +119,7 @@ func TestCLI_Bench_OnlyTakesTheNamedMeasurements(t *testing.T) {
 		Measurements []struct{ Name, Family string }
 		Skipped      []string
 	}
-	require.NoError(t, json.Unmarshal([]byte(out), &rep))
+	decodeJSON(t, out, &rep)
 	require.Len(t, rep.Measurements, 1)
 	require.Equal(t, "backfill", rep.Measurements[0].Name)
 	require.Contains(t, strings.Join(rep.Skipped, "\n"), "every measurement but backfill (--only)")

@@ -8,7 +8,6 @@ import (
 
 	"github.com/schemastate/schemastate/internal/contract"
 	"github.com/schemastate/schemastate/internal/tool/compat"
-	"github.com/schemastate/schemastate/internal/tool/dsn"
 	"github.com/schemastate/schemastate/internal/tool/lint"
 )
 
@@ -24,33 +23,29 @@ are temporary files; with --db, PostgreSQL stores are temporary schemas on that 
 `
 
 func runCompat(ctx context.Context, e *env, args []string) int {
-	fs := flags(e, "compat", compatUsage)
-	baseGit := fs.String("base-git", "", "the base release: git show REF:schema.hcl and REF:writers.json")
-	base := fs.String("base", "", "the base release's declaration, from a file")
-	baseWriters := fs.String("base-writers", "", "the base release's writer contract, from a file")
+	fs, server, asJSON := checkFlags(e, "compat", compatUsage,
+		"PostgreSQL server for the PostgreSQL stores (default: SQLite only)", "print the report as one JSON object")
+	rel := releaseFlags(fs, releaseHelp{
+		base:        "the base release's declaration, from a file",
+		baseGit:     "the base release: git show REF:schema.hcl and REF:writers.json",
+		baseWriters: "the base release's writer contract, from a file",
+		writers:     "the new writer contract (default: the working tree's with --base-git, else the built-in one)",
+	})
 	schema := fs.String("schema", "", "the new declaration (default: the working tree's with --base-git, else the built-in one)")
-	writers := fs.String("writers", "", "the new writer contract (default: the working tree's with --base-git, else the built-in one)")
 	frames := fs.String("frames", "testdata/frames", "the frame corpus: a directory of *.ndjson or one file")
-	server := fs.String("db", "", "PostgreSQL server for the PostgreSQL stores (default: SQLite only)")
-	asJSON := fs.Bool("json", false, "print the report as one JSON object")
 	if code, ok := parseFlags(e, fs, args); !ok {
 		return code
 	}
-	usageErr := func(format string, a ...any) int {
-		fmt.Fprintf(e.stderr, "schemastate compat: "+format+"\n", a...)
-		return exitUsage
-	}
-	if *server != "" {
-		if t, err := dsn.Parse(*server); err != nil || !t.OnServer() {
-			return usageErr("--db names the PostgreSQL server the stores are built on")
-		}
+	usageErr := func(format string, a ...any) int { return usagef(e, "compat", format, a...) }
+	if parseServer(*server) != nil {
+		return usageErr("--db names the PostgreSQL server the stores are built on")
 	}
 	cfg := compat.Config{Server: *server, Logger: e.logger}
 	var err error
-	if cfg.Base, err = compatBase(ctx, *baseGit, *base, *baseWriters); err != nil {
+	if cfg.Base, err = compatBase(ctx, *rel.baseGit, *rel.base, *rel.baseWriters); err != nil {
 		return usageErr("%v", err)
 	}
-	if cfg.New, err = compatNew(ctx, *baseGit != "", *schema, *writers); err != nil {
+	if cfg.New, err = compatNew(ctx, *rel.baseGit != "", *schema, *rel.writers); err != nil {
 		return usageErr("%v", err)
 	}
 	if cfg.Frames, err = compat.Corpus(*frames); err != nil {

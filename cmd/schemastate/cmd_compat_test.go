@@ -1,9 +1,6 @@
 package main
 
 import (
-	"encoding/json"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -14,15 +11,11 @@ import (
 	"github.com/schemastate/schemastate/internal/tool/compat"
 )
 
-const corpus = "../../testdata/frames"
-
 // turnIDNotNullFile writes the edit of issue's reproduction: turn_id NOT
 // NULL with a default, "every row gets a turn".
 func turnIDNotNullFile(t *testing.T) string {
 	t.Helper()
-	p := filepath.Join(t.TempDir(), "edited.hcl")
-	require.NoError(t, os.WriteFile(p, dbtest.TurnIDNotNull(t), 0o600))
-	return p
+	return tempFile(t, "edited.hcl", dbtest.TurnIDNotNull(t))
 }
 
 // compat on this repository's own history passes; an edit the base
@@ -44,7 +37,7 @@ func TestCLI_Compat_ExitCodesAndLostFrames(t *testing.T) {
 			code, out, _ = cli(t, append(args, "--schema", turnIDNotNullFile(t), "--json")...)
 			require.Equal(t, 1, code)
 			var rep compat.Report
-			require.NoError(t, json.Unmarshal([]byte(out), &rep))
+			decodeJSON(t, out, &rep)
 			require.False(t, rep.Compatible())
 			var lost []compat.Failure
 			for _, r := range rep.Runs {
@@ -92,7 +85,7 @@ func TestCLI_Status_SaysWhetherTheLiveWriterStarts(t *testing.T) {
 				Refused string `json:"refused"`
 			} `json:"live_writer"`
 		}
-		require.NoError(t, json.Unmarshal([]byte(out), &st))
+		decodeJSON(t, out, &st)
 		require.True(t, st.LiveWriter.Starts, out)
 
 		code, _, errOut := cli(t, "reconcile", "--db", db.CLIDSN, "--schema", turnIDNotNullFile(t))

@@ -14,10 +14,8 @@ import (
 // runDemo prepares a store for a first look and runs the boot sequence on it.
 // It only ever creates host tables on a database that has none of them.
 func runDemo(ctx context.Context, e *env, args []string) int {
-	fs := flags(e, "demo", "[--db DSN] [--state legacy|fresh] [--json]")
-	dbArg := dbFlag(fs)
+	fs, dbArg, asJSON := storeFlags(e, "demo", "[--db DSN] [--state legacy|fresh] [--json]", "print the reconcile report as one JSON object")
 	state := fs.String("state", "legacy", "what to seed when the store has no host tables: legacy (pre-amendment table, rows and keys) or fresh")
-	asJSON := fs.Bool("json", false, "print the reconcile report as one JSON object")
 	if code, ok := parseFlags(e, fs, args); !ok {
 		return code
 	}

@@ -18,13 +18,12 @@ const (
 )
 
 func runGenerate(ctx context.Context, e *env, args []string) int {
-	fs := flags(e, "generate", "[--db DSN] [--scale-mb MIB] [--population K] [--state predating|legacy|amended] [--seed N] [--json]")
-	dbArg := dbFlag(fs)
+	fs, dbArg, asJSON := storeFlags(e, "generate", "[--db DSN] [--scale-mb MIB] [--population K] [--state predating|legacy|amended] [--seed N] [--json]",
+		"print the summary as one JSON object and no progress")
 	scale := fs.Float64("scale-mb", gen.ReferenceMB, "approximate store size in MiB; the subagent population scales with it")
 	population := fs.Float64("population", 0, "multiply the reference subagent population by this instead (0: scale-mb/328)")
 	state := fs.String("state", gen.Predating.Flag, "installed-base state: predating, legacy or amended")
 	seed := fs.Uint64("seed", 1, "seed; the same seed writes the same rows")
-	asJSON := fs.Bool("json", false, "print the summary as one JSON object and no progress")
 	if code, ok := parseFlags(e, fs, args); !ok {
 		return code
 	}

@@ -1,9 +1,7 @@
 package main
 
 import (
-	"encoding/json"
 	"os"
-	"path/filepath"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -28,7 +26,7 @@ func TestCLI_Generate_JSONSummaryAndRefusesAFullStore(t *testing.T) {
 			}
 			Keys map[string]*string
 		}
-		require.NoError(t, json.Unmarshal([]byte(out), &sum), out)
+		decodeJSON(t, out, &sum, out)
 		require.Equal(t, string(db.Dialect), sum.Dialect)
 		require.Equal(t, "legacy", sum.State)
 		require.Equal(t, 253, sum.SubagentMessages)
@@ -55,7 +53,7 @@ func TestCLI_Generate_JSONSummaryAndRefusesAFullStore(t *testing.T) {
 // Issue 12 §4: an unknown --state is a usage error, checked before --db is
 // opened, so it leaves no file behind.
 func TestCLI_Generate_UnknownStateIsUsageErrorAndWritesNoFile(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "new.db")
+	path := tempPath(t, "new.db")
 	code, _, stderr := cli(t, "generate", "--db", "sqlite:"+path, "--scale-mb", "1", "--state", "someday")
 	require.Equal(t, exitUsage, code)
 	require.Contains(t, stderr, `--state "someday": want predating, legacy or amended`)

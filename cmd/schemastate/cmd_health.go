@@ -17,9 +17,7 @@ import (
 const exitUnhealthy = 1
 
 func runHealth(ctx context.Context, e *env, args []string) int {
-	fs := flags(e, "health", "[--db DSN] [--json]")
-	dbArg := dbFlag(fs)
-	asJSON := fs.Bool("json", false, "print the result as one JSON object")
+	fs, dbArg, asJSON := storeFlags(e, "health", "[--db DSN] [--json]", "print the result as one JSON object")
 	return runOnDB(ctx, e, fs, args, dbArg, readOnly, func(db *sql.DB, _ dsn.Target) int {
 		rep, err := health.Evaluate(ctx, db)
 		if err != nil {

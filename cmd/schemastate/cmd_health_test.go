@@ -1,9 +1,6 @@
 package main
 
 import (
-	"context"
-	"encoding/json"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -22,7 +19,7 @@ func healthStore(t *testing.T, db *dbtest.DB) func(q string, args ...any) {
 	sessionStore(t, db, map[string]string{"s1": "task-1"})
 	exec := func(q string, args ...any) {
 		t.Helper()
-		_, err := db.ExecContext(context.Background(), db.Q(q), args...)
+		_, err := db.DB.Exec(db.Q(q), args...)
 		require.NoError(t, err, q)
 	}
 	exec(`DELETE FROM kandev_meta`)
@@ -59,7 +56,7 @@ func TestCLI_Health_AC28_AC28a_AC29_VerdictsAndExitCodes(t *testing.T) {
 			code, out, stderr := healthCLI(t, "--db", db.CLIDSN, "--json")
 			require.Equal(t, wantCode, code, stderr)
 			var m map[string]any
-			require.NoError(t, json.Unmarshal([]byte(out), &m), out)
+			decodeJSON(t, out, &m, out)
 			require.Equal(t, want, m)
 		}
 		// requireText runs health and requires its exit code and lines.
@@ -122,7 +119,7 @@ func TestCLI_Health_ErrorsExit2(t *testing.T) {
 
 		unreachable := "postgres://postgres@127.0.0.1:1/test?sslmode=disable&connect_timeout=2"
 		if db.Dialect == dialect.SQLite {
-			unreachable = "sqlite:" + filepath.Join(t.TempDir(), "no", "such", "dir", "x.db")
+			unreachable = "sqlite:" + tempPath(t, "no", "such", "dir", "x.db")
 		}
 		code, out, stderr = healthCLI(t, "--db", unreachable, "--json")
 		require.Equal(t, exitUsage, code)

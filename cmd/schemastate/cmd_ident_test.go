@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"strings"
 	"testing"
 
@@ -52,7 +51,7 @@ func TestCLI_PlanPrintsHostileIndexNameQuoted(t *testing.T) {
 		code, out, _ = cli(t, "plan", "--db", db.CLIDSN, "--prune", "--json")
 		require.Equal(t, exitChangesPending, code)
 		var plan struct{ Statements []string }
-		require.NoError(t, json.Unmarshal([]byte(out), &plan))
+		decodeJSON(t, out, &plan)
 		require.Equal(t, []string{drop}, plan.Statements)
 
 		code, _, stderr = cli(t, "reconcile", "--db", db.CLIDSN, "--prune")

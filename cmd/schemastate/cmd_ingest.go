@@ -22,9 +22,7 @@ const (
 // --max-line — (reported on stderr with its number; nothing else is lost). 2: usage, an unreachable
 // database, a table not in its declared shape, a failed write, or a read error.
 func runIngest(ctx context.Context, e *env, args []string) int {
-	fs := flags(e, "ingest", "[--db DSN] [--json] [--max-line BYTES] [FILE|-]")
-	db := dbFlag(fs)
-	asJSON := fs.Bool("json", false, "print the counters as one JSON object on stdout")
+	fs, db, asJSON := storeFlags(e, "ingest", "[--db DSN] [--json] [--max-line BYTES] [FILE|-]", "print the counters as one JSON object on stdout")
 	maxLine := fs.Int("max-line", capture.DefaultMaxLine, "longest line read as a frame, in bytes; a longer one is skipped and reported malformed")
 	if code, ok := parseArgs(e, fs, args, 1, "one FILE (or - for stdin)"); !ok {
 		return code

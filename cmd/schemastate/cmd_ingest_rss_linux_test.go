@@ -3,7 +3,6 @@ package main
 import (
 	"bufio"
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -27,7 +26,7 @@ func TestIngest_SixtyMBLineBoundedMemory(t *testing.T) {
 	bin := cliBinary(t)
 	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
 		sessionStore(t, db, map[string]string{"s1": "t1"})
-		path := filepath.Join(t.TempDir(), "frames.ndjson")
+		path := tempPath(t, "frames.ndjson")
 		f, err := os.Create(path)
 		require.NoError(t, err)
 		w := bufio.NewWriter(f)

@@ -1,13 +1,10 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"database/sql"
 	"encoding/json"
 	"fmt"
-	"io"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -15,7 +12,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/schemastate/schemastate/capture"
-	"github.com/schemastate/schemastate/dialect"
 	"github.com/schemastate/schemastate/internal/testkit/dbtest"
 )
 
@@ -43,11 +39,10 @@ func TestIngest_ReplaysStreamIntoPrescribedRows(t *testing.T) {
 	)
 	base := time.Date(2026, 8, 3, 15, 32, 20, 0, time.UTC)
 	ms := func(n int) time.Time { return base.Add(time.Duration(n) * time.Millisecond) }
-	path := filepath.Join("..", "..", "testdata", "frames", "stream.ndjson")
 
 	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
 		sessionStore(t, db, map[string]string{"sess-claude": "task-review", "sess-opencode": "task-refactor"})
-		code, out, errOut := ingestCLI(t, "", "--db", db.CLIDSN, "--json", path)
+		code, out, errOut := ingestCLI(t, "", "--db", db.CLIDSN, "--json", shippedStream)
 		require.Equal(t, exitIngestMalformed, code, errOut)
 		require.Contains(t, errOut, "stream.ndjson:42: malformed frame")
 		require.Equal(t, 1, strings.Count(errOut, "malformed frame"), errOut)
@@ -144,7 +139,7 @@ func TestIngest_ReplaysStreamIntoPrescribedRows(t *testing.T) {
 		require.Equal(t, "toolu_o1", *rows["unknown/toolu_o5"].ParentToolCallID)
 
 		// Replaying the same stream adds no row (AC-3) and counts again.
-		code, _, _ = ingestCLI(t, "", "--db", db.CLIDSN, path)
+		code, _, _ = ingestCLI(t, "", "--db", db.CLIDSN, shippedStream)
 		require.Equal(t, exitIngestMalformed, code)
 		var n int
 		require.NoError(t, db.DB.QueryRow(`SELECT COUNT(*) FROM task_session_subagents`).Scan(&n))
@@ -208,7 +203,7 @@ func TestIngest_ExitTwoOnUsageAndDatabaseErrors(t *testing.T) {
 
 		code, _, _ = ingestCLI(t, line, "--db", db.CLIDSN, "a", "b")
 		require.Equal(t, exitUsage, code)
-		code, _, errOut = ingestCLI(t, line, "--db", db.CLIDSN, filepath.Join(t.TempDir(), "absent.ndjson"))
+		code, _, errOut = ingestCLI(t, line, "--db", db.CLIDSN, tempPath(t, "absent.ndjson"))
 		require.Equal(t, exitUsage, code, errOut)
 		code, _, _ = ingestCLI(t, line, "--nope")
 		require.Equal(t, exitUsage, code)
@@ -289,113 +284,4 @@ func TestIngest_MaxLineFlag(t *testing.T) {
 		code, _, _ = ingestCLI(t, line("a"), "--db", db.CLIDSN, "--max-line", "0")
 		require.Equal(t, exitUsage, code)
 	})
-}
-
-// scriptedInput hands ingest one line per Read and runs before(i) before
-// line i is handed over, so a test can act between two frames' writes.
-type scriptedInput struct {
-	lines  []string
-	next   int
-	before func(i int)
-}
-
-func (s *scriptedInput) Read(p []byte) (int, error) {
-	if s.next == len(s.lines) {
-		return 0, io.EOF
-	}
-	if s.before != nil {
-		s.before(s.next)
-	}
-	l := s.lines[s.next] + "\n"
-	if len(p) < len(l) {
-		return 0, io.ErrShortBuffer
-	}
-	s.next++
-	return copy(p, l), nil
-}
-
-func retryFrames(n int) []string {
-	var lines []string
-	for i := range n {
-		lines = append(lines, fmt.Sprintf(`{"session_id":"s1","task_id":"t1","tool_call_id":"tc-%d","subagent_task":{}}`, i))
-	}
-	return lines
-}
-
-// A SQLite write lock taken between two frames and held past the busy
-// timeout of ingest's connection (50 ms here; 10 s by default): the frame
-// that meets it is retried, every frame persists, exit 0 (before: that frame
-// failed, exit 2). The hold is the condition under test — a lock that
-// outlasts the busy timeout — so it is a duration, six times the timeout;
-// Retried == 1 fails the test if the frame did not outwait it.
-func TestIngest_SQLiteLockHeldPastBusyTimeoutLosesNothing(t *testing.T) {
-	const busy = 50 * time.Millisecond
-	db := dbtest.Open(t, dialect.SQLite)
-	sessionStore(t, db, map[string]string{"s1": "t1"})
-	holder, err := sql.Open("sqlite", db.DSN)
-	require.NoError(t, err)
-	defer holder.Close()
-	released := make(chan struct{})
-	in := &scriptedInput{lines: retryFrames(6), before: func(i int) {
-		if i != 3 {
-			return
-		}
-		conn, err := holder.Conn(context.Background())
-		require.NoError(t, err)
-		_, err = conn.ExecContext(context.Background(), `BEGIN IMMEDIATE`)
-		require.NoError(t, err)
-		time.AfterFunc(6*busy, func() {
-			defer close(released)
-			_, _ = conn.ExecContext(context.Background(), `COMMIT`)
-			conn.Close()
-		})
-	}}
-	var out, errb bytes.Buffer
-	args := []string{"ingest", "--db", db.CLIDSN, "--json"}
-	e := newEnv(args, in, &out, &errb)
-	e.sqliteBusy = busy
-	code := e.run(context.Background(), args)
-	<-released
-	require.Equal(t, exitOK, code, errb.String())
-	s := decodeSummary(t, out.String())
-	require.Equal(t, int64(6), s.Persisted)
-	require.Equal(t, int64(1), s.Retried)
-	require.Zero(t, s.Failed)
-	var n int
-	require.NoError(t, db.DB.QueryRow(`SELECT COUNT(*) FROM task_session_subagents`).Scan(&n))
-	require.Equal(t, 6, n)
-}
-
-// pg_terminate_backend of ingest's connection between two frames: the next
-// frame meets the terminated backend (57P01), is retried on a new connection,
-// every frame persists, exit 0 (before: that frame failed, exit 2).
-func TestIngest_BackendTerminatedLosesNothing(t *testing.T) {
-	db := dbtest.Open(t, dialect.Postgres)
-	sessionStore(t, db, map[string]string{"s1": "t1"})
-	// The test's own schema in the name: a run of the same test elsewhere on
-	// the server is not terminated with this one.
-	app := "ingest-terminated-" + db.Schema
-	dsn := dbtest.WithParam(t, db.CLIDSN, "application_name", app)
-	terminated := 0
-	in := &scriptedInput{lines: retryFrames(8), before: func(i int) {
-		if i != 4 {
-			return
-		}
-		require.NoError(t, db.DB.QueryRow(`SELECT COUNT(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = $1`, app).Scan(&terminated))
-		require.Eventually(t, func() bool {
-			var n int
-			require.NoError(t, db.DB.QueryRow(`SELECT COUNT(*) FROM pg_stat_activity WHERE application_name = $1`, app).Scan(&n))
-			return n == 0
-		}, 5*time.Second, 5*time.Millisecond)
-	}}
-	var out, errb bytes.Buffer
-	code := run(context.Background(), []string{"ingest", "--db", dsn, "--json"}, in, &out, &errb)
-	require.Equal(t, exitOK, code, errb.String())
-	require.Positive(t, terminated)
-	s := decodeSummary(t, out.String())
-	require.Equal(t, int64(8), s.Persisted)
-	require.Equal(t, int64(1), s.Retried)
-	var n int
-	require.NoError(t, db.DB.QueryRow(`SELECT COUNT(*) FROM task_session_subagents`).Scan(&n))
-	require.Equal(t, 8, n)
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io/fs"
 	"os"
@@ -34,22 +35,20 @@ or constraint and the frames that would fail, and how to ship the edit in two re
 `
 
 func runLint(ctx context.Context, e *env, args []string) int {
-	fs := flags(e, "lint", lintUsage)
-	base := fs.String("base", "", "the declaration installations run today, from a file")
-	baseGit := fs.String("base-git", "", "the declaration installations run today, as 'git show REF:schema.hcl' reads it")
-	writers := fs.String("writers", "", "this release's writer contract, from a file (default: the built-in writers.json)")
-	baseWriters := fs.String("base-writers", "", "the base release's writer contract, from a file (--base-git reads REF:writers.json)")
+	fs, db, asJSON := checkFlags(e, "lint", lintUsage,
+		"PostgreSQL server for the PostgreSQL stores, and/or a real store (either dialect) for row counts", "print the whole report as one JSON object")
+	rel := releaseFlags(fs, releaseHelp{
+		base:        "the declaration installations run today, from a file",
+		baseGit:     "the declaration installations run today, as 'git show REF:schema.hcl' reads it",
+		baseWriters: "the base release's writer contract, from a file (--base-git reads REF:writers.json)",
+		writers:     "this release's writer contract, from a file (default: the built-in writers.json)",
+	})
 	dialects := fs.String("dialect", "both", "sqlite, postgres or both")
-	db := fs.String("db", "", "PostgreSQL server for the PostgreSQL stores, and/or a real store (either dialect) for row counts")
 	failOn := fs.String("fail-on", "refused", "exit 1 on a hazard at or above: refused, rewrite or any")
-	asJSON := fs.Bool("json", false, "print the whole report as one JSON object")
 	if code, ok := parseArgs(e, fs, args, 1, "one declaration (NEW.hcl)"); !ok {
 		return code
 	}
-	usageErr := func(format string, a ...any) int {
-		fmt.Fprintf(e.stderr, "schemastate lint: "+format+"\n", a...)
-		return exitUsage
-	}
+	usageErr := func(format string, a ...any) int { return usagef(e, "lint", format, a...) }
 	level, err := lint.ParseFailOn(*failOn)
 	if err != nil {
 		return usageErr("%v", err)
@@ -80,16 +79,16 @@ func runLint(ctx context.Context, e *env, args []string) int {
 		}
 	}
 	switch {
-	case *base != "" && *baseGit != "":
+	case *rel.base != "" && *rel.baseGit != "":
 		return usageErr("--base and --base-git name the same thing: give one")
-	case *base != "":
-		s, err := lint.FileSource(*base)
+	case *rel.base != "":
+		s, err := lint.FileSource(*rel.base)
 		if err != nil {
 			return usageErr("--base: %v", err)
 		}
 		cfg.Base = &s
-	case *baseGit != "":
-		s, err := lint.GitSource(ctx, ".", *baseGit, "schema.hcl")
+	case *rel.baseGit != "":
+		s, err := lint.GitSource(ctx, ".", *rel.baseGit, "schema.hcl")
 		if err != nil {
 			return usageErr("--base-git: %v", err)
 		}
@@ -103,7 +102,7 @@ func runLint(ctx context.Context, e *env, args []string) int {
 			}
 		}
 	}
-	if cfg.Writers, err = lintWriters(ctx, *writers, *baseWriters, *baseGit, fs.NArg() == 0); err != nil {
+	if cfg.Writers, err = lintWriters(ctx, *rel.writers, *rel.baseWriters, *rel.baseGit, fs.NArg() == 0); err != nil {
 		return usageErr("%v", err)
 	}
 	rep, err := lint.Lint(ctx, cfg)
@@ -151,6 +150,25 @@ func lintWriters(ctx context.Context, this, base, baseGit string, workTree bool)
 		return ws, fmt.Errorf("--base-writers: %w", err)
 	}
 	return ws, nil
+}
+
+// releases are the flags compat and lint name the two releases of a rolling
+// deploy by: the base's declaration (--base from a file, --base-git from
+// git), the base's writer contract (--base-writers) and this release's
+// (--writers).
+type releases struct{ base, baseGit, baseWriters, writers *string }
+
+// releaseHelp is what each flag of releases says in a command's -h.
+type releaseHelp struct{ base, baseGit, baseWriters, writers string }
+
+// releaseFlags registers releases on fs.
+func releaseFlags(fs *flag.FlagSet, h releaseHelp) releases {
+	return releases{
+		base:        fs.String("base", "", h.base),
+		baseGit:     fs.String("base-git", "", h.baseGit),
+		baseWriters: fs.String("base-writers", "", h.baseWriters),
+		writers:     fs.String("writers", "", h.writers),
+	}
 }
 
 func contractFile(path string) (*contract.Contract, error) {

@@ -1,8 +1,6 @@
 package main
 
 import (
-	"database/sql"
-	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
@@ -29,6 +27,12 @@ type lintJSON struct {
 	Skipped []string
 }
 
+// modelIndexed is src with one more index, idx_subagents_model, declared
+// before idx_subagents_turn_id.
+func modelIndexed(src string) string {
+	return strings.Replace(src, "  index \"idx_subagents_turn_id\" {", "  index \"idx_subagents_model\" {\n    columns = [column.model]\n  }\n  index \"idx_subagents_turn_id\" {", 1)
+}
+
 // Issue 14: exit 0 below --fail-on, 1 at or above it, 2 for a declaration
 // that does not evaluate (naming file:line) or a usage error; --json prints
 // the report; without a PostgreSQL --db PostgreSQL is skipped and said so.
@@ -38,13 +42,12 @@ func TestCLI_Lint_ExitCodes(t *testing.T) {
 	drop := strings.Replace(src, "  column \"model\" {\n    type = local.text\n    null = true\n  }\n  column \"agent_status\"", "  column \"agent_status\"", 1)
 	require.NotEqual(t, src, drop)
 	dropped := tempFile(t, "drop.hcl", []byte(drop))
-	index := strings.Replace(src, "  index \"idx_subagents_turn_id\" {", "  index \"idx_subagents_model\" {\n    columns = [column.model]\n  }\n  index \"idx_subagents_turn_id\" {", 1)
-	indexed := tempFile(t, "index.hcl", []byte(index))
+	indexed := tempFile(t, "index.hcl", []byte(modelIndexed(src)))
 
 	code, out, errOut := cli(t, "lint", "--base", base, dropped, "--dialect", "sqlite", "--json")
 	require.Equal(t, 1, code, errOut)
 	var rep lintJSON
-	require.NoError(t, json.Unmarshal([]byte(out), &rep), out)
+	decodeJSON(t, out, &rep, out)
 	require.Len(t, rep.Runs, 4)
 	require.Equal(t, "old-shape", rep.Runs[3].State)
 	require.Equal(t, "drop-column", rep.Runs[3].Hazards[0].Code)
@@ -79,7 +82,7 @@ func TestCLI_Lint_ExitCodes(t *testing.T) {
 		{"lint", "--dialect", "postgres", "--db", "sqlite:" + base},
 		{"lint", "--base", base, "--base-git", "HEAD"},
 		{"lint", "a.hcl", "b.hcl"},
-		{"lint", filepath.Join(t.TempDir(), "missing.hcl")},
+		{"lint", tempPath(t, "missing.hcl")},
 	} {
 		code, _, errOut := cli(t, args...)
 		require.Equal(t, exitUsage, code, "%v: %s", args, errOut)
@@ -96,7 +99,7 @@ func TestCLI_Lint_PostgresRewrite(t *testing.T) {
 	code, out, errOut := cli(t, append(args, "--json")...)
 	require.Equal(t, 0, code, errOut)
 	var rep lintJSON
-	require.NoError(t, json.Unmarshal([]byte(out), &rep), out)
+	decodeJSON(t, out, &rep, out)
 	require.Len(t, rep.Runs, 4)
 	old := rep.Runs[3]
 	require.Equal(t, "old-shape", old.State)
@@ -112,10 +115,10 @@ func TestCLI_Lint_PostgresRewrite(t *testing.T) {
 // Issue 14: a SQLite rebuild quotes the rows it will copy when --db points
 // at a real store.
 func TestCLI_Lint_RebuildRowsFromRealStore(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "store.db")
-	code, _, errOut := cli(t, "demo", "--db", "sqlite:"+path)
+	db := dbtest.Open(t, "sqlite")
+	code, _, errOut := cli(t, "demo", "--db", db.CLIDSN)
 	require.Equal(t, exitOK, code, errOut)
-	code, out, errOut := cli(t, "lint", "--dialect", "sqlite", "--db", "sqlite:"+path, "--json")
+	code, out, errOut := cli(t, "lint", "--dialect", "sqlite", "--db", db.CLIDSN, "--json")
 	require.Equal(t, exitOK, code, errOut)
 	var rep struct {
 		Runs []struct {
@@ -126,7 +129,7 @@ func TestCLI_Lint_RebuildRowsFromRealStore(t *testing.T) {
 			}
 		}
 	}
-	require.NoError(t, json.Unmarshal([]byte(out), &rep), out)
+	decodeJSON(t, out, &rep, out)
 	var rows *int64
 	for _, r := range rep.Runs {
 		for _, h := range r.Hazards {
@@ -137,10 +140,7 @@ func TestCLI_Lint_RebuildRowsFromRealStore(t *testing.T) {
 	}
 	require.NotNil(t, rows, "the rebuild hazard quotes the store's rows")
 	var n int64
-	real, err := sql.Open("sqlite", "file:"+path+"?mode=ro")
-	require.NoError(t, err)
-	defer real.Close()
-	require.NoError(t, real.QueryRow("SELECT count(*) FROM task_session_subagents").Scan(&n))
+	require.NoError(t, db.DB.QueryRow("SELECT count(*) FROM task_session_subagents").Scan(&n))
 	require.Positive(t, n)
 	require.Equal(t, n, *rows)
 }
@@ -150,8 +150,7 @@ func TestCLI_Lint_RebuildRowsFromRealStore(t *testing.T) {
 // says which declaration it read.
 func TestCLI_Lint_BaseGitReadsTheWorkingTree(t *testing.T) {
 	dir, git := dbtest.SchemaRepo(t)
-	edited := strings.Replace(string(schemastate.SchemaHCL), "  index \"idx_subagents_turn_id\" {", "  index \"idx_subagents_model\" {\n    columns = [column.model]\n  }\n  index \"idx_subagents_turn_id\" {", 1)
-	require.NoError(t, os.WriteFile(filepath.Join(dir, "schema.hcl"), []byte(edited), 0o644))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "schema.hcl"), []byte(modelIndexed(string(schemastate.SchemaHCL))), 0o644))
 	require.NoError(t, os.MkdirAll(filepath.Join(dir, "sub"), 0o755))
 	t.Chdir(filepath.Join(dir, "sub")) // the repository's top level is found from below it too
 

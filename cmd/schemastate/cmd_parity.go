@@ -2,11 +2,11 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sort"
 	"strings"
 
-	"github.com/schemastate/schemastate/internal/tool/dsn"
 	"github.com/schemastate/schemastate/internal/tool/parity"
 )
 
@@ -30,24 +30,18 @@ on the --db server (default: the live database's own server).
 `
 
 func runParity(ctx context.Context, e *env, args []string) int {
-	fs := flags(e, "parity", parityUsage)
-	server := fs.String("db", "", "PostgreSQL server to build the stores on (default: none, SQLite temporary files)")
+	fs, server, asJSON := checkFlags(e, "parity", parityUsage,
+		"PostgreSQL server to build the stores on (default: none, SQLite temporary files)", "print the report as one JSON object")
 	against := fs.String("against", "", "live database to compare with a fresh reconcile (read-only)")
 	schemaFile := fs.String("schema", "", "declared shape to use instead of the built-in schema.hcl")
-	asJSON := fs.Bool("json", false, "print the report as one JSON object")
 	if code, ok := parseFlags(e, fs, args); !ok {
 		return code
 	}
-	if *server != "" {
-		t, err := dsn.Parse(*server)
-		if err != nil {
-			fmt.Fprintf(e.stderr, "schemastate parity: %v\n", err)
-			return exitUsage
-		}
-		if !t.OnServer() {
-			fmt.Fprintln(e.stderr, "schemastate parity: --db names a PostgreSQL server; SQLite stores are always temporary files (leave --db out)")
-			return exitUsage
-		}
+	switch err := parseServer(*server); {
+	case errors.Is(err, errNotServer):
+		return usagef(e, "parity", "--db names a PostgreSQL server; SQLite stores are always temporary files (leave --db out)")
+	case err != nil:
+		return usagef(e, "parity", "%v", err)
 	}
 	cfg := parity.Config{Server: *server, SchemaFile: *schemaFile, Logger: e.logger}
 	var (
@@ -61,8 +55,7 @@ func runParity(ctx context.Context, e *env, args []string) int {
 		}
 		defer db.Close()
 		if !t.OnServer() && *server != "" {
-			fmt.Fprintf(e.stderr, "schemastate parity: %s is SQLite: its fresh store is a temporary file, --db does not apply\n", t.Display)
-			return exitUsage
+			return usagef(e, "parity", "%s is SQLite: its fresh store is a temporary file, --db does not apply", t.Display)
 		}
 		if cfg.Server == "" && t.OnServer() {
 			cfg.Server = *against

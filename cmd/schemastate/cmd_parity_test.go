@@ -39,7 +39,7 @@ func TestCLI_Parity_StoresReconciledEndIdentical(t *testing.T) {
 	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
 		code, out, errOut := cli(t, parityArgs(db, "--json")...)
 		var rep parityJSON
-		require.NoError(t, json.Unmarshal([]byte(out), &rep), errOut)
+		decodeJSON(t, out, &rep, errOut)
 		require.Equal(t, string(db.Dialect), rep.Dialect)
 		require.Contains(t, rep.Reference.Tables, "task_session_subagents")
 		require.Contains(t, rep.Reference.Tables, "background_agent_log")
@@ -103,7 +103,7 @@ func TestCLI_ParityAgainst_ReportsEachDrift(t *testing.T) {
 			code, out, errOut := cli(t, "parity", "--against", db.CLIDSN, "--json")
 			require.Equal(t, exitDifferent, code, errOut)
 			var rep parityJSON
-			require.NoError(t, json.Unmarshal([]byte(out), &rep))
+			decodeJSON(t, out, &rep)
 			require.Len(t, rep.Comparisons, 1)
 			c := rep.Comparisons[0]
 			require.Equal(t, "live", c.Store)

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -25,7 +24,7 @@ func TestCLI_PlanPrintsThePhasesReconcileRuns(t *testing.T) {
 			Transactional                                 bool
 		}
 	}
-	require.NoError(t, json.Unmarshal([]byte(out), &plan))
+	decodeJSON(t, out, &plan)
 	var want []string
 	for _, p := range plan.Phases {
 		require.NotEmpty(t, p.SQL)
@@ -43,7 +42,7 @@ func TestCLI_PlanPrintsThePhasesReconcileRuns(t *testing.T) {
 	code, out, stderr = cli(t, "reconcile", "--db", db.CLIDSN, "--json")
 	require.Equal(t, exitOK, code, stderr)
 	var rep struct{ Steps []struct{ Phases []string } }
-	require.NoError(t, json.Unmarshal([]byte(out), &rep))
+	decodeJSON(t, out, &rep)
 	var ran []string
 	for _, s := range rep.Steps {
 		ran = append(ran, s.Phases...)

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"os"
 	"strings"
 	"testing"
@@ -18,7 +17,7 @@ func TestCLI_ReconcilePlanStatus(t *testing.T) {
 		code, out, _ := cli(t, "plan", "--db", db.CLIDSN, "--json")
 		require.Equal(t, exitChangesPending, code)
 		var plan struct{ Statements, Refused []string }
-		require.NoError(t, json.Unmarshal([]byte(out), &plan))
+		decodeJSON(t, out, &plan)
 		require.NotEmpty(t, plan.Statements)
 		require.Empty(t, plan.Refused)
 
@@ -33,7 +32,7 @@ func TestCLI_ReconcilePlanStatus(t *testing.T) {
 			EndState map[string]bool    `json:"end_state"`
 			Keys     map[string]*string `json:"keys"`
 		}
-		require.NoError(t, json.Unmarshal([]byte(out), &rep))
+		decodeJSON(t, out, &rep)
 		require.Equal(t, string(db.Dialect), rep.Dialect)
 		names := []string{}
 		for _, s := range rep.Steps {
@@ -61,7 +60,7 @@ func TestCLI_ReconcilePlanStatus(t *testing.T) {
 			State   string
 			Indexes map[string][]string
 		}
-		require.NoError(t, json.Unmarshal([]byte(out), &st))
+		decodeJSON(t, out, &st)
 		require.Len(t, st.Indexes["task_session_subagents"], 4)
 	})
 }
@@ -77,7 +76,7 @@ func TestCLI_StatusIndexParityFreshAndMigrated(t *testing.T) {
 			require.Equal(t, exitOK, code, stderr)
 			_, out, _ := cli(t, "status", "--db", db.CLIDSN, "--json")
 			var st struct{ Indexes map[string][]string }
-			require.NoError(t, json.Unmarshal([]byte(out), &st))
+			decodeJSON(t, out, &st)
 			return st.Indexes
 		}
 		require.Equal(t, indexes(fresh), indexes(migrated))
@@ -121,14 +120,17 @@ func TestCLI_ExitCodes(t *testing.T) {
 
 func TestCLI_DemoSeedsAndReconciles(t *testing.T) {
 	db := dbtest.Open(t, "sqlite")
-	code, out, stderr := cli(t, "demo", "--db", db.CLIDSN)
-	require.Equal(t, exitOK, code, stderr)
-	require.Contains(t, out, "seeded")
-	require.Contains(t, out, "rebuilt task_session_subagents")
-	code, out, _ = cli(t, "demo", "--db", db.CLIDSN)
-	require.Equal(t, exitOK, code)
-	require.Contains(t, out, "already has host tables")
-	require.Contains(t, out, "declared shape holds")
+	// The first run seeds and reconciles; the second finds the store made.
+	for _, wants := range [][]string{
+		{"seeded", "rebuilt task_session_subagents"},
+		{"already has host tables", "declared shape holds"},
+	} {
+		code, out, stderr := cli(t, "demo", "--db", db.CLIDSN)
+		require.Equal(t, exitOK, code, stderr)
+		for _, want := range wants {
+			require.Contains(t, out, want)
+		}
+	}
 }
 
 // A mistyped SQLite path is an error, never a new empty database.
@@ -158,14 +160,14 @@ func TestCLI_DriftListedKeptAndPrunedOnRequest(t *testing.T) {
 
 		code, stdout, _ := cli(t, "plan", "--db", db.CLIDSN, "--json")
 		require.Equal(t, exitOK, code, "kept drift is no pending change")
-		require.NoError(t, json.Unmarshal([]byte(stdout), &out))
+		decodeJSON(t, stdout, &out)
 		require.Empty(t, out.Statements)
 		require.Equal(t, wantDrift, out.Drift)
 
 		out.Drift = nil
 		code, stdout, _ = cli(t, "status", "--db", db.CLIDSN, "--json")
 		require.Equal(t, exitOK, code)
-		require.NoError(t, json.Unmarshal([]byte(stdout), &out))
+		decodeJSON(t, stdout, &out)
 		require.Equal(t, wantDrift, out.Drift)
 
 		code, stdout, stderr := cli(t, "reconcile", "--db", db.CLIDSN)
@@ -181,7 +183,7 @@ func TestCLI_DriftListedKeptAndPrunedOnRequest(t *testing.T) {
 		code, stdout, _ = cli(t, "status", "--db", db.CLIDSN, "--json")
 		require.Equal(t, exitOK, code)
 		out.Drift = nil
-		require.NoError(t, json.Unmarshal([]byte(stdout), &out))
+		decodeJSON(t, stdout, &out)
 		require.Empty(t, out.Drift)
 	})
 }

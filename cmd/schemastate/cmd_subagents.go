@@ -15,11 +15,9 @@ import (
 )
 
 func runSubagents(ctx context.Context, e *env, args []string) int {
-	fs := flags(e, "subagents", "[--db DSN] [--session ID] [--task ID] [--json]")
-	dbArg := dbFlag(fs)
+	fs, dbArg, asJSON := storeFlags(e, "subagents", "[--db DSN] [--session ID] [--task ID] [--json]", `print {"rows":[…],"summary":{…}}`)
 	sessionID := fs.String("session", "", "only this session's rows")
 	taskID := fs.String("task", "", "only this task's rows (with --session: that session's rows of it)")
-	asJSON := fs.Bool("json", false, `print {"rows":[…],"summary":{…}}`)
 	return runOnDB(ctx, e, fs, args, dbArg, readOnly, func(db *sql.DB, _ dsn.Target) int {
 		res, err := fanout.Read(ctx, db, fanout.Scope{SessionID: *sessionID, TaskID: *taskID})
 		if err != nil {

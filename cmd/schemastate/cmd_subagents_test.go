@@ -1,9 +1,7 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
-	"log/slog"
 	"strings"
 	"testing"
 	"time"
@@ -24,18 +22,11 @@ func subagentStore(t *testing.T, db *dbtest.DB) {
 	reconciledByCLI(t, db)
 	db.Exec(t, `INSERT INTO task_sessions (id, task_id) VALUES ('s1', 'k1');
 INSERT INTO task_sessions (id, task_id) VALUES ('s2', 'k2')`)
-	w, err := capture.NewWriter(context.Background(), db.DB, db.Dialect, capture.WithLogger(slog.New(slog.DiscardHandler)))
-	require.NoError(t, err)
-	defer w.Close()
 	now := time.Now()
-	for i, f := range []capture.Frame{
-		{SessionID: "s1", TaskID: "k1", ToolCallID: "toolu_2", ExecutionID: "", ObservedAt: now.Add(time.Millisecond)},
-		{SessionID: "s1", TaskID: "k1", ToolCallID: "toolu_1", ExecutionID: cliExec, ObservedAt: now},
-		{SessionID: "s2", TaskID: "k2", ToolCallID: "toolu_3", ExecutionID: cliExec, ObservedAt: now},
-	} {
-		f.ToolStatus = "in_progress"
-		require.NoError(t, w.Record(context.Background(), f), i)
-	}
+	recordFrames(t, db,
+		capture.Frame{SessionID: "s1", TaskID: "k1", ToolCallID: "toolu_2", ExecutionID: "", ObservedAt: now.Add(time.Millisecond), ToolStatus: "in_progress"},
+		capture.Frame{SessionID: "s1", TaskID: "k1", ToolCallID: "toolu_1", ExecutionID: cliExec, ObservedAt: now, ToolStatus: "in_progress"},
+		capture.Frame{SessionID: "s2", TaskID: "k2", ToolCallID: "toolu_3", ExecutionID: cliExec, ObservedAt: now, ToolStatus: "in_progress"})
 }
 
 // `subagents --json`: rows in the AC-13 order with their execution identity,
@@ -49,7 +40,7 @@ func TestCLI_Subagents_AC25_JSON(t *testing.T) {
 			Rows    []map[string]any `json:"rows"`
 			Summary map[string]any   `json:"summary"`
 		}
-		require.NoError(t, json.Unmarshal([]byte(out), &got), out)
+		decodeJSON(t, out, &got, out)
 		require.Len(t, got.Rows, 2)
 		for _, r := range got.Rows {
 			for _, k := range []string{"task_session_id", "tool_call_id", "agent_execution_id", "source", "observed_at", "execution_identity"} {
@@ -77,7 +68,7 @@ func TestCLI_Subagents_AC25_JSON(t *testing.T) {
 		db.Exec(t, `DELETE FROM kandev_meta WHERE key = 'subagent_context_execution_since'`)
 		code, out, stderr = cli(t, "subagents", "--db", db.CLIDSN, "--session", "nobody", "--json")
 		require.Equal(t, exitOK, code, stderr)
-		require.NoError(t, json.Unmarshal([]byte(out), &got))
+		decodeJSON(t, out, &got)
 		require.Empty(t, got.Rows)
 		require.Contains(t, out, `"rows": []`)
 		require.Contains(t, got.Summary, "executions")
@@ -131,7 +122,7 @@ func TestCLI_Status_AC25_StoreWideCounts(t *testing.T) {
 		code, out, stderr := cli(t, "status", "--db", db.CLIDSN, "--json")
 		require.Equal(t, exitOK, code, stderr)
 		var st map[string]json.RawMessage
-		require.NoError(t, json.Unmarshal([]byte(out), &st))
+		decodeJSON(t, out, &st)
 		for _, k := range []string{"dialect", "keys", "keys_read", "state", "end_state", "indexes", "drift", "subagents"} {
 			require.Contains(t, st, k)
 		}
@@ -139,10 +130,10 @@ func TestCLI_Status_AC25_StoreWideCounts(t *testing.T) {
 		var whole struct {
 			Summary json.RawMessage `json:"summary"`
 		}
-		require.NoError(t, json.Unmarshal([]byte(all), &whole))
+		decodeJSON(t, all, &whole)
 		require.JSONEq(t, string(whole.Summary), string(st["subagents"]))
 		var counts struct{ Rows, Subagents, Executions int }
-		require.NoError(t, json.Unmarshal(st["subagents"], &counts))
+		decodeJSON(t, string(st["subagents"]), &counts)
 		require.Equal(t, struct{ Rows, Subagents, Executions int }{3, 3, 1}, counts)
 
 		code, out, stderr = cli(t, "status", "--db", db.CLIDSN)

@@ -16,6 +16,40 @@ func dbFlag(fs *flag.FlagSet) *string {
 	return fs.String("db", dsn.DefaultDSN, "database: sqlite:PATH, a plain path, or postgres://…")
 }
 
+// storeFlags is flags(e, name, usageLine) with the two flags a command on
+// one store takes: --db (dbFlag) and --json, described by jsonHelp.
+func storeFlags(e *env, name, usageLine, jsonHelp string) (*flag.FlagSet, *string, *bool) {
+	fs := flags(e, name, usageLine)
+	return fs, dbFlag(fs), fs.Bool("json", false, jsonHelp)
+}
+
+// checkFlags is storeFlags for a CI check (parity, compat, lint): its --db,
+// described by dbHelp, has no default, as it names the PostgreSQL server the
+// check builds temporary stores on (none: SQLite stores only).
+func checkFlags(e *env, name, usageLine, dbHelp, jsonHelp string) (*flag.FlagSet, *string, *bool) {
+	fs := flags(e, name, usageLine)
+	return fs, fs.String("db", "", dbHelp), fs.Bool("json", false, jsonHelp)
+}
+
+// errNotServer is a CI check's --db that names a SQLite file, not a
+// PostgreSQL server.
+var errNotServer = errors.New("not a PostgreSQL server")
+
+// parseServer checks a CI check's --db: empty, or a PostgreSQL server.
+func parseServer(arg string) error {
+	if arg == "" {
+		return nil
+	}
+	t, err := dsn.Parse(arg)
+	if err != nil {
+		return err
+	}
+	if !t.OnServer() {
+		return errNotServer
+	}
+	return nil
+}
+
 // How a command opens --db.
 type openMode int
 

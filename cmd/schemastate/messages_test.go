@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
@@ -24,7 +23,7 @@ func TestCLI_Reconcile_BadSchemaIsUsageError(t *testing.T) {
 	bad := tempFile(t, "bad.hcl", []byte("table \"x\" {"))
 	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
 		db.Host(t)
-		for _, path := range []string{filepath.Join(t.TempDir(), "nonexistent.hcl"), bad} {
+		for _, path := range []string{tempPath(t, "nonexistent.hcl"), bad} {
 			for _, cmd := range []string{"reconcile", "plan", "status"} {
 				code, out, errOut := cli(t, cmd, "--db", db.CLIDSN, "--schema", path)
 				require.Equal(t, exitUsage, code, "%s %s: %s%s", cmd, path, out, errOut)
@@ -60,7 +59,7 @@ func TestCLI_Reconcile_LockTimeoutSaysKeysNotRead(t *testing.T) {
 			KeysRead         bool `json:"keys_read"`
 			EndStateObserved bool `json:"end_state_observed"`
 		}
-		require.NoError(t, json.Unmarshal([]byte(out), &rep))
+		decodeJSON(t, out, &rep)
 		require.False(t, rep.KeysRead)
 		require.False(t, rep.EndStateObserved)
 	})
@@ -248,13 +247,12 @@ func TestCLI_Ingest_RefusesBeforeReading(t *testing.T) {
 // foreign-key failure, in either demo state; the one malformed line the
 // stream carries on purpose (42) is the only line not recorded.
 func TestCLI_ShippedFramesIngestIntoTheDemoStore(t *testing.T) {
-	path := filepath.Join("..", "..", "testdata", "frames", "stream.ndjson")
 	for _, state := range []string{"legacy", "fresh"} {
 		t.Run(state, func(t *testing.T) {
 			dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
 				code, _, errOut := cli(t, "demo", "--db", db.CLIDSN, "--state", state)
 				require.Equal(t, exitOK, code, errOut)
-				code, out, errOut := cli(t, "ingest", path, "--db", db.CLIDSN, "--json")
+				code, out, errOut := cli(t, "ingest", shippedStream, "--db", db.CLIDSN, "--json")
 				require.Equal(t, exitIngestMalformed, code, errOut)
 				require.NotContains(t, errOut, "WARN")
 				require.Equal(t, ingestSummary{Counters: capture.Counters{Attempted: 41, Persisted: 40, SkippedNoIdentity: 1,

@@ -1,11 +1,7 @@
 package main
 
 import (
-	"bytes"
-	"encoding/json"
 	"fmt"
-	"os"
-	"os/exec"
 	"strings"
 	"sync"
 	"testing"
@@ -58,26 +54,6 @@ func advisoryLocks(t *testing.T, p *pgbouncer.Pooler) []string {
  AND database = (SELECT oid FROM pg_database WHERE datname = current_database())`)
 }
 
-type childResult struct {
-	code   int
-	out    string
-	stderr string
-}
-
-// runCLI runs the binary with args and the extra environment.
-func runCLI(t *testing.T, bin string, env []string, args ...string) childResult {
-	t.Helper()
-	cmd := exec.Command(bin, args...)
-	cmd.Env = append(os.Environ(), env...)
-	var out, errb bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &errb
-	err := cmd.Run()
-	if _, ok := err.(*exec.ExitError); !ok && err != nil {
-		return childResult{code: -1, stderr: err.Error()}
-	}
-	return childResult{code: cmd.ProcessState.ExitCode(), out: out.String(), stderr: errb.String()}
-}
-
 // Eight replicas boot at once through the pooler, on a small pre-amendment
 // store and on one above the online threshold: all exit 0, exactly one
 // applies the shape and the others apply nothing, the end state holds with
@@ -111,7 +87,7 @@ func TestPooler_EightConcurrentReconcilesOneApplies(t *testing.T) {
 				for i, r := range results {
 					require.Equal(t, exitOK, r.code, "replica %d: %s%s", i, r.out, r.stderr)
 					var rep reconcile.Report
-					require.NoError(t, json.Unmarshal([]byte(r.out), &rep), r.out)
+					decodeJSON(t, r.out, &rep, r.out)
 					require.Equal(t, "advisory_xact", rep.Lock)
 					if rep.Step(reconcile.StepShape).Status == reconcile.Applied {
 						applied++
@@ -130,7 +106,7 @@ func TestPooler_EightConcurrentReconcilesOneApplies(t *testing.T) {
 				code, out, stderr := cli(t, "status", "--db", p.DSN, "--json")
 				require.Equal(t, exitOK, code, stderr)
 				var st struct{ Lock string }
-				require.NoError(t, json.Unmarshal([]byte(out), &st), out)
+				decodeJSON(t, out, &st, out)
 				require.Equal(t, "advisory_xact", st.Lock, "status names the lock")
 				require.Equal(t, before, metricRows(t, p.Direct), "every row and metric value intact")
 				require.Empty(t, advisoryLocks(t, p), "no advisory lock left")
@@ -144,7 +120,7 @@ func TestPooler_EightConcurrentReconcilesOneApplies(t *testing.T) {
 					code, out, stderr := cli(t, "reconcile", "--db", dsn, "--lock-wait", "0s", "--json")
 					require.Equal(t, exitOK, code, "a later boot is not held up: %s%s", out, stderr)
 					var rep reconcile.Report
-					require.NoError(t, json.Unmarshal([]byte(out), &rep), out)
+					decodeJSON(t, out, &rep, out)
 					require.Equal(t, reconcile.Applied, rep.Step(reconcile.StepShape).Status, "the boot had work to do: %s", out)
 					require.Empty(t, advisoryLocks(t, p))
 				}
@@ -185,7 +161,7 @@ func TestPooler_ReplicaKilledMidUpgradeThenNextBootConverges(t *testing.T) {
 				res := runCLI(t, bin, nil, "reconcile", "--db", dsn, "--json")
 				require.Equal(t, exitOK, res.code, res.out+res.stderr)
 				var rep reconcile.Report
-				require.NoError(t, json.Unmarshal([]byte(res.out), &rep), res.out)
+				decodeJSON(t, res.out, &rep, res.out)
 				t.Logf("next boot %s, lock step: %s", time.Since(start).Round(time.Millisecond), rep.Step(reconcile.StepLock).Detail)
 				requireReconciled(t, p.Direct)
 				require.Equal(t, before, metricRows(t, p.Direct), "every row and metric value intact")
@@ -206,7 +182,7 @@ func TestPooler_StatementModeRefusesNamingThePooler(t *testing.T) {
 	code, out, stderr := cli(t, "reconcile", "--db", p.DSN, "--json")
 	require.Equal(t, exitStepFailed, code, out+stderr)
 	var rep reconcile.Report
-	require.NoError(t, json.Unmarshal([]byte(out), &rep), out)
+	decodeJSON(t, out, &rep, out)
 	lock := rep.Step(reconcile.StepLock)
 	require.Equal(t, reconcile.Failed, lock.Status, out)
 	require.Contains(t, lock.Detail, "statement-mode connection pooler")

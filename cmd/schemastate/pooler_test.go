@@ -2,8 +2,6 @@ package main
 
 import (
 	"database/sql"
-	"encoding/json"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -97,7 +95,7 @@ func requireReconciled(t *testing.T, db *dbtest.DB) {
 	var st struct {
 		Keys map[string]*string `json:"keys"`
 	}
-	require.NoError(t, json.Unmarshal([]byte(out), &st), out)
+	decodeJSON(t, out, &st, out)
 	for _, k := range []string{"subagent_context_capture_since", "subagent_context_execution_since"} {
 		require.NotNil(t, st.Keys[k], "%s in %s", k, out)
 	}
@@ -158,11 +156,10 @@ func subagentRows(t *testing.T, db *sql.DB) []string {
 // pooler each record every frame (one line is malformed by design, exit 1)
 // and leave exactly the rows one direct ingest leaves.
 func TestPooler_ConcurrentIngestsLoseNothing(t *testing.T) {
-	stream := filepath.Join("..", "..", "testdata", "frames", "stream.ndjson")
 	sessions := map[string]string{"sess-claude": "task-review", "sess-opencode": "task-refactor"}
 	direct := dbtest.Open(t, "postgres")
 	sessionStore(t, direct, sessions)
-	code, _, stderr := ingestCLI(t, "", "--db", direct.CLIDSN, stream)
+	code, _, stderr := ingestCLI(t, "", "--db", direct.CLIDSN, shippedStream)
 	require.Equal(t, exitIngestMalformed, code, stderr)
 	want := subagentRows(t, direct.DB)
 	require.NotEmpty(t, want)
@@ -176,7 +173,7 @@ func TestPooler_ConcurrentIngestsLoseNothing(t *testing.T) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				results[i], errs[i] = proctest.Run(bin, nil, "ingest", "--db", p.DSN, "--json", stream)
+				results[i], errs[i] = proctest.Run(bin, nil, "ingest", "--db", p.DSN, "--json", shippedStream)
 			}()
 		}
 		wg.Wait()

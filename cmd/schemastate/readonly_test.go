@@ -61,7 +61,7 @@ func journalMode(t *testing.T, path string) string {
 // its own.
 func rollbackStore(t *testing.T) string {
 	t.Helper()
-	path := filepath.Join(t.TempDir(), "host.db")
+	path := tempPath(t, "host.db")
 	db, err := sql.Open("sqlite", "file:"+path+"?_pragma=journal_mode(DELETE)")
 	require.NoError(t, err)
 	defer db.Close()
@@ -116,7 +116,7 @@ func TestCLI_ReadOnlyCommandsLeaveTheFileAsItWas(t *testing.T) {
 // A 0-byte file is read as the empty database it is: it stays 0 bytes (no
 // header written) and nothing is created beside it.
 func TestCLI_ReadOnlyCommandsLeaveAnEmptyFileEmpty(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "empty.db")
+	path := tempPath(t, "empty.db")
 	require.NoError(t, os.WriteFile(path, nil, 0o644))
 	before := stateOf(t, path)
 	for name, args := range readCommands("sqlite:"+path, t.TempDir()) {
@@ -181,7 +181,7 @@ func immutable(t *testing.T, paths ...string) bool {
 
 // A read-only command never creates the file it is pointed at.
 func TestCLI_ReadOnlyCommandsNeverCreateAFile(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "typo.db")
+	path := tempPath(t, "typo.db")
 	for name, args := range readCommands("sqlite:"+path, t.TempDir()) {
 		code, _, _ := cli(t, args...)
 		require.Equal(t, exitUsage, code, name)
