@@ -79,11 +79,11 @@ func parseCommands(text string, runs map[string]runFunc) []*command {
 		body := strings.TrimSpace(line)
 		switch {
 		case body == "" || strings.HasPrefix(body, "#"):
-		case !strings.HasPrefix(line, " ") && !strings.HasPrefix(line, "\t"):
+		case body == line:
 			name, summary, _ := strings.Cut(body, " ")
 			run := runs[name]
-			if run == nil || lookupIn(cs, name) != nil {
-				panic("commands.txt: command " + name + " has no run, or comes twice")
+			if run == nil {
+				panic("commands.txt: command " + name + " has no run")
 			}
 			cs = append(cs, &command{name: name, summary: strings.TrimSpace(summary), run: run})
 		case len(cs) > 0 && strings.HasPrefix(body, "exit"):
@@ -108,11 +108,8 @@ func parseCommands(text string, runs map[string]runFunc) []*command {
 }
 
 // lookup is the command named name, or nil.
-func lookup(name string) *command { return lookupIn(commands, name) }
-
-// lookupIn is the command of cs named name, or nil.
-func lookupIn(cs []*command, name string) *command {
-	for _, c := range cs {
+func lookup(name string) *command {
+	for _, c := range commands {
 		if c.name == name {
 			return c
 		}
