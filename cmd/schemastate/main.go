@@ -7,7 +7,6 @@ package main
 
 import (
 	"context"
-	_ "embed"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -35,76 +34,41 @@ type command struct {
 	// subExits replaces exits in the -h of a subcommand whose codes differ
 	// (transcript record).
 	subExits map[string]string
-	run      runFunc
+	run      func(ctx context.Context, e *env, args []string) int
 }
 
-// runFunc runs a command on its arguments (those after its name) and
-// returns its exit code.
-type runFunc func(ctx context.Context, e *env, args []string) int
-
-// commandsText is the command table: each command's name, summary and exit
-// codes, in the order usage lists them.
-//
-//go:embed commands.txt
-var commandsText string
-
-// runs is each command of commandsText by its name.
-var runs = map[string]runFunc{
-	"reconcile":  runReconcile,
-	"plan":       runPlan,
-	"status":     runStatus,
-	"subagents":  runSubagents,
-	"health":     runHealth,
-	"ingest":     runIngest,
-	"transcript": runTranscript,
-	"parity":     runParity,
-	"compat":     runCompat,
-	"lint":       runLint,
-	"demo":       runDemo,
-	"generate":   runGenerate,
-	"bench":      runBench,
-}
-
-// commands is every subcommand, in the order usage lists them.
-var commands = parseCommands(commandsText, runs)
-
-// parseCommands reads a command table: a line that is not indented is a
-// command's name and its summary; an indented "exit: CODES" its exit codes,
-// "exit SUB: CODES" those of its subcommand SUB; blank lines and "#" lines
-// are comments. A command without a run, or a run without a command, is a
-// defect of this binary: it panics at start.
-func parseCommands(text string, runs map[string]runFunc) []*command {
-	var cs []*command
-	for _, line := range strings.Split(text, "\n") {
-		body := strings.TrimSpace(line)
-		switch {
-		case body == "" || strings.HasPrefix(body, "#"):
-		case body == line:
-			name, summary, _ := strings.Cut(body, " ")
-			run := runs[name]
-			if run == nil {
-				panic("commands.txt: command " + name + " has no run")
-			}
-			cs = append(cs, &command{name: name, summary: strings.TrimSpace(summary), run: run})
-		case len(cs) > 0 && strings.HasPrefix(body, "exit"):
-			c := cs[len(cs)-1]
-			key, codes, _ := strings.Cut(body, ": ")
-			if sub, ok := strings.CutPrefix(key, "exit "); ok {
-				if c.subExits == nil {
-					c.subExits = map[string]string{}
-				}
-				c.subExits[sub] = codes
-			} else {
-				c.exits = codes
-			}
-		default:
-			panic("commands.txt: not a command or its exit codes: " + line)
-		}
-	}
-	if len(cs) != len(runs) {
-		panic("commands.txt: a run has no command")
-	}
-	return cs
+// commands is every subcommand, in the order usage lists them: the boot
+// sequence and its reads, the writers' tools, the CI checks, the stores
+// made for trying and measuring.
+var commands = []*command{
+	{name: "reconcile", summary: "bring the declared tables to their shape, write execution_since, run the backfill (the boot sequence)",
+		exits: "0 ok, 3 a step failed (the database is consistent; retried next boot), 2 usage, unreadable --schema or unreachable database", run: runReconcile},
+	{name: "plan", summary: "dry run: print the SQL the shape step would run; changes nothing",
+		exits: "0 no change, 1 changes pending, 2 usage, missing host tables or unreachable database", run: runPlan},
+	{name: "status", summary: "read-only: activation keys, AC-24c state, AC-33 end state, index sets, store-wide subagent counts (AC-25)",
+		exits: "0 read, 2 usage or unreachable database", run: runStatus},
+	{name: "subagents", summary: "read-only: a session's, task's or the store's rows with their execution identity, and the counts and coverage a consumer may publish (AC-25)",
+		exits: "0 read (an unknown session or a missing table reads as no rows), 2 usage, unreachable database or an execution_since that is not an instant", run: runSubagents},
+	{name: "health", summary: "read-only: writer health — shortfall (the alarm), excess, collisions, last observed (AC-28, AC-29)",
+		exits: "0 healthy, 1 any other verdict (shortfall, nothing_since_activation, not_activated), 2 usage, missing tables, unreachable database or a capture_since that is not an instant", run: runHealth},
+	{name: "ingest", summary: "record newline-delimited subagent frames (a file or stdin) through the live writer",
+		exits: "0 every line recorded, 1 some line was malformed (reported with its number, skipped), 2 usage, unreachable database, table not in its declared shape (refused before reading), failed write or read error", run: runIngest},
+	{name: "transcript", summary: "background-agent transcripts: show, ls, recover, record",
+		exits:    "0 ok, 1 something found wrong, 2 usage or database error",
+		subExits: map[string]string{"record": "0 recorded (whatever the child's outcome), 1 a write failed, the transcript already existed, or no line was the provider's, 2 usage or database error"},
+		run:      runTranscript},
+	{name: "parity", summary: "CI check: fresh, pre-amendment and host-DDL stores reconciled end identical; --against: drift of a live database",
+		exits: "0 identical, 1 different, 2 usage or error", run: runParity},
+	{name: "compat", summary: "CI check: the writers of this and the base release can both write the frame corpus to the shapes both releases' reconciles leave",
+		exits: "0 every frame written, 1 a writer could not write some frame (or refused to start), 2 usage or error", run: runCompat},
+	{name: "lint", summary: "review a schema.hcl change: the plan and its hazards on every dialect and installed-base state",
+		exits: "0 no hazard at or above --fail-on, 1 hazards at or above it, 2 usage or evaluation error (a bad HCL names file:line)", run: runLint},
+	{name: "demo", summary: "try it: give a store the host fixture (and a pre-amendment store) if it has none, then reconcile",
+		exits: "0 ok, 3 a step failed, 2 usage, a partial host or unreachable database (as reconcile)", run: runDemo},
+	{name: "generate", summary: "write a reference-shaped store (benchmarks, demos): history, subagents, an installed-base state",
+		exits: "0 written, 1 the store could not be written (partial rows may remain), 3 the database already holds a store (nothing written), 2 usage or unreachable database", run: runGenerate},
+	{name: "bench", summary: "cost curves: generate stores and time each operation against its floor and anchors on the same data",
+		exits: "0 measured, 1 a measurement could not be taken, 3 the database is not empty, 2 usage or unreachable database", run: runBench},
 }
 
 // lookup is the command named name, or nil.
