@@ -76,6 +76,21 @@ func checkDirs(p Paths) error {
 	return nil
 }
 
+// readCheckedDir lists the last of dirs once each of them, outermost first,
+// passes checkDir. A missing one is no entries, not an error.
+func readCheckedDir(dirs ...string) ([]os.DirEntry, error) {
+	for _, d := range dirs {
+		err := checkDir(d)
+		if errors.Is(err, os.ErrNotExist) {
+			return nil, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+	return os.ReadDir(dirs[len(dirs)-1])
+}
+
 // publish makes what write writes appear at dir/name complete or not at all,
 // and never over an existing file: it writes and fsyncs a temporary file
 // (mode 0600) in the same directory, then gives it the final name with
