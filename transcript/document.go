@@ -11,6 +11,82 @@ import (
 	"os"
 )
 
+// MaxLine is the longest line read from a provider stream or an event log,
+// and the largest event a transcript document is read with (16 MiB): memory
+// follows the largest line, never the transcript's size. A longer line is
+// reported with its file and number, read past, never held.
+const MaxLine = 16 << 20
+
+// ErrLineTooLong: a log line or a document's event is longer than
+// MaxLine. This package never writes one (Append refuses it).
+var ErrLineTooLong = errors.New("transcript: line too long")
+
+// lineReader reads the lines of one file, each at most MaxLine bytes,
+// checking ctx between reads.
+type lineReader struct {
+	ctx  context.Context
+	br   *bufio.Reader
+	name string
+	max  int
+	n    int   // lines returned so far
+	off  int64 // offset of the next line
+	buf  []byte
+}
+
+func newLineReader(ctx context.Context, r io.Reader, name string) *lineReader {
+	return &lineReader{ctx: ctx, br: bufio.NewReaderSize(r, 64<<10), name: name, max: MaxLine}
+}
+
+// next returns the next complete line without its newline (valid until the
+// next call) and its offset. At the end it returns io.EOF and, in torn, the
+// length of bytes after the last newline (a line being written, or torn by a
+// crash), which are not kept. A line longer than the limit is ErrLineTooLong.
+func (lr *lineReader) next() (line []byte, off int64, torn int64, err error) {
+	if cap(lr.buf) > 1<<20 {
+		lr.buf = nil // a long line does not pin its memory for the rest of the file
+	}
+	lr.buf = lr.buf[:0]
+	off = lr.off
+	var length int64
+	for {
+		if err := lr.ctx.Err(); err != nil {
+			return nil, off, 0, err
+		}
+		chunk, rerr := lr.br.ReadSlice('\n')
+		body := bytes.TrimSuffix(chunk, []byte{'\n'})
+		length += int64(len(body))
+		lr.off += int64(len(chunk))
+		if length <= int64(lr.max) {
+			lr.buf = appendBounded(lr.buf, body, lr.max)
+		}
+		switch {
+		case errors.Is(rerr, bufio.ErrBufferFull):
+			continue
+		case rerr == io.EOF:
+			return nil, off, length, io.EOF
+		case rerr != nil:
+			return nil, off, 0, fmt.Errorf("read %s: %w", lr.name, rerr)
+		}
+		lr.n++
+		if length > int64(lr.max) {
+			return nil, off, 0, fmt.Errorf("%w: %s line %d is %d bytes, longer than the %d-byte limit", ErrLineTooLong, lr.name, lr.n, length, lr.max)
+		}
+		return lr.buf, off, 0, nil
+	}
+}
+
+// appendBounded appends b to buf, growing it by doubling but never past limit
+// bytes, so a line just under the limit costs about twice the limit in
+// allocations, and never more than the limit held.
+func appendBounded(buf, b []byte, limit int) []byte {
+	if need := len(buf) + len(b); need > cap(buf) {
+		nb := make([]byte, len(buf), min(max(2*cap(buf), need, 4096), limit))
+		copy(nb, buf)
+		buf = nb
+	}
+	return append(buf, b...)
+}
+
 // budgetReader lets a json.Decoder read at most limit bytes between resets,
 // checking ctx on every read: one value of a document is held whole by the
 // decoder, so no value may be longer than the budget.

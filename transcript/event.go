@@ -1,6 +1,7 @@
 package transcript
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"time"
@@ -202,3 +203,14 @@ type logLine struct {
 }
 
 const headerType EventType = "header"
+
+// compactInput gives a tool input the compact bytes the log holds: the
+// document's indentation re-indents it.
+func compactInput(e *Event) {
+	if e.Call != nil && len(e.Call.Input) > 0 {
+		var c bytes.Buffer
+		if json.Compact(&c, e.Call.Input) == nil {
+			e.Call.Input = c.Bytes()
+		}
+	}
+}

@@ -18,39 +18,6 @@ import (
 	"github.com/schemastate/schemastate/transcript"
 )
 
-// lifecycleDB gives db the host tables and the declared shape, so
-// background_agent_log exists as schema.hcl declares it.
-func lifecycleDB(t *testing.T, db *dbtest.DB) *transcript.Lifecycle {
-	t.Helper()
-	db.Host(t)
-	rep, _ := reconcile.Reconcile(ctx, db.DB)
-	require.NotEqual(t, reconcile.Failed, rep.Step(reconcile.StepShape).Status, "%+v", rep.Steps)
-	l, err := transcript.NewLifecycle(db.DB)
-	require.NoError(t, err)
-	return l
-}
-
-// lifecycleStore is lifecycleDB with a new store that keeps its rows in
-// step, in workspace /ws.
-func lifecycleStore(t *testing.T, db *dbtest.DB) (*transcript.Lifecycle, *transcript.Store) {
-	t.Helper()
-	l := lifecycleDB(t, db)
-	return l, newStore(t, transcript.WithLifecycle(l, "/ws"))
-}
-
-// unwritableStore is lifecycleStore with a store whose storage root cannot
-// be created: a path component of it is a regular file (ENOTDIR, even as
-// root).
-func unwritableStore(t *testing.T, db *dbtest.DB) (*transcript.Lifecycle, *transcript.Store) {
-	t.Helper()
-	l := lifecycleDB(t, db)
-	blocker := filepath.Join(t.TempDir(), "not-a-directory")
-	require.NoError(t, os.WriteFile(blocker, []byte("x"), 0o644))
-	s, err := transcript.NewStore(filepath.Join(blocker, "conversation"), transcript.WithLifecycle(l, "/ws"))
-	require.NoError(t, err)
-	return l, s
-}
-
 func legacyLifecycleFixture(t *testing.T, db *dbtest.DB) {
 	t.Helper()
 	script, err := fixtures.LifecycleLegacyFixture(string(db.Dialect))

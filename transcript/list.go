@@ -99,17 +99,7 @@ func (s *Store) List(ctx context.Context, session string) ([]Summary, error) {
 		return nil, err
 	}
 	dir := filepath.Join(s.root, backgroundDir, session)
-	err := checkDir(filepath.Dir(dir))
-	if err == nil {
-		err = checkDir(dir)
-	}
-	if errors.Is(err, os.ErrNotExist) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, err
-	}
-	entries, err := os.ReadDir(dir)
+	entries, err := readCheckedDir(filepath.Dir(dir), dir)
 	if err != nil {
 		return nil, err
 	}
@@ -151,14 +141,7 @@ func (s *Store) List(ctx context.Context, session string) ([]Summary, error) {
 // (a directory of its own: a symbolic link is not one).
 func (s *Store) Sessions() ([]string, error) {
 	bg := filepath.Join(s.root, backgroundDir)
-	err := checkDir(bg)
-	if errors.Is(err, os.ErrNotExist) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, err
-	}
-	entries, err := os.ReadDir(bg)
+	entries, err := readCheckedDir(bg)
 	if err != nil {
 		return nil, err
 	}

@@ -246,3 +246,99 @@ func TestTranscript_KillNineMidAppendLeavesReadablePrefix(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "after the crash", tr.FinalResponse())
 }
+
+// runRole runs a child process in role and returns its stdout, trimmed.
+func runRole(t *testing.T, role, root, sess, agent, arg string) string {
+	t.Helper()
+	cmd := child(t, role, root, sess, agent, arg)
+	out, err := cmd.Output()
+	require.NoError(t, err, "child %s: %s", role, out)
+	return strings.TrimSpace(string(out))
+}
+
+// A storage write failure in the middle of an append (the file-size limit
+// reached: EFBIG, a real kernel refusal, as disk-full would be) fails the
+// whole batch: Append returns the error and NONE of the batch's events are in
+// the transcript, neither while running nor in the finished document. A batch
+// half in the log and reported as failed would be retried by the caller and
+// recorded twice.
+func TestTranscript_AppendFailingMidBatchLeavesNoneOfIt(t *testing.T) {
+	if !canLimitFileSize {
+		t.Skip("no per-process file-size limit on this OS to make a write fail")
+	}
+	s, _ := created(t, "sess-efbig", "agent-efbig", transcript.KindRunInBackground)
+	require.NoError(t, s.Append(ctx, "sess-efbig", "agent-efbig", msg(transcript.UserMessage, "before")))
+	p, _ := s.PathsFor("sess-efbig", "agent-efbig")
+	fi, err := os.Stat(p.Log)
+	require.NoError(t, err)
+	// Room for the first ~1.1 KiB line of the batch and part of the second.
+	limit := fi.Size() + 1500
+	require.Equal(t, "efbig", runRole(t, "append-fsize", s.Root(), "sess-efbig", "agent-efbig", fmt.Sprint(limit)))
+
+	tr, err := s.Load("sess-efbig", "agent-efbig")
+	require.NoError(t, err)
+	require.Len(t, tr.Events, 1, "a failed append must leave none of its batch")
+	require.Equal(t, []string{"before"}, texts(tr))
+	require.Zero(t, tr.TornBytes)
+
+	require.NoError(t, s.Append(ctx, "sess-efbig", "agent-efbig", msg(transcript.AssistantMessage, "after")))
+	require.NoError(t, s.Finish(ctx, "sess-efbig", "agent-efbig", transcript.End{Status: transcript.Completed}))
+	tr, err = s.Load("sess-efbig", "agent-efbig")
+	require.NoError(t, err)
+	require.Equal(t, []string{"before", "after"}, texts(tr))
+	require.Equal(t, int64(2), tr.LastSeq)
+}
+
+// kill -9 after finish published the document but before the lifecycle row
+// was ended (the row's lock held by another connection keeps the process
+// there). The transcript is terminal and says so; the row still says
+// 'running'. ls must name the disagreement, and recover must carry the
+// transcript's terminal record over to the row — nothing else ever will: the
+// host's retry of Finish is answered "already finished".
+func TestTranscript_KillNineBetweenDocumentAndLifecycleEnd(t *testing.T) {
+	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
+		l, s := lifecycleStore(t, db)
+		root := s.Root()
+		require.NoError(t, s.Create(ctx, header("sess-k9", "agent-k9", transcript.KindScheduled)))
+		require.NoError(t, s.Append(ctx, "sess-k9", "agent-k9", msg(transcript.UserMessage, "work"), msg(transcript.AssistantMessage, "done")))
+		p, _ := s.PathsFor("sess-k9", "agent-k9")
+		id := transcript.Identity{WorkspacePath: "/ws", SessionID: "sess-k9", AgentID: "agent-k9"}
+
+		release := db.LockWrites(t, "background_agent_log")
+		cmd := child(t, "finish-db", root, "sess-k9", "agent-k9", db.DSN)
+		require.NoError(t, cmd.Start())
+		require.Eventually(t, func() bool { _, err := os.Stat(p.Transcript); return err == nil }, 20*time.Second, time.Millisecond)
+		require.NoError(t, cmd.Process.Signal(syscall.SIGKILL))
+		_ = cmd.Wait()
+		release()
+
+		tr, err := s.Load("sess-k9", "agent-k9")
+		require.NoError(t, err)
+		require.Equal(t, transcript.Completed, tr.Status)
+		e, err := l.Get(ctx, id)
+		require.NoError(t, err)
+		require.Equal(t, "running", e.Status, "the crash left the row behind")
+
+		idx, err := transcript.Index(ctx, s, l, "", "sess-k9")
+		require.NoError(t, err)
+		require.Len(t, idx, 1)
+		require.Contains(t, strings.Join(idx[0].Problems, "\n"), "still says running")
+
+		// The host's own retry is told the transcript is finished…
+		require.ErrorIs(t, s.Finish(ctx, "sess-k9", "agent-k9", transcript.End{Status: transcript.Completed}), transcript.ErrFinished)
+		// …and recover ends the row as the transcript ended.
+		rep, err := transcript.Recover(ctx, root, l, "")
+		require.NoError(t, err)
+		require.Empty(t, rep.Finished)
+		require.Empty(t, rep.Problems)
+		e, err = l.Get(ctx, id)
+		require.NoError(t, err)
+		require.Equal(t, "completed", e.Status)
+		require.NotNil(t, e.CompletedAt)
+		require.Equal(t, tr.EndedAt.Truncate(time.Microsecond), *e.CompletedAt)
+		require.Equal(t, "ok", e.TranscriptStatus)
+		idx, err = transcript.Index(ctx, s, l, "", "sess-k9")
+		require.NoError(t, err)
+		require.Empty(t, idx[0].Problems)
+	})
+}

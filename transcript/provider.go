@@ -241,20 +241,23 @@ func (t *tally) object(b []byte, recognizes func(*probe) bool) (bool, error) {
 	return true, nil
 }
 
-// decodeRecord decodes a raw line as one of the provider's records (T),
-// counting it (line, object); ok is false, with a nil error, for a line that
-// is not one.
-func decodeRecord[T any](t *tally, b []byte, recognizes func(*probe) bool) (rec T, ok bool, err error) {
-	if b, ok = t.line(b); !ok {
-		return rec, false, nil
+// feedRecord is every provider's Feed: it decodes a raw line as one of the
+// provider's records (T), counting it (line, object), and hands it to
+// handle; a line that is not one yields no events and, unless it is a
+// malformed record, no error.
+func feedRecord[T any](t *tally, b []byte, recognizes func(*probe) bool, handle func(*T) ([]Event, error)) ([]Event, error) {
+	b, ok := t.line(b)
+	if !ok {
+		return nil, nil
 	}
-	if ok, err = t.object(b, recognizes); !ok {
-		return rec, false, err
+	if ok, err := t.object(b, recognizes); !ok {
+		return nil, err
 	}
+	var rec T
 	if err := json.Unmarshal(b, &rec); err != nil {
-		return rec, false, err
+		return nil, err
 	}
-	return rec, true, nil
+	return handle(&rec)
 }
 
 // outcome stamps the counts on o; with no record at all the stream was

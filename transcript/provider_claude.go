@@ -79,10 +79,11 @@ var claudeTypes = map[string]bool{"system": true, "user": true, "assistant": tru
 func claudeRecognizes(p *probe) bool { return claudeTypes[p.Type] || p.Type != "" && p.SessionID != "" }
 
 func (c *claudeNormalizer) Feed(b []byte) ([]Event, error) {
-	r, ok, err := decodeRecord[claudeRecord](&c.tally, b, claudeRecognizes)
-	if !ok {
-		return nil, err
-	}
+	return feedRecord(&c.tally, b, claudeRecognizes, c.handle)
+}
+
+// handle turns one Claude record into the child's events.
+func (c *claudeNormalizer) handle(r *claudeRecord) ([]Event, error) {
 	switch r.Type {
 	case "system":
 		if r.Subtype == "init" && r.Model != "" {
@@ -108,7 +109,7 @@ func (c *claudeNormalizer) Feed(b []byte) ([]Event, error) {
 		}
 		return evs, nil
 	case "result":
-		return c.result(&r), nil
+		return c.result(r), nil
 	}
 	return nil, nil
 }

@@ -72,10 +72,11 @@ type codexEvent struct {
 }
 
 func (c *codexNormalizer) Feed(b []byte) ([]Event, error) {
-	ev, ok, err := decodeRecord[codexEvent](&c.tally, b, codexRecognizes)
-	if !ok {
-		return nil, err
-	}
+	return feedRecord(&c.tally, b, codexRecognizes, c.handle)
+}
+
+// handle turns one Codex record into the child's events.
+func (c *codexNormalizer) handle(ev *codexEvent) ([]Event, error) {
 	switch ev.Type {
 	case "item.started":
 		if ev.Item != nil {

@@ -154,15 +154,16 @@ func openCodeRecognizes(p *probe) bool {
 }
 
 func (o *openCodeNormalizer) Feed(b []byte) ([]Event, error) {
-	ev, ok, err := decodeRecord[ocEvent](&o.tally, b, openCodeRecognizes)
-	if !ok {
-		return nil, err
-	}
+	return feedRecord(&o.tally, b, openCodeRecognizes, o.handle)
+}
+
+// handle turns one OpenCode event into the child's events.
+func (o *openCodeNormalizer) handle(ev *ocEvent) ([]Event, error) {
 	if len(ev.Payload) > 0 && ev.Type == "" && ev.Properties == nil {
 		// {"directory":…,"payload":{…}}: a bus event of /global/event.
 		if b, kind := record(ev.Payload); kind == lineObject {
-			ev = ocEvent{}
-			if err := json.Unmarshal(b, &ev); err != nil {
+			*ev = ocEvent{}
+			if err := json.Unmarshal(b, ev); err != nil {
 				return nil, fmt.Errorf("payload: %w", err)
 			}
 		}
@@ -172,7 +173,7 @@ func (o *openCodeNormalizer) Feed(b []byte) ([]Event, error) {
 		return nil, nil // another session's event on the same server
 	}
 	if isRun {
-		return o.runLine(&ev)
+		return o.runLine(ev)
 	}
 	if ev.Properties == nil {
 		return nil, nil

@@ -261,17 +261,6 @@ func (s *Store) append(p Paths, events []Event) error {
 	return nil
 }
 
-// undoAppend cuts the log back to size after a failed append.
-func undoAppend(f *os.File, size int64, err error) error {
-	if terr := f.Truncate(size); terr != nil {
-		return errors.Join(err, fmt.Errorf("cut failed append off %s: %w", f.Name(), terr))
-	}
-	if serr := f.Sync(); serr != nil {
-		return errors.Join(err, fmt.Errorf("fsync %s: %w", f.Name(), serr))
-	}
-	return err
-}
-
 // End is a transcript's terminal record.
 type End struct {
 	Status Status
@@ -383,52 +372,6 @@ func endRow(ctx context.Context, l *Lifecycle, id Identity, t *Transcript) (bool
 		return false, nil
 	}
 	return l.end(ctx, id, t.Status, *t.EndedAt, t.Error, t.Model)
-}
-
-// openLocked opens the log of a created transcript and takes its exclusive
-// lock, then checks it is not finished. The caller releases it with
-// closeLocked.
-func (s *Store) openLocked(p Paths) (*os.File, error) {
-	// Not O_APPEND: on Windows an append-only handle lacks FILE_WRITE_DATA,
-	// so cutting a torn line or a failed append off (SetEndOfFile) would be
-	// refused. Appends write at the end explicitly, under the lock.
-	// Only a regular file is opened: a symbolic link planted in place of
-	// the log (or of a directory above it) is refused, never written.
-	if err := checkDirs(p); err != nil {
-		if errors.Is(err, os.ErrNotExist) {
-			return nil, fmt.Errorf("%w: %s was never created", ErrNotFound, p.Log)
-		}
-		return nil, err
-	}
-	f, err := openRegular(p.Log, os.O_RDWR)
-	if errors.Is(err, os.ErrNotExist) {
-		if _, serr := os.Lstat(p.Transcript); serr == nil {
-			return nil, fmt.Errorf("%w: %s", ErrFinished, p.Transcript)
-		}
-		return nil, fmt.Errorf("%w: %s was never created", ErrNotFound, p.Log)
-	}
-	if err != nil {
-		return nil, err
-	}
-	if err := lockFile(f); err != nil {
-		f.Close()
-		return nil, fmt.Errorf("lock %s: %w", p.Log, err)
-	}
-	if _, err := os.Lstat(p.Transcript); err == nil {
-		closeLocked(f)
-		return nil, fmt.Errorf("%w: %s", ErrFinished, p.Transcript)
-	} else if !errors.Is(err, os.ErrNotExist) {
-		closeLocked(f)
-		return nil, err
-	}
-	return f, nil
-}
-
-// closeLocked releases openLocked's lock and closes the file. Closing alone
-// releases it on unix, but on Windows only whenever the system gets to it.
-func closeLocked(f *os.File) {
-	_ = unlockFile(f)
-	f.Close()
 }
 
 // record writes the outcome of op into background_agent_log when the store

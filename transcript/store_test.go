@@ -10,62 +10,11 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/schemastate/schemastate/transcript"
 )
-
-var ctx = context.Background()
-
-func newStore(t *testing.T, opts ...transcript.Option) *transcript.Store {
-	t.Helper()
-	s, err := transcript.NewStore(filepath.Join(t.TempDir(), "conversation"), opts...)
-	require.NoError(t, err)
-	return s
-}
-
-// created is a new store holding one created transcript, of header(session,
-// agent, kind).
-func created(t *testing.T, session, agent string, kind transcript.Kind) (*transcript.Store, transcript.Header) {
-	t.Helper()
-	s := newStore(t)
-	h := header(session, agent, kind)
-	require.NoError(t, s.Create(ctx, h))
-	return s, h
-}
-
-func header(session, agent string, kind transcript.Kind) transcript.Header {
-	return transcript.Header{ParentSessionID: session, AgentID: agent, ExecutionID: "exec-" + agent,
-		Kind: kind, Provider: "anthropic", Model: "claude-sonnet-4-5",
-		StartedAt: time.Date(2026, 8, 21, 9, 30, 0, 123456789, time.UTC)}
-}
-
-func msg(typ transcript.EventType, text string) transcript.Event {
-	return transcript.Event{Type: typ, Text: text}
-}
-
-func call(id, name, input string) transcript.Event {
-	return transcript.Event{Type: transcript.ToolCall, Call: &transcript.Call{ID: id, Name: name, Input: json.RawMessage(input)}}
-}
-
-func result(id, output string, isErr bool, errText string) transcript.Event {
-	return transcript.Event{Type: transcript.ToolResult, Result: &transcript.Result{CallID: id, Output: output, IsError: isErr, Error: errText}}
-}
-
-// readDoc reads a finished transcript the way an operator would: the .json
-// file, with nothing but encoding/json.
-func readDoc(t *testing.T, s *transcript.Store, session, agent string) map[string]any {
-	t.Helper()
-	p, err := s.PathsFor(session, agent)
-	require.NoError(t, err)
-	b, err := os.ReadFile(p.Transcript)
-	require.NoError(t, err)
-	var doc map[string]any
-	require.NoError(t, json.Unmarshal(b, &doc))
-	return doc
-}
 
 // Acceptance test 1: a successful run_in_background execution leaves one
 // child JSON with its prompt, assistant response and a paired tool call/result.
@@ -456,12 +405,4 @@ func TestTranscript_LoadPathAcceptsEitherFileOrStem(t *testing.T) {
 	}
 	_, err := transcript.LoadPath(filepath.Join(s.Root(), "background", "sess-p", "nobody.json"))
 	require.ErrorIs(t, err, transcript.ErrNotFound)
-}
-
-func texts(tr *transcript.Transcript) []string {
-	var out []string
-	for _, e := range tr.Events {
-		out = append(out, e.Text)
-	}
-	return out
 }

@@ -8,11 +8,12 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/schemastate/schemastate/internal/testkit/proctest"
 )
 
 // transcriptRSSBound is the most RSS a child process recording, showing or
@@ -95,9 +96,9 @@ func runMeasured(t *testing.T, bin, stdin string, args ...string) (int, string, 
 	if _, ok := err.(*exec.ExitError); !ok {
 		require.NoError(t, err)
 	}
-	ru, ok := cmd.ProcessState.SysUsage().(*syscall.Rusage)
+	peak, ok := proctest.PeakRSS(cmd.ProcessState)
 	require.True(t, ok)
-	return cmd.ProcessState.ExitCode(), stderr.String(), ru.Maxrss * 1024 // KiB on Linux
+	return cmd.ProcessState.ExitCode(), stderr.String(), peak
 }
 
 // Recording (which finishes the transcript: the log read back and written as
