@@ -83,6 +83,30 @@ func TestReconcile_CertificateNeverMasksALiveChange(t *testing.T) {
 			}
 			return `ALTER TABLE task_session_subagents ALTER COLUMN source SET DEFAULT 'other'`
 		},
+		// Each kind of entry the catalog read covers, one row per table
+		// on PostgreSQL: a comment on the column, on an index and on a
+		// constraint, a check, an index's storage parameters, a trigger.
+		"a column comment": func(d dialect.Dialect) string {
+			return onPostgres(d, `COMMENT ON COLUMN task_session_subagents.model IS 'operator note'`)
+		},
+		"an index comment": func(d dialect.Dialect) string {
+			return onPostgres(d, `COMMENT ON INDEX idx_subagents_task_id IS 'operator note'`)
+		},
+		"a constraint comment": func(d dialect.Dialect) string {
+			return onPostgres(d, `COMMENT ON CONSTRAINT task_session_subagents_pkey ON task_session_subagents IS 'operator note'`)
+		},
+		"a check added": func(d dialect.Dialect) string {
+			return onPostgres(d, `ALTER TABLE task_session_subagents ADD CONSTRAINT operator_check CHECK (duration_ms >= 0)`)
+		},
+		"an index storage parameter": func(d dialect.Dialect) string {
+			return onPostgres(d, `ALTER INDEX idx_subagents_task_id SET (fillfactor = 70)`)
+		},
+		"a trigger added": func(d dialect.Dialect) string {
+			if d == dialect.SQLite {
+				return `CREATE TRIGGER operator_trigger AFTER INSERT ON task_session_subagents BEGIN SELECT 1; END`
+			}
+			return `CREATE TRIGGER operator_trigger AFTER INSERT ON task_session_subagents FOR EACH ROW EXECUTE FUNCTION suppress_redundant_updates_trigger()`
+		},
 		"a key deleted": func(dialect.Dialect) string {
 			return `DELETE FROM kandev_meta WHERE key = 'subagent_context_execution_since'`
 		},
@@ -104,6 +128,15 @@ func TestReconcile_CertificateNeverMasksALiveChange(t *testing.T) {
 			})
 		})
 	}
+}
+
+// onPostgres is stmt on PostgreSQL and nothing on SQLite, which has no
+// such statement.
+func onPostgres(d dialect.Dialect, stmt string) string {
+	if d == dialect.SQLite {
+		return ""
+	}
+	return stmt
 }
 
 // A declaration edit or another declaration file invalidates the certificate.

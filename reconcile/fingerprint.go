@@ -53,7 +53,7 @@ const certificateKey = "schemastate_shape_certificate"
 // where build info cannot tell builds apart — a test binary reports
 // "(devel)", and a dirty tree keeps its commit's revision. Change it with
 // any such rule.
-const plannerVersion = "2026-12-03.4"
+const plannerVersion = "2026-12-03.5"
 
 // certificate is the kandev_meta value, stored as JSON.
 type certificate struct {
