@@ -206,35 +206,18 @@ func (r *run) certified(ctx context.Context, sess session) (keys.Set, bool) {
 	if err != nil {
 		return keys.Set{}, false
 	}
-	// The three keys and the certificate in one round trip.
-	rows, err := sess.Querier().QueryContext(ctx, r.o.dialect.Rebind(`SELECT key, value FROM kandev_meta WHERE key IN (?, ?, ?, ?)`),
-		keys.CaptureSince, keys.BackfillThrough, keys.ExecutionSince, certificateKey)
+	// The three keys and the certificate in one round trip (with the
+	// session's identity, on PostgreSQL).
+	meta, err := sess.Meta(ctx, keys.CaptureSince, keys.BackfillThrough, keys.ExecutionSince, certificateKey)
 	if err != nil {
 		return keys.Set{}, false
 	}
-	var ks keys.Set
-	var stored *string
-	for rows.Next() {
-		var k, v string
-		if err := rows.Scan(&k, &v); err != nil {
-			rows.Close()
-			return keys.Set{}, false
-		}
-		switch k {
-		case keys.CaptureSince:
-			ks.CaptureSince = &v
-		case keys.BackfillThrough:
-			ks.BackfillThrough = &v
-		case keys.ExecutionSince:
-			ks.ExecutionSince = &v
-		case certificateKey:
-			stored = &v
-		}
-	}
-	if rows.Close() != nil || rows.Err() != nil || stored == nil || ks.CaptureSince == nil || ks.BackfillThrough == nil || ks.ExecutionSince == nil {
+	ks := keys.Set{CaptureSince: present(meta, keys.CaptureSince), BackfillThrough: present(meta, keys.BackfillThrough), ExecutionSince: present(meta, keys.ExecutionSince)}
+	stored, ok := meta[certificateKey]
+	if !ok || ks.CaptureSince == nil || ks.BackfillThrough == nil || ks.ExecutionSince == nil {
 		return ks, false
 	}
-	c, ok := parseCertificate(*stored)
+	c, ok := parseCertificate(stored)
 	if !ok || c.Declaration != declarationHash(r.o.dialect, src, sess.SchemaName()) {
 		return ks, false
 	}
@@ -248,6 +231,14 @@ func (r *run) certified(ctx context.Context, sess session) (keys.Set, bool) {
 	}
 	r.rep.Drift = c.Drift
 	return ks, true
+}
+
+// present is m's value of key, or nil when m holds none.
+func present(m map[string]string, key string) *string {
+	if v, ok := m[key]; ok {
+		return &v
+	}
+	return nil
 }
 
 // covered are the tables besides the owned ones whose catalog entries the

@@ -82,8 +82,15 @@ type Session interface {
 	// longer holds the lock.
 	Holding(ctx context.Context) error
 	Querier() Querier
+	// Meta reads the kandev_meta rows named (the activation keys and the
+	// certificate: the certified boot's first read) in one statement; the
+	// rows absent are absent from the map. A session that has not read its
+	// own identity yet (PostgreSQL: the database and schema that name the
+	// lock and every statement) reads it in that same statement.
+	Meta(ctx context.Context, names ...string) (map[string]string, error)
 	// SchemaName is the schema the reconcile works in: main on SQLite, the
-	// connection's current_schema() on PostgreSQL.
+	// connection's current_schema() on PostgreSQL. Valid once Meta or Lock
+	// returned without an error.
 	SchemaName() string
 	// Begin and End are the scope of a step that is not made of phases
 	// (execution_since, backfill).
@@ -144,4 +151,33 @@ type Config struct {
 	Fail func(point string) error
 	// OverBudget is an error once the online budget is spent.
 	OverBudget func() error
+}
+
+// MetaQuery is the kandev_meta read of Meta for n names, on dialect d: the
+// key and value of each row present.
+func MetaQuery(d dialect.Dialect, n int) string {
+	return `SELECT key, value FROM kandev_meta WHERE key IN (` + Placeholders(d, 1, n) + `)`
+}
+
+// ScanMeta reads rows of (key, value) into a map.
+func ScanMeta(rows *sql.Rows) (map[string]string, error) {
+	defer rows.Close()
+	out := map[string]string{}
+	for rows.Next() {
+		var k, v string
+		if err := rows.Scan(&k, &v); err != nil {
+			return nil, err
+		}
+		out[k] = v
+	}
+	return out, rows.Err()
+}
+
+// Args is names as query arguments.
+func Args(names []string) []any {
+	out := make([]any, len(names))
+	for i, n := range names {
+		out[i] = n
+	}
+	return out
 }

@@ -131,6 +131,15 @@ func (s *session) Querier() dialect.Querier { return s.conn }
 
 func (s *session) SchemaName() string { return "main" }
 
+// Meta reads the rows named; SQLite's session has nothing more to read.
+func (s *session) Meta(ctx context.Context, names ...string) (map[string]string, error) {
+	rows, err := s.conn.QueryContext(ctx, core.MetaQuery(dialect.SQLite, len(names)), core.Args(names)...)
+	if err != nil {
+		return nil, err
+	}
+	return core.ScanMeta(rows)
+}
+
 func (s *session) Begin(ctx context.Context, step string) (dialect.Querier, error) {
 	s.step = savepointName(step)
 	if _, err := s.conn.ExecContext(ctx, "SAVEPOINT "+s.step); err != nil {

@@ -83,24 +83,77 @@ type Session struct {
 	o              *core.Config
 }
 
-// Open opens the session on a connection of db's own, keyed to its
-// database and schema; the lock is taken by Lock.
+// Open opens the session on a connection of db's own; the lock is taken by
+// Lock. Its identity (the database and schema its lock is keyed to) is read
+// with its first read, Meta's, or by Lock when no Meta came first: on a
+// certified boot the identity costs no round trip of its own.
 func Open(ctx context.Context, db *sql.DB, o *core.Config) (*Session, error) {
 	conn, err := db.Conn(ctx)
 	if err != nil {
 		return nil, err
 	}
-	s := &Session{conn: conn, db: db, o: o}
-	var database string
-	if err := conn.QueryRowContext(ctx, `SELECT current_database(), current_schema()`).Scan(&database, &s.schema); err != nil {
-		conn.Close()
-		return nil, err
+	return &Session{conn: conn, db: db, o: o}, nil
+}
+
+// identify keys the session to database.schema, once.
+func (s *Session) identify(database string, schema sql.NullString) error {
+	if !schema.Valid {
+		return errors.New("current_schema() is NULL: no schema on the connection's search_path exists")
 	}
+	s.schema = schema.String
 	ident := database + "." + s.schema
 	h := fnv.New64a()
 	h.Write([]byte("schemastate/reconcile:" + ident))
 	s.key, s.ident = int64(h.Sum64()), ident
-	return s, nil
+	return nil
+}
+
+// readIdentity is the identity's read of its own, for a Lock no successful
+// Meta came before.
+func (s *Session) readIdentity(ctx context.Context) error {
+	if s.ident != "" {
+		return nil
+	}
+	var database string
+	var schema sql.NullString
+	if err := s.conn.QueryRowContext(ctx, `SELECT current_database(), current_schema()`).Scan(&database, &schema); err != nil {
+		return err
+	}
+	return s.identify(database, schema)
+}
+
+// Meta reads the rows named. Until the session knows its identity, the
+// identity comes in the same statement: one row of it whatever kandev_meta
+// holds, beside each row named.
+func (s *Session) Meta(ctx context.Context, names ...string) (map[string]string, error) {
+	if s.ident != "" {
+		rows, err := s.conn.QueryContext(ctx, core.MetaQuery(dialect.Postgres, len(names)), core.Args(names)...)
+		if err != nil {
+			return nil, err
+		}
+		return core.ScanMeta(rows)
+	}
+	rows, err := s.conn.QueryContext(ctx, `SELECT current_database(), current_schema(), m.key, m.value
+  FROM (SELECT) AS one LEFT JOIN kandev_meta m ON m.key IN (`+core.Placeholders(dialect.Postgres, 1, len(names))+`)`, core.Args(names)...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := map[string]string{}
+	var database string
+	var schema, key, value sql.NullString
+	for rows.Next() {
+		if err := rows.Scan(&database, &schema, &key, &value); err != nil {
+			return nil, err
+		}
+		if key.Valid && value.Valid {
+			out[key.String] = value.String
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return out, s.identify(database, schema)
 }
 
 // lock takes the advisory lock in a transaction of its own, polling for up
@@ -115,6 +168,9 @@ func Open(ctx context.Context, db *sql.DB, o *core.Config) (*Session, error) {
 // on a pool of four would leave the holder no server connection for its
 // steps, and every replica would wait out its lock wait.
 func (s *Session) Lock(ctx context.Context) error {
+	if err := s.readIdentity(ctx); err != nil {
+		return err
+	}
 	if n := s.db.Stats().MaxOpenConnections; n == 1 {
 		return fmt.Errorf("the pool allows one connection (SetMaxOpenConns(%d)); the reconcile's lock holds a transaction on a connection of its own beside the one its steps run on: allow at least two", n)
 	}
