@@ -2,9 +2,8 @@ package reconcile
 
 import (
 	"context"
-	"time"
-
 	"github.com/schemastate/schemastate/reconcile/internal/core"
+	"time"
 )
 
 // progressTick is how often a running step reports its elapsed time.

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"github.com/schemastate/schemastate/reconcile/internal/core"
 	"math/rand/v2"
 	"strings"
 	"sync/atomic"
@@ -15,7 +16,6 @@ import (
 	"github.com/schemastate/schemastate/dialect"
 	"github.com/schemastate/schemastate/internal/hooks"
 	"github.com/schemastate/schemastate/internal/ops"
-	"github.com/schemastate/schemastate/reconcile/internal/core"
 	"github.com/schemastate/schemastate/reconcile/internal/postgres/pgsql"
 )
 

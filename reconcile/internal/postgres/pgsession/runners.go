@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"github.com/schemastate/schemastate/reconcile/internal/core"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -13,7 +14,6 @@ import (
 
 	"github.com/schemastate/schemastate/internal/hooks"
 	"github.com/schemastate/schemastate/internal/ops"
-	"github.com/schemastate/schemastate/reconcile/internal/core"
 	"github.com/schemastate/schemastate/reconcile/internal/postgres/pgsql"
 	"github.com/schemastate/schemastate/reconcile/internal/postgres/rebuild"
 )
