@@ -68,7 +68,7 @@ func snapshot(t *testing.T, db *dbtest.DB) []string {
 // page per batch, so the copy takes several batches.
 var online = []reconcile.Option{reconcile.WithOnlineAbove(0), reconcile.WithCopyBatchPages(1)}
 
-func openPostgres(t *testing.T) *dbtest.DB {
+func openPostgres(t testing.TB) *dbtest.DB {
 	t.Helper()
 	return dbtest.Open(t, dialect.Postgres)
 }

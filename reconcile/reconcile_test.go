@@ -2,7 +2,6 @@ package reconcile_test
 
 import (
 	"bytes"
-	"database/sql"
 	"log/slog"
 	"strings"
 	"testing"
@@ -308,23 +307,26 @@ func TestReconcile_SteadyStateRunsNoDDL(t *testing.T) {
 	})
 }
 
-// Two replicas booting at once end in one correct state: one performs the
-// change, the other waits for the lock, re-inspects and finds nothing to do.
-func TestReconcile_ConcurrentReconcilesConverge(t *testing.T) {
+// Issue 19: the plan is one value both dialects apply. What Plan returns
+// (and `plan --json` prints) is, statement by statement, what the reconcile
+// runs (the exec hook) and, phase by phase, what its report says it ran.
+func TestReconcile_PlanIsWhatRuns(t *testing.T) {
 	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
 		seedLegacyStore(t, db)
-		before := snapshot(t, db)
-		pools := make([]*sql.DB, 4)
-		for i := range pools {
-			pool, err := sql.Open(driverName(db.Dialect), db.DSN)
-			require.NoError(t, err)
-			defer pool.Close()
-			pools[i] = pool
+		plan, err := reconcile.Plan(ctx, db.DB, quiet)
+		require.NoError(t, err)
+		require.NotEmpty(t, plan.Statements())
+		var ids []string
+		for _, ph := range plan.Phases() {
+			ids = append(ids, ph.ID())
 		}
-		reps, errs := reconcileTogether(pools)
-		requireOneAppliedShape(t, reps, errs)
-		requireAC33(t, db, freshIndexSet(t, db.Dialect))
-		require.Equal(t, before, snapshot(t, db), "no row duplicated or lost")
-		require.Equal(t, 1, count(t, db, `SELECT COUNT(*) FROM kandev_meta WHERE key = 'subagent_context_execution_since'`))
+		var ran []string
+		rep := mustReconcile(t, db, quiet, reconcile.WithExecHook(func(s string) { ran = append(ran, s) }))
+		require.Equal(t, plan.Statements(), ran, "the plan's statements are what ran, in order")
+		var did []string
+		for _, s := range rep.Steps {
+			did = append(did, s.Phases...)
+		}
+		require.Equal(t, ids, did, "the plan's phases are what the report says ran")
 	})
 }
