@@ -1,10 +1,13 @@
 package reconcile_test
 
 import (
+	"database/sql"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"ariga.io/atlas/sql/schema"
 	"github.com/stretchr/testify/require"
@@ -293,4 +296,131 @@ func TestEdit_ValidationFailureDropsTheNotValidConstraint(t *testing.T) {
 			requireConverged(t, db, editOptions(t, e)...)
 		})
 	}
+}
+
+// --prune drops an undeclared index of a table above the online threshold
+// with DROP INDEX CONCURRENTLY: readers and writers proceed.
+func TestEdit_PruneDropsAnIndexConcurrently(t *testing.T) {
+	db := openPostgres(t)
+	declaredStore(t, db, edit{})
+	db.Exec(t, `CREATE INDEX idx_operator_extra ON task_session_subagents (model)`)
+	opts := append([]reconcile.Option{quiet, reconcile.WithPrune()}, online...)
+	p, err := reconcile.Plan(ctx, db.DB, opts...)
+	require.NoError(t, err)
+	require.Len(t, p.Phases(), 1)
+	ph := p.Phases()[0]
+	require.Equal(t, ops.PhaseDropIndex, ph.Name)
+	require.Equal(t, ops.KindConcurrent, ph.Kind)
+	require.Equal(t, ops.LockShareUpdateExclusive, ph.Lock)
+	require.Equal(t, []string{`DROP INDEX CONCURRENTLY IF EXISTS "` + db.Schema + `"."idx_operator_extra"`}, ph.SQL)
+	mustReconcile(t, db, opts...)
+	require.Zero(t, count(t, db, `SELECT COUNT(*) FROM pg_indexes WHERE schemaname = current_schema() AND indexname = 'idx_operator_extra'`))
+	requireConverged(t, db, opts...)
+}
+
+// An index of expressions or with a predicate is built CONCURRENTLY too,
+// and the edit converges as PostgreSQL prints the index back.
+func TestEdit_ExpressionAndPartialIndexBuiltConcurrently(t *testing.T) {
+	e := edit{name: "expression_index", from: subagentsIndexAnchor,
+		to: "  index \"idx_subagents_model_lower\" {\n    on {\n      expr = \"lower(model)\"\n    }\n  }\n" +
+			"  index \"idx_subagents_open\" {\n    columns = [column.task_session_id]\n    where   = \"settled_at IS NULL\"\n  }\n" + subagentsIndexAnchor}
+	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
+		declaredStore(t, db, e)
+		p, err := reconcile.Plan(ctx, db.DB, editOptions(t, e)...)
+		require.NoError(t, err)
+		if db.Dialect == dialect.Postgres {
+			var got []string
+			for _, ph := range p.Phases() {
+				got = append(got, fmt.Sprintf("%s %s %s", ph.ID(), ph.Kind, ph.Lock))
+			}
+			require.Equal(t, []string{
+				"task_session_subagents.build_index.idx_subagents_model_lower concurrent share_update_exclusive",
+				"task_session_subagents.build_index.idx_subagents_open concurrent share_update_exclusive",
+			}, got)
+		}
+		before := snapshot(t, db)
+		mustReconcile(t, db, editOptions(t, e)...)
+		require.Equal(t, before, snapshot(t, db))
+		requireConverged(t, db, editOptions(t, e)...)
+		requireParity(t, db, e)
+	})
+}
+
+// An index redefined under its name whose new definition the rows break (a
+// unique key they duplicate) fails by name and leaves the old index as it
+// was, nothing built beside it; once the rows are corrected the next boot
+// swaps it in.
+func TestEdit_RedefinedIndexTheRowsBreakLeavesTheOldOne(t *testing.T) {
+	e := editNamed(t, "unique_index")
+	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
+		declaredStore(t, db, e)
+		db.Exec(t, `UPDATE task_session_subagents SET task_id = 'k1', tool_call_id = 'toolu_1' WHERE id = 'r3'`)
+		before := snapshot(t, db)
+		indexes := indexNames(t, db)
+		_, err := reconcile.Reconcile(ctx, db.DB, editOptions(t, e)...)
+		require.Error(t, err)
+		require.Contains(t, err.Error(), "idx_subagents_task_id")
+		require.Equal(t, before, snapshot(t, db))
+		require.Equal(t, indexes, indexNames(t, db), "the old index stays, nothing is left beside it")
+		db.Exec(t, `UPDATE task_session_subagents SET task_id = 'k2', tool_call_id = 'toolu_3' WHERE id = 'r3'`)
+		mustReconcile(t, db, editOptions(t, e)...)
+		requireConverged(t, db, editOptions(t, e)...)
+		requireEditHolds(t, db, e)
+	})
+}
+
+// Built beside the old index and killed before the swap, with the
+// declaration changed back meanwhile: the next boot drops what it built and
+// leaves the old index, which is declared again.
+func TestEdit_RedefinitionDeclaredBackDropsTheIndexBuiltBeside(t *testing.T) {
+	e := editNamed(t, "index_columns")
+	db := openPostgres(t)
+	declaredStore(t, db, e)
+	indexes := indexNames(t, db)
+	_, err := reconcile.Reconcile(ctx, db.DB, editOptions(t, e, failAt(hooks.FailpointAfterPhase("task_session_subagents.build_index.schemastate_next_idx_subagents_task_id")))...)
+	require.Error(t, err)
+	require.Contains(t, strings.Join(indexNames(t, db), "\n"), "schemastate_next_idx_subagents_task_id")
+	p, err := reconcile.Plan(ctx, db.DB, append([]reconcile.Option{quiet}, online...)...)
+	require.NoError(t, err)
+	require.Contains(t, strings.Join(p.Resumed(), " "), "schemastate_next_idx_subagents_task_id")
+	mustReconcile(t, db, append([]reconcile.Option{quiet}, online...)...)
+	require.Equal(t, indexes, indexNames(t, db))
+	requireConverged(t, db, append([]reconcile.Option{quiet}, online...)...)
+}
+
+// indexNames lists the owned table's indexes, with their definitions.
+func indexNames(t *testing.T, db *dbtest.DB) []string {
+	t.Helper()
+	if db.Dialect == dialect.SQLite {
+		return db.Strings(t, `SELECT name || ' ' || coalesce(sql, '') FROM sqlite_master WHERE type = 'index' AND tbl_name = 'task_session_subagents' ORDER BY name`)
+	}
+	return db.Strings(t, `SELECT indexname || ' ' || indexdef FROM pg_indexes WHERE schemaname = current_schema() AND tablename = 'task_session_subagents' ORDER BY indexname`)
+}
+
+// The host's writers proceed while a validation scans: a writer holding its
+// transaction open on the table does not hold up the validate phase.
+func TestEdit_ValidationRunsBesideAnOpenWriter(t *testing.T) {
+	e := edits[1] // check
+	db := openPostgres(t)
+	declaredStore(t, db, e)
+	other, err := sql.Open("pgx", db.DSN)
+	require.NoError(t, err)
+	t.Cleanup(func() { other.Close() })
+	var tx *sql.Tx
+	fp := reconcile.WithFailpoint(func(p string) error {
+		if p == hooks.FailpointAfterPhase("task_session_subagents.add_not_valid."+e.constraint) {
+			var err error
+			if tx, err = other.Begin(); err != nil {
+				return err
+			}
+			_, err = tx.Exec(`UPDATE task_session_subagents SET description = 'open writer' WHERE id = 'r1'`)
+			return err
+		}
+		return nil
+	})
+	rep := mustReconcile(t, db, editOptions(t, e, fp, reconcile.WithDDLLockTimeout(300*time.Millisecond))...)
+	require.Contains(t, rep.Step(reconcile.StepShape).Phases, "task_session_subagents.validate."+e.constraint)
+	require.NotNil(t, tx)
+	require.NoError(t, tx.Commit())
+	require.Equal(t, []string{e.constraint}, constraints(t, db, e.constraint))
 }

@@ -1,6 +1,7 @@
 package reconcile_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"log/slog"
@@ -23,6 +24,7 @@ import (
 	"github.com/schemastate/schemastate/internal/ops"
 	"github.com/schemastate/schemastate/internal/testkit/dbtest"
 	"github.com/schemastate/schemastate/internal/tool/fixtures"
+	"github.com/schemastate/schemastate/keys"
 	"github.com/schemastate/schemastate/reconcile"
 )
 
@@ -375,4 +377,71 @@ func TestReconcile_BadHCLNamesFileAndLine(t *testing.T) {
 		require.Regexp(t, `:\d+`, detail)
 		require.Empty(t, observe(t, db).Indexes)
 	})
+}
+
+// AC-20: the report is what the host logs, so every step's status must match
+// what the database kept. The context is cancelled mid-backfill, which closes
+// the PostgreSQL connection: shape and execution_since were already committed
+// in their own transactions, and the failed advisory unlock on the dead
+// connection used to relabel them "failed: commit failed" — a WARN saying the
+// database was unchanged by steps it had kept. On SQLite the whole pass is
+// one transaction and is rolled back; there "failed" is the truth.
+// The lock is released either way: the next reconcile in this process runs.
+func TestAdversarial_AC20_CancelledReconcileReportsWhatWasKept(t *testing.T) {
+	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
+		seedLegacyStore(t, db)
+		before := snapshot(t, db)
+		cctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		rep, err := reconcile.Reconcile(cctx, db.DB, cancelAt(hooks.FailpointBackfillInserted, cancel))
+		require.ErrorIs(t, err, reconcile.ErrStepFailed)
+		require.Equal(t, reconcile.Failed, rep.Step(reconcile.StepBackfill).Status, describe(rep))
+
+		obs := observe(t, db)
+		require.Equal(t, obs.EndState.KeyBearing(), rep.Step(reconcile.StepShape).Status == reconcile.Applied,
+			"shape reported %s, end state %+v", rep.Step(reconcile.StepShape).Status, obs.EndState)
+		require.Equal(t, obs.Keys.ExecutionSince != nil, rep.Step(reconcile.StepExecutionSince).Status == reconcile.Applied,
+			"execution_since reported %s", rep.Step(reconcile.StepExecutionSince).Status)
+		require.Nil(t, obs.Keys.CaptureSince, "AC-24a")
+		require.Nil(t, obs.Keys.BackfillThrough, "AC-24a")
+		require.Equal(t, before, snapshot(t, db))
+
+		rep = mustReconcile(t, db, reconcile.WithLockWait(2*time.Second))
+		require.Equal(t, reconcile.Applied, rep.Step(reconcile.StepBackfill).Status)
+		requireAC33(t, db, freshIndexSet(t, db.Dialect))
+		require.Equal(t, keys.Activated, readKeys(t, db).State())
+	})
+}
+
+// AC-20, AC-24a: a failed execution_since step and a failed backfill step are
+// each logged at WARN carrying the step's name, as a failed shape step is
+// (TestReconcile_AC33a_FailedRebuildLeavesLegacyShape) — the boot goes on,
+// and the WARN is the one line that names what failed.
+func TestReconcile_AC20_FailedStepWarnsNamingIt(t *testing.T) {
+	for _, c := range []struct{ point, step string }{
+		{hooks.FailpointExecutionSinceWrite, reconcile.StepExecutionSince},
+		{hooks.FailpointBackfillMaxTaken, reconcile.StepBackfill},
+		{hooks.FailpointBackfillInserted, reconcile.StepBackfill},
+		{hooks.FailpointBackfillFirstKeyWritten, reconcile.StepBackfill},
+	} {
+		t.Run(c.point, func(t *testing.T) {
+			dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
+				db.Host(t)
+				var logs bytes.Buffer
+				logger := slog.New(slog.NewTextHandler(&logs, nil))
+				rep, err := reconcile.Reconcile(ctx, db.DB, reconcile.WithLogger(logger), failAt(c.point))
+				require.ErrorIs(t, err, reconcile.ErrStepFailed)
+				require.Equal(t, reconcile.Failed, rep.Step(c.step).Status, describe(rep))
+				var warns []string
+				for _, line := range strings.Split(logs.String(), "\n") {
+					if strings.Contains(line, "level=WARN") {
+						warns = append(warns, line)
+					}
+				}
+				require.Len(t, warns, 1, "one WARN, for the failed step: %s", logs.String())
+				require.Contains(t, warns[0], "step="+c.step)
+				require.Contains(t, warns[0], "forced failure at "+c.point)
+			})
+		})
+	}
 }

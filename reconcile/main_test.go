@@ -1,13 +1,18 @@
 package reconcile_test
 
 import (
+	"bufio"
 	"context"
 	"database/sql"
 	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
+	"strings"
 	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
 
 	"github.com/schemastate/schemastate/dialect"
 	"github.com/schemastate/schemastate/internal/hooks"
@@ -98,4 +103,36 @@ func childCmd(db *dbtest.DB, c childRun) *exec.Cmd {
 	cmd.Env = append(os.Environ(), envChild+"="+string(spec))
 	cmd.Stderr = os.Stderr
 	return cmd
+}
+
+// killAt starts a reconciling child of c, waits until it reaches the
+// failpoint c.PauseAt, and kills it with SIGKILL.
+func killAt(t *testing.T, db *dbtest.DB, c childRun) {
+	t.Helper()
+	point := c.PauseAt
+	cmd := childCmd(db, c)
+	out, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	require.NoError(t, cmd.Start())
+	line := make(chan string, 1)
+	go func() {
+		s := bufio.NewScanner(out)
+		for s.Scan() {
+			if strings.HasPrefix(s.Text(), "PAUSED") {
+				line <- s.Text()
+				return
+			}
+		}
+		close(line)
+	}()
+	select {
+	case l, ok := <-line:
+		require.True(t, ok, "child exited without reaching %s", point)
+		require.Equal(t, "PAUSED "+point, l)
+	case <-time.After(60 * time.Second):
+		cmd.Process.Kill()
+		t.Fatalf("child never reached %s", point)
+	}
+	require.NoError(t, cmd.Process.Kill())
+	_ = cmd.Wait()
 }

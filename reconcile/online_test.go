@@ -1,10 +1,12 @@
 package reconcile_test
 
 import (
+	"database/sql"
 	"fmt"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -276,4 +278,124 @@ INSERT INTO task_session_subagents (id, task_session_id, task_id, tool_call_id, 
 	require.Zero(t, count(t, db, `SELECT COUNT(*) FROM pg_index WHERE indrelid = 'task_session_subagents'::regclass AND NOT indisvalid`), "no INVALID index left")
 	require.Equal(t, reconcile.Skipped, rep.Step(reconcile.StepBackfill).Status)
 	require.Nil(t, readKeys(t, db).ExecutionSince)
+}
+
+// A long-running reader holding the table during the swap: the swap's short
+// lock_timeout attempts give up within the budget, the step fails naming the
+// reader, and nothing is half done; the next boot succeeds.
+func TestOnline_LongReaderDuringSwapFailsCleanlyThenSucceeds(t *testing.T) {
+	db := openPostgres(t).Host(t).Legacy(t)
+	seedLegacy(t, db)
+	seedHistory(t, db)
+	before := snapshot(t, db)
+	other, err := sql.Open("pgx", db.DSN)
+	require.NoError(t, err)
+	defer other.Close()
+	var reader *sql.Tx
+	var readerPID int
+	hold := reconcile.WithFailpoint(func(p string) error {
+		if p != hooks.FailpointAfterPhase("task_session_subagents.build_index."+subagentsKey) {
+			return nil
+		}
+		// The host's report query, left open: ACCESS SHARE until it ends.
+		var err error
+		if reader, err = other.Begin(); err != nil {
+			return err
+		}
+		if err := reader.QueryRow(`SELECT pg_backend_pid()`).Scan(&readerPID); err != nil {
+			return err
+		}
+		t.Cleanup(func() { reader.Rollback() })
+		_, err = reader.Exec(`SELECT count(*) FROM task_session_subagents`)
+		return err
+	})
+	opts := append(append([]reconcile.Option{}, online...), hold, reconcile.WithDDLLockTimeout(600*time.Millisecond), reconcile.WithDDLLockAttempt(100*time.Millisecond))
+	rep, err := reconcile.Reconcile(ctx, db.DB, opts...)
+	require.ErrorIs(t, err, reconcile.ErrStepFailed)
+	shape := rep.Step(reconcile.StepShape)
+	require.Equal(t, reconcile.Failed, shape.Status)
+	require.ErrorIs(t, shape.Err, ops.ErrLockNotAcquired)
+	require.Contains(t, shape.Detail, "swap_key")
+	require.Contains(t, shape.Detail, fmt.Sprintf("pid %d (AccessShareLock", readerPID), "the reader is named")
+	require.Equal(t, reconcile.Skipped, rep.Step(reconcile.StepExecutionSince).Status)
+	require.Equal(t, reconcile.Skipped, rep.Step(reconcile.StepBackfill).Status)
+	require.Equal(t, reconcile.Skipped, rep.Step(reconcile.StepWiden).Status, "the widening waits for the shape it is planned for")
+	require.Zero(t, count(t, db, `SELECT COUNT(*) FROM pg_class WHERE relname LIKE 'schemastate%'`), "no rebuild begun")
+	obs := observe(t, db)
+	require.False(t, obs.EndState.TwoColumnUniqueAbsent, "the two-column key is still the key")
+	require.Nil(t, obs.Keys.ExecutionSince)
+	require.Equal(t, "task_session_subagents.swap_key", obs.Upgrade.Next)
+	require.NoError(t, reader.Rollback())
+
+	rep = mustReconcile(t, db)
+	require.Contains(t, rep.Step(reconcile.StepShape).Detail, "resuming an online upgrade")
+	requireAC33(t, db, freshIndexSet(t, db.Dialect))
+	requireBackfilledOnce(t, db)
+	require.Subset(t, snapshot(t, db), before)
+}
+
+// A host view over a metric column blocks the widening, named, before it
+// adds anything; AC-33, execution_since and the backfill go ahead; every
+// boot retries; once the view is gone the widening completes online.
+func TestOnline_WideningBlockedByViewIsNamedAndRetried(t *testing.T) {
+	db := openPostgres(t).Host(t).Legacy(t)
+	seedLegacy(t, db)
+	seedHistory(t, db)
+	before := snapshot(t, db)
+	db.Exec(t, `CREATE VIEW subagent_tokens AS SELECT task_session_id, SUM(total_tokens) AS tokens FROM task_session_subagents GROUP BY task_session_id`)
+	for boot := 0; boot < 2; boot++ {
+		rep, err := reconcile.Reconcile(ctx, db.DB, online...)
+		require.ErrorIs(t, err, reconcile.ErrStepFailed)
+		require.Equal(t, reconcile.Failed, rep.Step(reconcile.StepWiden).Status)
+		require.ErrorIs(t, rep.Step(reconcile.StepWiden).Err, ops.ErrPhaseBlocked)
+		require.Contains(t, rep.Step(reconcile.StepWiden).Detail, "view subagent_tokens reads column total_tokens")
+		require.NotEqual(t, reconcile.Failed, rep.Step(reconcile.StepShape).Status)
+		require.NotEqual(t, reconcile.Failed, rep.Step(reconcile.StepExecutionSince).Status)
+		require.NotEqual(t, reconcile.Failed, rep.Step(reconcile.StepBackfill).Status)
+		require.True(t, observe(t, db).EndState.KeyBearing())
+		require.Equal(t, "integer", columnType(t, db, "total_tokens"))
+		require.Zero(t, count(t, db, `SELECT COUNT(*) FROM information_schema.columns WHERE table_schema = current_schema() AND column_name LIKE '%schemastate%'`), "nothing added")
+	}
+	requireBackfilledOnce(t, db)
+
+	// A view created once a rebuild has begun: the rebuild no longer
+	// applies (the rename would leave the view on the old table), its
+	// abandonment and the column copy that replaces it are one transaction
+	// the view blocks, so the rebuild stays, its log kept by the trigger, and
+	// completes once the view is gone.
+	db.Exec(t, `DROP VIEW subagent_tokens`)
+	_, err := reconcile.Reconcile(ctx, db.DB, append(online, failAt(hooks.FailpointAfterPhase("task_session_subagents.rebuild_prepare")))...)
+	require.ErrorIs(t, err, reconcile.ErrStepFailed)
+	db.Exec(t, `CREATE VIEW subagent_tokens AS SELECT task_session_id, SUM(total_tokens) AS tokens FROM task_session_subagents GROUP BY task_session_id`)
+	plan, err := reconcile.Plan(ctx, db.DB)
+	require.NoError(t, err)
+	require.Contains(t, phaseIDs(plan.Phases()), "task_session_subagents.rebuild_abandon")
+	require.Contains(t, phaseIDs(plan.Phases()), "task_session_subagents.widen_expand")
+	rep, err := reconcile.Reconcile(ctx, db.DB)
+	require.ErrorIs(t, err, reconcile.ErrStepFailed)
+	require.Contains(t, rep.Step(reconcile.StepWiden).Detail, "widen_expand")
+	require.Contains(t, rep.Step(reconcile.StepWiden).Detail, "subagent_tokens")
+	require.Equal(t, 1, count(t, db, `SELECT COUNT(*) FROM pg_class WHERE relname = 'schemastate_new_task_session_subagents'`), "the rebuild stays")
+	db.Exec(t, `UPDATE task_session_subagents SET total_tokens = 5 WHERE id = 'r2'`)
+	db.Exec(t, `DROP VIEW subagent_tokens`)
+	mustReconcile(t, db)
+	require.Equal(t, "bigint", columnType(t, db, "total_tokens"))
+	require.Equal(t, 5, count(t, db, `SELECT total_tokens FROM task_session_subagents WHERE id = 'r2'`))
+	db.Exec(t, `UPDATE task_session_subagents SET total_tokens = NULL WHERE id = 'r2'`)
+	require.Subset(t, snapshot(t, db), before)
+}
+
+// Replicas booting together on the online path: all succeed, one does each
+// phase, the rest find it done.
+func TestOnline_ConcurrentReconcilesConverge(t *testing.T) {
+	db, before := seededOnlineStore(t)
+	pools := make([]*sql.DB, 8)
+	for i := range pools {
+		pools[i] = db.DB
+	}
+	reps, errs := reconcileTogether(pools, online...)
+	requireOneAppliedShape(t, reps, errs)
+	requireAC33(t, db, freshIndexSet(t, db.Dialect))
+	requireBackfilledOnceAmong(t, db, 300)
+	require.Subset(t, snapshot(t, db), before)
 }

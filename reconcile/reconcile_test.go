@@ -3,7 +3,6 @@ package reconcile_test
 import (
 	"bytes"
 	"log/slog"
-	"strings"
 	"testing"
 	"time"
 
@@ -123,39 +122,6 @@ func TestReconcile_AC33a_FailedRebuildLeavesLegacyShape(t *testing.T) {
 		reconcileToAC33(t, db)
 		require.Equal(t, before, snapshot(t, db))
 	})
-}
-
-// AC-20, AC-24a: a failed execution_since step and a failed backfill step are
-// each logged at WARN carrying the step's name, as a failed shape step is
-// (TestReconcile_AC33a_FailedRebuildLeavesLegacyShape) — the boot goes on,
-// and the WARN is the one line that names what failed.
-func TestReconcile_AC20_FailedStepWarnsNamingIt(t *testing.T) {
-	for _, c := range []struct{ point, step string }{
-		{hooks.FailpointExecutionSinceWrite, reconcile.StepExecutionSince},
-		{hooks.FailpointBackfillMaxTaken, reconcile.StepBackfill},
-		{hooks.FailpointBackfillInserted, reconcile.StepBackfill},
-		{hooks.FailpointBackfillFirstKeyWritten, reconcile.StepBackfill},
-	} {
-		t.Run(c.point, func(t *testing.T) {
-			dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
-				db.Host(t)
-				var logs bytes.Buffer
-				logger := slog.New(slog.NewTextHandler(&logs, nil))
-				rep, err := reconcile.Reconcile(ctx, db.DB, reconcile.WithLogger(logger), failAt(c.point))
-				require.ErrorIs(t, err, reconcile.ErrStepFailed)
-				require.Equal(t, reconcile.Failed, rep.Step(c.step).Status, describe(rep))
-				var warns []string
-				for _, line := range strings.Split(logs.String(), "\n") {
-					if strings.Contains(line, "level=WARN") {
-						warns = append(warns, line)
-					}
-				}
-				require.Len(t, warns, 1, "one WARN, for the failed step: %s", logs.String())
-				require.Contains(t, warns[0], "step="+c.step)
-				require.Contains(t, warns[0], "forced failure at "+c.point)
-			})
-		})
-	}
 }
 
 func requireLegacyIntact(t *testing.T, db *dbtest.DB, before []string) {
