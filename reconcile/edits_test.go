@@ -92,10 +92,7 @@ const taskIndex = "  index \"idx_subagents_task_id\" {\n    columns = [column.ta
 
 func (e edit) declaration(t testing.TB) reconcile.Option {
 	t.Helper()
-	src := string(schemastate.SchemaHCL)
-	out := strings.Replace(src, e.from, e.to, 1)
-	require.NotEqual(t, src, out, "edit %s applies", e.name)
-	return reconcile.WithDeclaration([]byte(out), e.name+".hcl")
+	return declarationWith(t, e.from, e.to, e.name+".hcl")
 }
 
 // declaredStore is a store in the built-in declared shape holding the

@@ -12,6 +12,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
+	"github.com/schemastate/schemastate"
 	"github.com/schemastate/schemastate/dialect"
 	"github.com/schemastate/schemastate/internal/testkit/dbtest"
 	"github.com/schemastate/schemastate/internal/testkit/pgbouncer"
@@ -296,4 +297,18 @@ func legacyBehindPooler(t *testing.T) (p *pgbouncer.Pooler, pooled *sql.DB) {
 	require.NoError(t, err)
 	t.Cleanup(func() { pooled.Close() })
 	return p, pooled
+}
+
+// declarationWith is the built-in declaration with its first from replaced
+// by to, under the name file; the replacement must change it (from "" is
+// the built-in declaration as it is).
+func declarationWith(t testing.TB, from, to, file string) reconcile.Option {
+	t.Helper()
+	if from == "" {
+		return reconcile.WithDeclaration(schemastate.SchemaHCL, file)
+	}
+	src := string(schemastate.SchemaHCL)
+	out := strings.Replace(src, from, to, 1)
+	require.NotEqual(t, src, out, "declaration %s applies", file)
+	return reconcile.WithDeclaration([]byte(out), file)
 }
