@@ -7,7 +7,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/schemastate/schemastate/dialect"
-	"github.com/schemastate/schemastate/internal/hooks"
 	"github.com/schemastate/schemastate/internal/ops"
 	"github.com/schemastate/schemastate/internal/testkit/dbtest"
 	"github.com/schemastate/schemastate/internal/tool/fixtures"
@@ -135,25 +134,6 @@ func TestReconcile_SQLiteNullableKeyRebuiltToDeclaredNotNull(t *testing.T) {
 	rep = settle(t, db, quiet)
 	require.True(t, rep.Certified)
 	require.Equal(t, version, catalogVersion(t, db), "rebuilt once, never again")
-}
-
-// AC-33b clause 2 names the columns in order: a unique over
-// (tool_call_id, agent_execution_id, task_session_id) is not it. With the
-// shape step failing, the key stays unwritten; once the step runs, the
-// declared key replaces it.
-func TestAdversarial_AC33b_ReorderedThreeColumnUniqueIsNotClause2(t *testing.T) {
-	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
-		db.Host(t)
-		db.Exec(t, hostAmendedDDL(t, "tool_call_id, agent_execution_id, task_session_id"))
-		require.False(t, observe(t, db).EndState.ThreeColumnUnique)
-
-		rep, err := reconcile.Reconcile(ctx, db.DB, failAt(hooks.FailpointShapeApplied))
-		require.ErrorIs(t, err, reconcile.ErrStepFailed)
-		require.Equal(t, reconcile.Skipped, rep.Step(reconcile.StepExecutionSince).Status, describe(rep))
-		require.Nil(t, readKeys(t, db).ExecutionSince)
-
-		reconcileToAC33(t, db)
-	})
 }
 
 // A pre-amendment table on which agent_execution_id was already added as a

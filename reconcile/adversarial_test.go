@@ -136,6 +136,25 @@ func TestAdversarial_AC33b_PartialThreeColumnUniqueIsNotClause2(t *testing.T) {
 	})
 }
 
+// AC-33b clause 2 names the columns in order: a unique over
+// (tool_call_id, agent_execution_id, task_session_id) is not it. With the
+// shape step failing, the key stays unwritten; once the step runs, the
+// declared key replaces it.
+func TestAdversarial_AC33b_ReorderedThreeColumnUniqueIsNotClause2(t *testing.T) {
+	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
+		db.Host(t)
+		db.Exec(t, hostAmendedDDL(t, "tool_call_id, agent_execution_id, task_session_id"))
+		require.False(t, observe(t, db).EndState.ThreeColumnUnique)
+
+		rep, err := reconcile.Reconcile(ctx, db.DB, failAt(hooks.FailpointShapeApplied))
+		require.ErrorIs(t, err, reconcile.ErrStepFailed)
+		require.Equal(t, reconcile.Skipped, rep.Step(reconcile.StepExecutionSince).Status, describe(rep))
+		require.Nil(t, readKeys(t, db).ExecutionSince)
+
+		reconcileToAC33(t, db)
+	})
+}
+
 // A legacy table whose timestamps were declared at millisecond precision
 // (timestamp(3)) reaches the declared timestamp by a widening every stored
 // value survives. It was refused as destructive on PostgreSQL, so AC-33 never
