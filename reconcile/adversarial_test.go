@@ -1,17 +1,14 @@
 package reconcile_test
 
 import (
-	"context"
 	"database/sql"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/schemastate/schemastate/dialect"
 	"github.com/schemastate/schemastate/internal/hooks"
-	"github.com/schemastate/schemastate/internal/ops"
 	"github.com/schemastate/schemastate/internal/testkit/dbtest"
 	"github.com/schemastate/schemastate/internal/tool/fixtures"
 	"github.com/schemastate/schemastate/keys"
@@ -139,37 +136,22 @@ func TestAdversarial_AC33b_PartialThreeColumnUniqueIsNotClause2(t *testing.T) {
 	})
 }
 
-// AC-20: the report is what the host logs, so every step's status must match
-// what the database kept. The context is cancelled mid-backfill, which closes
-// the PostgreSQL connection: shape and execution_since were already committed
-// in their own transactions, and the failed advisory unlock on the dead
-// connection used to relabel them "failed: commit failed" — a WARN saying the
-// database was unchanged by steps it had kept. On SQLite the whole pass is
-// one transaction and is rolled back; there "failed" is the truth.
-// The lock is released either way: the next reconcile in this process runs.
-func TestAdversarial_AC20_CancelledReconcileReportsWhatWasKept(t *testing.T) {
+// AC-33b clause 2 names the columns in order: a unique over
+// (tool_call_id, agent_execution_id, task_session_id) is not it. With the
+// shape step failing, the key stays unwritten; once the step runs, the
+// declared key replaces it.
+func TestAdversarial_AC33b_ReorderedThreeColumnUniqueIsNotClause2(t *testing.T) {
 	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
-		seedLegacyStore(t, db)
-		before := snapshot(t, db)
-		cctx, cancel := context.WithCancel(ctx)
-		defer cancel()
-		rep, err := reconcile.Reconcile(cctx, db.DB, cancelAt(hooks.FailpointBackfillInserted, cancel))
+		db.Host(t)
+		db.Exec(t, hostAmendedDDL(t, "tool_call_id, agent_execution_id, task_session_id"))
+		require.False(t, observe(t, db).EndState.ThreeColumnUnique)
+
+		rep, err := reconcile.Reconcile(ctx, db.DB, failAt(hooks.FailpointShapeApplied))
 		require.ErrorIs(t, err, reconcile.ErrStepFailed)
-		require.Equal(t, reconcile.Failed, rep.Step(reconcile.StepBackfill).Status, describe(rep))
+		require.Equal(t, reconcile.Skipped, rep.Step(reconcile.StepExecutionSince).Status, describe(rep))
+		require.Nil(t, readKeys(t, db).ExecutionSince)
 
-		obs := observe(t, db)
-		require.Equal(t, obs.EndState.KeyBearing(), rep.Step(reconcile.StepShape).Status == reconcile.Applied,
-			"shape reported %s, end state %+v", rep.Step(reconcile.StepShape).Status, obs.EndState)
-		require.Equal(t, obs.Keys.ExecutionSince != nil, rep.Step(reconcile.StepExecutionSince).Status == reconcile.Applied,
-			"execution_since reported %s", rep.Step(reconcile.StepExecutionSince).Status)
-		require.Nil(t, obs.Keys.CaptureSince, "AC-24a")
-		require.Nil(t, obs.Keys.BackfillThrough, "AC-24a")
-		require.Equal(t, before, snapshot(t, db))
-
-		rep = mustReconcile(t, db, reconcile.WithLockWait(2*time.Second))
-		require.Equal(t, reconcile.Applied, rep.Step(reconcile.StepBackfill).Status)
-		requireAC33(t, db, freshIndexSet(t, db.Dialect))
-		require.Equal(t, keys.Activated, readKeys(t, db).State())
+		reconcileToAC33(t, db)
 	})
 }
 
@@ -335,169 +317,5 @@ func TestAdversarial_PooledConnectionReturnedAsLent(t *testing.T) {
 		require.NoError(t, err)
 		requireAC33(t, db, freshIndexSet(t, db.Dialect))
 		require.Equal(t, before, settings())
-	})
-}
-
-// hostAmendedDDL is task_session_subagents as a host's own schema init writes
-// the amended shape (the host fixture of installed-base state 6: the key as
-// an inline UNIQUE, a TEXT primary key without NOT NULL, INTEGER metrics on
-// both dialects, one row 'host-row-1'), with the inline UNIQUE over uniq.
-func hostAmendedDDL(t testing.TB, uniq string) string {
-	t.Helper()
-	ddl, err := fixtures.HostAmendedFixture(string(dialect.SQLite)) // the same text on both dialects
-	require.NoError(t, err)
-	const key = "UNIQUE (task_session_id, agent_execution_id, tool_call_id)"
-	require.Contains(t, ddl, key)
-	return strings.Replace(ddl, key, "UNIQUE ("+uniq+")", 1)
-}
-
-// AC-7, "the one shape a builder must not get wrong": after a reconcile, a row
-// inserted without the three metric columns holds NULL in each — on a fresh
-// table, on a rebuilt (SQLite) or swapped (PostgreSQL) pre-amendment table,
-// and on the host's own amended table, on both dialects. Both writers bind
-// NULL explicitly, so only an insert that leaves the columns out sees a
-// DEFAULT 0 in the declaration or the rebuild.
-func TestReconcile_AC7_OmittedMetricsStoreNull(t *testing.T) {
-	stores := []struct {
-		name string
-		seed func(t *testing.T, db *dbtest.DB)
-	}{
-		{"fresh", func(*testing.T, *dbtest.DB) {}},
-		{"pre-amendment", func(t *testing.T, db *dbtest.DB) { db.Legacy(t); seedLegacy(t, db) }},
-		{"host-ddl", func(t *testing.T, db *dbtest.DB) {
-			db.Exec(t, hostAmendedDDL(t, "task_session_id, agent_execution_id, tool_call_id"))
-		}},
-	}
-	for _, st := range stores {
-		t.Run(st.name, func(t *testing.T) {
-			dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
-				db.Host(t)
-				st.seed(t, db)
-				mustReconcile(t, db, quiet)
-				db.Exec(t, `INSERT INTO task_sessions (id, task_id) VALUES ('s-metrics', 'k-metrics');
-INSERT INTO task_session_subagents (id, task_session_id, task_id, agent_execution_id, tool_call_id, agent_status, is_async, observed_at, updated_at)
- VALUES ('r-async', 's-metrics', 'k-metrics', 'unknown', 'toolu_async', 'async_launched', 1, '2026-08-01 00:00:00+00:00', '2026-08-01 00:00:00+00:00')`)
-				require.Equal(t, 1, count(t, db, `SELECT COUNT(*) FROM task_session_subagents WHERE id = 'r-async'
- AND total_tokens IS NULL AND tool_use_count IS NULL AND duration_ms IS NULL`), "every metric NULL, none 0")
-			})
-		})
-	}
-}
-
-// hostAmendedDDLNotNullID is hostAmendedDDL with the primary key spelled NOT
-// NULL: on SQLite it then differs from the declaration only in how the key is
-// spelled (an inline UNIQUE), which costs no rebuild.
-func hostAmendedDDLNotNullID(t testing.TB, uniq string) string {
-	t.Helper()
-	return strings.Replace(hostAmendedDDL(t, uniq), "    id TEXT PRIMARY KEY,", "    id TEXT NOT NULL PRIMARY KEY,", 1)
-}
-
-// Installed-base state 6 reached through the host's own DDL: the first boot
-// publishes execution_since (AC-33b) and keeps the row, and from then on a
-// boot runs no DDL at all.
-func TestAdversarial_State6_HostCreatedAmendedTableSettles(t *testing.T) {
-	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
-		db.Host(t)
-		db.Exec(t, hostAmendedDDL(t, "task_session_id, agent_execution_id, tool_call_id"))
-		require.True(t, observe(t, db).EndState.KeyBearing())
-
-		mustReconcile(t, db)
-		require.NotNil(t, readKeys(t, db).ExecutionSince)
-		require.Equal(t, 1, count(t, db, `SELECT COUNT(*) FROM task_session_subagents WHERE id = 'host-row-1' AND agent_execution_id = '6f1c2a9e-0000-4000-8000-000000000001'`))
-		requireNoDDL(t, db)
-	})
-}
-
-// Issue 22 §4: the host's `id TEXT PRIMARY KEY` inspects as nullable on SQLite
-// (SQLite lets a non-INTEGER primary key hold NULL) while the declaration says
-// NOT NULL. The reconcile enforces the declared shape: it rebuilds the table
-// once, keeping every row, to a NOT NULL key and the fresh index set, and a
-// boot after that runs no DDL. A row whose id is NULL cannot be copied: the
-// rebuild refuses, naming the row, and leaves the table as it was until the
-// row is given an id. (PostgreSQL's primary key is NOT NULL by construction;
-// parity pins both dialects' end states identical.)
-func TestReconcile_SQLiteNullableKeyRebuiltToDeclaredNotNull(t *testing.T) {
-	db := dbtest.Open(t, dialect.SQLite).Host(t)
-	db.Exec(t, hostAmendedDDL(t, "task_session_id, agent_execution_id, tool_call_id"))
-	db.Exec(t, `INSERT INTO task_session_subagents (id, task_session_id, task_id, agent_execution_id, tool_call_id, model, observed_at, updated_at) VALUES (NULL, 'host-session-1', 'host-task-1', 'unknown', 'toolu_null', 'kept', '2026-08-01 00:00:01+00:00', '2026-08-01 00:00:01+00:00')`)
-	notNull := func() int {
-		return count(t, db, `SELECT "notnull" FROM pragma_table_info('task_session_subagents') WHERE name = 'id'`)
-	}
-	require.Zero(t, notNull())
-	rows := func() []string {
-		return db.Strings(t, `SELECT quote(rowid) || '|' || quote(id) || '|' || tool_call_id || '|' || agent_execution_id || '|' || quote(model) FROM task_session_subagents ORDER BY rowid`)
-	}
-	tableSQL := func() []string {
-		return db.Strings(t, `SELECT type || ' ' || name || ' ' || COALESCE(sql, '') FROM sqlite_master WHERE tbl_name = 'task_session_subagents' ORDER BY name`)
-	}
-	before, shapeBefore := rows(), tableSQL()
-
-	rep, err := reconcile.Reconcile(ctx, db.DB, quiet)
-	require.ErrorIs(t, err, reconcile.ErrStepFailed)
-	require.ErrorIs(t, err, ops.ErrNullRow)
-	require.Equal(t, reconcile.Failed, rep.Step(reconcile.StepShape).Status)
-	require.Contains(t, err.Error(), `rowid "2"`, "the row is named")
-	require.Contains(t, err.Error(), `tool_call_id "toolu_null"`)
-	require.Contains(t, err.Error(), "holds NULL in id")
-	require.Equal(t, before, rows(), "no row changed")
-	require.Equal(t, shapeBefore, tableSQL(), "the table is as it was")
-	require.False(t, rep.Certified)
-
-	db.Exec(t, `UPDATE task_session_subagents SET id = 'host-row-2' WHERE id IS NULL`)
-	rep = mustReconcile(t, db, quiet)
-	require.Equal(t, reconcile.Applied, rep.Step(reconcile.StepShape).Status, describe(rep))
-	require.Contains(t, rep.Step(reconcile.StepShape).Detail, "rebuilt task_session_subagents")
-	require.Equal(t, 1, notNull())
-	require.Equal(t, []string{`'host-row-1'|toolu_1|6f1c2a9e-0000-4000-8000-000000000001|NULL`, `'host-row-2'|toolu_null|unknown|'kept'`},
-		db.Strings(t, `SELECT quote(id) || '|' || tool_call_id || '|' || agent_execution_id || '|' || quote(model) FROM task_session_subagents ORDER BY id`))
-	requireAC33(t, db, freshIndexSet(t, db.Dialect))
-
-	plan, err := reconcile.Plan(ctx, db.DB)
-	require.NoError(t, err)
-	require.Empty(t, plan.Statements())
-	version := catalogVersion(t, db)
-	rep = settle(t, db, quiet)
-	require.True(t, rep.Certified)
-	require.Equal(t, version, catalogVersion(t, db), "rebuilt once, never again")
-}
-
-// AC-33b clause 2 names the columns in order: a unique over
-// (tool_call_id, agent_execution_id, task_session_id) is not it. With the
-// shape step failing, the key stays unwritten; once the step runs, the
-// declared key replaces it.
-func TestAdversarial_AC33b_ReorderedThreeColumnUniqueIsNotClause2(t *testing.T) {
-	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
-		db.Host(t)
-		db.Exec(t, hostAmendedDDL(t, "tool_call_id, agent_execution_id, task_session_id"))
-		require.False(t, observe(t, db).EndState.ThreeColumnUnique)
-
-		rep, err := reconcile.Reconcile(ctx, db.DB, failAt(hooks.FailpointShapeApplied))
-		require.ErrorIs(t, err, reconcile.ErrStepFailed)
-		require.Equal(t, reconcile.Skipped, rep.Step(reconcile.StepExecutionSince).Status, describe(rep))
-		require.Nil(t, readKeys(t, db).ExecutionSince)
-
-		reconcileToAC33(t, db)
-	})
-}
-
-// A pre-amendment table on which agent_execution_id was already added as a
-// NULLABLE column (an ALTER TABLE … ADD COLUMN agent_execution_id TEXT with
-// nothing else of the amendment). Its rows carry NULL — no execution identity
-// — and tightening to NOT NULL failed on every boot on both dialects (SQLite's
-// copy inserted the NULL, PostgreSQL's SET NOT NULL met it). AC-31 and AC-33
-// clause 5: such a row ends with the shared 'unknown' sentinel; a real id
-// already present is kept.
-func TestAdversarial_AC33_NullableExecutionColumnFilledWithSentinel(t *testing.T) {
-	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
-		db.Host(t)
-		legacyWith(t, db, "ALTER TABLE task_session_subagents ADD COLUMN agent_execution_id TEXT")
-		seedLegacy(t, db)
-		db.Exec(t, `UPDATE task_session_subagents SET agent_execution_id = '6f1c2a9e-0000-4000-8000-000000000002' WHERE id = 'r3'`)
-		before := snapshot(t, db)
-
-		reconcileToAC33(t, db)
-		require.Equal(t, before, snapshot(t, db))
-		require.Equal(t, 2, count(t, db, `SELECT COUNT(*) FROM task_session_subagents WHERE id IN ('r1', 'r2') AND agent_execution_id = 'unknown'`))
-		require.Equal(t, 1, count(t, db, `SELECT COUNT(*) FROM task_session_subagents WHERE id = 'r3' AND agent_execution_id = '6f1c2a9e-0000-4000-8000-000000000002'`))
 	})
 }

@@ -68,7 +68,7 @@ type applied struct {
 
 func (a *applied) add(ph ops.Phase) {
 	a.ran = append(a.ran, ph.ID())
-	a.said = append(a.said, said(ph))
+	a.said = append(a.said, core.Said(ph))
 	a.statements += len(ph.SQL)
 	if ph.Detail != "" && !contains(a.why, ph.Table+": "+ph.Detail) {
 		a.why = append(a.why, ph.Table+": "+ph.Detail)
@@ -103,7 +103,7 @@ type preflighter interface {
 }
 
 // applyPhases runs one step's phases.
-func (r *run) applyPhases(ctx context.Context, sess session, step string, phases []ops.Phase) Step {
+func (r *run) applyPhases(ctx context.Context, sess core.Session, step string, phases []ops.Phase) Step {
 	// Before the first phase: a step refused here has run nothing.
 	if pf, ok := sess.(preflighter); ok {
 		if err := pf.Preflight(ctx, phases); err != nil {
@@ -111,8 +111,8 @@ func (r *run) applyPhases(ctx context.Context, sess session, step string, phases
 		}
 	}
 	groups, lastTx := groupPhases(phases)
-	h := phaseHooks{Fail: r.o.fail, Progress: func(msg string) { r.progress(step, msg) }, Executed: r.o.executed}
-	if d, ok := sess.(connDiscarder); ok {
+	h := core.PhaseHooks{Fail: r.o.fail, Progress: func(msg string) { r.progress(step, msg) }, Executed: r.o.executed}
+	if d, ok := sess.(core.ConnDiscarder); ok {
 		h.Discard = d.Discard
 	}
 	var a applied
@@ -159,7 +159,7 @@ func (r *run) applyPhases(ctx context.Context, sess session, step string, phases
 // scope of statements (lastShapeTx: the shape step's last, after which
 // FailpointShapeApplied fires before the commit), or one phase alone; then
 // each finished phase's FailpointAfterPhase. did tells which phases ran.
-func (r *run) runPhaseGroup(ctx context.Context, sess session, step string, g []ops.Phase, h phaseHooks, lastShapeTx bool) (did []bool, err error) {
+func (r *run) runPhaseGroup(ctx context.Context, sess core.Session, step string, g []ops.Phase, h core.PhaseHooks, lastShapeTx bool) (did []bool, err error) {
 	ends := make([]func(bool, error), len(g))
 	for j, ph := range g {
 		ends[j] = r.tracePhase(ctx, ph)
@@ -206,10 +206,10 @@ func inProgress(err error, ran []string) Step {
 // tables. It reports, per phase, whether it ran. The exec hook is told the
 // statements once the scope succeeded: an attempt retried for its lock was
 // rolled back, and is reported once, from the attempt that committed.
-func (r *run) runGroup(ctx context.Context, sess session, step string, group []ops.Phase, h phaseHooks, beforeCommit func() error) ([]bool, error) {
+func (r *run) runGroup(ctx context.Context, sess core.Session, step string, group []ops.Phase, h core.PhaseHooks, beforeCommit func() error) ([]bool, error) {
 	ran := make([]bool, len(group))
 	var executed []string
-	err := sess.Transact(ctx, step, group[0].Table, func(q querier) error {
+	err := sess.Transact(ctx, step, group[0].Table, func(q core.Querier) error {
 		clear(ran)
 		executed = executed[:0]
 		for i, ph := range group {
@@ -245,7 +245,7 @@ func (r *run) runGroup(ctx context.Context, sess session, step string, group []o
 
 // runAlone runs a non-transactional phase, once the live catalog says it is
 // still to do.
-func (r *run) runAlone(ctx context.Context, sess session, ph ops.Phase, h phaseHooks) (bool, error) {
+func (r *run) runAlone(ctx context.Context, sess core.Session, ph ops.Phase, h core.PhaseHooks) (bool, error) {
 	todo, err := r.todo(ctx, sess.Querier(), ph)
 	if err != nil || !todo {
 		return false, err
@@ -258,7 +258,7 @@ func (r *run) runAlone(ctx context.Context, sess session, ph ops.Phase, h phaseH
 
 // todo checks a phase against the live catalog: false when it is already
 // done, an error naming what blocks it.
-func (r *run) todo(ctx context.Context, q querier, ph ops.Phase) (bool, error) {
+func (r *run) todo(ctx context.Context, q core.Querier, ph ops.Phase) (bool, error) {
 	if ph.DoneWhen != "" {
 		var done bool
 		if err := q.QueryRowContext(ctx, ph.DoneWhen).Scan(&done); err != nil {
@@ -269,7 +269,7 @@ func (r *run) todo(ctx context.Context, q querier, ph ops.Phase) (bool, error) {
 		}
 	}
 	if ph.BlockedBy != "" {
-		blockers, err := queryStrings(ctx, q, ph.BlockedBy)
+		blockers, err := core.QueryStrings(ctx, q, ph.BlockedBy)
 		if err != nil {
 			return false, fmt.Errorf("%s: check blockers: %w", ph.ID(), err)
 		}
@@ -281,7 +281,7 @@ func (r *run) todo(ctx context.Context, q querier, ph ops.Phase) (bool, error) {
 }
 
 // runPhase runs one transactional phase's SQL inside its guards.
-func (r *run) runPhase(ctx context.Context, q querier, ph ops.Phase, h phaseHooks, executed *[]string) (err error) {
+func (r *run) runPhase(ctx context.Context, q core.Querier, ph ops.Phase, h core.PhaseHooks, executed *[]string) (err error) {
 	var violations, rows []int64
 	for _, g := range ph.Guards {
 		switch g.Kind {
@@ -327,7 +327,7 @@ func (r *run) runPhase(ctx context.Context, q querier, ph ops.Phase, h phaseHook
 
 // checkCopied holds a copy statement that just ran (res) to the rows its
 // GuardRowsCopied counted before it (rows, one per such guard, in order).
-func checkCopied(ph ops.Phase, h phaseHooks, stmt string, res sql.Result, rows []int64) error {
+func checkCopied(ph ops.Phase, h core.PhaseHooks, stmt string, res sql.Result, rows []int64) error {
 	k := 0
 	for _, g := range ph.Guards {
 		if g.Kind != ops.GuardRowsCopied {
@@ -353,7 +353,7 @@ func checkCopied(ph ops.Phase, h phaseHooks, stmt string, res sql.Result, rows [
 // checkViolations counts each GuardForeignKeys's violations again once the
 // phase's statements ran: more than before (violations, one per such
 // guard, in order) fails the phase.
-func checkViolations(ctx context.Context, q querier, ph ops.Phase, violations []int64) error {
+func checkViolations(ctx context.Context, q core.Querier, ph ops.Phase, violations []int64) error {
 	k := 0
 	for _, g := range ph.Guards {
 		if g.Kind != ops.GuardForeignKeys {
@@ -373,7 +373,7 @@ func checkViolations(ctx context.Context, q querier, ph ops.Phase, violations []
 
 // refuseNulls fails with ErrNullRow, naming the row, when the guard's query
 // finds a NULL the phase could not keep.
-func refuseNulls(ctx context.Context, q querier, ph ops.Phase, g ops.Guard) error {
+func refuseNulls(ctx context.Context, q core.Querier, ph ops.Phase, g ops.Guard) error {
 	vals := make([]sql.NullString, len(g.Names))
 	dest := make([]any, len(vals))
 	for i := range vals {
@@ -399,7 +399,7 @@ func refuseNulls(ctx context.Context, q querier, ph ops.Phase, g ops.Guard) erro
 }
 
 // countRows counts the rows the queries return, together.
-func countRows(ctx context.Context, q querier, queries []string) (int64, error) {
+func countRows(ctx context.Context, q core.Querier, queries []string) (int64, error) {
 	var total int64
 	for _, query := range queries {
 		rows, err := q.QueryContext(ctx, query)

@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
 	schemastate "github.com/schemastate/schemastate"
@@ -17,7 +16,6 @@ import (
 	"github.com/schemastate/schemastate/internal/hooks"
 	"github.com/schemastate/schemastate/internal/ops"
 	"github.com/schemastate/schemastate/internal/testkit/dbtest"
-	"github.com/schemastate/schemastate/internal/testkit/pgbouncer"
 	"github.com/schemastate/schemastate/reconcile"
 )
 
@@ -27,12 +25,10 @@ import (
 // when the test ends.
 func twinDatabase(t *testing.T, db *dbtest.DB) *dbtest.DB {
 	t.Helper()
-	name := "schemastate_twin_" + strings.ReplaceAll(uuid.NewString()[:8], "-", "")
+	name := uniqueName("schemastate_twin_")
 	db.Exec(t, `CREATE DATABASE `+name)
-	u, err := url.Parse(db.DSN)
-	require.NoError(t, err)
-	u.Path = "/" + name
-	twin, err := sql.Open("pgx", u.String())
+	dsn := editDSN(t, db.DSN, func(u *url.URL) { u.Path = "/" + name })
+	twin, err := sql.Open("pgx", dsn)
 	require.NoError(t, err)
 	t.Cleanup(func() {
 		twin.Close()
@@ -40,7 +36,7 @@ func twinDatabase(t *testing.T, db *dbtest.DB) *dbtest.DB {
 	})
 	_, err = twin.Exec(`CREATE SCHEMA ` + dialect.QuoteIdent(db.Schema))
 	require.NoError(t, err)
-	other := &dbtest.DB{DB: twin, Dialect: dialect.Postgres, DSN: u.String(), Schema: db.Schema}
+	other := &dbtest.DB{DB: twin, Dialect: dialect.Postgres, DSN: dsn, Schema: db.Schema}
 	other.Host(t).Legacy(t)
 	seedLegacy(t, other)
 	return other
@@ -203,13 +199,8 @@ func TestOnline_ConcurrentWaitBoundsALongStatement(t *testing.T) {
 // transaction and leaves no INVALID index; once it ends the next boot
 // converges through the pooler.
 func TestOnline_ConcurrentWaitBoundedBehindPooler(t *testing.T) {
-	p := pgbouncer.Start(t, pgbouncer.Options{Mode: pgbouncer.Transaction})
+	p, pooled := legacyBehindPooler(t)
 	direct := p.Direct
-	direct.Host(t).Legacy(t)
-	seedLegacy(t, direct)
-	pooled, err := sql.Open("pgx", dbtest.WithParam(t, p.DSN, "default_query_exec_mode", "exec"))
-	require.NoError(t, err)
-	defer pooled.Close()
 	old, err := direct.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelRepeatableRead})
 	require.NoError(t, err)
 	defer old.Rollback()

@@ -11,8 +11,6 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/schemastate/schemastate/dialect"
-	"github.com/schemastate/schemastate/internal/testkit/dbtest"
 	"github.com/schemastate/schemastate/reconcile"
 )
 
@@ -97,7 +95,7 @@ var aloneStatements = map[string]string{
 
 func benchEdit(b *testing.B, rows int, e edit, mode string) {
 	b.StopTimer()
-	db := dbtest.Open(b, dialect.Postgres).Host(b)
+	db := openPostgres(b).Host(b)
 	_, err := reconcile.Reconcile(context.Background(), db.DB, quiet)
 	require.NoError(b, err)
 	db.Exec(b, `INSERT INTO task_sessions (id, task_id) SELECT 's' || i, 'k' || i FROM generate_series(1, 200) i`)

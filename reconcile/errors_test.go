@@ -1,11 +1,13 @@
 package reconcile_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"log/slog"
 	"math"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -22,6 +24,7 @@ import (
 	"github.com/schemastate/schemastate/internal/ops"
 	"github.com/schemastate/schemastate/internal/testkit/dbtest"
 	"github.com/schemastate/schemastate/internal/tool/fixtures"
+	"github.com/schemastate/schemastate/keys"
 	"github.com/schemastate/schemastate/reconcile"
 )
 
@@ -294,4 +297,151 @@ func TestReconcile_DeclarationValueAndObserver(t *testing.T) {
 		require.True(t, shape >= 0 && write > shape, "the failpoints in step order: %q", points)
 		require.Positive(t, progress)
 	})
+}
+
+// Nothing that destroys data is applied at boot: a declaration that drops a
+// column is refused, reported by name, and the live table is left alone.
+func TestReconcile_RefusesDestructiveChange(t *testing.T) {
+	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
+		db.Host(t)
+		mustReconcile(t, db)
+		src := strings.Replace(string(schemastate.SchemaHCL), `  column "model" {
+    type = local.text
+    null = true
+  }
+`, "", 1)
+		require.NotEqual(t, string(schemastate.SchemaHCL), src)
+		path := filepath.Join(t.TempDir(), "narrower.hcl")
+		require.NoError(t, os.WriteFile(path, []byte(src), 0o644))
+
+		plan, err := reconcile.Plan(ctx, db.DB, reconcile.WithSchemaFile(path))
+		require.NoError(t, err)
+		require.Empty(t, plan.Statements())
+		require.Len(t, plan.Refused(), 1)
+		require.Contains(t, plan.Refused()[0], "task_session_subagents: would drop column model")
+
+		before := catalogVersion(t, db)
+		rep, err := reconcile.Reconcile(ctx, db.DB, reconcile.WithSchemaFile(path))
+		require.ErrorIs(t, err, reconcile.ErrStepFailed)
+		require.Equal(t, reconcile.Unchanged, rep.Step(reconcile.StepShape).Status)
+		require.Equal(t, reconcile.Failed, rep.Step(reconcile.StepRefused).Status)
+		require.Contains(t, rep.Step(reconcile.StepRefused).Detail, "would drop column model")
+		require.Equal(t, before, catalogVersion(t, db))
+	})
+}
+
+// A refusal on one table does not hold the others back: a host's
+// background_agent_log with a column the declaration does not know is left
+// alone (and reported), while the pre-amendment subagents table is migrated.
+func TestReconcile_RefusalIsPerTable(t *testing.T) {
+	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
+		seedLegacyStore(t, db)
+		db.Exec(t, `CREATE TABLE background_agent_log (workspace_path TEXT NOT NULL, session_id TEXT NOT NULL, agent_id TEXT NOT NULL, execution_id TEXT, kind TEXT NOT NULL, provider TEXT, model TEXT, status TEXT NOT NULL, started_at TIMESTAMP NOT NULL, completed_at TIMESTAMP, error TEXT, host_only_note TEXT, PRIMARY KEY (workspace_path, session_id, agent_id));
+INSERT INTO background_agent_log (workspace_path, session_id, agent_id, kind, status, started_at, host_only_note) VALUES ('/w', 's1', 'a1', 'run_in_background', 'running', '2026-07-30 01:00:00+00:00', 'precious')`)
+		rep, err := reconcile.Reconcile(ctx, db.DB)
+		require.ErrorIs(t, err, reconcile.ErrStepFailed)
+		require.Equal(t, reconcile.Applied, rep.Step(reconcile.StepShape).Status, describe(rep))
+		require.Equal(t, reconcile.Failed, rep.Step(reconcile.StepRefused).Status)
+		require.Contains(t, rep.Step(reconcile.StepRefused).Detail, "background_agent_log: would drop column host_only_note")
+		requireAC33(t, db, freshIndexSet(t, db.Dialect))
+		require.Equal(t, 1, count(t, db, `SELECT COUNT(*) FROM background_agent_log WHERE host_only_note = 'precious'`))
+	})
+}
+
+// Host tables are never created: when they are missing the reconcile says so,
+// names them, and creates nothing.
+func TestReconcile_MissingHostTablesNamed(t *testing.T) {
+	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
+		rep, err := reconcile.Reconcile(ctx, db.DB)
+		require.ErrorIs(t, err, reconcile.ErrStepFailed)
+		s := rep.Step(reconcile.StepHostTables)
+		require.Equal(t, reconcile.Failed, s.Status)
+		for _, name := range []string{"kandev_meta", "task_session_messages", "task_sessions"} {
+			require.Contains(t, s.Detail, name)
+		}
+		require.Equal(t, reconcile.Skipped, rep.Step(reconcile.StepShape).Status)
+		require.Empty(t, observe(t, db).Indexes, "nothing created")
+	})
+}
+
+// A bad declaration is reported with its file and line, and changes nothing.
+func TestReconcile_BadHCLNamesFileAndLine(t *testing.T) {
+	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
+		db.Host(t)
+		path := filepath.Join(t.TempDir(), "broken.hcl")
+		require.NoError(t, os.WriteFile(path, []byte("table \"x\" {\n  schema = schema.main\n  column \"id\" {\n    type = \n  }\n}\n"), 0o644))
+		rep, err := reconcile.Reconcile(ctx, db.DB, reconcile.WithSchemaFile(path))
+		require.ErrorIs(t, err, reconcile.ErrStepFailed)
+		detail := rep.Step(reconcile.StepHostTables).Detail
+		require.Contains(t, detail, path)
+		require.Regexp(t, `:\d+`, detail)
+		require.Empty(t, observe(t, db).Indexes)
+	})
+}
+
+// AC-20: the report is what the host logs, so every step's status must match
+// what the database kept. The context is cancelled mid-backfill, which closes
+// the PostgreSQL connection: shape and execution_since were already committed
+// in their own transactions, and the failed advisory unlock on the dead
+// connection used to relabel them "failed: commit failed" — a WARN saying the
+// database was unchanged by steps it had kept. On SQLite the whole pass is
+// one transaction and is rolled back; there "failed" is the truth.
+// The lock is released either way: the next reconcile in this process runs.
+func TestAdversarial_AC20_CancelledReconcileReportsWhatWasKept(t *testing.T) {
+	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
+		seedLegacyStore(t, db)
+		before := snapshot(t, db)
+		cctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		rep, err := reconcile.Reconcile(cctx, db.DB, cancelAt(hooks.FailpointBackfillInserted, cancel))
+		require.ErrorIs(t, err, reconcile.ErrStepFailed)
+		require.Equal(t, reconcile.Failed, rep.Step(reconcile.StepBackfill).Status, describe(rep))
+
+		obs := observe(t, db)
+		require.Equal(t, obs.EndState.KeyBearing(), rep.Step(reconcile.StepShape).Status == reconcile.Applied,
+			"shape reported %s, end state %+v", rep.Step(reconcile.StepShape).Status, obs.EndState)
+		require.Equal(t, obs.Keys.ExecutionSince != nil, rep.Step(reconcile.StepExecutionSince).Status == reconcile.Applied,
+			"execution_since reported %s", rep.Step(reconcile.StepExecutionSince).Status)
+		require.Nil(t, obs.Keys.CaptureSince, "AC-24a")
+		require.Nil(t, obs.Keys.BackfillThrough, "AC-24a")
+		require.Equal(t, before, snapshot(t, db))
+
+		rep = mustReconcile(t, db, reconcile.WithLockWait(2*time.Second))
+		require.Equal(t, reconcile.Applied, rep.Step(reconcile.StepBackfill).Status)
+		requireAC33(t, db, freshIndexSet(t, db.Dialect))
+		require.Equal(t, keys.Activated, readKeys(t, db).State())
+	})
+}
+
+// AC-20, AC-24a: a failed execution_since step and a failed backfill step are
+// each logged at WARN carrying the step's name, as a failed shape step is
+// (TestReconcile_AC33a_FailedRebuildLeavesLegacyShape) — the boot goes on,
+// and the WARN is the one line that names what failed.
+func TestReconcile_AC20_FailedStepWarnsNamingIt(t *testing.T) {
+	for _, c := range []struct{ point, step string }{
+		{hooks.FailpointExecutionSinceWrite, reconcile.StepExecutionSince},
+		{hooks.FailpointBackfillMaxTaken, reconcile.StepBackfill},
+		{hooks.FailpointBackfillInserted, reconcile.StepBackfill},
+		{hooks.FailpointBackfillFirstKeyWritten, reconcile.StepBackfill},
+	} {
+		t.Run(c.point, func(t *testing.T) {
+			dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
+				db.Host(t)
+				var logs bytes.Buffer
+				logger := slog.New(slog.NewTextHandler(&logs, nil))
+				rep, err := reconcile.Reconcile(ctx, db.DB, reconcile.WithLogger(logger), failAt(c.point))
+				require.ErrorIs(t, err, reconcile.ErrStepFailed)
+				require.Equal(t, reconcile.Failed, rep.Step(c.step).Status, describe(rep))
+				var warns []string
+				for _, line := range strings.Split(logs.String(), "\n") {
+					if strings.Contains(line, "level=WARN") {
+						warns = append(warns, line)
+					}
+				}
+				require.Len(t, warns, 1, "one WARN, for the failed step: %s", logs.String())
+				require.Contains(t, warns[0], "step="+c.step)
+				require.Contains(t, warns[0], "forced failure at "+c.point)
+			})
+		})
+	}
 }

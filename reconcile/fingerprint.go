@@ -18,6 +18,7 @@ import (
 	"github.com/schemastate/schemastate/dialect"
 	"github.com/schemastate/schemastate/internal/declare"
 	"github.com/schemastate/schemastate/keys"
+	"github.com/schemastate/schemastate/reconcile/internal/core"
 )
 
 // The steady-state fast path.
@@ -164,16 +165,16 @@ var errDanglingForeignKey = errors.New("a foreign key names a table that does no
 // catalogHash hashes the live catalog entries of the owned tables, and the
 // host tables (on SQLite their definitions, on PostgreSQL their presence), in
 // one query (driver.catalogQuery).
-func catalogHash(ctx context.Context, drv driver, q querier, owned, host []string) (string, error) {
+func catalogHash(ctx context.Context, drv core.Driver, q core.Querier, owned, host []string) (string, error) {
 	d := drv.Dialect()
 	args := make([]any, 0, len(owned)+len(host))
 	for _, n := range append(append([]string{}, owned...), host...) {
 		args = append(args, n)
 	}
-	ownedIn := placeholders(d, 1, len(owned))
+	ownedIn := core.Placeholders(d, 1, len(owned))
 	hostIn := "NULL"
 	if len(host) > 0 {
-		hostIn = placeholders(d, len(owned)+1, len(host))
+		hostIn = core.Placeholders(d, len(owned)+1, len(host))
 	}
 	query := drv.CatalogQuery(ownedIn, hostIn)
 	rows, err := q.QueryContext(ctx, query, args...)
@@ -201,7 +202,7 @@ func catalogHash(ctx context.Context, drv driver, q querier, owned, host []strin
 // certified reports whether this boot can take the fast path: the stored
 // certificate matches this build's declaration and the live catalog, and all
 // three activation keys are present. Any error means "no": the full check runs.
-func (r *run) certified(ctx context.Context, sess session) (keys.Set, bool) {
+func (r *run) certified(ctx context.Context, sess core.Session) (keys.Set, bool) {
 	src, _, err := r.o.declaration()
 	if err != nil {
 		return keys.Set{}, false
@@ -255,13 +256,13 @@ func (c certificate) covered() []string {
 // there a key always names a table (DROP TABLE refuses to drop it, or drops
 // the key with CASCADE).
 type parentReader interface {
-	ForeignKeyParents(ctx context.Context, q querier, owned []string) (parents, dangling []string, err error)
+	ForeignKeyParents(ctx context.Context, q core.Querier, owned []string) (parents, dangling []string, err error)
 }
 
 // certify records a certificate for the live catalog, after a full check in
 // this pass found no change to make and observed the whole end state. It is
 // bookkeeping for the next boot: a failure is logged and changes nothing.
-func (r *run) certify(ctx context.Context, q querier, decl *declare.Declaration, schemaName string) {
+func (r *run) certify(ctx context.Context, q core.Querier, decl *declare.Declaration, schemaName string) {
 	// In a savepoint of its own: on PostgreSQL a failed statement would
 	// otherwise abort the step's transaction and lose the key written in it.
 	if _, err := q.ExecContext(ctx, "SAVEPOINT schemastate_certificate"); err != nil {
@@ -280,7 +281,7 @@ func (r *run) certify(ctx context.Context, q querier, decl *declare.Declaration,
 	_, _ = q.ExecContext(ctx, "RELEASE SAVEPOINT schemastate_certificate")
 }
 
-func (r *run) writeCertificate(ctx context.Context, q querier, decl *declare.Declaration, schemaName string) error {
+func (r *run) writeCertificate(ctx context.Context, q core.Querier, decl *declare.Declaration, schemaName string) error {
 	src, _, err := r.o.declaration()
 	if err != nil {
 		return err
@@ -317,7 +318,7 @@ func (r *run) writeCertificate(ctx context.Context, q querier, decl *declare.Dec
 
 // fastPath records the steps of a certified boot — everything is as the last
 // full check left it — and ends the session.
-func (r *run) fastPath(ctx context.Context, sess session, ks keys.Set) {
+func (r *run) fastPath(ctx context.Context, sess core.Session, ks keys.Set) {
 	r.rep.EndState = EndState{ExecutionColumnNotNull: true, ThreeColumnUnique: true, TwoColumnUniqueAbsent: true, IndexesMatchDeclaration: true}
 	r.rep.EndStateObserved = true
 	r.rep.Keys, r.rep.KeysRead = ks, true

@@ -5,13 +5,17 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"net/url"
 	"strings"
 	"testing"
 
+	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
+	"github.com/schemastate/schemastate"
 	"github.com/schemastate/schemastate/dialect"
 	"github.com/schemastate/schemastate/internal/testkit/dbtest"
+	"github.com/schemastate/schemastate/internal/testkit/pgbouncer"
 	"github.com/schemastate/schemastate/keys"
 	"github.com/schemastate/schemastate/reconcile"
 )
@@ -65,7 +69,7 @@ func snapshot(t *testing.T, db *dbtest.DB) []string {
 // page per batch, so the copy takes several batches.
 var online = []reconcile.Option{reconcile.WithOnlineAbove(0), reconcile.WithCopyBatchPages(1)}
 
-func openPostgres(t *testing.T) *dbtest.DB {
+func openPostgres(t testing.TB) *dbtest.DB {
 	t.Helper()
 	return dbtest.Open(t, dialect.Postgres)
 }
@@ -263,4 +267,48 @@ func onEveryConnection(t *testing.T, pool *sql.DB, query string) []string {
 		out = append(out, got)
 	}
 	return out
+}
+
+// uniqueName is prefix and eight random hexadecimal digits: a name of a
+// role or database on the shared test server that no other test takes.
+func uniqueName(prefix string) string {
+	return prefix + strings.ReplaceAll(uuid.NewString()[:8], "-", "")
+}
+
+// editDSN is the URL dsn changed by edit (its user, its database).
+func editDSN(t *testing.T, dsn string, edit func(u *url.URL)) string {
+	t.Helper()
+	u, err := url.Parse(dsn)
+	require.NoError(t, err)
+	edit(u)
+	return u.String()
+}
+
+// legacyBehindPooler starts a transaction-mode PgBouncer before a database
+// of its own holding the seeded pre-amendment store (p.Direct), and opens a
+// pool through it that prepares no statement (exec mode), as a transaction
+// pooler needs; the pool is closed when the test ends.
+func legacyBehindPooler(t *testing.T) (p *pgbouncer.Pooler, pooled *sql.DB) {
+	t.Helper()
+	p = pgbouncer.Start(t, pgbouncer.Options{Mode: pgbouncer.Transaction})
+	p.Direct.Host(t).Legacy(t)
+	seedLegacy(t, p.Direct)
+	pooled, err := sql.Open("pgx", dbtest.WithParam(t, p.DSN, "default_query_exec_mode", "exec"))
+	require.NoError(t, err)
+	t.Cleanup(func() { pooled.Close() })
+	return p, pooled
+}
+
+// declarationWith is the built-in declaration with its first from replaced
+// by to, under the name file; the replacement must change it (from "" is
+// the built-in declaration as it is).
+func declarationWith(t testing.TB, from, to, file string) reconcile.Option {
+	t.Helper()
+	if from == "" {
+		return reconcile.WithDeclaration(schemastate.SchemaHCL, file)
+	}
+	src := string(schemastate.SchemaHCL)
+	out := strings.Replace(src, from, to, 1)
+	require.NotEqual(t, src, out, "declaration %s applies", file)
+	return reconcile.WithDeclaration([]byte(out), file)
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/schemastate/schemastate/internal/catalog"
 	"github.com/schemastate/schemastate/internal/ident"
 	"github.com/schemastate/schemastate/internal/ops"
+	"github.com/schemastate/schemastate/reconcile/internal/core"
 )
 
 // quotedIdents returns, unquoted, every quoted identifier ("…" or `…`, the
@@ -78,7 +79,7 @@ func FuzzIdentifier(f *testing.F) {
 			tbl := schema.NewTable("t").AddColumns(schema.NewStringColumn("a", "text"))
 			s.AddTables(tbl)
 			idx := schema.NewIndex(name).AddColumns(tbl.Columns[0])
-			pc := &planContext{Atlas: atlasFor(d), Schema: schemaName, Driver: driverOf(d)}
+			pc := &core.PlanContext{Atlas: atlasFor(d), Schema: schemaName, Driver: driverOf(d)}
 
 			for _, c := range []schema.Change{&schema.DropIndex{I: idx}, &schema.AddIndex{I: idx}} {
 				stmts, err := pc.Render(&schema.ModifyTable{T: tbl, Changes: []schema.Change{c}})

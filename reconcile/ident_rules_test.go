@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/schemastate/schemastate/dialect"
+	"github.com/schemastate/schemastate/reconcile/internal/core"
 )
 
 // render with no database: the drops of names that are not plain are the
@@ -85,7 +86,7 @@ func TestRender_NamesThatAreNotPlain(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			schemaName := map[dialect.Dialect]string{dialect.Postgres: "public", dialect.SQLite: "main"}[c.d]
 			tbl := table(schemaName)
-			pc := &planContext{Atlas: atlasFor(c.d), Schema: schemaName, Driver: driverOf(c.d)}
+			pc := &core.PlanContext{Atlas: atlasFor(c.d), Schema: schemaName, Driver: driverOf(c.d)}
 			stmts, err := pc.Render(&schema.ModifyTable{T: tbl, Changes: c.changes(tbl)})
 			if c.refused != "" {
 				require.ErrorContains(t, err, c.refused)

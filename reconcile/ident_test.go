@@ -64,11 +64,10 @@ func quotedDrop(t *testing.T, db *dbtest.DB, name string) string {
 	return "DROP INDEX " + dialect.QuoteIdent(db.Strings(t, `SELECT current_schema()`)[0]) + "." + dialect.QuoteIdent(name)
 }
 
-// An operator's index whose name holds a quote is dropped by reconcile
-// --prune under the module's own quoting: the plan is that one DROP INDEX,
-// the reconcile runs exactly it, and the host's index and kandev_meta keep
-// their rows (Atlas's rendering dropped both).
-func TestReconcile_HostileIndexNameIsDroppedQuotedUnderPrune(t *testing.T) {
+// eachHostileIndex runs fn for every hostile name on both dialects, on a
+// settled host store holding hostMarker and an operator's index of that name
+// on the owned table (createHostileIndex).
+func eachHostileIndex(t *testing.T, fn func(t *testing.T, db *dbtest.DB, name string)) {
 	for _, h := range hostileNames {
 		t.Run(h.quote, func(t *testing.T) {
 			dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
@@ -76,46 +75,47 @@ func TestReconcile_HostileIndexNameIsDroppedQuotedUnderPrune(t *testing.T) {
 				settle(t, db, quiet)
 				db.Exec(t, hostMarker)
 				createHostileIndex(t, db, h.name)
-				drop := quotedDrop(t, db, h.name)
-
-				plan, err := reconcile.Plan(ctx, db.DB, reconcile.WithPrune())
-				require.NoError(t, err)
-				require.Equal(t, []string{drop}, plan.Statements())
-
-				var ran []string
-				rep := mustReconcile(t, db, quiet, reconcile.WithPrune(), reconcile.WithExecHook(func(s string) { ran = append(ran, s) }))
-				require.Equal(t, []string{drop}, ran, describe(rep))
-				require.False(t, indexExists(t, db, h.name), "dropped")
-				requireHostIntact(t, db)
-				requireAC33(t, db, freshIndexSet(t, db.Dialect))
+				fn(t, db, h.name)
 			})
 		})
 	}
 }
 
+// An operator's index whose name holds a quote is dropped by reconcile
+// --prune under the module's own quoting: the plan is that one DROP INDEX,
+// the reconcile runs exactly it, and the host's index and kandev_meta keep
+// their rows (Atlas's rendering dropped both).
+func TestReconcile_HostileIndexNameIsDroppedQuotedUnderPrune(t *testing.T) {
+	eachHostileIndex(t, func(t *testing.T, db *dbtest.DB, name string) {
+		drop := quotedDrop(t, db, name)
+
+		plan, err := reconcile.Plan(ctx, db.DB, reconcile.WithPrune())
+		require.NoError(t, err)
+		require.Equal(t, []string{drop}, plan.Statements())
+
+		var ran []string
+		rep := mustReconcile(t, db, quiet, reconcile.WithPrune(), reconcile.WithExecHook(func(s string) { ran = append(ran, s) }))
+		require.Equal(t, []string{drop}, ran, describe(rep))
+		require.False(t, indexExists(t, db, name), "dropped")
+		requireHostIntact(t, db)
+		requireAC33(t, db, freshIndexSet(t, db.Dialect))
+	})
+}
+
 // Without --prune the same index is drift: kept, untouched and reported by
 // name, and the boot goes on to its certified steady state.
 func TestReconcile_HostileIndexNameIsKeptUntouched(t *testing.T) {
-	for _, h := range hostileNames {
-		t.Run(h.quote, func(t *testing.T) {
-			dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
-				db.Host(t)
-				settle(t, db, quiet)
-				db.Exec(t, hostMarker)
-				createHostileIndex(t, db, h.name)
+	eachHostileIndex(t, func(t *testing.T, db *dbtest.DB, name string) {
+		plan, err := reconcile.Plan(ctx, db.DB)
+		require.NoError(t, err)
+		require.Empty(t, plan.Statements())
+		require.Equal(t, []string{name}, names(plan.Drift()))
 
-				plan, err := reconcile.Plan(ctx, db.DB)
-				require.NoError(t, err)
-				require.Empty(t, plan.Statements())
-				require.Equal(t, []string{h.name}, names(plan.Drift()))
-
-				rep := settle(t, db, quiet)
-				require.Equal(t, []string{h.name}, names(rep.Drift))
-				require.True(t, indexExists(t, db, h.name), "kept")
-				requireHostIntact(t, db)
-			})
-		})
-	}
+		rep := settle(t, db, quiet)
+		require.Equal(t, []string{name}, names(rep.Drift))
+		require.True(t, indexExists(t, db, name), "kept")
+		requireHostIntact(t, db)
+	})
 }
 
 // A migration that rebuilds the owned table (SQLite's copy path) creates an

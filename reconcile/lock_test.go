@@ -309,3 +309,55 @@ func TestLock_LostLockStopsTheRebuildBeforeItsNextBatch(t *testing.T) {
 		})
 	}
 }
+
+// Two replicas booting at once end in one correct state: one performs the
+// change, the other waits for the lock, re-inspects and finds nothing to do.
+func TestReconcile_ConcurrentReconcilesConverge(t *testing.T) {
+	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
+		seedLegacyStore(t, db)
+		before := snapshot(t, db)
+		pools := make([]*sql.DB, 4)
+		for i := range pools {
+			pool, err := sql.Open(driverName(db.Dialect), db.DSN)
+			require.NoError(t, err)
+			defer pool.Close()
+			pools[i] = pool
+		}
+		reps, errs := reconcileTogether(pools)
+		requireOneAppliedShape(t, reps, errs)
+		requireAC33(t, db, freshIndexSet(t, db.Dialect))
+		require.Equal(t, before, snapshot(t, db), "no row duplicated or lost")
+		require.Equal(t, 1, count(t, db, `SELECT COUNT(*) FROM kandev_meta WHERE key = 'subagent_context_execution_since'`))
+	})
+}
+
+// reconcileTogether runs one reconcile on each of pools at once and returns
+// each one's report and error, in the pools' order.
+func reconcileTogether(pools []*sql.DB, opts ...reconcile.Option) ([]*reconcile.Report, []error) {
+	reps, errs := make([]*reconcile.Report, len(pools)), make([]error, len(pools))
+	var wg sync.WaitGroup
+	for i, pool := range pools {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			reps[i], errs[i] = reconcile.Reconcile(ctx, pool, opts...)
+		}()
+	}
+	wg.Wait()
+	return reps, errs
+}
+
+// requireOneAppliedShape requires every one of several concurrent reconciles
+// to succeed and exactly one of them to have applied the shape step: the
+// others waited for the lock and found the work done.
+func requireOneAppliedShape(t *testing.T, reps []*reconcile.Report, errs []error) {
+	t.Helper()
+	applied := 0
+	for i := range reps {
+		require.NoError(t, errs[i], describe(reps[i]))
+		if reps[i].Step(reconcile.StepShape).Status == reconcile.Applied {
+			applied++
+		}
+	}
+	require.Equal(t, 1, applied, "exactly one replica performs the change")
+}

@@ -9,50 +9,56 @@ import (
 	"os"
 	"os/exec"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/schemastate/schemastate/dialect"
 	"github.com/schemastate/schemastate/internal/hooks"
 	"github.com/schemastate/schemastate/internal/testkit/dbtest"
 	"github.com/schemastate/schemastate/reconcile"
 )
 
 // Crash and concurrency tests run the reconcile in real child processes (this
-// test binary re-executed) and kill them with SIGKILL at named failpoints.
+// test binary re-executed) and kill them with SIGKILL at named failpoints
+// (process_test.go).
 
-const (
-	envChild   = "SCHEMASTATE_TEST_CHILD"
-	envDriver  = "SCHEMASTATE_TEST_CHILD_DRIVER"
-	envDSN     = "SCHEMASTATE_TEST_CHILD_DSN"
-	envPauseAt = "SCHEMASTATE_TEST_CHILD_PAUSE_AT"
-	// envOnline makes the child take PostgreSQL's online phases (online).
-	envOnline = "SCHEMASTATE_TEST_CHILD_ONLINE"
-)
+// envChild tells a child process what to run, as a childRun in JSON.
+const envChild = "SCHEMASTATE_TEST_CHILD"
+
+// childRun is one child's reconcile: the database, the failpoint at which
+// it announces itself and blocks until it is killed (none: it runs to the
+// end), and whether it takes PostgreSQL's online phases (online).
+type childRun struct {
+	Driver, DSN, PauseAt string
+	Online               bool
+}
 
 func TestMain(m *testing.M) {
-	if os.Getenv(envChild) == "reconcile" {
-		os.Exit(childReconcile())
+	if c := os.Getenv(envChild); c != "" {
+		os.Exit(childReconcile(c))
 	}
 	os.Exit(dbtest.Main(m))
 }
 
-// childReconcile is the child process: one Reconcile, its report as JSON on
-// stdout. At the failpoint named by envPauseAt it announces itself and blocks
-// until it is killed.
-func childReconcile() int {
-	db, err := sql.Open(os.Getenv(envDriver), os.Getenv(envDSN))
+// childReconcile is the child process: one Reconcile of the childRun in
+// spec, its report as JSON on stdout.
+func childReconcile(spec string) int {
+	var c childRun
+	if err := json.Unmarshal([]byte(spec), &c); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 2
+	}
+	db, err := sql.Open(c.Driver, c.DSN)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 2
 	}
 	defer db.Close()
-	pause := os.Getenv(envPauseAt)
 	wrote := false
 	opts := []reconcile.Option{reconcile.WithFailpoint(func(p string) error {
-		if p == hooks.FailpointCopyBatch && os.Getenv(envOnline) == "1" && !wrote {
+		if p == hooks.FailpointCopyBatch && c.Online && !wrote {
 			// A host write during the copy: every row gets a new tuple (its
 			// values unchanged), which the online path must carry.
 			wrote = true
@@ -60,13 +66,13 @@ func childReconcile() int {
 				return err
 			}
 		}
-		if p == pause {
+		if p == c.PauseAt {
 			fmt.Printf("PAUSED %s\n", p)
 			select {}
 		}
 		return nil
 	})}
-	if os.Getenv(envOnline) == "1" {
+	if c.Online {
 		opts = append(opts, online...)
 	}
 	rep, err := reconcile.Reconcile(context.Background(), db, opts...)
@@ -78,19 +84,33 @@ func childReconcile() int {
 	return 0
 }
 
-func childCmd(db *dbtest.DB, pauseAt string, env ...string) *exec.Cmd {
+// driverName is the database/sql driver of dialect d.
+func driverName(d dialect.Dialect) string {
+	if d == dialect.Postgres {
+		return "pgx"
+	}
+	return "sqlite"
+}
+
+// childCmd is the command of a child that runs c on db.
+func childCmd(db *dbtest.DB, c childRun) *exec.Cmd {
+	c.Driver, c.DSN = driverName(db.Dialect), db.DSN
+	spec, err := json.Marshal(c)
+	if err != nil {
+		panic(err)
+	}
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), envChild+"=reconcile", envDriver+"="+driverName(db.Dialect), envDSN+"="+db.DSN, envPauseAt+"="+pauseAt)
-	cmd.Env = append(cmd.Env, env...)
+	cmd.Env = append(os.Environ(), envChild+"="+string(spec))
 	cmd.Stderr = os.Stderr
 	return cmd
 }
 
-// killAt starts a reconciling child, waits until it reaches the failpoint,
-// and kills it with SIGKILL.
-func killAt(t *testing.T, db *dbtest.DB, point string, env ...string) {
+// killAt starts a reconciling child of c, waits until it reaches the
+// failpoint c.PauseAt, and kills it with SIGKILL.
+func killAt(t *testing.T, db *dbtest.DB, c childRun) {
 	t.Helper()
-	cmd := childCmd(db, point, env...)
+	point := c.PauseAt
+	cmd := childCmd(db, c)
 	out, err := cmd.StdoutPipe()
 	require.NoError(t, err)
 	require.NoError(t, cmd.Start())
@@ -115,29 +135,4 @@ func killAt(t *testing.T, db *dbtest.DB, point string, env ...string) {
 	}
 	require.NoError(t, cmd.Process.Kill())
 	_ = cmd.Wait()
-}
-
-// runChildren runs n reconciling children at once (childCmd, with env) and
-// returns their reports: every child must exit 0 and print its report.
-func runChildren(t *testing.T, db *dbtest.DB, n int, env ...string) []reconcile.Report {
-	t.Helper()
-	reports := make([]reconcile.Report, n)
-	errs := make([]error, n)
-	var wg sync.WaitGroup
-	for i := range n {
-		wg.Go(func() {
-			out, err := childCmd(db, "", env...).Output()
-			if err == nil {
-				err = json.Unmarshal(out, &reports[i])
-			}
-			if err != nil {
-				errs[i] = fmt.Errorf("child %d: %w: %s", i, err, out)
-			}
-		})
-	}
-	wg.Wait()
-	for _, err := range errs {
-		require.NoError(t, err)
-	}
-	return reports
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/schemastate/schemastate/internal/declare"
 	"github.com/schemastate/schemastate/internal/endstate"
+	"github.com/schemastate/schemastate/reconcile/internal/core"
 )
 
 // The table, key and columns AC-33 speaks about.
@@ -39,7 +40,7 @@ func (e EndState) Missing() []string { return endstate.Facts(e).Missing() }
 // (driver.observable): what the execution_since step writes its key from
 // and what status reports. seen, when not nil, is given the inspection as
 // read: status takes its index sets there.
-func observeEndState(ctx context.Context, drv driver, q querier, decl *declare.Declaration, schemaName string, seen func(live *schema.Schema)) (EndState, error) {
+func observeEndState(ctx context.Context, drv core.Driver, q core.Querier, decl *declare.Declaration, schemaName string, seen func(live *schema.Schema)) (EndState, error) {
 	_, live, err := inspectLive(ctx, drv, q, decl, schemaName)
 	if err != nil {
 		return EndState{}, err
@@ -76,7 +77,7 @@ func Plan(ctx context.Context, db *sql.DB, opts ...Option) (*ShapePlan, error) {
 
 // readOnly prepares a lock-free, read-only look (Plan, Observe): the options,
 // the driver, the live schema's name and the declaration evaluated for it.
-func readOnly(ctx context.Context, db *sql.DB, opts []Option) (*options, driver, string, *declare.Declaration, error) {
+func readOnly(ctx context.Context, db *sql.DB, opts []Option) (*options, core.Driver, string, *declare.Declaration, error) {
 	o, drv, err := newOptions(ctx, db, opts)
 	if err != nil {
 		return nil, nil, "", nil, err

@@ -17,7 +17,6 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/schemastate/schemastate/dialect"
 	"github.com/schemastate/schemastate/internal/testkit/dbtest"
 	"github.com/schemastate/schemastate/reconcile"
 )
@@ -109,7 +108,7 @@ type trafficLoad struct {
 
 func benchUpgrade(b *testing.B, rows int, traffic, mode string) {
 	b.StopTimer()
-	db := dbtest.Open(b, dialect.Postgres).Host(b).Legacy(b)
+	db := openPostgres(b).Host(b).Legacy(b)
 	db.Exec(b, `INSERT INTO task_sessions (id, task_id) SELECT 's' || i, 'k' || i FROM generate_series(1, 200) i`)
 	db.Exec(b, fmt.Sprintf(`INSERT INTO task_session_subagents (id, task_session_id, task_id, tool_call_id, subagent_type, is_async, total_tokens, tool_use_count, duration_ms, source, observed_at, updated_at)
  SELECT 'r' || i, 's' || (i %% 200 + 1), 'k' || (i %% 200 + 1), 'toolu_' || i, 'general', 0, i, i %% 50, i %% 100000, 'live',

@@ -1,6 +1,7 @@
 package reconcile_test
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -218,4 +219,89 @@ func TestOnline_RefusedTableStillFinishesItsSwappedRebuild(t *testing.T) {
 	requireNoRebuildLeft(t, db)
 	require.Equal(t, before, snapshot(t, db))
 	require.Equal(t, "bigint", columnType(t, db, "total_tokens"))
+}
+
+// The replay after the copy, on the unindexed new table where each chunk
+// scans it whole, replays what was logged up to its start — every row the
+// copy may have seen twice — and leaves what writers log meanwhile to the
+// indexed replay; the upgrade still ends with every row and value.
+func TestOnline_ReplayAfterCopyStopsAtTheLogAsItBegan(t *testing.T) {
+	db := openPostgres(t).Host(t).Legacy(t)
+	seedLegacy(t, db)
+	seedMany(t, db, 2500)
+	metrics := `SELECT id || ':' || COALESCE(total_tokens::text, 'NULL') || ':' || COALESCE(tool_use_count::text, 'NULL') || ':' || COALESCE(duration_ms::text, 'NULL') || ':' || COALESCE(tool_status, 'NULL') FROM task_session_subagents ORDER BY id`
+	var moved, replayed bool
+	left := -1
+	hook := reconcile.WithFailpoint(func(p string) error {
+		switch {
+		case p == hooks.FailpointCopyBatch && !moved:
+			moved = true // more than replayShort entries before the copy ends
+			_, err := db.DB.Exec(`UPDATE task_session_subagents SET tool_status = 'moved'`)
+			return err
+		case p == hooks.FailpointReplayBatch && !replayed:
+			replayed = true // as many again, logged after the replay began
+			_, err := db.DB.Exec(`UPDATE task_session_subagents SET tool_status = 'again'`)
+			return err
+		case p == hooks.FailpointAfterPhase("task_session_subagents.rebuild_replay.copied"):
+			left = count(t, db, `SELECT COUNT(*) FROM schemastate_log_task_session_subagents`)
+		}
+		return nil
+	})
+	rep, err := reconcile.Reconcile(ctx, db.DB, append(append([]reconcile.Option{}, online...), hook)...)
+	require.NoError(t, err, describe(rep))
+	require.True(t, replayed)
+	require.Equal(t, count(t, db, `SELECT COUNT(*) FROM task_session_subagents`), left, "the entries logged after the replay began are left to the indexed replay")
+	requireAC33(t, db, freshIndexSet(t, db.Dialect))
+	require.Equal(t, "bigint", columnType(t, db, "total_tokens"))
+	got := db.Strings(t, metrics)
+	require.Len(t, got, 2503)
+	for _, r := range got {
+		require.True(t, strings.HasSuffix(r, ":again"), "every row as last written: %s", r)
+	}
+}
+
+// Every transaction of the rebuild's copy and of its replays hands the pages
+// it dirties to the kernel's writeback as it writes them (backend_flush_after,
+// SET LOCAL), so a checkpoint never finds the new heap dirty at once. A
+// statement trigger on the new table records the setting each of their
+// INSERTs ran under. Fails with either SET LOCAL removed, or made a session SET.
+func TestOnline_CopyAndReplayFlushAsTheyWrite(t *testing.T) {
+	db := openPostgres(t).Host(t).Legacy(t)
+	seedLegacy(t, db)
+	seedMany(t, db, 300)
+	db.Exec(t, `CREATE TABLE flush_seen (query text, setting text, isolation text)`)
+	var moved bool
+	hook := reconcile.WithFailpoint(func(p string) error {
+		switch {
+		case p == hooks.FailpointAfterPhase("task_session_subagents.rebuild_prepare"):
+			_, err := db.DB.Exec(`CREATE FUNCTION flush_seen() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN INSERT INTO flush_seen VALUES (current_query(), current_setting('backend_flush_after'), current_setting('transaction_isolation')); RETURN NULL; END $$;
+CREATE TRIGGER flush_seen AFTER INSERT ON schemastate_new_task_session_subagents FOR EACH STATEMENT EXECUTE FUNCTION flush_seen()`)
+			return err
+		case p == hooks.FailpointCopyBatch && !moved:
+			moved = true // rows for the replays to copy again
+			_, err := db.DB.Exec(`UPDATE task_session_subagents SET tool_status = 'moved'`)
+			return err
+		}
+		return nil
+	})
+	mustReconcile(t, db, append(append([]reconcile.Option{}, online...), hook)...)
+	db.Exec(t, `DROP TRIGGER flush_seen ON task_session_subagents`)
+	copies := db.Strings(t, `SELECT setting FROM flush_seen WHERE query LIKE '%ctid%'`)
+	// The replays run at REPEATABLE READ; the swap's replay of the last few
+	// entries, under its lock, is not one of them.
+	replays := db.Strings(t, `SELECT setting FROM flush_seen WHERE query LIKE '%IN (SELECT id FROM %schemastate_log_%' AND isolation = 'repeatable read'`)
+	require.Greater(t, len(copies), 1, "the copy ran in batches")
+	require.GreaterOrEqual(t, len(replays), 2, "the replay after the copy and the indexed one")
+	for _, s := range append(copies, replays...) {
+		require.Equal(t, "256kB", s)
+	}
+	// What runs after them on the same connection — the swap's replay of the
+	// last entries and the backfill's INSERT, both READ COMMITTED — runs
+	// under the server's own setting: the SET LOCAL ended with its transaction.
+	after := db.Strings(t, `SELECT setting FROM flush_seen WHERE isolation = 'read committed' AND query NOT LIKE '%ctid%'`)
+	require.NotEmpty(t, after)
+	for _, s := range after {
+		require.Equal(t, "0", s)
+	}
 }

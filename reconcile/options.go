@@ -299,7 +299,7 @@ func (o *options) declaration() ([]byte, string, error) {
 }
 
 // loadDeclaration evaluates the declared shape for drv's dialect.
-func (o *options) loadDeclaration(drv driver, schemaName string) (*declare.Declaration, error) {
+func (o *options) loadDeclaration(drv core.Driver, schemaName string) (*declare.Declaration, error) {
 	src, file, err := o.declaration()
 	if err != nil {
 		return nil, err
@@ -309,7 +309,7 @@ func (o *options) loadDeclaration(drv driver, schemaName string) (*declare.Decla
 
 // newOptions applies opts, validates them and chooses the dialect's driver,
 // once.
-func newOptions(ctx context.Context, db *sql.DB, opts []Option) (*options, driver, error) {
+func newOptions(ctx context.Context, db *sql.DB, opts []Option) (*options, core.Driver, error) {
 	o := &options{logger: slog.Default(), lockWait: 60 * time.Second, ddlLockTimeout: 5 * time.Second,
 		ddlLockAttempt: 50 * time.Millisecond, concurrentWait: 30 * time.Second, onlineAbove: 256 << 10, copyBatchPages: 256, copyPause: 1,
 		now: time.Now}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/schemastate/schemastate/dialect"
 	"github.com/schemastate/schemastate/internal/describe"
+	"github.com/schemastate/schemastate/reconcile/internal/core"
 	"github.com/schemastate/schemastate/reconcile/internal/coretest"
 )
 
@@ -25,7 +26,7 @@ type differPlanner struct {
 	migrate.PlanApplier
 }
 
-func atlasFor(d dialect.Dialect) atlasPlanner {
+func atlasFor(d dialect.Dialect) core.AtlasPlanner {
 	if d == dialect.Postgres {
 		return differPlanner{postgres.DefaultDiff, postgres.DefaultPlan}
 	}
@@ -33,7 +34,7 @@ func atlasFor(d dialect.Dialect) atlasPlanner {
 }
 
 // driverOf is the dialect's driver.
-func driverOf(d dialect.Dialect) driver {
+func driverOf(d dialect.Dialect) core.Driver {
 	drv, err := driverFor(d)
 	if err != nil {
 		panic(err)

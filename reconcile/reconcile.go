@@ -76,7 +76,7 @@ type run struct {
 	doing     string
 	stepStart time.Time
 	o         *call
-	drv       driver
+	drv       core.Driver
 	rep       *Report
 	// traceCtx carries the Reconcile's span (root) when a tracer provider
 	// was given (trace.go); open is the span of the step running phases.
@@ -127,7 +127,7 @@ func (r *run) steps(ctx context.Context, db *sql.DB) {
 // boot with nothing to do never waits for a host writer or another replica,
 // and again under it, so a replica that waited finds the work done. It
 // returns false when the boot is over: certified, or the lock not acquired.
-func (r *run) lock(ctx context.Context, db *sql.DB) (session, bool) {
+func (r *run) lock(ctx context.Context, db *sql.DB) (core.Session, bool) {
 	start := time.Now()
 	sess, err := r.drv.Open(ctx, db, r.o.config())
 	if err != nil {
@@ -156,7 +156,7 @@ func (r *run) lock(ctx context.Context, db *sql.DB) (session, bool) {
 }
 
 // hostTables loads the declaration and checks the host tables exist.
-func (r *run) hostTables(ctx context.Context, sess session) (*declare.Declaration, bool) {
+func (r *run) hostTables(ctx context.Context, sess core.Session) (*declare.Declaration, bool) {
 	decl, err := r.o.loadDeclaration(r.drv, sess.SchemaName())
 	if err != nil {
 		r.record(Step{Name: StepHostTables, Status: Failed, Detail: err.Error(), Err: err})
@@ -184,7 +184,7 @@ func (r *run) hostTables(ctx context.Context, sess session) (*declare.Declaratio
 // clean reports that the full check found nothing to change and refused
 // nothing, so the live catalog may be certified; plan is nil when planning
 // failed.
-func (r *run) shape(ctx context.Context, sess session, decl *declare.Declaration) (plan *ShapePlan, clean bool) {
+func (r *run) shape(ctx context.Context, sess core.Session, decl *declare.Declaration) (plan *ShapePlan, clean bool) {
 	r.stepOwnTx(ctx, StepShape, func(ctx context.Context) Step {
 		var err error
 		if plan, err = planShape(ctx, r.drv, sess.Querier(), decl, sess.SchemaName(), r.o.options); err != nil {
@@ -243,7 +243,7 @@ func (r *run) refuse(plan *ShapePlan) {
 // the plan has any. When the shape step changed the catalog, the widening is
 // planned again from it: the rebuild carries the table's indexes and
 // constraints as they are once the key is swapped, not as they were.
-func (r *run) widen(ctx context.Context, sess session, decl *declare.Declaration, plan *ShapePlan) {
+func (r *run) widen(ctx context.Context, sess core.Session, decl *declare.Declaration, plan *ShapePlan) {
 	if plan == nil || len(plan.stepPhases(StepWiden)) == 0 {
 		return
 	}
@@ -272,7 +272,7 @@ func (r *run) widen(ctx context.Context, sess session, decl *declare.Declaration
 // (the copy stopped, or the swap refused), so the rebuild begins again on
 // this boot — or its declared shape is now refused, and the rebuild is
 // dropped, the refusal recorded. Any other failure stands.
-func (r *run) applyWiden(ctx context.Context, sess session, decl *declare.Declaration, phases []ops.Phase) Step {
+func (r *run) applyWiden(ctx context.Context, sess core.Session, decl *declare.Declaration, phases []ops.Phase) Step {
 	s := r.applyPhases(ctx, sess, StepWiden, phases)
 	if s.Status != Failed || ctx.Err() != nil {
 		return s
@@ -290,7 +290,7 @@ func (r *run) applyWiden(ctx context.Context, sess session, decl *declare.Declar
 }
 
 // finish ends the session and reads the keys the report shows.
-func (r *run) finish(ctx context.Context, db *sql.DB, sess session) {
+func (r *run) finish(ctx context.Context, db *sql.DB, sess core.Session) {
 	if err := sess.Close(ctx); err != nil {
 		// SQLite commits every step at once; if that fails nothing was kept.
 		// (PostgreSQL commits per step; its close never fails a step.)
@@ -308,7 +308,7 @@ func (r *run) finish(ctx context.Context, db *sql.DB, sess session) {
 }
 
 // step runs fn inside its own rollback scope and records the outcome.
-func (r *run) step(ctx context.Context, sess session, name string, fn func(context.Context, querier) Step) {
+func (r *run) step(ctx context.Context, sess core.Session, name string, fn func(context.Context, core.Querier) Step) {
 	start := time.Now()
 	if err := sess.Holding(ctx); err != nil {
 		r.record(Step{Name: name, Status: Failed, Detail: err.Error(), Err: err})
@@ -340,8 +340,8 @@ func (r *run) step(ctx context.Context, sess session, name string, fn func(conte
 // from nothing, and an amended table whose earlier key write failed all get
 // the key. It returns the end state it observed (zero when it observed none),
 // which gates the backfill (AC-33c).
-func (r *run) executionSince(ctx context.Context, sess session, decl *declare.Declaration, clean bool) (es EndState) {
-	r.step(ctx, sess, StepExecutionSince, func(ctx context.Context, q querier) Step {
+func (r *run) executionSince(ctx context.Context, sess core.Session, decl *declare.Declaration, clean bool) (es EndState) {
+	r.step(ctx, sess, StepExecutionSince, func(ctx context.Context, q core.Querier) Step {
 		if err := r.o.fail(hooks.FailpointExecutionSinceObserve); err != nil {
 			return failed(err)
 		}
@@ -374,7 +374,7 @@ func (r *run) executionSince(ctx context.Context, sess session, decl *declare.De
 	return es
 }
 
-func (r *run) observe(ctx context.Context, q querier, decl *declare.Declaration, schemaName string) (EndState, error) {
+func (r *run) observe(ctx context.Context, q core.Querier, decl *declare.Declaration, schemaName string) (EndState, error) {
 	return observeEndState(ctx, r.drv, q, decl, schemaName, nil)
 }
 
@@ -382,8 +382,8 @@ func (r *run) observe(ctx context.Context, q querier, decl *declare.Declaration,
 // end state (AC-33c), so its INSERT never meets a table without
 // agent_execution_id. Guarded by both backfill keys (AC-24d); a failure rolls
 // back the rows and both keys together and is retried next boot (AC-24a).
-func (r *run) backfill(ctx context.Context, sess session, es EndState) {
-	r.step(ctx, sess, StepBackfill, func(ctx context.Context, q querier) Step {
+func (r *run) backfill(ctx context.Context, sess core.Session, es EndState) {
+	r.step(ctx, sess, StepBackfill, func(ctx context.Context, q core.Querier) Step {
 		if !es.KeyBearing() {
 			return Step{Status: Skipped, Detail: "AC-33c: end state not observed in this pass; retried next boot"}
 		}
@@ -422,12 +422,12 @@ func deref(s *string) string {
 	return *s
 }
 
-func missingTables(ctx context.Context, drv driver, q querier, names []string) ([]string, error) {
+func missingTables(ctx context.Context, drv core.Driver, q core.Querier, names []string) ([]string, error) {
 	args := make([]any, len(names))
 	for i, n := range names {
 		args[i] = n
 	}
-	found, err := queryStrings(ctx, q, drv.TablesQuery(len(names)), args...)
+	found, err := core.QueryStrings(ctx, q, drv.TablesQuery(len(names)), args...)
 	if err != nil {
 		return nil, err
 	}

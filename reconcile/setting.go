@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/schemastate/schemastate/internal/ops"
+	"github.com/schemastate/schemastate/reconcile/internal/core"
 )
 
 // Connection settings a reconcile changes and gives back: SQLite's session
@@ -15,7 +16,7 @@ import (
 // setting sets a setting guard's setting for the phase and returns what
 // gives it back its value: a restore that fails has the session discard the
 // connection (phaseHooks.discard), or fails the phase where it cannot.
-func (r *run) setting(ctx context.Context, q querier, ph ops.Phase, g ops.Guard, h phaseHooks) (restore func() error, err error) {
+func (r *run) setting(ctx context.Context, q core.Querier, ph ops.Phase, g ops.Guard, h core.PhaseHooks) (restore func() error, err error) {
 	var was string
 	if err := q.QueryRowContext(ctx, g.Read).Scan(&was); err != nil {
 		return nil, fmt.Errorf("%s: %w", ph.ID(), err)
@@ -24,7 +25,7 @@ func (r *run) setting(ctx context.Context, q querier, ph ops.Phase, g ops.Guard,
 		return nil, fmt.Errorf("%s: %w", ph.ID(), err)
 	}
 	return func() error {
-		err := restoreSetting(q, h.Fail, r.o.logger, g.Read, fmt.Sprintf(g.Restore, was), was)
+		err := core.RestoreSetting(q, h.Fail, r.o.logger, g.Read, fmt.Sprintf(g.Restore, was), was)
 		if err == nil || h.Discard == nil {
 			return err
 		}

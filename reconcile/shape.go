@@ -16,7 +16,7 @@ import (
 
 // ShapePlan is the dry-run result of the shape step.
 type ShapePlan struct {
-	tables []*tablePlan
+	tables []*core.TablePlan
 	// writerBreaks are what in the declaration this release's writers'
 	// rows would break (internal/contract): the shape step applies nothing
 	// while there is one, unless WithAllowWriterBreak.
@@ -89,7 +89,7 @@ func inspect(ctx context.Context, drv migrate.Driver, decl *declare.Declaration,
 }
 
 // inspectLive opens Atlas's driver over q and inspects the owned tables.
-func inspectLive(ctx context.Context, drv driver, q querier, decl *declare.Declaration, schemaName string) (migrate.Driver, *schema.Schema, error) {
+func inspectLive(ctx context.Context, drv core.Driver, q core.Querier, decl *declare.Declaration, schemaName string) (migrate.Driver, *schema.Schema, error) {
 	ad, err := drv.Atlas(q)
 	if err != nil {
 		return nil, nil, err
@@ -100,15 +100,15 @@ func inspectLive(ctx context.Context, drv driver, q querier, decl *declare.Decla
 
 // planShape inspects, diffs and plans every owned table. It executes nothing.
 // Undeclared indexes, foreign keys and checks are kept unless o.prune is set.
-func planShape(ctx context.Context, drv driver, q querier, decl *declare.Declaration, schemaName string, o *options) (*ShapePlan, error) {
+func planShape(ctx context.Context, drv core.Driver, q core.Querier, decl *declare.Declaration, schemaName string, o *options) (*ShapePlan, error) {
 	ad, live, err := inspectLive(ctx, drv, q, decl, schemaName)
 	if err != nil {
 		return nil, err
 	}
-	pc := &planContext{Atlas: ad, Schema: schemaName, File: decl.File, Prune: o.prune, OnlineAbove: o.onlineAbove, Driver: drv}
+	pc := &core.PlanContext{Atlas: ad, Schema: schemaName, File: decl.File, Prune: o.prune, OnlineAbove: o.onlineAbove, Driver: drv}
 	plan := &ShapePlan{}
 	for _, want := range decl.Owned {
-		tp := &tablePlan{Table: want.Name, Want: want}
+		tp := &core.TablePlan{Table: want.Name, Want: want}
 		plan.tables = append(plan.tables, tp)
 		var f core.Facts
 		if lt, ok := live.Table(want.Name); ok {

@@ -9,8 +9,6 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	schemastate "github.com/schemastate/schemastate"
-
 	"github.com/schemastate/schemastate/dialect"
 	"github.com/schemastate/schemastate/internal/testkit/dbtest"
 	"github.com/schemastate/schemastate/reconcile"
@@ -96,12 +94,9 @@ func TestReconcile_RebuildKeepsAnOperatorsSelfReference(t *testing.T) {
 // the table once the upgrade is done, on both dialects, with the row using
 // it kept.
 func TestReconcile_RebuildAddsADeclaredSelfReference(t *testing.T) {
-	src := string(schemastate.SchemaHCL)
-	declared := strings.Replace(src, `  foreign_key "task_session_subagents_task_session_id_fkey" {`,
+	decl := declarationWith(t, `  foreign_key "task_session_subagents_task_session_id_fkey" {`,
 		"  foreign_key \"task_session_subagents_parent_fkey\" {\n    columns     = [column.parent_tool_call_id]\n    ref_columns = [column.id]\n  }\n"+
-			`  foreign_key "task_session_subagents_task_session_id_fkey" {`, 1)
-	require.NotEqual(t, src, declared)
-	decl := reconcile.WithDeclaration([]byte(declared), "self_reference.hcl")
+			`  foreign_key "task_session_subagents_task_session_id_fkey" {`, "self_reference.hcl")
 	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
 		db.Host(t).Legacy(t)
 		seedParentAndChild(t, db, true)

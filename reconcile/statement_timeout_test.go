@@ -4,11 +4,9 @@ import (
 	"database/sql"
 	"log/slog"
 	"net/url"
-	"strings"
 	"testing"
 	"time"
 
-	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
 	"github.com/schemastate/schemastate/capture"
@@ -16,7 +14,6 @@ import (
 	"github.com/schemastate/schemastate/internal/hooks"
 	"github.com/schemastate/schemastate/internal/ops"
 	"github.com/schemastate/schemastate/internal/testkit/dbtest"
-	"github.com/schemastate/schemastate/internal/testkit/pgbouncer"
 	"github.com/schemastate/schemastate/reconcile"
 )
 
@@ -26,7 +23,7 @@ import (
 // schema, and opens a pool connected as it, directly.
 func loginWithTimeout(t *testing.T, db *dbtest.DB, timeout string) (role string, pool *sql.DB) {
 	t.Helper()
-	role = "schemastate_app_" + strings.ReplaceAll(uuid.NewString()[:8], "-", "")
+	role = uniqueName("schemastate_app_")
 	db.Exec(t, `CREATE ROLE `+role+` LOGIN`)
 	t.Cleanup(func() {
 		_, _ = db.DB.Exec(`DROP OWNED BY ` + role)
@@ -37,10 +34,7 @@ GRANT USAGE, CREATE ON SCHEMA `+dialect.QuoteIdent(db.Schema)+` TO `+role)
 	for _, table := range db.Strings(t, `SELECT tablename FROM pg_tables WHERE schemaname = current_schema()`) {
 		db.Exec(t, `ALTER TABLE `+dialect.QuoteIdent(table)+` OWNER TO `+role)
 	}
-	u, err := url.Parse(db.DSN)
-	require.NoError(t, err)
-	u.User = url.User(role)
-	pool, err = sql.Open("pgx", u.String())
+	pool, err := sql.Open("pgx", editDSN(t, db.DSN, func(u *url.URL) { u.User = url.User(role) }))
 	require.NoError(t, err)
 	t.Cleanup(func() { pool.Close() }) // before the role is dropped
 	pool.SetMaxIdleConns(16)           // every connection the reconcile used is kept, and checked after it
@@ -132,17 +126,12 @@ func TestReconcile_RoleStatementTimeoutDirectCompletes(t *testing.T) {
 // naming the shape or stores the frame. Before, the column was added, the
 // build was cancelled at 300 ms and the table was left half-applied.
 func TestReconcile_RoleStatementTimeoutBehindPoolerRefusesBeforeDDL(t *testing.T) {
-	p := pgbouncer.Start(t, pgbouncer.Options{Mode: pgbouncer.Transaction})
+	p, pooled := legacyBehindPooler(t)
 	direct := p.Direct
-	direct.Host(t).Legacy(t)
-	seedLegacy(t, direct)
 	direct.Exec(t, `ALTER ROLE postgres IN DATABASE `+p.Database+` SET statement_timeout = '300ms'`)
 	t.Cleanup(func() {
 		_, _ = direct.DB.Exec(`ALTER ROLE postgres IN DATABASE ` + p.Database + ` RESET statement_timeout`)
 	})
-	pooled, err := sql.Open("pgx", dbtest.WithParam(t, p.DSN, "default_query_exec_mode", "exec"))
-	require.NoError(t, err)
-	defer pooled.Close()
 	var got string
 	require.NoError(t, pooled.QueryRow(`SHOW statement_timeout`).Scan(&got))
 	require.Equal(t, "300ms", got)

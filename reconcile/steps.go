@@ -5,12 +5,13 @@ import (
 	"database/sql"
 
 	"github.com/schemastate/schemastate/internal/declare"
+	"github.com/schemastate/schemastate/reconcile/internal/core"
 )
 
 // boot is what the steps of one reconcile hand each other, as values.
 type boot struct {
 	db    *sql.DB
-	sess  session
+	sess  core.Session
 	decl  *declare.Declaration
 	plan  *ShapePlan
 	clean bool // the full check found nothing to change (shape)

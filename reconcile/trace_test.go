@@ -1,7 +1,10 @@
 package reconcile_test
 
 import (
+	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 	"go.opentelemetry.io/otel"
@@ -172,5 +175,68 @@ func TestMetrics_StepsRowsAndDuration(t *testing.T) {
 		require.Equal(t, int64(2), *backfill.Rows)
 		require.Equal(t, *backfill.Rows, rows[reconcile.StepBackfill])
 		require.Equal(t, map[string]uint64{"ok/false": 1, "ok/true": 1}, durations)
+	})
+}
+
+// Long steps report progress; every step that ran reports its end.
+func TestReconcile_ProgressReportsEachStep(t *testing.T) {
+	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
+		seedLegacyStore(t, db)
+		var mu sync.Mutex
+		done := map[string]string{}
+		var messages []string
+		mustReconcile(t, db, reconcile.WithProgress(func(p reconcile.Progress) {
+			mu.Lock()
+			defer mu.Unlock()
+			if p.Done {
+				done[p.Step] = p.Message
+			} else {
+				messages = append(messages, p.Step+": "+p.Message)
+			}
+		}))
+		want := map[string]string{"shape": "applied", "execution_since": "applied", "backfill": "applied"}
+		if db.Dialect == dialect.Postgres {
+			want["widen"] = "applied" // the legacy metrics are integer; the declaration says bigint
+		}
+		require.Equal(t, want, done)
+		require.Contains(t, messages, "shape: applying task_session_subagents")
+		if db.Dialect == dialect.SQLite {
+			require.Contains(t, messages, "shape: rebuilding task_session_subagents: copying 3 rows", "rows when known")
+		}
+	})
+}
+
+// The progress callback is never called concurrently: the watcher's periodic
+// report waits while the step's own report is still in the callback. The
+// callback below keeps its state without any locking, as WithProgress allows;
+// it stays in the step's first report for three watcher ticks, so a watcher
+// that called it meanwhile is counted (and, under -race, reported as a race
+// on calls).
+func TestReconcile_ProgressCallbackIsSerialized(t *testing.T) {
+	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
+		seedLegacyStore(t, db)
+		var inside, overlapped atomic.Int32
+		var calls []reconcile.Progress // deliberately unguarded
+		slept := false
+		mustReconcile(t, db, reconcile.WithProgress(func(p reconcile.Progress) {
+			if inside.Add(1) > 1 {
+				overlapped.Add(1)
+			}
+			defer inside.Add(-1)
+			calls = append(calls, p)
+			if !slept && p.Message == "applying task_session_subagents" {
+				slept = true
+				time.Sleep(800 * time.Millisecond)
+			}
+		}))
+		require.True(t, slept, "the shape step reported its table")
+		require.Zero(t, overlapped.Load(), "the callback was entered while another call was in it")
+		var ticks int
+		for _, p := range calls {
+			if p.Step == reconcile.StepShape && p.Elapsed >= 250*time.Millisecond && !p.Done {
+				ticks++
+			}
+		}
+		require.NotZero(t, ticks, "the watcher reported while the step was slow")
 	})
 }

@@ -14,7 +14,6 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/schemastate/schemastate"
 	"github.com/schemastate/schemastate/dialect"
 	"github.com/schemastate/schemastate/internal/hooks"
 	"github.com/schemastate/schemastate/internal/ops"
@@ -190,13 +189,7 @@ INSERT INTO task_session_subagents (id, task_session_id, task_id, tool_call_id, 
 // twinDeclaration is the built-in declaration with from replaced by to.
 func twinDeclaration(t *testing.T, from, to, name string) reconcile.Option {
 	t.Helper()
-	src := string(schemastate.SchemaHCL)
-	if from == "" {
-		return reconcile.WithDeclaration(schemastate.SchemaHCL, name+".hcl")
-	}
-	out := strings.Replace(src, from, to, 1)
-	require.NotEqual(t, src, out, "declaration %s applies", name)
-	return reconcile.WithDeclaration([]byte(out), name+".hcl")
+	return declarationWith(t, from, to, name+".hcl")
 }
 
 // TestTwins_EveryStepKindHasARow fails for a step kind no twin row covers:

@@ -159,27 +159,25 @@ func indexIs(qname string, idx *schema.Index, unique bool) string {
 // foreign keys (they hold for new rows only), DEFERRABLE unique constraints
 // (no ON CONFLICT arbiter either).
 func unusable(ctx context.Context, q core.Querier, table string) (map[string]bool, error) {
-	names, err := core.QueryStrings(ctx, q, `SELECT c.relname::text FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
+	return nameSet(ctx, q, "unusable indexes and constraints", table, `SELECT c.relname::text FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
  WHERE i.indrelid = to_regclass(quote_ident(current_schema()) || '.' || quote_ident($1)) AND NOT i.indisvalid
 UNION SELECT con.conname::text FROM pg_constraint con
  WHERE con.conrelid = to_regclass(quote_ident(current_schema()) || '.' || quote_ident($1)) AND (NOT con.convalidated OR con.contype = 'u' AND con.condeferrable)`, table)
-	if err != nil {
-		return nil, fmt.Errorf("read the unusable indexes and constraints of %s: %w", table, err)
-	}
-	out := map[string]bool{}
-	for _, n := range names {
-		out[n] = true
-	}
-	return out, nil
 }
 
 // deferrableForeignKeys names the table's DEFERRABLE foreign keys.
 func deferrableForeignKeys(ctx context.Context, q core.Querier, schemaName, table string) (map[string]bool, error) {
-	names, err := core.QueryStrings(ctx, q, `SELECT conname::text FROM pg_constraint WHERE conrelid = to_regclass($1) AND contype = 'f' AND condeferrable`, pgsql.Qualified(schemaName, table))
+	return nameSet(ctx, q, "deferrable foreign keys", table, `SELECT conname::text FROM pg_constraint WHERE conrelid = to_regclass($1) AND contype = 'f' AND condeferrable`, pgsql.Qualified(schemaName, table))
+}
+
+// nameSet runs query, which lists names in one text column, and returns
+// them as a set; what names them for the error, with table.
+func nameSet(ctx context.Context, q core.Querier, what, table, query string, args ...any) (map[string]bool, error) {
+	names, err := core.QueryStrings(ctx, q, query, args...)
 	if err != nil {
-		return nil, fmt.Errorf("read the deferrable foreign keys of %s: %w", table, err)
+		return nil, fmt.Errorf("read the %s of %s: %w", what, table, err)
 	}
-	out := map[string]bool{}
+	out := make(map[string]bool, len(names))
 	for _, n := range names {
 		out[n] = true
 	}

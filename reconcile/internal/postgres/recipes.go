@@ -269,16 +269,8 @@ func catalogOnlyDefault(c *schema.Column) bool {
 
 // notValidConstraints names the table's NOT VALID checks and foreign keys.
 func notValidConstraints(ctx context.Context, q core.Querier, schemaName, table string) (map[string]bool, error) {
-	names, err := core.QueryStrings(ctx, q, `SELECT conname FROM pg_constraint WHERE conrelid = to_regclass($1) AND contype IN ('c', 'f') AND NOT convalidated`,
+	return nameSet(ctx, q, "NOT VALID constraints", table, `SELECT conname FROM pg_constraint WHERE conrelid = to_regclass($1) AND contype IN ('c', 'f') AND NOT convalidated`,
 		pgsql.Qualified(schemaName, table))
-	if err != nil {
-		return nil, fmt.Errorf("read the NOT VALID constraints of %s: %w", table, err)
-	}
-	out := map[string]bool{}
-	for _, n := range names {
-		out[n] = true
-	}
-	return out, nil
 }
 
 // equivalentDefaults names the columns whose declared default expression

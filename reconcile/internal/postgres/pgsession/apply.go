@@ -41,23 +41,22 @@ func (s *Session) Transact(ctx context.Context, _ string, table string, fn func(
 // alone applies a non-transactional phase: the batched copy, or CREATE or
 // DROP INDEX CONCURRENTLY.
 func (s *Session) Alone(ctx context.Context, ph ops.Phase, h core.PhaseHooks) error {
-	switch ph.Kind {
-	case ops.KindBatched:
-		return s.copyBatches(ctx, ph, h)
-	case ops.KindRebuildCopy:
-		return s.rebuildCopy(ctx, ph, h)
-	case ops.KindRebuildReplay:
-		return s.replayLog(ctx, ph, h)
-	case ops.KindRebuildIndex:
-		return s.rebuildIndexes(ctx, ph, h)
-	case ops.KindConcurrent:
-		return s.concurrently(ctx, ph, h)
-	case ops.KindCheckRows:
-		return s.checkRows(ctx, ph, h)
-	case ops.KindOwnTx:
-		return s.ownTx(ctx, ph, h)
+	run, ok := runners[ph.Kind]
+	if !ok {
+		return fmt.Errorf("%s: no runner for a phase of kind %q", ph.ID(), ph.Kind)
 	}
-	return fmt.Errorf("%s: no runner for a phase of kind %q", ph.ID(), ph.Kind)
+	return run(s, ctx, ph, h)
+}
+
+// runners are the runners of the non-transactional phases, by kind.
+var runners = map[ops.Kind]func(*Session, context.Context, ops.Phase, core.PhaseHooks) error{
+	ops.KindBatched:       (*Session).copyBatches,
+	ops.KindRebuildCopy:   (*Session).rebuildCopy,
+	ops.KindRebuildReplay: (*Session).replayLog,
+	ops.KindRebuildIndex:  (*Session).rebuildIndexes,
+	ops.KindConcurrent:    (*Session).concurrently,
+	ops.KindCheckRows:     (*Session).checkRows,
+	ops.KindOwnTx:         (*Session).ownTx,
 }
 
 // inTx runs fn in one transaction whose lock waits end after timeout and
