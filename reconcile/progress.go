@@ -2,8 +2,9 @@ package reconcile
 
 import (
 	"context"
-	"github.com/schemastate/schemastate/reconcile/internal/core"
 	"time"
+
+	"github.com/schemastate/schemastate/reconcile/internal/core"
 )
 
 // progressTick is how often a running step reports its elapsed time.

@@ -36,9 +36,6 @@
 package reconcile
 
 import (
-	"github.com/schemastate/schemastate/reconcile/internal/core"
-	"go.opentelemetry.io/otel/trace"
-
 	"context"
 	"database/sql"
 	"fmt"
@@ -46,12 +43,15 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/schemastate/schemastate/backfill"
 	"github.com/schemastate/schemastate/internal/declare"
 	"github.com/schemastate/schemastate/internal/hooks"
 	"github.com/schemastate/schemastate/internal/instant"
 	"github.com/schemastate/schemastate/internal/ops"
 	"github.com/schemastate/schemastate/keys"
+	"github.com/schemastate/schemastate/reconcile/internal/core"
 )
 
 // Step names, as logged and reported.

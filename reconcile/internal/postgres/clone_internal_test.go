@@ -1,13 +1,14 @@
 package postgres
 
 import (
-	"github.com/schemastate/schemastate/reconcile/internal/core"
 	"reflect"
 	"testing"
 
 	atlaspg "ariga.io/atlas/sql/postgres"
 	"ariga.io/atlas/sql/schema"
 	"github.com/stretchr/testify/require"
+
+	"github.com/schemastate/schemastate/reconcile/internal/core"
 )
 
 // inspectedTable is a live table as an inspection returns it, carrying

@@ -2,10 +2,10 @@ package postgres
 
 import (
 	"fmt"
-	"github.com/schemastate/schemastate/reconcile/internal/core"
 
 	"github.com/schemastate/schemastate/dialect"
 	"github.com/schemastate/schemastate/internal/ops"
+	"github.com/schemastate/schemastate/reconcile/internal/core"
 	"github.com/schemastate/schemastate/reconcile/internal/postgres/pgsql"
 )
 

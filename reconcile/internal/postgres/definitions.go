@@ -3,7 +3,6 @@ package postgres
 import (
 	"context"
 	"fmt"
-	"github.com/schemastate/schemastate/reconcile/internal/core"
 	"sort"
 	"strings"
 
@@ -11,6 +10,7 @@ import (
 	"ariga.io/atlas/sql/schema"
 
 	"github.com/schemastate/schemastate/internal/describe"
+	"github.com/schemastate/schemastate/reconcile/internal/core"
 	"github.com/schemastate/schemastate/reconcile/internal/postgres/pgsql"
 	"github.com/schemastate/schemastate/reconcile/internal/postgres/rebuild"
 )

@@ -3,7 +3,6 @@ package postgres
 import (
 	"context"
 	"fmt"
-	"github.com/schemastate/schemastate/reconcile/internal/core"
 	"hash/fnv"
 	"slices"
 	"strings"
@@ -15,6 +14,7 @@ import (
 	"github.com/schemastate/schemastate/dialect"
 	"github.com/schemastate/schemastate/internal/describe"
 	"github.com/schemastate/schemastate/internal/ops"
+	"github.com/schemastate/schemastate/reconcile/internal/core"
 	"github.com/schemastate/schemastate/reconcile/internal/postgres/pgsql"
 	"github.com/schemastate/schemastate/reconcile/internal/postgres/rebuild"
 )

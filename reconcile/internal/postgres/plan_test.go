@@ -1,13 +1,13 @@
 package postgres
 
 import (
-	"github.com/schemastate/schemastate/internal/declare"
 	"testing"
 
 	atlaspg "ariga.io/atlas/sql/postgres"
 	"ariga.io/atlas/sql/schema"
 	"github.com/stretchr/testify/require"
 
+	"github.com/schemastate/schemastate/internal/declare"
 	"github.com/schemastate/schemastate/internal/ops"
 	"github.com/schemastate/schemastate/reconcile/internal/core"
 	"github.com/schemastate/schemastate/reconcile/internal/coretest"

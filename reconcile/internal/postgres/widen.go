@@ -2,14 +2,14 @@ package postgres
 
 import (
 	"fmt"
-	"github.com/schemastate/schemastate/internal/typechange"
-	"github.com/schemastate/schemastate/reconcile/internal/core"
 	"strings"
 
 	"ariga.io/atlas/sql/schema"
 
 	"github.com/schemastate/schemastate/dialect"
 	"github.com/schemastate/schemastate/internal/ops"
+	"github.com/schemastate/schemastate/internal/typechange"
+	"github.com/schemastate/schemastate/reconcile/internal/core"
 	"github.com/schemastate/schemastate/reconcile/internal/postgres/pgsql"
 )
 
