@@ -86,11 +86,12 @@ type Session interface {
 	// certificate: the certified boot's first read) in one statement; the
 	// rows absent are absent from the map. A session that has not read its
 	// own identity yet (PostgreSQL: the database and schema that name the
-	// lock and every statement) reads it in that same statement.
+	// lock and every statement) reads it in that same statement when any
+	// row is there.
 	Meta(ctx context.Context, names ...string) (map[string]string, error)
 	// SchemaName is the schema the reconcile works in: main on SQLite, the
-	// connection's current_schema() on PostgreSQL. Valid once Meta or Lock
-	// returned without an error.
+	// connection's current_schema() on PostgreSQL. Valid once Meta returned
+	// a row, or Lock returned, without an error.
 	SchemaName() string
 	// Begin and End are the scope of a step that is not made of phases
 	// (execution_since, backfill).

@@ -122,9 +122,9 @@ func (s *Session) readIdentity(ctx context.Context) error {
 	return s.identify(database, schema)
 }
 
-// Meta reads the rows named. Until the session knows its identity, the
-// identity comes in the same statement: one row of it whatever kandev_meta
-// holds, beside each row named.
+// Meta reads the rows named. Until the session knows its identity, each
+// row brings it too (a plain read of kandev_meta, as cheap to plan as one
+// without it); when no row is there, Lock reads it alone.
 func (s *Session) Meta(ctx context.Context, names ...string) (map[string]string, error) {
 	if s.ident != "" {
 		rows, err := s.conn.QueryContext(ctx, core.MetaQuery(dialect.Postgres, len(names)), core.Args(names)...)
@@ -133,25 +133,22 @@ func (s *Session) Meta(ctx context.Context, names ...string) (map[string]string,
 		}
 		return core.ScanMeta(rows)
 	}
-	rows, err := s.conn.QueryContext(ctx, `SELECT current_database(), current_schema(), m.key, m.value
-  FROM (SELECT) AS one LEFT JOIN kandev_meta m ON m.key IN (`+core.Placeholders(dialect.Postgres, 1, len(names))+`)`, core.Args(names)...)
+	rows, err := s.conn.QueryContext(ctx, `SELECT key, value, current_database(), current_schema() FROM kandev_meta WHERE key IN (`+core.Placeholders(dialect.Postgres, 1, len(names))+`)`, core.Args(names)...)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
 	out := map[string]string{}
-	var database string
-	var schema, key, value sql.NullString
+	var key, value, database string
+	var schema sql.NullString
 	for rows.Next() {
-		if err := rows.Scan(&database, &schema, &key, &value); err != nil {
+		if err := rows.Scan(&key, &value, &database, &schema); err != nil {
 			return nil, err
 		}
-		if key.Valid && value.Valid {
-			out[key.String] = value.String
-		}
+		out[key] = value
 	}
-	if err := rows.Err(); err != nil {
-		return nil, err
+	if err := rows.Err(); err != nil || len(out) == 0 {
+		return out, err
 	}
 	return out, s.identify(database, schema)
 }
