@@ -202,11 +202,13 @@ func IndexNames(kind string, idx *schema.Index, fn Visit) error {
 	if idx == nil {
 		return nil
 	}
-	// An index always has a name; a key need not.
-	errs := []error{fn(kind, idx.Name)}
+	// An index always has a name; a key need not (and fn never sees the
+	// name it lacks).
+	visit := fn
 	if kind == "primary key" {
-		errs[0] = Optional(kind, idx.Name, fn)
+		visit = func(kind, name string) error { return Optional(kind, name, fn) }
 	}
+	errs := []error{visit(kind, idx.Name)}
 	for _, p := range idx.Parts {
 		errs = append(errs, ColumnName(p.C, fn))
 	}
