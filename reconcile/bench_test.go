@@ -60,3 +60,27 @@ func boolMetric(v bool) float64 {
 	}
 	return 0
 }
+
+// BenchmarkFullCheckBoot times one Reconcile that takes the full check on a
+// store already in shape (its certificate deleted before each boot): the
+// fixed part every boot with work pays around its statements — evaluating
+// schema.hcl, inspecting, diffing and planning, the keys, the certificate.
+//
+//	go test -run '^$' -bench FullCheckBoot -benchtime 200x ./reconcile
+func BenchmarkFullCheckBoot(b *testing.B) {
+	for _, d := range []dialect.Dialect{dialect.SQLite, dialect.Postgres} {
+		b.Run(string(d), func(b *testing.B) {
+			db := dbtest.Open(b, d).Host(b)
+			mustBootB(b, db)
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				b.StopTimer()
+				db.Exec(b, `DELETE FROM kandev_meta WHERE key = 'schemastate_shape_certificate'`)
+				b.StartTimer()
+				if rep := mustBootB(b, db); rep.Step(reconcile.StepLock).Status != reconcile.Applied {
+					b.Fatalf("the boot took no full check: %v", rep.Steps)
+				}
+			}
+		})
+	}
+}
