@@ -35,7 +35,7 @@ var layers = []struct {
 	{"primitives", "the library's own internals (internal/): planner vocabulary, catalog reads, the declaration, the contract, time", []string{"internal/*"}},
 	{"reconcile internals", "the reconcile's step sequence meets each dialect through reconcile/internal/core; a dialect's driver, planner and session in a package of its own", []string{"reconcile/internal/*", "reconcile/internal/postgres/*"}},
 	{"library", "what a host imports", []string{"keys", "backfill", "capture", "health", "fanout", "transcript", "reconcile", "drivers"}},
-	{"tools", "the CLI's tools (internal/tool/): lint, parity, compat, bench, the generator, the stores and fixtures they build", []string{"internal/tool/*"}},
+	{"tools", "the CLI's tools (internal/tool/): lint, parity, compat, bench, the generator, the stores and fixtures they build", []string{"internal/tool/*", "internal/tool/bench/render"}},
 	{"test support", "for tests only (internal/testkit/): a database per test, the CLI as a child process, a real PgBouncer, another replica", []string{"internal/testkit/*"}},
 	{"command", "the CLI", []string{"cmd/schemastate"}},
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/schemastate/schemastate/internal/perdialect"
 	"github.com/schemastate/schemastate/internal/tool/bench"
+	"github.com/schemastate/schemastate/internal/tool/bench/render"
 	"github.com/schemastate/schemastate/internal/tool/dsn"
 	"github.com/schemastate/schemastate/internal/tool/gen"
 )
@@ -32,15 +33,15 @@ func runBench(ctx context.Context, e *env, args []string) int {
 	seed := fs.Uint64("seed", 1, "generator seed")
 	out := fs.String("out", "", "write report.json, results.csv, the SVG charts and tables.md here (each name starts with the dialect)")
 	images := fs.String("images", "bench/", "tables.md links the charts as this prefix + file name (the path from docs/benchmarks.md to --out)")
-	render := fs.String("render", "", "read a report.json an earlier run wrote and write its files into --out again; measures nothing")
+	renderFrom := fs.String("render", "", "read a report.json an earlier run wrote and write its files into --out again; measures nothing")
 	only := fs.String("only", "", "take only these measurements, comma-separated ("+strings.Join(bench.Names(), ", ")+"; default all)")
 	poolerArg := fs.String("pooler", "", "PostgreSQL: the same database reached through PgBouncer in transaction mode (no search_path in --db); also measures the boot, the steady-state boot and live capture through it beside direct")
 	noCLI := fs.Bool("no-cli", false, "do not time the operations through the CLI")
 	if code, ok := parseFlags(e, fs, args); !ok {
 		return code
 	}
-	if *render != "" {
-		return renderBench(e, *render, *out, *images)
+	if *renderFrom != "" {
+		return renderBench(e, *renderFrom, *out, *images)
 	}
 	t, err := dsn.Parse(*dbArg)
 	if err != nil {
@@ -130,7 +131,7 @@ func runBench(ctx context.Context, e *env, args []string) int {
 		return exitBenchFailed
 	}
 	if *out != "" {
-		paths, err := bench.WriteFiles(*out, *images, rep)
+		paths, err := render.WriteFiles(*out, *images, rep)
 		if err != nil {
 			fmt.Fprintf(e.stderr, "schemastate: bench: %v\n", err)
 			return exitBenchFailed
@@ -154,12 +155,12 @@ func renderBench(e *env, from, out, images string) int {
 		fmt.Fprintf(e.stderr, "schemastate: bench: %v\n", err)
 		return exitUsage
 	}
-	var rep bench.Report
+	var rep render.Report
 	if err := json.Unmarshal(b, &rep); err != nil {
 		fmt.Fprintf(e.stderr, "schemastate: bench: %s: %v\n", from, err)
 		return exitUsage
 	}
-	paths, err := bench.WriteFiles(out, images, &rep)
+	paths, err := render.WriteFiles(out, images, &rep)
 	if err != nil {
 		fmt.Fprintf(e.stderr, "schemastate: bench: %v\n", err)
 		return exitBenchFailed
@@ -202,7 +203,7 @@ func sizes(s string, def []int) ([]int, error) {
 	return out, nil
 }
 
-func printBench(e *env, r *bench.Report) {
+func printBench(e *env, r *render.Report) {
 	fmt.Fprintf(e.stdout, "%s, median of %d runs (%d at a million and above)\n", r.Dialect, r.Runs, r.LargeRuns)
 	fmt.Fprintf(e.stdout, "%-26s %-8s %9s %12s %12s %7s %s\n", "measurement", "family", "n", "ours", "floor", "ratio", "target")
 	for _, m := range r.Measurements {
@@ -210,13 +211,13 @@ func printBench(e *env, r *bench.Report) {
 		if m.Target > 0 {
 			target = map[bool]string{true: "met", false: "NOT MET"}[m.Met != nil && *m.Met]
 		}
-		fmt.Fprintf(e.stdout, "%-26s %-8s %9d %12s %12s %6.2f× %s\n", m.Name, m.Family, m.N, bench.Dur(m.Ours), bench.Dur(m.Floor), m.Ratio, target)
+		fmt.Fprintf(e.stdout, "%-26s %-8s %9d %12s %12s %6.2f× %s\n", m.Name, m.Family, m.N, render.Dur(m.Ours), render.Dur(m.Floor), m.Ratio, target)
 		for _, a := range m.Anchors {
 			if a.Err != "" {
 				fmt.Fprintf(e.stdout, "    %s: failed: %s\n", a.Name, a.Err)
 				continue
 			}
-			fmt.Fprintf(e.stdout, "    %s: %s\n", a.Name, bench.Dur(a.Median))
+			fmt.Fprintf(e.stdout, "    %s: %s\n", a.Name, render.Dur(a.Median))
 		}
 	}
 	for _, m := range r.Memory {
@@ -225,7 +226,7 @@ func printBench(e *env, r *bench.Report) {
 	}
 	for _, l := range r.Locks {
 		fmt.Fprintf(e.stdout, "postgres ACCESS EXCLUSIVE at %d rows: seen %s; concurrent reader worst %s (baseline %s)\n",
-			l.Rows, bench.Dur(l.Held), bench.Dur(l.ReaderWorst), bench.Dur(l.ReaderBaseline))
+			l.Rows, render.Dur(l.Held), render.Dur(l.ReaderWorst), render.Dur(l.ReaderBaseline))
 	}
 	for _, s := range r.Skipped {
 		fmt.Fprintf(e.stdout, "not measured: %s\n", s)

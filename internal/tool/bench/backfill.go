@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/schemastate/schemastate/internal/hooks"
+	"github.com/schemastate/schemastate/internal/tool/bench/render"
 	"github.com/schemastate/schemastate/internal/tool/gen"
 	"github.com/schemastate/schemastate/reconcile"
 )
@@ -72,14 +73,14 @@ FROM ` + floorWinners
 // INSERT … SELECT of the same rows into the same freshly created table.
 // Both start from the history alone; the floor's table is created by a
 // reconcile stopped at the backfill's first failpoint.
-func (b *bench) backfill(ctx context.Context, rep *Report, n int, sum *gen.Summary) error {
-	m := Measurement{Name: Backfill, Family: FamilyMessages, N: n, Messages: sum.Messages, Target: 1.0,
+func (b *bench) backfill(ctx context.Context, rep *render.Report, n int, sum *gen.Summary) error {
+	m := render.Measurement{Name: render.Backfill, Family: render.FamilyMessages, N: n, Messages: sum.Messages, Target: 1.0,
 		OursIs:  "the backfill step of reconcile.Reconcile on the predating store (its own Duration: the one scan into the winners table, the MAX, the INSERT, the keys)",
 		FloorIs: "the same algorithm with nothing extra, in the step's transaction shape: one scan through the same text pre-filter into a temp table of the per-key winners (ROW_NUMBER), the MAX over them, one INSERT … SELECT from them (no guard, key writes, defensive JSON reading, timestamp normalization or unreadable count)"}
 	r := &backfillRuns{sampledRuns: sampledRuns{b: b, ctx: ctx, n: n}}
 	var anchors []anchorRun
 	if b.cfg.Exe != "" {
-		anchors = append(anchors, anchorRun{AnchorCLI, "`schemastate reconcile --db …` on the predating store as a child process, wall time (process start, the whole boot: table created, execution_since, the backfill)", func(int) (time.Duration, error) {
+		anchors = append(anchors, anchorRun{render.AnchorCLI, "`schemastate reconcile --db …` on the predating store as a child process, wall time (process start, the whole boot: table created, execution_since, the backfill)", func(int) (time.Duration, error) {
 			if err := b.restorePredating(ctx); err != nil {
 				return 0, err
 			}
@@ -133,7 +134,7 @@ func (r *backfillRuns) ours(run int) (time.Duration, error) {
 			tScan = time.Now()
 		}
 	}
-	el, rep, err := b.sampledReconcile(hooks.With(ctx, hooks.Hooks{Failpoint: fp}), run, &r.mem, FamilyMessages, r.n, "reconcile of the predating store (table created, full backfill)",
+	el, rep, err := b.sampledReconcile(hooks.With(ctx, hooks.Hooks{Failpoint: fp}), run, &r.mem, render.FamilyMessages, r.n, "reconcile of the predating store (table created, full backfill)",
 		reconcile.WithProgress(progress))
 	if err != nil {
 		return 0, err

@@ -37,26 +37,16 @@ import (
 
 	"github.com/schemastate/schemastate/dialect"
 	"github.com/schemastate/schemastate/internal/declare"
+	"github.com/schemastate/schemastate/internal/tool/bench/render"
 	"github.com/schemastate/schemastate/internal/tool/gen"
 	"github.com/schemastate/schemastate/keys"
 )
 
-// Measurement names.
-const (
-	SteadyState    = "steady_state_boot"
-	Rebuild        = "sqlite_rebuild"
-	ConstraintSwap = "postgres_constraint_swap"
-	Backfill       = "backfill"
-	Capture        = "live_capture"
-	// CaptureConcurrent is live capture from 8 concurrent writers.
-	CaptureConcurrent = "live_capture_8_writers"
-	Health            = "health_queries"
-)
-
 // Names lists every measurement name, in the order a run takes them.
 func Names() []string {
-	return []string{Rebuild, ConstraintSwap, SteadyState, Capture, CaptureConcurrent, Health, Backfill,
-		PoolerBoot, PoolerSteady, PoolerCapture, PoolerCaptureConcurrent}
+	return []string{render.Rebuild, render.ConstraintSwap, render.SteadyState, render.Capture,
+		render.CaptureConcurrent, render.Health, render.Backfill,
+		render.PoolerBoot, render.PoolerSteady, render.PoolerCapture, render.PoolerCaptureConcurrent}
 }
 
 // CheckOnly returns an error naming every name of only that is not a
@@ -73,20 +63,6 @@ func CheckOnly(only []string) error {
 	}
 	return nil
 }
-
-// Families: what a measurement's N counts.
-const (
-	FamilyRows     = "rows"     // task_session_subagents rows
-	FamilyMessages = "messages" // task_session_messages rows
-)
-
-// Anchor names.
-const (
-	AnchorCLI      = "ours through the CLI"
-	AnchorHost     = "host's recreate-table migration"
-	AnchorAtlas    = "atlas schema apply (Go API)"
-	AnchorPhysical = "physical limit"
-)
 
 // DefaultRows and DefaultMessages are the curves' sizes; PostgreSQL adds
 // PostgresExtraRows to the rows family.
@@ -177,151 +153,13 @@ func (c *Config) runsAt(n int) int {
 	return c.Runs
 }
 
-// Anchor is one alternative measured next to ours and the floor.
-type Anchor struct {
-	Name string `json:"name"`
-	// Is says what exactly was run.
-	Is     string          `json:"is"`
-	Median time.Duration   `json:"median_ns"`
-	Runs   []time.Duration `json:"runs_ns,omitempty"`
-	// Err is set when the anchor could not complete (it is then not retried).
-	Err string `json:"error,omitempty"`
-}
-
-// Cost is a fixed cost broken out of ours, timed on its own.
-type Cost struct {
-	Name   string        `json:"name"`
-	Median time.Duration `json:"median_ns"`
-}
-
-// Measurement is one operation at one store size.
-type Measurement struct {
-	Name   string `json:"name"`
-	Family string `json:"family"`
-	// N is the size on the curve's x axis: Rows or Messages, by Family.
-	N        int `json:"n"`
-	Rows     int `json:"rows"`
-	Messages int `json:"messages"`
-	// Ours and Floor are medians over the runs; Ratio is Ours/Floor.
-	Ours      time.Duration   `json:"ours_ns"`
-	Floor     time.Duration   `json:"floor_ns"`
-	Ratio     float64         `json:"ratio"`
-	OursRuns  []time.Duration `json:"ours_runs_ns"`
-	FloorRuns []time.Duration `json:"floor_runs_ns"`
-	// Target is the largest acceptable Ratio (zero when there is none);
-	// Met is the comparison, reported and never asserted.
-	Target float64 `json:"target,omitempty"`
-	Met    *bool   `json:"met,omitempty"`
-	// Ours and FloorIs say what each side runs; Detail where the time goes.
-	OursIs  string   `json:"ours_is"`
-	FloorIs string   `json:"floor_is"`
-	Anchors []Anchor `json:"anchors,omitempty"`
-	Fixed   []Cost   `json:"fixed_costs,omitempty"`
-	Detail  string   `json:"detail,omitempty"`
-	// Bytes is what the operation wrote (the rebuilt table and its indexes).
-	Bytes int64 `json:"bytes,omitempty"`
-	// Count is the number of frames (capture): rates are Count/duration.
-	Count int `json:"count,omitempty"`
-	// ZeroDDL (steady state only): no step ran a statement and the catalog
-	// fingerprint did not move.
-	ZeroDDL *bool `json:"zero_ddl,omitempty"`
-}
-
-// Anchor returns the named anchor, or nil.
-func (m *Measurement) Anchor(name string) *Anchor {
-	for i := range m.Anchors {
-		if m.Anchors[i].Name == name {
-			return &m.Anchors[i]
-		}
-	}
-	return nil
-}
-
-// Memory is the footprint of the first timed reconcile at one store size:
-// the Go heap's peak (sampled through runtime/metrics, which does not stop
-// the world) and the process's peak RSS over that reconcile (Linux VmHWM,
-// reset before it; zero where unavailable).
-type Memory struct {
-	Family        string `json:"family"`
-	N             int    `json:"n"`
-	Operation     string `json:"operation"`
-	HeapPeak      uint64 `json:"heap_peak_bytes"`
-	RSSBefore     uint64 `json:"rss_before_bytes"`
-	RSSPeak       uint64 `json:"rss_peak_bytes"`
-	SamplesPeriod string `json:"sample_period"`
-}
-
-// Lock is the PostgreSQL constraint swap seen from outside, in one extra
-// untimed reconcile: how long ACCESS EXCLUSIVE was seen on the table (polled
-// from pg_locks on another connection) and a concurrent reader's worst wait.
-type Lock struct {
-	Rows           int           `json:"rows"`
-	Held           time.Duration `json:"held_ns"`
-	ReaderWorst    time.Duration `json:"reader_worst_ns"`
-	ReaderBaseline time.Duration `json:"reader_baseline_ns"`
-	ReaderQueries  int           `json:"reader_queries"`
-	PollInterval   time.Duration `json:"poll_interval_ns"`
-	// Err is the extra reconcile's failure, when a step of it failed: a swap
-	// that could not get its lock within its budget, under the reader, is
-	// reported, not a failure of the run (the boot would go on and retry).
-	Err string `json:"error,omitempty"`
-}
-
-// Store is one generated store.
-type Store struct {
-	Family    string        `json:"family"`
-	ScaleMB   float64       `json:"scale_mb"`
-	Messages  int           `json:"messages"`
-	Subagents int           `json:"subagent_messages"`
-	Bytes     int64         `json:"store_bytes"`
-	Generate  time.Duration `json:"generate_ns"`
-}
-
-// Disk is the sequential write rate of the disk the store lives on, measured
-// in the same run: Bytes written in 1 MiB blocks and fsynced, over Duration.
-type Disk struct {
-	Path        string        `json:"path"`
-	Bytes       int64         `json:"bytes"`
-	Duration    time.Duration `json:"duration_ns"`
-	BytesPerSec float64       `json:"bytes_per_sec"`
-}
-
-// Report is one benchmark run on one dialect.
-type Report struct {
-	Dialect      dialect.Dialect `json:"dialect"`
-	Started      time.Time       `json:"started"`
-	GoVersion    string          `json:"go_version"`
-	CPUs         int             `json:"cpus"`
-	Runs         int             `json:"runs"`
-	LargeRuns    int             `json:"large_runs"`
-	Frames       int             `json:"frames"`
-	Disk         []Disk          `json:"disk"`
-	Stores       []Store         `json:"stores"`
-	Measurements []Measurement   `json:"measurements"`
-	Memory       []Memory        `json:"memory"`
-	Locks        []Lock          `json:"postgres_locks,omitempty"`
-	// Skipped names what this run did not measure, and why.
-	Skipped []string `json:"skipped,omitempty"`
-}
-
-// Find returns the named measurement at size n of family, or nil.
-func (r *Report) Find(name, family string, n int) *Measurement {
-	for i := range r.Measurements {
-		m := &r.Measurements[i]
-		if m.Name == name && m.Family == family && m.N == n {
-			return m
-		}
-	}
-	return nil
-}
-
 // Run generates its stores through stores and takes every measurement.
-func Run(ctx context.Context, stores Stores, cfg Config) (*Report, error) {
+func Run(ctx context.Context, stores Stores, cfg Config) (*render.Report, error) {
 	cfg.defaults()
 	if err := CheckOnly(cfg.Only); err != nil {
 		return nil, err
 	}
-	rep := &Report{Started: time.Now().UTC(), GoVersion: runtime.Version(), CPUs: runtime.NumCPU(),
+	rep := &render.Report{Started: time.Now().UTC(), GoVersion: runtime.Version(), CPUs: runtime.NumCPU(),
 		Runs: cfg.Runs, LargeRuns: cfg.LargeRuns, Frames: cfg.Frames, Dialect: stores.Dialect(), Skipped: cfg.Skipped}
 	legacy, err := declare.PreAmendmentColumns()
 	if err != nil {
@@ -335,14 +173,14 @@ func Run(ctx context.Context, stores Stores, cfg Config) (*Report, error) {
 	if err := b.disk(rep); err != nil {
 		return rep, err
 	}
-	if len(cfg.Rows) > 0 && cfg.wants(Rebuild, ConstraintSwap, SteadyState, Capture, CaptureConcurrent,
-		PoolerBoot, PoolerSteady, PoolerCapture, PoolerCaptureConcurrent) {
+	if len(cfg.Rows) > 0 && cfg.wants(render.Rebuild, render.ConstraintSwap, render.SteadyState, render.Capture, render.CaptureConcurrent,
+		render.PoolerBoot, render.PoolerSteady, render.PoolerCapture, render.PoolerCaptureConcurrent) {
 		if err := b.rowsFamily(ctx, rep); err != nil {
 			return rep, err
 		}
 	}
 	for _, n := range cfg.Messages {
-		if !cfg.wants(Health, SteadyState, Backfill) {
+		if !cfg.wants(render.Health, render.SteadyState, render.Backfill) {
 			break
 		}
 		if err := b.messagesPoint(ctx, rep, n); err != nil {
@@ -379,7 +217,7 @@ func (b *bench) say(format string, args ...any) {
 }
 
 // generate replaces the current store by a freshly generated legacy one.
-func (b *bench) generate(ctx context.Context, rep *Report, family string, scaleMB, population float64) (*gen.Summary, error) {
+func (b *bench) generate(ctx context.Context, rep *render.Report, family string, scaleMB, population float64) (*gen.Summary, error) {
 	db, dsn, err := b.stores.Fresh(ctx)
 	if err != nil {
 		return nil, err
@@ -390,7 +228,7 @@ func (b *bench) generate(ctx context.Context, rep *Report, family string, scaleM
 	if err != nil {
 		return nil, err
 	}
-	rep.Stores = append(rep.Stores, Store{Family: family, ScaleMB: sum.ScaleMB, Messages: sum.Messages,
+	rep.Stores = append(rep.Stores, render.Store{Family: family, ScaleMB: sum.ScaleMB, Messages: sum.Messages,
 		Subagents: sum.SubagentMessages, Bytes: sum.StoreBytes, Generate: sum.Duration})
 	b.keys, err = keys.Read(ctx, db, b.d)
 	return sum, err

@@ -14,6 +14,7 @@ import (
 	"github.com/schemastate/schemastate/internal/testkit/dbtest"
 	"github.com/schemastate/schemastate/internal/testkit/proctest"
 	"github.com/schemastate/schemastate/internal/tool/bench"
+	"github.com/schemastate/schemastate/internal/tool/bench/render"
 	"github.com/schemastate/schemastate/reconcile"
 )
 
@@ -46,20 +47,20 @@ func TestRun_EveryCurveAgainstItsFloorAndAnchors(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, db.Dialect, rep.Dialect)
 
-		rebuild := bench.Rebuild
-		anchors := []string{bench.AnchorAtlas, bench.AnchorHost, bench.AnchorCLI, bench.AnchorPhysical}
+		rebuild := render.Rebuild
+		anchors := []string{render.AnchorAtlas, render.AnchorHost, render.AnchorCLI, render.AnchorPhysical}
 		if db.Dialect == dialect.Postgres {
-			rebuild = bench.ConstraintSwap
-			anchors = []string{bench.AnchorAtlas, bench.AnchorCLI, bench.AnchorPhysical}
+			rebuild = render.ConstraintSwap
+			anchors = []string{render.AnchorAtlas, render.AnchorCLI, render.AnchorPhysical}
 		}
 		want := map[string][]int{}
 		for _, n := range []int{300, 1000} {
-			for _, name := range []string{rebuild, bench.SteadyState, bench.Capture, bench.CaptureConcurrent} {
-				want[bench.FamilyRows+"/"+name] = append(want[bench.FamilyRows+"/"+name], n)
+			for _, name := range []string{rebuild, render.SteadyState, render.Capture, render.CaptureConcurrent} {
+				want[render.FamilyRows+"/"+name] = append(want[render.FamilyRows+"/"+name], n)
 			}
 		}
-		for _, name := range []string{bench.Health, bench.SteadyState, bench.Backfill} {
-			want[bench.FamilyMessages+"/"+name] = []int{4000}
+		for _, name := range []string{render.Health, render.SteadyState, render.Backfill} {
+			want[render.FamilyMessages+"/"+name] = []int{4000}
 		}
 		got := map[string][]int{}
 		for _, m := range rep.Measurements {
@@ -82,7 +83,7 @@ func TestRun_EveryCurveAgainstItsFloorAndAnchors(t *testing.T) {
 		require.Equal(t, want, got)
 
 		for _, n := range []int{300, 1000} {
-			r := rep.Find(rebuild, bench.FamilyRows, n)
+			r := rep.Find(rebuild, render.FamilyRows, n)
 			require.Equal(t, n, r.Rows)
 			var names []string
 			for _, a := range r.Anchors {
@@ -92,14 +93,14 @@ func TestRun_EveryCurveAgainstItsFloorAndAnchors(t *testing.T) {
 			require.Positive(t, r.Bytes)
 			require.NotEmpty(t, r.Fixed)
 
-			s := rep.Find(bench.SteadyState, bench.FamilyRows, n)
+			s := rep.Find(render.SteadyState, render.FamilyRows, n)
 			require.Equal(t, n, s.Rows, "the steady-state boot ran on the store of that size")
 			require.True(t, *s.ZeroDDL, s.Detail)
 		}
-		b := rep.Find(bench.Backfill, bench.FamilyMessages, 4000)
+		b := rep.Find(render.Backfill, render.FamilyMessages, 4000)
 		require.Positive(t, b.Rows)
 		require.Contains(t, b.Detail, "rows;")
-		h := rep.Find(bench.Health, bench.FamilyMessages, 4000)
+		h := rep.Find(render.Health, render.FamilyMessages, 4000)
 		require.Contains(t, h.Detail, "the same from both sides")
 
 		require.Len(t, rep.Memory, 3)
@@ -123,7 +124,7 @@ func TestRun_EveryCurveAgainstItsFloorAndAnchors(t *testing.T) {
 		require.Equal(t, b.Rows, n, "the last backfill left every invocation")
 
 		dir := t.TempDir()
-		paths, err := bench.WriteFiles(dir, "", rep)
+		paths, err := render.WriteFiles(dir, "", rep)
 		require.NoError(t, err)
 		require.Contains(t, paths, filepath.Join(dir, string(db.Dialect)+"-"+rebuild+"-rows.svg"))
 		tables, err := os.ReadFile(filepath.Join(dir, string(db.Dialect)+"-tables.md"))

@@ -12,6 +12,7 @@ import (
 
 	"github.com/schemastate/schemastate/capture"
 	"github.com/schemastate/schemastate/internal/instant"
+	"github.com/schemastate/schemastate/internal/tool/bench/render"
 )
 
 // plainInsert is the floor's statement: one row of the same 22 columns,
@@ -26,7 +27,7 @@ VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
 // single-row INSERTs of the same width through the same pool — same DSN,
 // same connection settings, one autocommit statement each. Rows written are
 // removed after each run, untimed.
-func (b *bench) capture(ctx context.Context, rep *Report, rowsN int) error {
+func (b *bench) capture(ctx context.Context, rep *render.Report, rowsN int) error {
 	sessions, err := b.captureSessions(ctx)
 	if err != nil {
 		return err
@@ -47,7 +48,7 @@ func (b *bench) capture(ctx context.Context, rep *Report, rowsN int) error {
 	n := cr.n
 	rate := func(d time.Duration) float64 { return float64(n) / d.Seconds() }
 
-	m := Measurement{Name: Capture, Family: FamilyRows, N: rowsN, Rows: rowsN, Count: n, Target: 1 / 0.9,
+	m := render.Measurement{Name: render.Capture, Family: render.FamilyRows, N: rowsN, Rows: rowsN, Count: n, Target: 1 / 0.9,
 		OursIs:  fmt.Sprintf("%d async_launched frames through capture.Writer.Record, each creating a row", n),
 		FloorIs: fmt.Sprintf("%d plain single-row INSERTs of the same 22 columns through the same pool, prepared once, one autocommit statement each, ids random UUIDs as Record's are", n)}
 	if err := b.measure(&m, b.cfg.runsAt(rowsN), cr.record(1), cr.plain(1)); err != nil {
@@ -62,7 +63,7 @@ func (b *bench) capture(ctx context.Context, rep *Report, rowsN int) error {
 	// INSERTs. On SQLite the writers queue on the file's write lock (busy
 	// timeout, then the writer's retries).
 	before := w.Counters()
-	mc := Measurement{Name: CaptureConcurrent, Family: FamilyRows, N: rowsN, Rows: rowsN, Count: n,
+	mc := render.Measurement{Name: render.CaptureConcurrent, Family: render.FamilyRows, N: rowsN, Rows: rowsN, Count: n,
 		OursIs:  fmt.Sprintf("the same %d frames through one capture.Writer from %d concurrent writers", n, captureWriters),
 		FloorIs: fmt.Sprintf("the same %d plain single-row INSERTs from %d concurrent writers through the same pool", n, captureWriters)}
 	if err := b.measure(&mc, b.cfg.runsAt(rowsN), cr.record(captureWriters), cr.plain(captureWriters)); err != nil {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/schemastate/schemastate/internal/instant"
 	"github.com/schemastate/schemastate/internal/perdialect"
+	"github.com/schemastate/schemastate/internal/tool/bench/render"
 )
 
 // dialectBench is what the benchmark does differently on each dialect
@@ -27,7 +28,7 @@ type dialectBench struct {
 	// target, what ours and the floor are), rebuildFloor the floor's
 	// hand-written statements, rebuildChecks the reads a rebuild makes
 	// besides (a fixed cost; none on a dialect that does not rebuild).
-	rebuild       Measurement
+	rebuild       render.Measurement
 	rebuildFloor  func(legacy []string) ([]string, error)
 	rebuildChecks []string
 	// handMigration runs a hand-written migration's statements on conn the

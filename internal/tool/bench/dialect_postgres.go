@@ -9,6 +9,7 @@ import (
 	"ariga.io/atlas/sql/sqlclient"
 
 	"github.com/schemastate/schemastate/internal/instant"
+	"github.com/schemastate/schemastate/internal/tool/bench/render"
 )
 
 var postgresBench = dialectBench{
@@ -23,7 +24,7 @@ var postgresBench = dialectBench{
 		return &sqlclient.Tx{Tx: tx}, nil
 	},
 
-	rebuild: Measurement{Name: ConstraintSwap,
+	rebuild: render.Measurement{Name: render.ConstraintSwap,
 		OursIs:  "reconcile.Reconcile on the legacy store, in process, wall time (lock, certificate check, declaration, inspect, plan, the shape and widen steps — one transaction under the online threshold (reconcile.WithOnlineAbove), the online phases at and above it: catalog-only exclusive locks, CONCURRENTLY index build, expand/contract widening — and execution_since)",
 		FloorIs: "one hand-written ALTER TABLE to the declared shape (drop constraint, widen the three metrics to bigint, add column, add constraint) in one transaction, timed with its COMMIT"},
 	rebuildFloor:  func([]string) ([]string, error) { return handSwapPostgres, nil },

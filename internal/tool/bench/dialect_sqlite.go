@@ -10,6 +10,7 @@ import (
 
 	"github.com/schemastate/schemastate/dialect"
 	"github.com/schemastate/schemastate/internal/instant"
+	"github.com/schemastate/schemastate/internal/tool/bench/render"
 )
 
 var sqliteBench = dialectBench{
@@ -18,7 +19,7 @@ var sqliteBench = dialectBench{
 	atlasOpen: sqlite.Open,
 	atlasTx:   sqlite.OpenTx,
 
-	rebuild: Measurement{Name: Rebuild, Target: 1.15,
+	rebuild: render.Measurement{Name: render.Rebuild, Target: 1.15,
 		OursIs:  "reconcile.Reconcile on the legacy store, in process, wall time (lock, certificate check, declaration, inspect, plan, the rebuild with its row count — its foreign_key_check before and after skipped, as the legacy table keeps its foreign keys and nothing references it — execution_since, COMMIT)",
 		FloorIs: "the same create / copy / drop / rename / four CREATE INDEX on one connection, foreign keys off, inside BEGIN IMMEDIATE, timed with its COMMIT"},
 	rebuildFloor:  handRebuildSQLite,

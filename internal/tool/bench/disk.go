@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"os"
 	"time"
+
+	"github.com/schemastate/schemastate/internal/tool/bench/render"
 )
 
 // disk measures the sequential write rate of the disk the store lives on:
@@ -11,7 +13,7 @@ import (
 // fsynced, timed to the end of the fsync. It runs at the start and at the end
 // of a run and before each rebuild size, whose physical limit uses the
 // figure taken just before it.
-func (b *bench) disk(rep *Report) error {
+func (b *bench) disk(rep *render.Report) error {
 	dir := b.stores.Dir()
 	if dir == "" {
 		rep.Skipped = append(rep.Skipped, "disk write rate: the store's disk is not reachable from here")
@@ -38,6 +40,6 @@ func (b *bench) disk(rep *Report) error {
 	}
 	el := time.Since(t0)
 	n := int64(b.cfg.DiskMB) << 20
-	rep.Disk = append(rep.Disk, Disk{Path: dir, Bytes: n, Duration: el, BytesPerSec: float64(n) / el.Seconds()})
+	rep.Disk = append(rep.Disk, render.Disk{Path: dir, Bytes: n, Duration: el, BytesPerSec: float64(n) / el.Seconds()})
 	return nil
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/schemastate/schemastate/health"
 	"github.com/schemastate/schemastate/internal/instant"
 	"github.com/schemastate/schemastate/internal/readonly"
+	"github.com/schemastate/schemastate/internal/tool/bench/render"
 	"github.com/schemastate/schemastate/keys"
 )
 
@@ -70,7 +71,7 @@ type healthCounts struct{ shortfall, excess, collisions int64 }
 // health measures health.Evaluate against the independent scan on the store
 // reconciled from legacy (capture_since in the middle of the history), and
 // checks that both give the same shortfall, excess and collisions.
-func (b *bench) health(ctx context.Context, rep *Report, n, messages int) error {
+func (b *bench) health(ctx context.Context, rep *render.Report, n, messages int) error {
 	ks, err := keys.Read(ctx, b.db, b.d)
 	if err != nil {
 		return err
@@ -82,7 +83,7 @@ func (b *bench) health(ctx context.Context, rep *Report, n, messages int) error 
 	if err != nil {
 		return err
 	}
-	m := Measurement{Name: Health, Family: FamilyMessages, N: n, Messages: messages, Target: 1.2,
+	m := render.Measurement{Name: render.Health, Family: render.FamilyMessages, N: n, Messages: messages, Target: 1.2,
 		OursIs:  "health.Evaluate, in process, wall time (read transaction, key read, table checks, the one statement)",
 		FloorIs: "an independent statement for the same four numbers in one read transaction: one scan of the window's messages through the same text pre-filter, JSON read only for candidates, two directed EXCEPTs, the collision count, the scoped MAX"}
 	var ours, floor healthCounts
@@ -155,5 +156,5 @@ func (b *bench) cliAnchor(is string, args ...string) []anchorRun {
 	if b.cfg.Exe == "" {
 		return nil
 	}
-	return []anchorRun{{AnchorCLI, is, func(int) (time.Duration, error) { return b.cli(args...) }}}
+	return []anchorRun{{render.AnchorCLI, is, func(int) (time.Duration, error) { return b.cli(args...) }}}
 }

@@ -5,6 +5,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/schemastate/schemastate/internal/tool/bench/render"
 	"github.com/schemastate/schemastate/reconcile"
 )
 
@@ -13,7 +14,7 @@ import (
 // part of the timed runs: polling and reading load the server. The online
 // upgrade's own benchmark (reader and writer waits against the naive single
 // ALTER) is a separate measurement.
-func (b *bench) lock(ctx context.Context, rep *Report, n int) error {
+func (b *bench) lock(ctx context.Context, rep *render.Report, n int) error {
 	if err := b.restoreLegacy(ctx); err != nil {
 		return err
 	}
@@ -27,14 +28,14 @@ func (b *bench) lock(ctx context.Context, rep *Report, n int) error {
 		return err
 	}
 	if err != nil {
-		rep.Locks = append(rep.Locks, Lock{Rows: n, Held: held, ReaderWorst: worst, ReaderQueries: reads, PollInterval: poll, Err: oneLine(err.Error(), 300)})
+		rep.Locks = append(rep.Locks, render.Lock{Rows: n, Held: held, ReaderWorst: worst, ReaderQueries: reads, PollInterval: poll, Err: render.OneLine(err.Error(), 300)})
 		return nil
 	}
 	base, err := b.readerBaseline(ctx, reads)
 	if err != nil {
 		return err
 	}
-	rep.Locks = append(rep.Locks, Lock{Rows: n, Held: held, ReaderWorst: worst, ReaderBaseline: base, ReaderQueries: reads, PollInterval: poll})
+	rep.Locks = append(rep.Locks, render.Lock{Rows: n, Held: held, ReaderWorst: worst, ReaderBaseline: base, ReaderQueries: reads, PollInterval: poll})
 	return nil
 }
 

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"sort"
 	"time"
+
+	"github.com/schemastate/schemastate/internal/tool/bench/render"
 )
 
 // timed is one side of a measurement: it returns the duration to record,
@@ -18,10 +20,10 @@ type anchorRun struct {
 // measure runs the floor, ours and every anchor runs times each, in turn,
 // and records the medians. An anchor that fails is recorded with its error
 // and not run again; ours or the floor failing fails the measurement.
-func (b *bench) measure(m *Measurement, runs int, ours, floor timed, anchors ...anchorRun) error {
+func (b *bench) measure(m *render.Measurement, runs int, ours, floor timed, anchors ...anchorRun) error {
 	m.Anchors = nil
 	for _, a := range anchors {
-		m.Anchors = append(m.Anchors, Anchor{Name: a.name, Is: a.is})
+		m.Anchors = append(m.Anchors, render.Anchor{Name: a.name, Is: a.is})
 	}
 	for i := 0; i < runs; i++ {
 		b.say("%s at %d %s: run %d/%d", m.Name, m.N, m.Family, i+1, runs)

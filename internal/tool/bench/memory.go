@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/schemastate/schemastate/internal/tool/bench/render"
 	"github.com/schemastate/schemastate/reconcile"
 )
 
@@ -25,7 +26,7 @@ const samplePeriod = 5 * time.Millisecond
 // records the Go heap's peak, sampled every few milliseconds, and the
 // process's peak RSS over fn alone (Linux: VmHWM after resetting it through
 // /proc/self/clear_refs).
-func (b *bench) sampled(sample bool, fn func()) (time.Duration, *Memory) {
+func (b *bench) sampled(sample bool, fn func()) (time.Duration, *render.Memory) {
 	if !sample {
 		t0 := time.Now()
 		fn()
@@ -33,7 +34,7 @@ func (b *bench) sampled(sample bool, fn func()) (time.Duration, *Memory) {
 	}
 	runtime.GC()
 	resetPeakRSS()
-	m := &Memory{RSSBefore: procStatus("VmRSS"), SamplesPeriod: samplePeriod.String()}
+	m := &render.Memory{RSSBefore: procStatus("VmRSS"), SamplesPeriod: samplePeriod.String()}
 	var wg sync.WaitGroup
 	done := make(chan struct{})
 	wg.Add(1)
@@ -70,11 +71,11 @@ type sampledRuns struct {
 	b   *bench
 	ctx context.Context
 	n   int
-	mem *Memory
+	mem *render.Memory
 }
 
 // keepMemory records the memory the first run sampled, if it did.
-func (s *sampledRuns) keepMemory(rep *Report) {
+func (s *sampledRuns) keepMemory(rep *render.Report) {
 	if s.mem != nil {
 		rep.Memory = append(rep.Memory, *s.mem)
 	}
@@ -84,7 +85,7 @@ func (s *sampledRuns) keepMemory(rep *Report) {
 // and opts, timed by sampled: on the first run (0) its memory is sampled
 // too, labelled with the family, n and operation it measures, and kept in
 // *mem.
-func (b *bench) sampledReconcile(ctx context.Context, run int, mem **Memory, family string, n int, operation string, opts ...reconcile.Option) (time.Duration, *reconcile.Report, error) {
+func (b *bench) sampledReconcile(ctx context.Context, run int, mem **render.Memory, family string, n int, operation string, opts ...reconcile.Option) (time.Duration, *reconcile.Report, error) {
 	var r *reconcile.Report
 	var err error
 	el, sample := b.sampled(run == 0, func() {

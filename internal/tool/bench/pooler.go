@@ -7,20 +7,15 @@ import (
 	"time"
 
 	"github.com/schemastate/schemastate/capture"
+	"github.com/schemastate/schemastate/internal/tool/bench/render"
 	"github.com/schemastate/schemastate/reconcile"
 )
 
 // Measurements through a connection pooler (Config.PoolerDSN: the same
 // database behind PgBouncer in transaction mode). Ours is the operation
 // through the pooler, the floor the same operation on the same store direct,
-// in the same run: the ratio is what the pooler costs.
-const (
-	PoolerBoot    = "pooler_boot"
-	PoolerSteady  = "pooler_steady_state_boot"
-	PoolerCapture = "pooler_live_capture"
-	// PoolerCaptureConcurrent is PoolerCapture from captureWriters writers.
-	PoolerCaptureConcurrent = "pooler_live_capture_8_writers"
-)
+// in the same run: the ratio is what the pooler costs. Their names are
+// render.PoolerBoot and the others beside it.
 
 // openPooled opens cfg.PoolerDSN and checks that it reaches the store the
 // direct pool does (same database, same schema: PgBouncer cannot carry a
@@ -55,7 +50,7 @@ func (b *bench) openPooled(ctx context.Context) (*sql.DB, error) {
 // pooler measures, on the store of n rows, the boot from the legacy state,
 // the steady-state boot and live capture through the pooler against the
 // same direct.
-func (b *bench) pooler(ctx context.Context, rep *Report, n int) error {
+func (b *bench) pooler(ctx context.Context, rep *render.Report, n int) error {
 	pooled, err := b.openPooled(ctx)
 	if err != nil {
 		return err
@@ -79,7 +74,7 @@ func (b *bench) pooler(ctx context.Context, rep *Report, n int) error {
 			return el, nil
 		}
 	}
-	m := Measurement{Name: PoolerBoot, Family: FamilyRows, N: n, Rows: n,
+	m := render.Measurement{Name: render.PoolerBoot, Family: render.FamilyRows, N: n, Rows: n,
 		OursIs:  "reconcile.Reconcile on the legacy store through PgBouncer in transaction mode, in process, wall time (the lock's transaction and every step through the pooler)",
 		FloorIs: "the same reconcile of the same restored store, direct"}
 	if err := b.measure(&m, runs, boot(pooled), boot(b.db)); err != nil {
@@ -108,7 +103,7 @@ func (b *bench) pooler(ctx context.Context, rep *Report, n int) error {
 			return time.Since(t0) / steadyBoots, nil
 		}
 	}
-	ms := Measurement{Name: PoolerSteady, Family: FamilyRows, N: n, Rows: n,
+	ms := render.Measurement{Name: render.PoolerSteady, Family: render.FamilyRows, N: n, Rows: n,
 		OursIs:  fmt.Sprintf("reconcile.Reconcile on the store in its declared shape through PgBouncer in transaction mode (each run the mean of %d boots)", steadyBoots),
 		FloorIs: fmt.Sprintf("the same boots direct (each run the mean of %d)", steadyBoots)}
 	if err := b.measure(&ms, runs, steady(pooled), steady(b.db)); err != nil {
@@ -122,7 +117,7 @@ func (b *bench) pooler(ctx context.Context, rep *Report, n int) error {
 
 // versus is a pooled measurement's detail: both medians, the runs behind
 // them, and the difference.
-func versus(m Measurement) string {
+func versus(m render.Measurement) string {
 	diff := (m.Ours - m.Floor).Round(10 * time.Microsecond)
 	sign := "+"
 	if diff < 0 {
@@ -142,7 +137,7 @@ func roundAll(ds []time.Duration) []time.Duration {
 
 // poolerCapture records cfg.Frames frames through capture.Writer through
 // the pooler and direct, from one writer and from captureWriters.
-func (b *bench) poolerCapture(ctx context.Context, rep *Report, n int, pooled *sql.DB, runs int) error {
+func (b *bench) poolerCapture(ctx context.Context, rep *render.Report, n int, pooled *sql.DB, runs int) error {
 	sessions, err := b.captureSessions(ctx)
 	if err != nil {
 		return err
@@ -169,8 +164,8 @@ func (b *bench) poolerCapture(ctx context.Context, rep *Report, n int, pooled *s
 	for _, c := range []struct {
 		name    string
 		writers int
-	}{{PoolerCapture, 1}, {PoolerCaptureConcurrent, captureWriters}} {
-		m := Measurement{Name: c.name, Family: FamilyRows, N: n, Rows: n, Count: frames,
+	}{{render.PoolerCapture, 1}, {render.PoolerCaptureConcurrent, captureWriters}} {
+		m := render.Measurement{Name: c.name, Family: render.FamilyRows, N: n, Rows: n, Count: frames,
 			OursIs:  fmt.Sprintf("%d async_launched frames through capture.Writer.Record from %d writer(s), through PgBouncer in transaction mode", frames, c.writers),
 			FloorIs: fmt.Sprintf("the same %d frames from %d writer(s), direct", frames, c.writers)}
 		if err := b.measure(&m, runs, record(pooled, c.writers), record(b.db, c.writers)); err != nil {

@@ -9,6 +9,7 @@ import (
 	"github.com/schemastate/schemastate/internal/testkit/dbtest"
 	"github.com/schemastate/schemastate/internal/testkit/pgbouncer"
 	"github.com/schemastate/schemastate/internal/tool/bench"
+	"github.com/schemastate/schemastate/internal/tool/bench/render"
 )
 
 // With a pooler's DSN the rows family also measures the boot, the
@@ -22,12 +23,12 @@ func TestBench_PoolerMeasuredBesideDirect(t *testing.T) {
 		PoolerDSN: dbtest.WithParam(t, p.DSN, "default_query_exec_mode", "exec")}
 	rep, err := bench.Run(context.Background(), st, cfg)
 	require.NoError(t, err)
-	for _, name := range []string{bench.PoolerBoot, bench.PoolerSteady, bench.PoolerCapture, bench.PoolerCaptureConcurrent} {
-		m := rep.Find(name, bench.FamilyRows, 300)
+	for _, name := range []string{render.PoolerBoot, render.PoolerSteady, render.PoolerCapture, render.PoolerCaptureConcurrent} {
+		m := rep.Find(name, render.FamilyRows, 300)
 		require.NotNil(t, m, name)
 		require.Positive(t, m.Ours, name)
 		require.Positive(t, m.Floor, name)
 		require.Positive(t, m.Ratio, name)
 	}
-	require.Contains(t, string(bench.Tables(rep, "")), "through PgBouncer (transaction mode) vs direct")
+	require.Contains(t, string(render.Tables(rep, "")), "through PgBouncer (transaction mode) vs direct")
 }

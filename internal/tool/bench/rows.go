@@ -8,14 +8,15 @@ import (
 	"github.com/schemastate/schemastate/internal/declare"
 	"github.com/schemastate/schemastate/internal/hooks"
 	"github.com/schemastate/schemastate/internal/readonly"
+	"github.com/schemastate/schemastate/internal/tool/bench/render"
 	"github.com/schemastate/schemastate/reconcile"
 )
 
 // rowsFamily generates one small legacy store and measures, at each size of
 // cfg.Rows, the rebuild (or constraint swap), the steady-state boot and live
 // capture on a task_session_subagents table of that many rows.
-func (b *bench) rowsFamily(ctx context.Context, rep *Report) error {
-	if _, err := b.generate(ctx, rep, FamilyRows, b.cfg.RowsStoreMB, 1); err != nil {
+func (b *bench) rowsFamily(ctx context.Context, rep *render.Report) error {
+	if _, err := b.generate(ctx, rep, render.FamilyRows, b.cfg.RowsStoreMB, 1); err != nil {
 		return err
 	}
 	if err := b.keepBase(ctx); err != nil {
@@ -31,12 +32,12 @@ func (b *bench) rowsFamily(ctx context.Context, rep *Report) error {
 		if err := b.fill(ctx, n); err != nil {
 			return err
 		}
-		if b.cfg.wants(Rebuild, ConstraintSwap) {
+		if b.cfg.wants(render.Rebuild, render.ConstraintSwap) {
 			if err := b.rebuild(ctx, rep, n); err != nil {
 				return err
 			}
 		}
-		if n <= b.on.lockUpTo && b.cfg.wants(ConstraintSwap) {
+		if n <= b.on.lockUpTo && b.cfg.wants(render.ConstraintSwap) {
 			if err := b.lock(ctx, rep, n); err != nil {
 				return err
 			}
@@ -45,17 +46,17 @@ func (b *bench) rowsFamily(ctx context.Context, rep *Report) error {
 		if _, err := reconcile.Reconcile(ctx, b.db, reconcile.WithLogger(b.quiet)); err != nil {
 			return err
 		}
-		if b.cfg.wants(SteadyState) {
-			if err := b.steady(ctx, rep, FamilyRows, n, 0); err != nil {
+		if b.cfg.wants(render.SteadyState) {
+			if err := b.steady(ctx, rep, render.FamilyRows, n, 0); err != nil {
 				return err
 			}
 		}
-		if b.cfg.wants(Capture, CaptureConcurrent) {
+		if b.cfg.wants(render.Capture, render.CaptureConcurrent) {
 			if err := b.capture(ctx, rep, n); err != nil {
 				return err
 			}
 		}
-		if b.cfg.PoolerDSN != "" && b.cfg.wants(PoolerBoot, PoolerSteady, PoolerCapture, PoolerCaptureConcurrent) {
+		if b.cfg.PoolerDSN != "" && b.cfg.wants(render.PoolerBoot, render.PoolerSteady, render.PoolerCapture, render.PoolerCaptureConcurrent) {
 			if err := b.pooler(ctx, rep, n); err != nil {
 				return err
 			}
@@ -67,9 +68,9 @@ func (b *bench) rowsFamily(ctx context.Context, rep *Report) error {
 // rebuild measures a boot on the legacy store of n rows — the SQLite table
 // rebuild, or the PostgreSQL constraint swap, whole Reconcile in process —
 // against the hand-written migration on the same rows, with the anchors.
-func (b *bench) rebuild(ctx context.Context, rep *Report, n int) error {
+func (b *bench) rebuild(ctx context.Context, rep *render.Report, n int) error {
 	m := b.on.rebuild
-	m.Family, m.N, m.Rows = FamilyRows, n, n
+	m.Family, m.N, m.Rows = render.FamilyRows, n, n
 	floor, err := b.on.rebuildFloor(b.legacyColumns)
 	if err != nil {
 		return err
@@ -133,7 +134,7 @@ func (r *rebuildRuns) run(run int) (time.Duration, error) {
 		}
 		return nil
 	}
-	el, rep, err := b.sampledReconcile(hooks.With(ctx, hooks.Hooks{Failpoint: fp}), run, &r.mem, FamilyRows, r.n, r.name, reconcile.WithProgress(progress))
+	el, rep, err := b.sampledReconcile(hooks.With(ctx, hooks.Hooks{Failpoint: fp}), run, &r.mem, render.FamilyRows, r.n, r.name, reconcile.WithProgress(progress))
 	if err != nil {
 		return 0, err
 	}
@@ -164,12 +165,12 @@ func (b *bench) rebuildAnchors(ctx context.Context, n int) []anchorRun {
 			return run()
 		}
 	}
-	anchors := []anchorRun{{AnchorAtlas, b.on.atlasIs, from(func() (time.Duration, error) { return b.amended(ctx, n)(b.atlasApply(ctx)) })}}
+	anchors := []anchorRun{{render.AnchorAtlas, b.on.atlasIs, from(func() (time.Duration, error) { return b.amended(ctx, n)(b.atlasApply(ctx)) })}}
 	if b.on.hostAnchor {
-		anchors = append(anchors, anchorRun{AnchorHost, hostIs, from(func() (time.Duration, error) { return b.amended(ctx, n)(b.hostRecreate(ctx)) })})
+		anchors = append(anchors, anchorRun{render.AnchorHost, hostIs, from(func() (time.Duration, error) { return b.amended(ctx, n)(b.hostRecreate(ctx)) })})
 	}
 	if b.cfg.Exe != "" {
-		anchors = append(anchors, anchorRun{AnchorCLI, "`schemastate reconcile --db …` as a child process, wall time (process start, open, the same Reconcile)",
+		anchors = append(anchors, anchorRun{render.AnchorCLI, "`schemastate reconcile --db …` as a child process, wall time (process start, open, the same Reconcile)",
 			from(func() (time.Duration, error) { return b.cli("reconcile", "--db", b.dsn) })})
 	}
 	return anchors
@@ -177,7 +178,7 @@ func (b *bench) rebuildAnchors(ctx context.Context, n int) []anchorRun {
 
 // physicalLimit adds the anchor of the table and its indexes as the floor
 // wrote them, at this disk's sequential write rate.
-func (b *bench) physicalLimit(ctx context.Context, rep *Report, m *Measurement, floor []string) error {
+func (b *bench) physicalLimit(ctx context.Context, rep *render.Report, m *render.Measurement, floor []string) error {
 	if err := b.restoreLegacy(ctx); err != nil {
 		return err
 	}
@@ -189,7 +190,7 @@ func (b *bench) physicalLimit(ctx context.Context, rep *Report, m *Measurement, 
 		return err
 	}
 	if rate := lastRate(rep); rate > 0 && m.Bytes > 0 {
-		m.Anchors = append(m.Anchors, Anchor{Name: AnchorPhysical,
+		m.Anchors = append(m.Anchors, render.Anchor{Name: render.AnchorPhysical,
 			Is:     fmt.Sprintf("the rebuilt table and its indexes (%.1f MiB) written once at the disk's sequential rate (%.0f MiB/s, measured in this run)", float64(m.Bytes)/(1<<20), rate/(1<<20)),
 			Median: time.Duration(float64(m.Bytes) / rate * float64(time.Second))})
 	}
@@ -200,14 +201,14 @@ func (b *bench) physicalLimit(ctx context.Context, rep *Report, m *Measurement, 
 // that do not depend on what changes: evaluating schema.hcl, Atlas's
 // inspection of the owned table, the whole inspect+diff+plan, the
 // foreign-key checks, and a process start.
-func (b *bench) fixedCosts(ctx context.Context) ([]Cost, error) {
-	var out []Cost
+func (b *bench) fixedCosts(ctx context.Context) ([]render.Cost, error) {
+	var out []render.Cost
 	add := func(name string, fn func() error) error {
 		d, err := medianOf(3, fn)
 		if err != nil {
 			return fmt.Errorf("fixed cost %q: %w", name, err)
 		}
-		out = append(out, Cost{Name: name, Median: d})
+		out = append(out, render.Cost{Name: name, Median: d})
 		return nil
 	}
 	schema, err := readonly.SchemaName(ctx, b.db, b.d)
@@ -271,7 +272,7 @@ func (b *bench) amended(ctx context.Context, n int) func(time.Duration, error) (
 	}
 }
 
-func lastRate(rep *Report) float64 {
+func lastRate(rep *render.Report) float64 {
 	if len(rep.Disk) == 0 {
 		return 0
 	}
@@ -280,9 +281,9 @@ func lastRate(rep *Report) float64 {
 
 // messagesPoint generates a store of about n messages and measures, on it,
 // health, the steady-state boot and the backfill.
-func (b *bench) messagesPoint(ctx context.Context, rep *Report, n int) error {
+func (b *bench) messagesPoint(ctx context.Context, rep *render.Report, n int) error {
 	scale := float64(n) * bytesPerMessage / (1 << 20)
-	sum, err := b.generate(ctx, rep, FamilyMessages, scale, 0)
+	sum, err := b.generate(ctx, rep, render.FamilyMessages, scale, 0)
 	if err != nil {
 		return err
 	}
@@ -294,17 +295,17 @@ func (b *bench) messagesPoint(ctx context.Context, rep *Report, n int) error {
 	if _, err := reconcile.Reconcile(ctx, b.db, reconcile.WithLogger(b.quiet)); err != nil {
 		return err
 	}
-	if b.cfg.wants(Health) {
+	if b.cfg.wants(render.Health) {
 		if err := b.health(ctx, rep, n, sum.Messages); err != nil {
 			return err
 		}
 	}
-	if b.cfg.wants(SteadyState) {
-		if err := b.steady(ctx, rep, FamilyMessages, n, sum.Messages); err != nil {
+	if b.cfg.wants(render.SteadyState) {
+		if err := b.steady(ctx, rep, render.FamilyMessages, n, sum.Messages); err != nil {
 			return err
 		}
 	}
-	if !b.cfg.wants(Backfill) {
+	if !b.cfg.wants(render.Backfill) {
 		return nil
 	}
 	// Last: it leaves a store activated now.

@@ -10,6 +10,7 @@ import (
 	"github.com/schemastate/schemastate/dialect"
 	"github.com/schemastate/schemastate/internal/declare"
 	"github.com/schemastate/schemastate/internal/readonly"
+	"github.com/schemastate/schemastate/internal/tool/bench/render"
 	"github.com/schemastate/schemastate/keys"
 	"github.com/schemastate/schemastate/reconcile"
 )
@@ -26,7 +27,7 @@ const certificateRow = "schemastate_shape_certificate"
 // that the boot ran no DDL: no step executed a statement, and the schema's
 // catalog fingerprint (SQLite schema_version; PostgreSQL the pg_class rows
 // of the schema) did not move.
-func (b *bench) steady(ctx context.Context, rep *Report, family string, n, messages int) error {
+func (b *bench) steady(ctx context.Context, rep *render.Report, family string, n, messages int) error {
 	if r, err := reconcile.Reconcile(ctx, b.db, reconcile.WithLogger(b.quiet)); err != nil {
 		return err
 	} else if r.Keys.ExecutionSince == nil {
@@ -52,12 +53,12 @@ func (b *bench) steady(ctx context.Context, rep *Report, family string, n, messa
 	if err != nil {
 		return err
 	}
-	m := Measurement{Name: SteadyState, Family: family, N: n, Rows: rows, Messages: messages, Target: 1.2,
+	m := render.Measurement{Name: render.SteadyState, Family: family, N: n, Rows: rows, Messages: messages, Target: 1.2,
 		OursIs:  fmt.Sprintf("reconcile.Reconcile on a store in its declared shape, in process, wall time (each run the mean of %d boots)", steadyBoots),
 		FloorIs: fmt.Sprintf("on a pinned connection and without a lock (a certified boot takes none), one read of the three keys and the certificate row and one catalog read of the owned tables and the host tables (raw catalog columns on PostgreSQL), hashed (each run the mean of %d)", steadyBoots)}
 	var anchors []anchorRun
 	if b.cfg.Exe != "" {
-		anchors = append(anchors, anchorRun{AnchorCLI, "`schemastate reconcile --db …` as a child process, wall time", func(int) (time.Duration, error) {
+		anchors = append(anchors, anchorRun{render.AnchorCLI, "`schemastate reconcile --db …` as a child process, wall time", func(int) (time.Duration, error) {
 			return b.cli("reconcile", "--db", b.dsn)
 		}})
 	}

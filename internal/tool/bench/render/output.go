@@ -1,4 +1,4 @@
-package bench
+package render
 
 import (
 	"bytes"
@@ -227,7 +227,7 @@ func writeResults(b *bytes.Buffer, name, family string, pts []*Measurement, anch
 	for _, m := range pts {
 		for _, a := range m.Anchors {
 			if a.Err != "" {
-				fmt.Fprintf(b, "- at %s: *%s* failed: `%s`\n", FormatCount(float64(m.N)), a.Name, oneLine(a.Err, 300))
+				fmt.Fprintf(b, "- at %s: *%s* failed: `%s`\n", FormatCount(float64(m.N)), a.Name, OneLine(a.Err, 300))
 			}
 		}
 	}
@@ -363,7 +363,9 @@ func Dur(d time.Duration) string {
 	return d.Round(time.Microsecond).String()
 }
 
-func oneLine(s string, n int) string {
+// OneLine is s on one line, its runs of white space made one space, cut at n
+// bytes with an ellipsis.
+func OneLine(s string, n int) string {
 	s = strings.Join(strings.Fields(s), " ")
 	if len(s) > n {
 		s = s[:n] + "…"

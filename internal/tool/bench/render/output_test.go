@@ -1,4 +1,4 @@
-package bench_test
+package render_test
 
 import (
 	"testing"
@@ -7,7 +7,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/schemastate/schemastate/dialect"
-	"github.com/schemastate/schemastate/internal/tool/bench"
+	"github.com/schemastate/schemastate/internal/tool/bench/render"
 )
 
 // A rate table's ratio is the rate's, ours over the floor's, as its target
@@ -16,14 +16,14 @@ import (
 func TestTables_EveryRatioPointsTheWayOfItsTarget(t *testing.T) {
 	notMet, met := false, true
 	frames := 2894
-	rep := &bench.Report{Dialect: dialect.Postgres, Started: time.Unix(0, 0), Measurements: []bench.Measurement{
-		{Name: bench.Capture, Family: bench.FamilyRows, N: 1000, Count: frames,
+	rep := &render.Report{Dialect: dialect.Postgres, Started: time.Unix(0, 0), Measurements: []render.Measurement{
+		{Name: render.Capture, Family: render.FamilyRows, N: 1000, Count: frames,
 			Ours: time.Second, Floor: time.Second * 2894 / 3237,
 			Ratio: 3237.0 / 2894, Target: 1 / 0.90, Met: &notMet, OursIs: "ours", FloorIs: "floor"},
-		{Name: bench.SteadyState, Family: bench.FamilyRows, N: 1000,
+		{Name: render.SteadyState, Family: render.FamilyRows, N: 1000,
 			Ours: 3 * time.Millisecond, Floor: 2 * time.Millisecond, Ratio: 1.5, Target: 2, Met: &met, OursIs: "ours", FloorIs: "floor"},
 	}}
-	out := string(bench.Tables(rep, ""))
+	out := string(render.Tables(rep, ""))
 	require.Contains(t, out, "| rows | ours | floor | rate: ours / floor | target |")
 	require.Contains(t, out, "| 2894/s | 3237/s | 0.89× | rate ≥ 0.90×: not met |")
 	require.Contains(t, out, "| rows | ours | floor | time: ours / floor | target |")
