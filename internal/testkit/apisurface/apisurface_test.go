@@ -42,3 +42,14 @@ func TestSurface_CountsWhatIsExported(t *testing.T) {
 	require.Equal(t, []string{"T.M"}, s.Methods)
 	require.Equal(t, 1, s.Fields)
 }
+
+// An alias of a type declared in one of the module's internal packages
+// brings that type's exported fields and methods; an alias of another
+// module's type brings only its name.
+func TestSurface_AnAliasOfAnInternalTypeCountsItsFieldsAndMethods(t *testing.T) {
+	s, err := apisurface.Of(filepath.Join("testdata", "aliased"))
+	require.NoError(t, err)
+	require.Equal(t, []string{"type B", "type T"}, s.Identifiers)
+	require.Equal(t, []string{"T.M", "T.N"}, s.Methods)
+	require.Equal(t, 2, s.Fields)
+}
