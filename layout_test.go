@@ -32,7 +32,7 @@ var layers = []struct {
 	folders []string
 }{
 	{"leaves", "what every layer may import: the embedded declaration and writers' contract, the dialect, the tool-status vocabulary", []string{".", "dialect", "toolstatus"}},
-	{"primitives", "the library's own internals (internal/): planner vocabulary, catalog reads, the declaration, the contract, time", []string{"internal/*"}},
+	{"primitives", "the library's own internals (internal/, transcript/internal/): planner vocabulary, catalog reads, the declaration, the contract, time, the provider streams' normalizers", []string{"internal/*", "transcript/internal/*"}},
 	{"reconcile internals", "the reconcile's step sequence meets each dialect through reconcile/internal/core; a dialect's driver, planner and session in a package of its own", []string{"reconcile/internal/*", "reconcile/internal/postgres/*"}},
 	{"library", "what a host imports", []string{"keys", "backfill", "capture", "health", "fanout", "transcript", "reconcile", "drivers"}},
 	{"tools", "the CLI's tools (internal/tool/): lint, parity, compat, bench, the generator, the stores and fixtures they build", []string{"internal/tool/*", "internal/tool/bench/render"}},
@@ -243,4 +243,34 @@ func funcName(fd *ast.FuncDecl) string {
 		return id.Name + "." + fd.Name.Name
 	}
 	return fd.Name.Name
+}
+
+// maxFileLines and maxPackageLines bound the rooms: a file a reader reads in
+// one sitting, a package (its non-test code) a reader can know whole.
+const maxFileLines, maxPackageLines = 450, 3000
+
+// No Go file of the module is over maxFileLines, and no package's non-test
+// code over maxPackageLines; the failure names each by its count.
+func TestLayout_FilesAndPackagesStaySmall(t *testing.T) {
+	var over []string
+	for _, p := range modulePackages(t) {
+		files, err := filepath.Glob(filepath.Join(p.dir, "*.go"))
+		require.NoError(t, err)
+		total := 0
+		for _, file := range files {
+			b, err := os.ReadFile(file)
+			require.NoError(t, err)
+			n := bytes.Count(b, []byte("\n"))
+			if n > maxFileLines {
+				over = append(over, fmt.Sprintf("%s: %d lines (at most %d a file)", filepath.ToSlash(file), n, maxFileLines))
+			}
+			if !strings.HasSuffix(file, "_test.go") {
+				total += n
+			}
+		}
+		if total > maxPackageLines {
+			over = append(over, fmt.Sprintf("%s: %d lines of non-test code (at most %d a package)", p.dir, total, maxPackageLines))
+		}
+	}
+	require.Empty(t, over, "rooms too large (split them by what they do):\n%s", strings.Join(over, "\n"))
 }

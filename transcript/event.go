@@ -3,8 +3,9 @@ package transcript
 import (
 	"bytes"
 	"encoding/json"
-	"fmt"
 	"time"
+
+	"github.com/schemastate/schemastate/transcript/internal/normalize"
 )
 
 // Format names the transcript document layout; it is the first field of every
@@ -23,43 +24,35 @@ const (
 )
 
 // Status is a transcript's state: running until Finish, then exactly one
-// terminal value, never changed again.
-type Status string
+// terminal value, never changed again. Terminal reports whether it is one
+// of the four terminal statuses.
+type Status = normalize.Status
 
 const (
-	Running   Status = "running"
-	Completed Status = "completed"
-	Failed    Status = "failed"
-	Cancelled Status = "cancelled"
-	TimedOut  Status = "timed_out"
+	Running   = normalize.Running
+	Completed = normalize.Completed
+	Failed    = normalize.Failed
+	Cancelled = normalize.Cancelled
+	TimedOut  = normalize.TimedOut
 )
-
-// Terminal reports whether s is one of the four terminal statuses.
-func (s Status) Terminal() bool {
-	switch s {
-	case Completed, Failed, Cancelled, TimedOut:
-		return true
-	}
-	return false
-}
 
 // EventType is the kind of one normalized event. These four are the whole
 // contract: every provider adapter produces only these.
-type EventType string
+type EventType = normalize.EventType
 
 const (
 	// UserMessage is a prompt delivered to the child (a lone prompt or one
 	// step of a message sequence).
-	UserMessage EventType = "user_message"
+	UserMessage = normalize.UserMessage
 	// AssistantMessage is text the child's model produced.
-	AssistantMessage EventType = "assistant_message"
+	AssistantMessage = normalize.AssistantMessage
 	// ToolCall is a tool invocation, appended when the call starts. In a
 	// rendered transcript it carries its final result (Event.Result).
-	ToolCall EventType = "tool_call"
+	ToolCall = normalize.ToolCall
 	// ToolResult is a tool call's final result, appended when it arrives. A
 	// rendered transcript folds it into its call; one whose call is unknown
 	// stays a standalone event.
-	ToolResult EventType = "tool_result"
+	ToolResult = normalize.ToolResult
 )
 
 // Header is what a transcript knows before the child's first provider turn.
@@ -73,48 +66,25 @@ type Header struct {
 	StartedAt       time.Time `json:"started_at"`
 }
 
-// Event is one normalized transcript event.
-type Event struct {
-	// Seq is assigned by the store: 1, 2, 3… in append order (the header is 0).
-	Seq int64 `json:"seq"`
-	// At is when the event happened; the store fills it in when zero.
-	At   time.Time `json:"at"`
-	Type EventType `json:"type"`
-	// Text is the message text of a user_message or assistant_message.
-	Text string `json:"text,omitempty"`
-	// Call describes a tool_call.
-	Call *Call `json:"call,omitempty"`
-	// Result is a tool_result's payload, or — in a rendered transcript — the
-	// final result folded into its tool_call (nil while none arrived).
-	Result *Result `json:"result,omitempty"`
-	// ParentToolCallID is set on an event that is not the child's own but
-	// belongs to a sub-agent the child started: it is the id of the child's
-	// tool call that started that sub-agent (a Claude Task call, say), so
-	// the sub-agent's prompt, messages and tool calls are kept but read apart
-	// from the child's. Empty on the child's own events. Providers that
-	// report sub-agent traffic inside the child's stream set it; the field
-	// means the same whichever provider produced the event.
-	ParentToolCallID string `json:"parent_tool_call_id,omitempty"`
-}
+// Event is one normalized transcript event: Seq (assigned by the store: 1,
+// 2, 3… in append order; the header is 0), At (when it happened; the store
+// fills it in when zero), Type, Text (a user_message's or
+// assistant_message's), Call (a tool_call's), Result (a tool_result's
+// payload, or, in a rendered transcript, the final result folded into its
+// tool_call), and ParentToolCallID: set on an event that belongs to a
+// sub-agent the child started (the id of the child's tool call that started
+// it, a Claude Task call, say), so the sub-agent's traffic is kept but read
+// apart from the child's; empty on the child's own events, and the same
+// whichever provider produced the event.
+type Event = normalize.Event
 
-// Call is a tool invocation.
-type Call struct {
-	ID    string          `json:"id"`
-	Name  string          `json:"name"`
-	Input json.RawMessage `json:"input,omitempty"`
-}
+// Call is a tool invocation: its ID, Name and JSON Input.
+type Call = normalize.Call
 
 // Result is a tool call's final result. A failed call has IsError set and its
-// failure detail in Error (and whatever output the tool produced in Output).
-type Result struct {
-	CallID  string `json:"call_id"`
-	Output  string `json:"output,omitempty"`
-	IsError bool   `json:"is_error,omitempty"`
-	Error   string `json:"error,omitempty"`
-	// Seq and At are the result event's own, set when it is folded into its call.
-	Seq int64      `json:"seq,omitempty"`
-	At  *time.Time `json:"at,omitempty"`
-}
+// failure detail in Error (and whatever output the tool produced in Output);
+// Seq and At are the result event's own, set when it is folded into its call.
+type Result = normalize.Result
 
 // Transcript is a readable transcript: the document written at finish, or the
 // rendering of a running transcript's event log.
@@ -157,39 +127,6 @@ func (t *Transcript) ToolCalls() []Event {
 		}
 	}
 	return out
-}
-
-// validate checks an event a caller asks to append.
-func (e Event) validate() error {
-	switch e.Type {
-	case UserMessage, AssistantMessage:
-		if e.Text == "" {
-			return fmt.Errorf("%w: %s without text", ErrInvalidEvent, e.Type)
-		}
-		if e.Call != nil || e.Result != nil {
-			return fmt.Errorf("%w: %s carries a tool payload", ErrInvalidEvent, e.Type)
-		}
-	case ToolCall:
-		if e.Call == nil || e.Call.ID == "" || e.Call.Name == "" {
-			return fmt.Errorf("%w: tool_call needs call.id and call.name", ErrInvalidEvent)
-		}
-		if e.Result != nil {
-			return fmt.Errorf("%w: tool_call carries a result; append it as a tool_result", ErrInvalidEvent)
-		}
-		if len(e.Call.Input) > 0 && !json.Valid(e.Call.Input) {
-			return fmt.Errorf("%w: tool_call %s: input is not JSON", ErrInvalidEvent, e.Call.ID)
-		}
-	case ToolResult:
-		if e.Result == nil || e.Result.CallID == "" {
-			return fmt.Errorf("%w: tool_result needs result.call_id", ErrInvalidEvent)
-		}
-		if e.Call != nil {
-			return fmt.Errorf("%w: tool_result carries a call", ErrInvalidEvent)
-		}
-	default:
-		return fmt.Errorf("%w: unknown event type %q", ErrInvalidEvent, e.Type)
-	}
-	return nil
 }
 
 // logLine is one line of the append-only event log: line 1 is the header

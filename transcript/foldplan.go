@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"os"
+
+	"github.com/schemastate/schemastate/transcript/internal/normalize"
 )
 
 // A running transcript is rendered from its event log (openLog) in two
@@ -122,7 +124,7 @@ func parseLine(line []byte, name string, n int) (logLine, error) {
 	case l.Seq != int64(n-1):
 		return l, fmt.Errorf("%w: %s line %d has seq %d, want %d", ErrCorrupt, name, n, l.Seq, n-1)
 	default:
-		if err := l.Event.validate(); err != nil {
+		if err := normalize.Validate(l.Event); err != nil {
 			return l, fmt.Errorf("%w: %s line %d: %v", ErrCorrupt, name, n, err)
 		}
 	}

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"unicode"
 	"unicode/utf8"
+
+	"github.com/schemastate/schemastate/transcript/internal/normalize"
 )
 
 // FuzzValidateID: an id ValidateID accepts is one path component that every
@@ -89,7 +91,7 @@ func fuzzNormalizer(f *testing.F, provider string, seeds ...string) {
 		}
 		check := func(evs []Event) {
 			for _, e := range evs {
-				if err := e.validate(); err != nil {
+				if err := normalize.Validate(e); err != nil {
 					t.Fatalf("%s normalizer returned an event Append refuses: %v (%+v)", provider, err, e)
 				}
 			}

@@ -35,6 +35,8 @@ import (
 	"os"
 	"path/filepath"
 	"time"
+
+	"github.com/schemastate/schemastate/transcript/internal/normalize"
 )
 
 // Sentinel errors; test with errors.Is.
@@ -55,7 +57,7 @@ var (
 	// at all (another name, another document, a provider stream).
 	ErrNotTranscript = errors.New("transcript: not a transcript")
 	// ErrInvalidEvent: an event does not satisfy the normalized contract.
-	ErrInvalidEvent = errors.New("transcript: invalid event")
+	ErrInvalidEvent = normalize.ErrInvalidEvent
 	// ErrLifecycle wraps a failure to record an outcome in
 	// background_agent_log; the file operation itself is complete.
 	ErrLifecycle = errors.New("transcript: lifecycle record failed")
@@ -210,7 +212,7 @@ func (s *Store) append(p Paths, events []Event) error {
 		return nil
 	}
 	for _, e := range events {
-		if err := e.validate(); err != nil {
+		if err := normalize.Validate(e); err != nil {
 			return err
 		}
 	}

@@ -1,4 +1,4 @@
-package transcript
+package normalize
 
 import (
 	"encoding/json"
