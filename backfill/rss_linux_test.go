@@ -1,9 +1,7 @@
 package backfill_test
 
 import (
-	"os"
 	"os/exec"
-	"strconv"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -26,12 +24,7 @@ func TestBackfill_HugeMetadataBoundedBootMemory(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the CLI and stores a document of tens of MiB")
 	}
-	mb := 24
-	if v := os.Getenv("SCHEMASTATE_TEST_BACKFILL_MB"); v != "" {
-		n, err := strconv.Atoi(v)
-		require.NoError(t, err)
-		mb = n
-	}
+	mb := proctest.SizeMB(t, "SCHEMASTATE_TEST_BACKFILL_MB", 24)
 	size := mb << 20
 	bin := proctest.Binary(t)
 	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {

@@ -9,7 +9,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/schemastate/schemastate/capture"
-	"github.com/schemastate/schemastate/internal/testkit/dbtest"
 )
 
 // AC-14: N frames for one key race each other through separate connections.
@@ -19,8 +18,7 @@ import (
 // never blanked by a zero or negative frame.
 func TestRecord_AC14_ConcurrentSameKeyOneRow(t *testing.T) {
 	const n = 24
-	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
-		s := newStore(t, db)
+	eachStore(t, func(t *testing.T, s *store) {
 		frames := make([]capture.Frame, n)
 		observed := map[time.Time]bool{}
 		terminalAt := map[time.Time]bool{}
@@ -75,8 +73,7 @@ func TestRecord_AC14_ConcurrentSameKeyOneRow(t *testing.T) {
 // reused by a second execution, all land as separate rows carrying their own
 // frame's data.
 func TestRecord_AC15_ConcurrentFanOutsAllRowsWritten(t *testing.T) {
-	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
-		s := newStore(t, db)
+	eachStore(t, func(t *testing.T, s *store) {
 		var frames []capture.Frame
 		for width := 3; width <= 8; width++ {
 			for i := range width {
@@ -100,7 +97,7 @@ func TestRecord_AC15_ConcurrentFanOutsAllRowsWritten(t *testing.T) {
 			require.Equal(t, r.ToolCallID+"@"+r.AgentExecutionID, *r.Description, "each row carries its own frame")
 		}
 		for width := 3; width <= 8; width++ {
-			byTurn, err := capture.ListByTurn(context.Background(), db.DB, db.Dialect, fmt.Sprintf("turn-w%d", width))
+			byTurn, err := capture.ListByTurn(context.Background(), s.DB.DB, s.Dialect, fmt.Sprintf("turn-w%d", width))
 			require.NoError(t, err)
 			require.Len(t, byTurn, 2*width)
 		}

@@ -110,9 +110,8 @@ func TestCheck_RequiresDeclaredTable(t *testing.T) {
 // anomalous_value, unstorable_text and unknown_execution as qualifiers — per
 // Writer and in the process-wide expvar map.
 func TestCounters_AC26_Identity(t *testing.T) {
-	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
-		s := newStore(t, db)
-		rejectTrigger(t, db)
+	eachStore(t, func(t *testing.T, s *store) {
+		rejectTrigger(t, s.DB)
 		globalBefore := expvarCounters(t)
 		ctx := context.Background()
 		frames := []capture.Frame{

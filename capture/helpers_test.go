@@ -57,6 +57,12 @@ func newStore(t *testing.T, db *dbtest.DB) *store {
 	return s
 }
 
+// eachStore runs fn once per dialect, each time on a fresh store (newStore).
+func eachStore(t *testing.T, fn func(t *testing.T, s *store)) {
+	t.Helper()
+	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) { fn(t, newStore(t, db)) })
+}
+
 // declared creates the host tables and reconciles the declared table into place.
 func declared(t testing.TB, db *dbtest.DB) {
 	t.Helper()

@@ -8,15 +8,13 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/schemastate/schemastate/capture"
-	"github.com/schemastate/schemastate/internal/testkit/dbtest"
 )
 
 // Ingest streams line by line: a frame far larger than any fixed scanner
 // buffer (a 4 MiB result_text) is recorded, the lines around it too, and
 // malformed lines are reported by number without stopping the stream.
 func TestIngest_StreamsLongLinesAndReportsMalformed(t *testing.T) {
-	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
-		s := newStore(t, db)
+	eachStore(t, func(t *testing.T, s *store) {
 		big := strings.Repeat("x", 4<<20)
 		in := strings.Join([]string{
 			`{"session_id":"sess-a","task_id":"task-a","execution_id":"` + execE + `","tool_call_id":"c1","subagent_task":{"tool_use_count":0}}`,
@@ -43,8 +41,7 @@ func TestIngest_StreamsLongLinesAndReportsMalformed(t *testing.T) {
 
 // A cancelled context stops the stream and says so.
 func TestIngest_StopsOnCancel(t *testing.T) {
-	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
-		s := newStore(t, db)
+	eachStore(t, func(t *testing.T, s *store) {
 		ctx, cancel := context.WithCancel(context.Background())
 		cancel()
 		res, err := s.w.Ingest(ctx, strings.NewReader(`{"session_id":"sess-a","task_id":"task-a","tool_call_id":"c1","subagent_task":{}}`), nil)
@@ -93,8 +90,7 @@ func TestIngest_UnstorableIdentityIsMalformedAndNeverMerges(t *testing.T) {
 		wire(`tc-\ud83d\ude00`, "emoji"),       // 11: a surrogate pair
 		wire("tc-ok", `tab\tand \\u0000 text`), // 12: an escaped backslash is not an escape
 	}
-	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
-		s := newStore(t, db)
+	eachStore(t, func(t *testing.T, s *store) {
 		res, bad := ingestLines(t, s, lines)
 		var badLines []int
 		for _, m := range bad {
@@ -130,8 +126,7 @@ func TestRecord_UnstorableIdentityIsRefusedOnBothDialects(t *testing.T) {
 		frame("tc-t", at(0), func(f *capture.Frame) { f.TaskID = "task-\xed\xa0\x80" }), // an encoded surrogate
 		frame("tc-e", at(0), func(f *capture.Frame) { f.ExecutionID = "e\xc3\x28" }),
 	}
-	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
-		s := newStore(t, db)
+	eachStore(t, func(t *testing.T, s *store) {
 		for _, f := range frames {
 			require.ErrorIs(t, s.w.Record(context.Background(), f), capture.ErrUnstorableText, f.ToolCallID)
 		}
@@ -153,8 +148,7 @@ func TestRecord_UnstorableIdentityIsRefusedOnBothDialects(t *testing.T) {
 // with its number and length, and the lines after it are recorded. A
 // byte-order mark before the first line is ignored.
 func TestIngest_OverLongLineIsSkippedAndReported(t *testing.T) {
-	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
-		s := newStore(t, db)
+	eachStore(t, func(t *testing.T, s *store) {
 		long := wire("tc-long", strings.Repeat("d", 300<<10)) // several reader buffers
 		atLimit := wire("tc-4", "")
 		atLimit = wire("tc-4", strings.Repeat("e", 1024-len(atLimit))) // exactly the limit: kept
@@ -190,8 +184,7 @@ func TestIngest_MalformedReportsQuoteAShortExcerpt(t *testing.T) {
 		`{"session_id":"sess-a","task_id":"task-a","tool_call_id":"c","subagent_task":{"description":` + mb + `}}`,
 		`{"session_id":` + mb + `x}`,
 	}
-	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
-		s := newStore(t, db)
+	eachStore(t, func(t *testing.T, s *store) {
 		_, bad := ingestLines(t, s, lines)
 		require.Len(t, bad, len(lines))
 		for i, m := range bad {

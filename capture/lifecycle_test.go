@@ -15,8 +15,7 @@ import (
 // agent_execution_id — the execution tiebreak decides two rows that share
 // both an observation time and a reused tool_call_id.
 func TestList_AC13_OrderWithExecutionTiebreak(t *testing.T) {
-	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
-		s := newStore(t, db)
+	eachStore(t, func(t *testing.T, s *store) {
 		exec := func(e string) func(*capture.Frame) { return func(f *capture.Frame) { f.ExecutionID = e } }
 		// Recorded in an order that matches none of the sort keys.
 		s.record(t,
@@ -41,11 +40,11 @@ func TestList_AC13_OrderWithExecutionTiebreak(t *testing.T) {
 			{"toolu_b", capture.UnknownExecution},
 		}, got)
 
-		byTurn, err := capture.ListByTurn(context.Background(), db.DB, db.Dialect, turn2)
+		byTurn, err := capture.ListByTurn(context.Background(), s.DB.DB, s.Dialect, turn2)
 		require.NoError(t, err)
 		require.Len(t, byTurn, 1)
 		require.Equal(t, "toolu_other_turn", byTurn[0].ToolCallID)
-		empty, err := capture.ListBySession(context.Background(), db.DB, db.Dialect, sessB)
+		empty, err := capture.ListBySession(context.Background(), s.DB.DB, s.Dialect, sessB)
 		require.NoError(t, err)
 		require.Empty(t, empty)
 	})
@@ -53,11 +52,10 @@ func TestList_AC13_OrderWithExecutionTiebreak(t *testing.T) {
 
 // AC-16: deleting the parent session cascades to its rows, and only its rows.
 func TestRecord_AC16_SessionDeleteCascades(t *testing.T) {
-	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
-		s := newStore(t, db)
+	eachStore(t, func(t *testing.T, s *store) {
 		s.record(t, frame("toolu_1", at(0)), frame("toolu_2", at(0)),
 			frame("toolu_1", at(0), func(f *capture.Frame) { f.SessionID, f.TaskID = sessB, taskB }))
-		_, err := db.DB.Exec(db.Q(`DELETE FROM task_sessions WHERE id = ?`), sessA)
+		_, err := s.DB.DB.Exec(s.Q(`DELETE FROM task_sessions WHERE id = ?`), sessA)
 		require.NoError(t, err)
 		require.Equal(t, 0, s.count(t, "task_session_id = ?", sessA))
 		require.Equal(t, 1, s.count(t, "task_session_id = ?", sessB))
@@ -68,17 +66,16 @@ func TestRecord_AC16_SessionDeleteCascades(t *testing.T) {
 // survive with their turn_id, because turn_id carries no foreign key — the
 // measurement outlives the turn row (spec: turn_id has no FK, by design).
 func TestRecord_FailureMode_TurnDeletedRowsSurvive(t *testing.T) {
-	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
-		s := newStore(t, db)
+	eachStore(t, func(t *testing.T, s *store) {
 		ts := s.ts(at(0))
-		_, err := db.DB.Exec(db.Q(`INSERT INTO task_session_turns (id, task_session_id, task_id, started_at, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?)`),
+		_, err := s.DB.DB.Exec(s.Q(`INSERT INTO task_session_turns (id, task_session_id, task_id, started_at, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?)`),
 			turn1, sessA, taskA, ts, ts, ts)
 		require.NoError(t, err)
 		s.record(t, frame("toolu_t1", at(0)), frame("toolu_t2", at(1), func(f *capture.Frame) { f.ToolStatus = "completed" }))
 		before := s.rows(t, sessA)
 		require.Len(t, before, 2)
 
-		res, err := db.DB.Exec(db.Q(`DELETE FROM task_session_turns WHERE id = ?`), turn1)
+		res, err := s.DB.DB.Exec(s.Q(`DELETE FROM task_session_turns WHERE id = ?`), turn1)
 		require.NoError(t, err)
 		n, err := res.RowsAffected()
 		require.NoError(t, err)
@@ -93,8 +90,7 @@ func TestRecord_FailureMode_TurnDeletedRowsSurvive(t *testing.T) {
 // execution reused its tool_call_id, updates only its own row; the later
 // execution's row is byte-identical in every column.
 func TestRecord_AC32_LateFrameFromEarlierExecutionLeavesLaterRowIntact(t *testing.T) {
-	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
-		s := newStore(t, db)
+	eachStore(t, func(t *testing.T, s *store) {
 		const tc = "call_reused"
 		earlier := func(f *capture.Frame) { f.ExecutionID = execE }
 		later := func(f *capture.Frame) { f.ExecutionID = execL; f.TurnID = turn2 }

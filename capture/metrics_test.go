@@ -43,11 +43,10 @@ func framesSeries(t *testing.T, r sdkmetric.Reader) map[string]int64 {
 // schemastate.capture.frames, one series per outcome, equal to Counters; after Close the
 // writer publishes nothing.
 func TestMetrics_WriterCountersThroughTheMeterProvider(t *testing.T) {
-	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
-		s := newStore(t, db)
+	eachStore(t, func(t *testing.T, s *store) {
 		reader := sdkmetric.NewManualReader()
 		mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
-		w := writer(t, db.DB, db.Dialect, capture.WithMeterProvider(mp), s.logger())
+		w := writer(t, s.DB.DB, s.Dialect, capture.WithMeterProvider(mp), s.logger())
 		ctx := context.Background()
 		for _, f := range []capture.Frame{
 			frame("toolu_1", at(0)),

@@ -9,7 +9,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/schemastate/schemastate/capture"
-	"github.com/schemastate/schemastate/internal/testkit/dbtest"
 )
 
 // descriptive maps each stored non-identity text field, by its wire name, to
@@ -88,8 +87,7 @@ func droppedWarnings(t *testing.T, s *store) []string {
 // still holds) and logs a WARN naming the field. On both dialects alike.
 func TestRecord_AC1_UnstorableDescriptiveFieldStoredNull(t *testing.T) {
 	bad := []string{"a\x00b", "a\xffb", "a\xed\xa0\x80b"} // NUL, not UTF-8, an encoded surrogate
-	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
-		s := newStore(t, db)
+	eachStore(t, func(t *testing.T, s *store) {
 		s.record(t, fullFrame("tc-ref"))
 		ref := s.raw(t, sessA, execE, "tc-ref")
 		var want []string
@@ -150,8 +148,7 @@ func TestIngest_AC1_UnstorableDescriptiveFieldStoredNull(t *testing.T) {
 	for i, d := range descriptive {
 		lines = append(lines, line("tc-"+d.column, d.field, bad[i%len(bad)]))
 	}
-	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
-		s := newStore(t, db)
+	eachStore(t, func(t *testing.T, s *store) {
 		res, malformed := ingestLines(t, s, lines)
 		require.Empty(t, malformed)
 		n := int64(len(descriptive))

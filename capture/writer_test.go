@@ -8,15 +8,13 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/schemastate/schemastate/capture"
-	"github.com/schemastate/schemastate/internal/testkit/dbtest"
 	"github.com/schemastate/schemastate/toolstatus"
 )
 
 // AC-1, AC-30: the creating frame writes source 'live', its own observation
 // time, and its execution id verbatim.
 func TestRecord_AC1_AC30_CreateIsLiveAtObservation(t *testing.T) {
-	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
-		s := newStore(t, db)
+	eachStore(t, func(t *testing.T, s *store) {
 		s.record(t, frame("toolu_1", at(0)))
 		r := s.one(t, execE, "toolu_1")
 		require.Equal(t, "live", r.Source)
@@ -31,8 +29,7 @@ func TestRecord_AC1_AC30_CreateIsLiveAtObservation(t *testing.T) {
 // A row Record creates gets a random version 4 UUID as its id, a new one per
 // row.
 func TestRecord_RowIDIsARandomUUID(t *testing.T) {
-	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
-		s := newStore(t, db)
+	eachStore(t, func(t *testing.T, s *store) {
 		s.record(t, frame("toolu_1", at(0)), frame("toolu_2", at(1)))
 		ids := s.Strings(t, `SELECT id FROM task_session_subagents ORDER BY tool_call_id`)
 		require.Len(t, ids, 2)
@@ -47,10 +44,9 @@ func TestRecord_RowIDIsARandomUUID(t *testing.T) {
 // backfilled row (both use the 'unknown' sentinel). source and observed_at
 // stay; every other column fills forward.
 func TestRecord_AC1_MergeOntoBackfilledRowKeepsProvenance(t *testing.T) {
-	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
-		s := newStore(t, db)
+	eachStore(t, func(t *testing.T, s *store) {
 		backfilled := at(-24 * time.Hour)
-		_, err := db.DB.Exec(db.Q(`INSERT INTO task_session_subagents
+		_, err := s.DB.DB.Exec(s.Q(`INSERT INTO task_session_subagents
 			(id, task_session_id, task_id, turn_id, agent_execution_id, tool_call_id, subagent_type,
 			 agent_status, tool_status, source, observed_at, settled_at, updated_at)
 			VALUES ('bf-1', ?, ?, ?, 'unknown', 'toolu_bf', 'reviewer', 'completed', 'completed', 'backfill', ?, ?, ?)`),
@@ -87,8 +83,7 @@ func TestRecord_AC1_MergeOntoBackfilledRowKeepsProvenance(t *testing.T) {
 // that kept LEAST(stored, excluded) — what AC-1a forbids — would move it back
 // to the earlier observation.
 func TestRecord_AC1a_LaterObservedFrameCommittedFirstKeepsItsObservation(t *testing.T) {
-	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
-		s := newStore(t, db)
+	eachStore(t, func(t *testing.T, s *store) {
 		later, earlier := at(5*time.Second), at(0)
 		s.record(t, frame("toolu_1a", later, func(f *capture.Frame) { f.Subagent.SubagentType = "reviewer" }))
 		s.record(t, frame("toolu_1a", earlier, func(f *capture.Frame) { f.Subagent.Model = "m-2" }))
@@ -107,8 +102,7 @@ func TestRecord_AC2_MissingIdentitySkips(t *testing.T) {
 		"no task":      func(f *capture.Frame) { f.TaskID = "" },
 		"no tool call": func(f *capture.Frame) { f.ToolCallID = "" },
 	}
-	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
-		s := newStore(t, db)
+	eachStore(t, func(t *testing.T, s *store) {
 		for name, mod := range cases {
 			f := frame("toolu_x", at(0), mod, func(f *capture.Frame) {
 				f.ExecutionID = ""
@@ -124,8 +118,7 @@ func TestRecord_AC2_MissingIdentitySkips(t *testing.T) {
 // AC-31: an empty execution id is written as 'unknown' (never skipped, never
 // NULL or empty) and counted in addition to persisted.
 func TestRecord_AC31_EmptyExecutionWritesUnknown(t *testing.T) {
-	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
-		s := newStore(t, db)
+	eachStore(t, func(t *testing.T, s *store) {
 		s.record(t, frame("toolu_u", at(0), func(f *capture.Frame) { f.ExecutionID = "" }))
 		r := s.one(t, capture.UnknownExecution, "toolu_u")
 		require.Equal(t, "live", r.Source)
@@ -140,9 +133,8 @@ func TestRecord_AC31_EmptyExecutionWritesUnknown(t *testing.T) {
 // host's hand-made table might), an insert that omitted the column would fail
 // NOT NULL instead of writing the row.
 func TestRecord_AC31_InsertNamesExecutionIDWithoutTheDefault(t *testing.T) {
-	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
-		s := newStore(t, db)
-		db.SetColumnDefault(t, "task_session_subagents", "agent_execution_id", "")
+	eachStore(t, func(t *testing.T, s *store) {
+		s.SetColumnDefault(t, "task_session_subagents", "agent_execution_id", "")
 		s.record(t,
 			frame("toolu_nodefault_u", at(0), func(f *capture.Frame) { f.ExecutionID = "" }),
 			frame("toolu_nodefault_e", at(0)))
@@ -155,8 +147,7 @@ func TestRecord_AC31_InsertNamesExecutionIDWithoutTheDefault(t *testing.T) {
 // AC-2a: a stored NULL turn is filled forward; between two non-empty turns
 // the first wins; an empty turn never blanks one.
 func TestRecord_AC2a_TurnFillForwardFirstNonEmptyWins(t *testing.T) {
-	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
-		s := newStore(t, db)
+	eachStore(t, func(t *testing.T, s *store) {
 		noTurn := func(f *capture.Frame) { f.TurnID = "" }
 		s.record(t, frame("toolu_t", at(0), noTurn))
 		require.Nil(t, s.one(t, execE, "toolu_t").TurnID, "no turn resolved: NULL, not ''")
@@ -182,8 +173,7 @@ func TestRecord_AC4_AC5_FillForwardAndReplace(t *testing.T) {
 				AgentID: "agent-" + v, Model: "model-" + v, ChildSessionID: "child-" + v}
 		}
 	}
-	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
-		s := newStore(t, db)
+	eachStore(t, func(t *testing.T, s *store) {
 		s.record(t, frame("toolu_m", at(0), full("1")))
 		s.record(t, frame("toolu_m", at(time.Second))) // every optional field absent
 		r := s.one(t, execE, "toolu_m")
@@ -206,10 +196,9 @@ func TestRecord_AC4_AC5_FillForwardAndReplace(t *testing.T) {
 // AC-5's write-once rows: task_id, source, observed_at never follow a later
 // frame; updated_at is the write time of the latest write.
 func TestRecord_AC5_WriteOnceColumnsAndUpdatedAt(t *testing.T) {
-	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
-		s := newStore(t, db)
+	eachStore(t, func(t *testing.T, s *store) {
 		clock := at(time.Hour)
-		s.w = writer(t, db.DB, db.Dialect, capture.WithClock(func() time.Time { return clock }))
+		s.w = writer(t, s.DB.DB, s.Dialect, capture.WithClock(func() time.Time { return clock }))
 		s.record(t, frame("toolu_w", at(0)))
 		clock = at(2 * time.Hour)
 		s.record(t, frame("toolu_w", at(time.Minute), func(f *capture.Frame) { f.TaskID = "task-other" }))
@@ -227,8 +216,7 @@ func TestRecord_AC5_WriteOnceColumnsAndUpdatedAt(t *testing.T) {
 // Column-level normalization: an empty string is stored as NULL in every
 // nullable TEXT column; prompt, result_text and output_file are not stored.
 func TestRecord_EmptyStringsAreNullAndContentIsNotStored(t *testing.T) {
-	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
-		s := newStore(t, db)
+	eachStore(t, func(t *testing.T, s *store) {
 		s.record(t, frame("toolu_e", at(0), func(f *capture.Frame) {
 			f.TurnID = ""
 			f.Subagent = capture.SubagentTask{Prompt: "SECRET-PROMPT", ResultText: "SECRET-RESULT", OutputFile: "/tmp/SECRET-OUT", CanReadOutputFile: true}
@@ -246,8 +234,7 @@ func TestRecord_EmptyStringsAreNullAndContentIsNotStored(t *testing.T) {
 // arrives with all three metrics 0/absent; all three are stored NULL, none 0.
 // It settles through tool_status like any other (AC-11) and is_async sticks.
 func TestRecord_AC7_AsyncLaunchedShapeMetricsAreNull(t *testing.T) {
-	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
-		s := newStore(t, db)
+	eachStore(t, func(t *testing.T, s *store) {
 		s.record(t,
 			frame("toolu_async", at(0), func(f *capture.Frame) {
 				f.ToolStatus = "in_progress"
@@ -270,8 +257,7 @@ func TestRecord_AC7_AsyncLaunchedShapeMetricsAreNull(t *testing.T) {
 // AC-7a: a reported 0 for total_tokens / duration_ms is "not reported": NULL
 // on creation, and a later 0 never blanks a learned value.
 func TestRecord_AC7a_ZeroTokensAndDurationAreNotReported(t *testing.T) {
-	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
-		s := newStore(t, db)
+	eachStore(t, func(t *testing.T, s *store) {
 		zero := func(f *capture.Frame) { f.Subagent.TotalTokens, f.Subagent.DurationMs = 0, 0 }
 		s.record(t, frame("toolu_z", at(0), zero))
 		require.Equal(t, 1, s.count(t, "total_tokens IS NULL AND duration_ms IS NULL"))
@@ -289,8 +275,7 @@ func TestRecord_AC7a_ZeroTokensAndDurationAreNotReported(t *testing.T) {
 
 // AC-8 vs AC-7: a reported-zero tool_use_count is stored 0; an absent one NULL.
 func TestRecord_AC8_ReportedZeroToolUseCountIsZero(t *testing.T) {
-	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
-		s := newStore(t, db)
+	eachStore(t, func(t *testing.T, s *store) {
 		s.record(t,
 			frame("toolu_zero", at(0), func(f *capture.Frame) { f.Subagent.ToolUseCount = intp(0) }),
 			frame("toolu_absent", at(0)))
@@ -307,8 +292,7 @@ func TestRecord_AC8_ReportedZeroToolUseCountIsZero(t *testing.T) {
 // value, leaves the frame's other fields written, and counts anomalous_value
 // once per frame either way.
 func TestRecord_AC9_NegativeMetricIsAnomalous(t *testing.T) {
-	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
-		s := newStore(t, db)
+	eachStore(t, func(t *testing.T, s *store) {
 		s.record(t, frame("toolu_neg", at(0), func(f *capture.Frame) {
 			f.Subagent = capture.SubagentTask{TotalTokens: -1, DurationMs: -2, ToolUseCount: intp(-3), Model: "m1"}
 		}))
@@ -338,8 +322,7 @@ func TestRecord_AC9_NegativeMetricIsAnomalous(t *testing.T) {
 // never settles; neither does a terminal-sounding agent_status while the ACP
 // tool status is not terminal. A row never seen terminal stays unsettled.
 func TestRecord_AC10a_AgentStatusNeverSettles(t *testing.T) {
-	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
-		s := newStore(t, db)
+	eachStore(t, func(t *testing.T, s *store) {
 		s.record(t,
 			frame("toolu_odd", at(0), func(f *capture.Frame) { f.Subagent.Status = "hibernating-7" }),
 			frame("toolu_agentdone", at(0), func(f *capture.Frame) {
@@ -362,8 +345,7 @@ func TestRecord_AC10a_AgentStatusNeverSettles(t *testing.T) {
 func TestRecord_AC11_AC12_SettlementFreezesOnlyStatusAndSettledAt(t *testing.T) {
 	for _, terminal := range toolstatus.Terminal {
 		t.Run(terminal, func(t *testing.T) {
-			dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
-				s := newStore(t, db)
+			eachStore(t, func(t *testing.T, s *store) {
 				s.record(t,
 					frame("toolu_s", at(0), func(f *capture.Frame) { f.ToolStatus = "pending" }),
 					frame("toolu_s", at(time.Second), func(f *capture.Frame) {
@@ -393,9 +375,8 @@ func TestRecord_AC11_AC12_SettlementFreezesOnlyStatusAndSettledAt(t *testing.T) 
 // AC-12 on a row an older writer left terminal with settled_at NULL: a late
 // non-terminal frame must not unsettle it, and AC-5 still fills the rest.
 func TestRecord_AC12_StoredTerminalStatusFreezesWithoutSettledAt(t *testing.T) {
-	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
-		s := newStore(t, db)
-		db.Exec(t, `INSERT INTO task_session_subagents (id, task_session_id, task_id, agent_execution_id, tool_call_id, tool_status, observed_at, updated_at)
+	eachStore(t, func(t *testing.T, s *store) {
+		s.Exec(t, `INSERT INTO task_session_subagents (id, task_session_id, task_id, agent_execution_id, tool_call_id, tool_status, observed_at, updated_at)
  VALUES ('legacy-1', 'sess-a', 'task-a', 'unknown', 'toolu_legacy', 'completed', '2026-07-30 01:00:00+00:00', '2026-07-30 01:00:00+00:00')`)
 		s.record(t, capture.Frame{SessionID: sessA, TaskID: taskA, ToolCallID: "toolu_legacy", ToolStatus: "in_progress",
 			ObservedAt: at(0), Subagent: capture.SubagentTask{Model: "claude-opus-5[1m]"}})
@@ -408,8 +389,7 @@ func TestRecord_AC12_StoredTerminalStatusFreezesWithoutSettledAt(t *testing.T) {
 
 // is_async is sticky: set on a positive report, never back to 0.
 func TestRecord_IsAsyncIsSticky(t *testing.T) {
-	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
-		s := newStore(t, db)
+	eachStore(t, func(t *testing.T, s *store) {
 		s.record(t, frame("toolu_a", at(0)))
 		require.False(t, s.one(t, execE, "toolu_a").IsAsync)
 		s.record(t, frame("toolu_a", at(time.Second), func(f *capture.Frame) { f.Subagent.IsAsync = true }))
@@ -420,8 +400,7 @@ func TestRecord_IsAsyncIsSticky(t *testing.T) {
 
 // AC-6: a nested subagent is written with its parent tool-call id.
 func TestRecord_AC6_NestedIsWritten(t *testing.T) {
-	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
-		s := newStore(t, db)
+	eachStore(t, func(t *testing.T, s *store) {
 		s.record(t,
 			frame("toolu_parent", at(0)),
 			frame("toolu_child", at(time.Second), func(f *capture.Frame) { f.ParentToolCallID = "toolu_parent" }))

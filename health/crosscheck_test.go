@@ -88,8 +88,7 @@ func largeDoc(toolCallID string, n int) string {
 // predicate's exclusions are the same set, and every backfilled row is
 // accounted for by its message, on both dialects.
 func TestCrosscheck_AC21a_AC28_BackfillSkipsAreNotShortfall(t *testing.T) {
-	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
-		s := newStore(t, db)
+	eachStore(t, func(t *testing.T, s *store) {
 		s.session("")
 		// Dated after the capture_since the backfill is about to sample, so
 		// every message falls inside the health window.
@@ -97,15 +96,15 @@ func TestCrosscheck_AC21a_AC28_BackfillSkipsAreNotShortfall(t *testing.T) {
 		for i, m := range edgeMessages {
 			s.rawMessage(m.session, m.task, m.meta, s.ts(future.Add(time.Duration(i)*time.Millisecond)))
 		}
-		tx, err := db.BeginTx(s.ctx, nil)
+		tx, err := s.db.BeginTx(s.ctx, nil)
 		require.NoError(t, err)
-		res, err := backfill.Run(s.ctx, tx, db.Dialect)
+		res, err := backfill.Run(s.ctx, tx, s.db.Dialect)
 		require.NoError(t, err)
 		require.NoError(t, tx.Commit())
 		require.True(t, res.Ran)
 
 		want := map[string]bool{}
-		if db.Dialect == dialect.SQLite {
+		if s.db.Dialect == dialect.SQLite {
 			// Valid JSON to SQLite; past numeric's scale to PostgreSQL, whose
 			// backfill and health check then both read it as no document.
 			want["tc-digits"] = true
@@ -126,10 +125,9 @@ func TestCrosscheck_AC21a_AC28_BackfillSkipsAreNotShortfall(t *testing.T) {
 // AC-2 / AC-21a: the live writer skips exactly the frames whose backfill
 // counterparts are skipped, for every identity a frame can express.
 func TestCrosscheck_AC2_AC21a_LiveSkipsWhatTheBackfillSkips(t *testing.T) {
-	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
-		s := newStore(t, db)
+	eachStore(t, func(t *testing.T, s *store) {
 		s.session("")
-		w, err := capture.NewWriter(context.Background(), db.DB, db.Dialect)
+		w, err := capture.NewWriter(context.Background(), s.db.DB, s.db.Dialect)
 		require.NoError(t, err)
 		seen := map[string]bool{}
 		for _, m := range edgeMessages {

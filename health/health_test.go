@@ -182,8 +182,7 @@ func TestHealth_AC28_AC19_QueriesRunVerbatim(t *testing.T) {
 // and non-subagent documents, duplicates, cross-execution reuse, orphan rows,
 // and messages and rows either side of the one-microsecond boundary.
 func TestHealth_AC28_EvaluateEqualsTheNormativeQueries(t *testing.T) {
-	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
-		s := newStore(t, db)
+	eachStore(t, func(t *testing.T, s *store) {
 		s.session("s2")
 		s.session("")
 		s.activate(k)
@@ -192,7 +191,7 @@ func TestHealth_AC28_EvaluateEqualsTheNormativeQueries(t *testing.T) {
 		when := func() time.Time {
 			return pick(k.Add(-time.Microsecond), k, k.Add(-time.Hour), k.Add(time.Duration(rng.Intn(3600))*time.Second)).(time.Time)
 		}
-		st := health.Queries(db.Dialect)
+		st := health.Queries(s.db.Dialect)
 		b, err := instant.NewBoundary(instant.Format(k))
 		require.NoError(t, err)
 		var seen counts
@@ -218,12 +217,12 @@ func TestHealth_AC28_EvaluateEqualsTheNormativeQueries(t *testing.T) {
 			want := map[string]int64{}
 			for name, q := range map[string]string{"shortfall": st.Shortfall, "excess": st.Excess, "collisions": st.Collisions} {
 				var n int64
-				require.NoError(t, db.QueryRowContext(s.ctx, q, b.Arg()).Scan(&n), name)
+				require.NoError(t, s.db.QueryRowContext(s.ctx, q, b.Arg()).Scan(&n), name)
 				want[name] = n
 			}
 			require.Equal(t, want, map[string]int64{"shortfall": *r.Shortfall, "excess": *r.Excess, "collisions": *r.Collisions}, "round %d", round)
 			var last sql.NullString
-			require.NoError(t, db.QueryRowContext(s.ctx, st.LastObservedAt, b.Arg()).Scan(&last))
+			require.NoError(t, s.db.QueryRowContext(s.ctx, st.LastObservedAt, b.Arg()).Scan(&last))
 			if !last.Valid {
 				require.Nil(t, r.LastObservedAt, "round %d", round)
 			} else {

@@ -47,11 +47,15 @@ func declared(t testing.TB, db *dbtest.DB) {
 	require.NoError(t, err)
 }
 
+// eachStore runs fn on each dialect against a new store (newStore).
+func eachStore(t *testing.T, fn func(t *testing.T, s *store)) {
+	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) { fn(t, newStore(t, db)) })
+}
+
 // eachActivated runs fn on each dialect against a new store (newStore)
 // whose capture_since is k.
 func eachActivated(t *testing.T, fn func(t *testing.T, s *store)) {
-	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
-		s := newStore(t, db)
+	eachStore(t, func(t *testing.T, s *store) {
 		s.activate(k)
 		fn(t, s)
 	})

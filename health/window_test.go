@@ -48,8 +48,7 @@ func TestHealth_AC24e_OneMicrosecondBoundary(t *testing.T) {
 // AC-24e, sub-microsecond key digits: the key is rounded up to the
 // microsecond, so a column value at the truncated microsecond is before it.
 func TestHealth_AC24e_NanosecondKeyRoundsUp(t *testing.T) {
-	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
-		s := newStore(t, db)
+	eachStore(t, func(t *testing.T, s *store) {
 		kn := k.Add(300 * time.Nanosecond)
 		s.key(keys.CaptureSince, instant.Format(kn))
 		s.message("s1", "tc-truncated", k)                  // < kn
@@ -62,8 +61,7 @@ func TestHealth_AC24e_NanosecondKeyRoundsUp(t *testing.T) {
 // "2026-07-30 23:59:59…" against "2026-07-30T…" snaps the boundary to the
 // date and would read these as before the key.
 func TestHealth_AC24e_SameCalendarDay(t *testing.T) {
-	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
-		s := newStore(t, db)
+	eachStore(t, func(t *testing.T, s *store) {
 		key := time.Date(2026, 7, 30, 1, 39, 37, 271235000, time.UTC)
 		s.activate(key)
 		late := time.Date(2026, 7, 30, 23, 59, 59, 999999000, time.UTC)
@@ -81,11 +79,10 @@ func TestHealth_AC24e_SameCalendarDay(t *testing.T) {
 // PostgreSQL, an exotic session TimeZone shifts nothing, for rows written and
 // evaluated under it.
 func TestHealth_AC24e_OffsetsAndSessionTimeZone(t *testing.T) {
-	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
-		s := newStore(t, db)
+	eachStore(t, func(t *testing.T, s *store) {
 		s.activate(k) // 2026-07-30T12:00:00.500000Z
 		eval := s.db.DB
-		if db.Dialect == dialect.SQLite {
+		if s.db.Dialect == dialect.SQLite {
 			s.rawMessage("s1", "task-s1", subagentMeta("tc-before-ist"), "2026-07-30 17:30:00.499999+05:30") // k - 1µs
 			s.rawMessage("s1", "task-s1", subagentMeta("tc-at-pdt"), "2026-07-30 05:00:00.5-07:00")          // k
 			s.rawRow("s1", "exec-1", "tc-row-whole-second", "live", "2026-07-30 08:00:01+00:00")             // before
@@ -94,7 +91,7 @@ func TestHealth_AC24e_OffsetsAndSessionTimeZone(t *testing.T) {
 			s.rawRow("s1", "exec-1", "tc-row-azores", "live", "2026-07-30 11:00:00.600001-01:00")            // k + 100.001ms
 		} else {
 			// Every connection of this pool runs with TimeZone Pacific/Chatham (+12:45/+13:45).
-			u := db.DSN + "&timezone=Pacific%2FChatham"
+			u := s.db.DSN + "&timezone=Pacific%2FChatham"
 			other, err := sql.Open("pgx", u)
 			require.NoError(t, err)
 			t.Cleanup(func() { other.Close() })
@@ -168,8 +165,7 @@ func TestHealth_AC28a_AC24c_AbsentKeyRunsNoComparison(t *testing.T) {
 		{"present_present", true, true, keys.Activated},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
-				s := newStore(t, db)
+			eachStore(t, func(t *testing.T, s *store) {
 				if tc.capture {
 					s.key(keys.CaptureSince, instant.Format(k))
 				}
@@ -179,9 +175,9 @@ func TestHealth_AC28a_AC24c_AbsentKeyRunsNoComparison(t *testing.T) {
 				s.captured("s1", "tc-a", k.Add(time.Second))
 				s.exec(`ALTER TABLE task_session_messages RENAME TO task_session_messages_away`)
 
-				r, err := health.Evaluate(s.ctx, db.DB)
+				r, err := health.Evaluate(s.ctx, s.db.DB)
 				require.Equal(t, tc.state, func() keys.State {
-					ks, kerr := keys.Read(s.ctx, db.DB, db.Dialect)
+					ks, kerr := keys.Read(s.ctx, s.db.DB, s.db.Dialect)
 					require.NoError(t, kerr)
 					return ks.State()
 				}())
@@ -202,12 +198,11 @@ func TestHealth_AC28a_AC24c_AbsentKeyRunsNoComparison(t *testing.T) {
 // AC-24e: a capture_since that is not an instant is an error naming the key
 // and the value — never a silent fallback to an unscoped comparison.
 func TestHealth_AC24e_UnparseableCaptureSinceIsAnError(t *testing.T) {
-	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
-		s := newStore(t, db)
+	eachStore(t, func(t *testing.T, s *store) {
 		for _, v := range []string{"yesterday", "", "2026-07-30 01:39:37"} {
 			s.exec(`DELETE FROM kandev_meta`)
 			s.key(keys.CaptureSince, v)
-			_, err := health.Evaluate(s.ctx, db.DB)
+			_, err := health.Evaluate(s.ctx, s.db.DB)
 			require.ErrorIs(t, err, health.ErrBadKey, "value %q", v)
 			require.ErrorContains(t, err, keys.CaptureSince)
 			require.ErrorContains(t, err, `"`+v+`"`)

@@ -60,6 +60,10 @@ func TestCLI_Parity_StoresReconciledEndIdentical(t *testing.T) {
 	})
 }
 
+// driftStep is one drift parity --against must report: the DDL that makes it
+// and the difference (table, kind, name, declared and live) it reads as.
+type driftStep struct{ ddl, table, kind, name, want, got string }
+
 // Issue 12 §2, --against: a live database is compared with a fresh reconcile;
 // every kind of drift is reported, and the live database is only read.
 func TestCLI_ParityAgainst_ReportsEachDrift(t *testing.T) {
@@ -69,9 +73,7 @@ func TestCLI_ParityAgainst_ReportsEachDrift(t *testing.T) {
 		require.Equal(t, exitOK, code, out+errOut)
 		require.Contains(t, out, "live           identical to fresh")
 
-		steps := []struct {
-			ddl, table, kind, name, want, got string
-		}{
+		steps := []driftStep{
 			{"CREATE INDEX idx_extra ON task_session_subagents (model)",
 				"task_session_subagents", "index", "idx_extra", "(absent)", "index (model)"},
 			{"DROP INDEX idx_subagents_turn_id; CREATE INDEX idx_subagents_turn_id ON task_session_subagents (task_id, turn_id)",
@@ -84,7 +86,7 @@ func TestCLI_ParityAgainst_ReportsEachDrift(t *testing.T) {
 				"background_agent_log", "column", "note", "(absent)", "text NULL DEFAULT 'x'"},
 		}
 		if db.Dialect == "postgres" {
-			steps = append(steps, []struct{ ddl, table, kind, name, want, got string }{
+			steps = append(steps, []driftStep{
 				{"ALTER TABLE task_session_subagents ALTER COLUMN model SET NOT NULL",
 					"task_session_subagents", "column", "model", "text NULL", "text NOT NULL"},
 				{"ALTER TABLE task_session_subagents ALTER COLUMN source SET DEFAULT 'backfill'",

@@ -6,7 +6,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -114,12 +113,7 @@ func TestCLI_TranscriptMemoryIsBoundedByTheLargestLine(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the CLI and writes transcripts of 64 MiB")
 	}
-	size := int64(64)
-	if v := os.Getenv("SCHEMASTATE_TEST_TRANSCRIPT_RSS_MB"); v != "" {
-		n, err := strconv.ParseInt(v, 10, 64)
-		require.NoError(t, err, "SCHEMASTATE_TEST_TRANSCRIPT_RSS_MB")
-		size = n
-	}
+	size := int64(proctest.SizeMB(t, "SCHEMASTATE_TEST_TRANSCRIPT_RSS_MB", 64))
 	bin := cliBinary(t)
 	for _, provider := range []string{"claude", "codex", "opencode"} {
 		t.Run(provider, func(t *testing.T) {

@@ -1,7 +1,9 @@
 // Package proctest runs the schemastate CLI as a child process in tests: it
 // builds the binary once per test binary, runs it with a stdin and arguments,
 // and reports the exit code and both outputs. Buffer holds what a child
-// process (or any set of goroutines) writes while the test reads it.
+// process (or any set of goroutines) writes while the test reads it. A test
+// of a child's memory takes its input size from SizeMB and its measure from
+// PeakRSS.
 package proctest
 
 import (
@@ -11,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -134,4 +137,18 @@ func (b *Buffer) String() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.buf.String()
+}
+
+// SizeMB is the size, in MiB, of the input a memory test feeds the child:
+// def, or the value of the environment variable env when it is set (so a
+// longer run can measure the sizes a report quotes).
+func SizeMB(t testing.TB, env string, def int) int {
+	t.Helper()
+	v := os.Getenv(env)
+	if v == "" {
+		return def
+	}
+	n, err := strconv.Atoi(v)
+	require.NoError(t, err, env)
+	return n
 }
