@@ -10,23 +10,15 @@ import (
 
 // Normalizer turns one provider's event stream into normalized events, as the
 // stream arrives: each Feed returns the events that record completes, ready to
-// Append. Consumers never see a provider format (requirement 3).
-type Normalizer interface {
-	// Feed consumes one record of the provider stream (one JSON line; an SSE
-	// "data: " prefix is accepted) and returns the events it completes.
-	// Blank lines and SSE framing ("event:", "id:", "retry:", ":" comments)
-	// are skipped; any other line that is not one of the provider's records
-	// (plain text, a JSON object of another provider's shape) is ignored and
-	// counted in Outcome.Ignored; text that starts as a JSON object but does
-	// not parse, or a record of the provider that does not decode, is an
-	// error.
-	Feed(record []byte) ([]Event, error)
-	// Close ends the stream: it returns events still buffered and how the
-	// provider said the run ended. A stream with no record of the provider
-	// at all is Failed with an error saying how many lines were ignored —
-	// never an empty run that merely lacks its terminal record.
-	Close() ([]Event, Outcome)
-}
+// Append. Consumers never see a provider format (requirement 3). Feed
+// consumes one record (one JSON line; an SSE "data: " prefix is accepted):
+// blank lines and SSE framing are skipped, a line that is not one of the
+// provider's records is ignored and counted in Outcome.Ignored, and a JSON
+// object that does not parse or decode as the provider's is an error. Close
+// ends the stream: the events still buffered, and how the provider said the
+// run ended; a stream with no record of the provider is Failed, never an
+// empty run.
+type Normalizer = normalize.Normalizer
 
 // Outcome is how a provider stream said the run ended: Status (Completed
 // or Failed; Failed too when the stream ended without the provider's
