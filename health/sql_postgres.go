@@ -2,6 +2,7 @@ package health
 
 import (
 	"fmt"
+	"strings"
 
 	"github.com/schemastate/schemastate/dialect"
 	"github.com/schemastate/schemastate/internal/instant"
@@ -12,8 +13,8 @@ func postgresSQL() dialectSQL {
 	return dialectSQL{
 		param:    "$1",
 		msgCTE:   postgresMsgCTE(),
-		evalCTE:  postgresEvalCTE(),
-		floorCTE: postgresEvalCTEExcluding("'{}'", "'{}'"),
+		evalCTE:  postgresEvalKindCTE(),
+		floorCTE: postgresEvalCTEExcluding("'{}'", "'{}'", ""),
 		kind:     "msg.meta #>> '{normalized,kind}'",
 		// A tool_call_id that is not a JSON string is missing, as the
 		// backfill reads it (AC-21a): such a message is never expected.
@@ -115,15 +116,24 @@ func postgresMsgCTE() string {
 // every message: one OR of the two sent it to a sequential scan of the
 // whole table.
 func pgCandidates(cols string) string {
+	return pgCandidatesEach(func(string) string { return cols })
+}
+
+// pgCandidatesEach is pgCandidates with each window's select list rendered
+// by cols from that window's condition.
+func pgCandidatesEach(cols func(window string) string) string {
 	one := func(window string) string {
 		return fmt.Sprintf(`SELECT %s
   FROM task_session_messages m
-  WHERE (strpos(m.metadata::text, 'subagent_task') > 0
-      OR (strpos(m.metadata::text, '\u00') > 0 AND m.metadata::text ~ '%s'))
-    AND %s`, cols, pgMayNameKind, window)
+  WHERE %s
+    AND %s`, cols(window), pgMayBeCandidate, window)
 	}
 	return one(instant.AtOrAfter(dialect.Postgres, "m.created_at", "$1")) + "\nUNION ALL\n" + one("m.created_at IS NULL")
 }
+
+// pgMayBeCandidate is the text test a subagent message's metadata passes.
+const pgMayBeCandidate = `(strpos(m.metadata::text, 'subagent_task') > 0
+      OR (strpos(m.metadata::text, '\u00') > 0 AND m.metadata::text ~ '` + pgMayNameKind + `'))`
 
 // postgresEvalCTE is the msg CTE of Evaluate on PostgreSQL, exact for a
 // document of any size, with no function and no write, so it runs on a
@@ -138,24 +148,51 @@ func pgCandidates(cols string) string {
 // back to a savepoint, asks the parser about the candidates one subset at a
 // time (postgresUnparseable, postgresReadable), and runs it again listing
 // them, in the same REPEATABLE READ snapshot (AC-28b). A document that casts
-// to anything but an object reads '{}', as on SQLite.
-func postgresEvalCTE() string { return postgresEvalCTEExcluding("$2", "$3") }
+// to anything but an object reads '{}', as on SQLite. It holds every
+// candidate; Evaluate reads postgresEvalKindCTE, the same rows of the kind
+// its statement counts.
+func postgresEvalCTE() string { return postgresEvalCTEExcluding("$2", "$3", "") }
+
+// postgresEvalKindCTE is postgresEvalCTE holding only the candidates whose
+// normalized.kind is subagent_task: the only rows the evaluation reads.
+// Filtered in the scan, next to the cast, the planner can hand both to
+// parallel workers (the window's few subagent messages are all that the
+// workers pass back), as a hand-written statement's scan is.
+func postgresEvalKindCTE() string {
+	return postgresEvalCTEExcluding("$2", "$3", "subagent_task")
+}
 
 // postgresEvalCTEExcluding is postgresEvalCTE with the excluded ids read
 // from excluded and the ids read through jsonfield.PostgresReadable from
-// readable, text[] expressions.
-func postgresEvalCTEExcluding(excluded, readable string) string {
+// readable, text[] expressions; with kind set, it holds only the candidates
+// whose normalized.kind is kind.
+//
+// The cast runs in the scan, guarded: a CASE casts only a row that passed
+// the text test and its window (the CASE repeats them), whatever order the
+// planner evaluates the scan's conditions in, so no row outside the
+// candidates is ever cast and no listed id is cast as it stands.
+func postgresEvalCTEExcluding(excluded, readable, kind string) string {
+	parse := func(window string) string {
+		return `m.task_session_id, m.task_id, m.created_at,
+    (CASE WHEN ` + pgMayBeCandidate + ` AND ` + window + ` THEN
+      CASE WHEN m.id = ANY(CAST(` + excluded + ` AS text[])) THEN NULL
+        WHEN m.id = ANY(CAST(` + readable + ` AS text[])) THEN CAST(` + jsonfield.PostgresReadable("m.metadata::text") + ` AS jsonb)
+        ELSE CAST(m.metadata::text AS jsonb) END END) AS j`
+	}
+	filter := "TRUE"
+	if kind != "" {
+		filter = "p.j #>> '{normalized,kind}' = " + pgLiteral(kind)
+	}
 	return `WITH candidate AS MATERIALIZED (
-  ` + pgCandidates("m.id, m.task_session_id, m.task_id, m.created_at, m.metadata::text AS doc") + `
-), parsed AS MATERIALIZED (
-  SELECT c.task_session_id, c.task_id, c.created_at,
-    (CASE WHEN c.id IN (SELECT unnest(CAST(` + excluded + ` AS text[]))) THEN NULL
-      WHEN c.id IN (SELECT unnest(CAST(` + readable + ` AS text[]))) THEN CAST(` + jsonfield.PostgresReadable("c.doc") + ` AS jsonb)
-      ELSE CAST(c.doc AS jsonb) END) AS j
-  FROM candidate c
+  SELECT p.task_session_id, p.task_id, p.created_at, p.j FROM (
+  ` + pgCandidatesEach(parse) + `
+  ) p WHERE ` + filter + `
 ), msg AS (
   SELECT task_session_id, task_id, created_at,
     (CASE WHEN jsonb_typeof(j) = 'object' THEN j ELSE '{}'::jsonb END) AS meta
-  FROM parsed
+  FROM candidate
 )`
 }
+
+// pgLiteral is s as an SQL string literal.
+func pgLiteral(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
