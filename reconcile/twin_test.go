@@ -58,16 +58,17 @@ type twin struct {
 }
 
 const (
-	durationCheck   = "  check \"subagents_duration_nonnegative\" {\n    expr = \"duration_ms >= 0\"\n  }\n"
-	durationTwin    = "  check \"subagents_duration_nonnegative\" {\n    expr = \"duration_ms >= -1000\"\n  }\n"
-	openTaskIndex   = "  index \"idx_subagents_task_id\" {\n    columns = [column.task_id]\n    where   = \"settled_at IS NULL\"\n  }"
-	lowerModelIndex = "  index \"idx_subagents_model_lower\" {\n    on {\n      expr = \"lower(model)\"\n    }\n  }\n"
-	sessionFK       = "task_session_subagents_task_session_id_fkey"
-	cascadeLine     = "    on_delete   = CASCADE\n"
-	keyName         = "task_session_subagents_session_execution_tool_call_key"
-	pgConstraintQ   = `SELECT COALESCE((SELECT pg_get_constraintdef(oid) FROM pg_constraint WHERE conrelid = 'task_session_subagents'::regclass AND conname = '%s'), 'absent')`
-	pgIndexQ        = `SELECT COALESCE((SELECT regexp_replace(pg_get_indexdef(i.indexrelid), ' ON \S+ ', ' ON ') || ' valid=' || i.indisvalid FROM pg_index i WHERE i.indexrelid = to_regclass('%s')), 'absent')`
-	sqliteTableSQL  = `SELECT sql FROM sqlite_master WHERE type = 'table' AND name = 'task_session_subagents'`
+	durationCheck     = "  check \"subagents_duration_nonnegative\" {\n    expr = \"duration_ms >= 0\"\n  }\n"
+	durationTwin      = "  check \"subagents_duration_nonnegative\" {\n    expr = \"duration_ms >= -1000\"\n  }\n"
+	taskObservedIndex = "  index \"idx_subagents_task_id\" {\n    columns = [column.task_id, column.observed_at]\n  }"
+	openTaskIndex     = "  index \"idx_subagents_task_id\" {\n    columns = [column.task_id]\n    where   = \"settled_at IS NULL\"\n  }"
+	lowerModelIndex   = "  index \"idx_subagents_model_lower\" {\n    on {\n      expr = \"lower(model)\"\n    }\n  }\n"
+	sessionFK         = "task_session_subagents_task_session_id_fkey"
+	cascadeLine       = "    on_delete   = CASCADE\n"
+	keyName           = "task_session_subagents_session_execution_tool_call_key"
+	pgConstraintQ     = `SELECT COALESCE((SELECT pg_get_constraintdef(oid) FROM pg_constraint WHERE conrelid = 'task_session_subagents'::regclass AND conname = '%s'), 'absent')`
+	pgIndexQ          = `SELECT COALESCE((SELECT regexp_replace(pg_get_indexdef(i.indexrelid), ' ON \S+ ', ' ON ') || ' valid=' || i.indisvalid FROM pg_index i WHERE i.indexrelid = to_regclass('%s')), 'absent')`
+	sqliteTableSQL    = `SELECT sql FROM sqlite_master WHERE type = 'table' AND name = 'task_session_subagents'`
 )
 
 func q(format, name string) string { return strings.Replace(format, "%s", name, 1) }
@@ -117,7 +118,7 @@ var twins = []twin{
 		plant: []string{`DROP INDEX idx_subagents_task_id`, `CREATE UNIQUE INDEX CONCURRENTLY idx_subagents_task_id ON task_session_subagents (task_id)`},
 		read:  q(pgIndexQ, "idx_subagents_task_id"), found: "INVALID index idx_subagents_task_id"},
 	{name: "index_built_beside", dialect: dialect.Postgres, kinds: []ops.Kind{ops.KindConcurrent, ops.KindStatements},
-		from: taskIndex, to: "  index \"idx_subagents_task_id\" {\n    columns = [column.task_id, column.observed_at]\n  }",
+		from: taskIndex, to: taskObservedIndex,
 		plant: []string{`CREATE INDEX schemastate_next_idx_subagents_task_id ON task_session_subagents (turn_id)`},
 		read:  q(pgIndexQ, "idx_subagents_task_id") + ` || ' ' || COALESCE(to_regclass('schemastate_next_idx_subagents_task_id')::text, 'none')`,
 		found: "index schemastate_next_idx_subagents_task_id built for"},
@@ -126,6 +127,40 @@ var twins = []twin{
 		plant: []string{`CREATE INDEX schemastate_next_idx_subagents_task_id ON task_session_subagents (task_id) WHERE settled_at IS NOT NULL`},
 		read:  q(pgIndexQ, "idx_subagents_task_id") + ` || ' ' || COALESCE(to_regclass('schemastate_next_idx_subagents_task_id')::text, 'none')`,
 		found: "index schemastate_next_idx_subagents_task_id built for"},
+	// An index built beside under the recipe's name whose key columns are
+	// the declared ones but not its definition: INCLUDE, an operator class,
+	// the NULLs' placement. Not the recipe's own: dropped and built again.
+	{name: "index_include_built_beside", dialect: dialect.Postgres, kinds: []ops.Kind{ops.KindConcurrent, ops.KindStatements},
+		from: taskIndex, to: taskObservedIndex,
+		plant: []string{`CREATE INDEX schemastate_next_idx_subagents_task_id ON task_session_subagents (task_id, observed_at) INCLUDE (turn_id)`},
+		read:  q(pgIndexQ, "idx_subagents_task_id") + ` || ' ' || COALESCE(to_regclass('schemastate_next_idx_subagents_task_id')::text, 'none')`,
+		found: "index schemastate_next_idx_subagents_task_id built for"},
+	{name: "index_opclass_built_beside", dialect: dialect.Postgres, kinds: []ops.Kind{ops.KindConcurrent, ops.KindStatements},
+		from: taskIndex, to: taskObservedIndex,
+		plant: []string{`CREATE INDEX schemastate_next_idx_subagents_task_id ON task_session_subagents (task_id text_pattern_ops, observed_at)`},
+		read:  q(pgIndexQ, "idx_subagents_task_id") + ` || ' ' || COALESCE(to_regclass('schemastate_next_idx_subagents_task_id')::text, 'none')`,
+		found: "index schemastate_next_idx_subagents_task_id built for"},
+	{name: "index_nulls_first_built_beside", dialect: dialect.Postgres, kinds: []ops.Kind{ops.KindConcurrent, ops.KindStatements},
+		from: taskIndex, to: taskObservedIndex,
+		plant: []string{`CREATE INDEX schemastate_next_idx_subagents_task_id ON task_session_subagents (task_id, observed_at NULLS FIRST)`},
+		read:  q(pgIndexQ, "idx_subagents_task_id") + ` || ' ' || COALESCE(to_regclass('schemastate_next_idx_subagents_task_id')::text, 'none')`,
+		found: "index schemastate_next_idx_subagents_task_id built for"},
+	// The declaration names them: an operator class, a descending part
+	// whose NULLs go last, INCLUDE. A build beside that lacks the operator
+	// class is not it; after the boot every done-check takes the declared
+	// index for done, and the next plan is empty.
+	{name: "index_declared_opclass_nulls_include", dialect: dialect.Postgres, kinds: []ops.Kind{ops.KindConcurrent, ops.KindStatements},
+		from: taskIndex, to: "  index \"idx_subagents_task_id\" {\n    on {\n      column = column.task_id\n      ops    = text_pattern_ops\n    }\n" +
+			"    on {\n      column     = column.observed_at\n      desc       = true\n      nulls_last = true\n    }\n    include = [column.turn_id]\n  }",
+		plant: []string{`CREATE INDEX schemastate_next_idx_subagents_task_id ON task_session_subagents (task_id, observed_at DESC NULLS LAST) INCLUDE (turn_id)`},
+		read:  q(pgIndexQ, "idx_subagents_task_id") + ` || ' ' || COALESCE(to_regclass('schemastate_next_idx_subagents_task_id')::text, 'none')`,
+		found: "index schemastate_next_idx_subagents_task_id built for"},
+	{name: "key_nulls_not_distinct", dialect: dialect.Postgres, kinds: []ops.Kind{ops.KindConcurrent, ops.KindStatements},
+		// Under NULLS NOT DISTINCT two rows whose turn-less key parts are
+		// NULL collide: another uniqueness than the declared key's.
+		plant: []string{`ALTER TABLE task_session_subagents DROP CONSTRAINT ` + keyName + `, ADD CONSTRAINT ` + keyName + ` UNIQUE NULLS NOT DISTINCT (task_session_id, agent_execution_id, tool_call_id)`},
+		read:  q(pgConstraintQ, keyName) + ` || ' ' || ` + strings.TrimPrefix(q(pgIndexQ, keyName), "SELECT "),
+		found: "index " + keyName + " found as"},
 	{name: "index_expression", dialect: dialect.Postgres, kinds: []ops.Kind{ops.KindConcurrent, ops.KindStatements},
 		from: subagentsIndexAnchor, to: lowerModelIndex + subagentsIndexAnchor,
 		plant: []string{`CREATE INDEX idx_subagents_model_lower ON task_session_subagents (upper(model))`},

@@ -27,14 +27,21 @@ type IndexDescription struct {
 	// Constraint marks a PostgreSQL UNIQUE constraint (rather than a unique
 	// index).
 	Constraint bool `json:"constraint,omitempty"`
-	// Parts spells each part: a column's name or an expression's text, then
-	// " DESC" where the part is descending.
+	// Parts spells each part: a column's name or an expression's text, its
+	// operator class where not the default (PartOpClass), then its order
+	// (PartOrder): " DESC" where descending, the NULLs' placement where not
+	// the direction's default.
 	Parts []string `json:"parts"`
 	// Columns names the indexed columns, in order; nil when a part is an
 	// expression.
 	Columns []string `json:"columns"`
 	// Predicate is a partial index's WHERE, as the catalog renders it.
 	Predicate string `json:"predicate,omitempty"`
+	// Include names the INCLUDE columns (PostgreSQL), in order.
+	Include []string `json:"include,omitempty"`
+	// NullsNotDistinct marks a unique index whose NULLs collide
+	// (PostgreSQL's NULLS NOT DISTINCT).
+	NullsNotDistinct bool `json:"nulls_not_distinct,omitempty"`
 }
 
 // Index describes idx.
@@ -57,10 +64,10 @@ func Index(idx *schema.Index) IndexDescription {
 		} else if x.Columns != nil {
 			x.Columns = append(x.Columns, p.C.Name)
 		}
-		if p.Desc {
-			c += " DESC"
+		if op := PartOpClass(p); op != "" {
+			c += " " + op
 		}
-		x.Parts = append(x.Parts, c)
+		x.Parts = append(x.Parts, c+PartOrder(p))
 	}
 	for _, a := range idx.Attrs {
 		switch a := a.(type) {
@@ -70,9 +77,58 @@ func Index(idx *schema.Index) IndexDescription {
 			x.Predicate = a.P
 		case *sqlite.IndexPredicate:
 			x.Predicate = a.P
+		case *postgres.IndexInclude:
+			for _, c := range a.Columns {
+				x.Include = append(x.Include, c.Name)
+			}
+		case *postgres.IndexNullsDistinct:
+			x.NullsNotDistinct = !a.V
 		}
 	}
 	return x
+}
+
+// PartOrder is how part p orders its key, as CREATE INDEX spells it: ""
+// (ascending, NULLs last), " DESC" (NULLs first), and " NULLS FIRST" or
+// " NULLS LAST" where the NULLs go otherwise than that direction's default.
+// Atlas reads every btree part's NULLs placement, default or not, and a
+// declaration names it only where it is not the default: both read the same.
+func PartOrder(p *schema.IndexPart) string {
+	nullsFirst := p.Desc
+	for _, a := range p.Attrs {
+		if n, ok := a.(*postgres.IndexColumnProperty); ok {
+			switch {
+			case n.NullsFirst:
+				nullsFirst = true
+			case n.NullsLast:
+				nullsFirst = false
+			}
+		}
+	}
+	s := ""
+	if p.Desc {
+		s = " DESC"
+	}
+	switch {
+	case nullsFirst == p.Desc:
+	case nullsFirst:
+		s += " NULLS FIRST"
+	default:
+		s += " NULLS LAST"
+	}
+	return s
+}
+
+// PartOpClass is part p's operator class where one other than its type's
+// default is named ("" for the default): Atlas reads only such a one, and a
+// declaration names one with ops.
+func PartOpClass(p *schema.IndexPart) string {
+	for _, a := range p.Attrs {
+		if op, ok := a.(*postgres.IndexOpClass); ok && !(op.Default && len(op.Params) == 0) {
+			return op.Name
+		}
+	}
+	return ""
 }
 
 // Partial reports a WHERE predicate.
@@ -88,7 +144,7 @@ func (x IndexDescription) kind() string {
 // Definition is the index without its name, as drift reports it:
 // "unique (a, b) partial".
 func (x IndexDescription) Definition() string {
-	def := fmt.Sprintf("%s (%s)", x.kind(), strings.Join(x.Parts, ", "))
+	def := fmt.Sprintf("%s (%s)%s", x.kind(), strings.Join(x.Parts, ", "), x.extras())
 	if x.Partial() {
 		def += " partial"
 	}
@@ -97,14 +153,30 @@ func (x IndexDescription) Definition() string {
 
 // String is the index as IndexSet lists it: "name unique(a, b)".
 func (x IndexDescription) String() string {
-	return fmt.Sprintf("%s %s(%s)", x.Name, x.kind(), strings.Join(x.Parts, ", "))
+	return fmt.Sprintf("%s %s(%s)%s", x.Name, x.kind(), strings.Join(x.Parts, ", "), x.extras())
 }
 
-// SameIndex reports two indexes that enforce and serve the same: uniqueness,
-// a predicate or none, the same parts in order with their direction.
+// extras spells what an index has beyond its parts, where it has it:
+// " include(c)", " nulls not distinct".
+func (x IndexDescription) extras() string {
+	s := ""
+	if len(x.Include) > 0 {
+		s += " include(" + strings.Join(x.Include, ", ") + ")"
+	}
+	if x.NullsNotDistinct {
+		s += " nulls not distinct"
+	}
+	return s
+}
+
+// SameIndex reports two indexes that enforce and serve the same: uniqueness
+// and whether NULLs collide under it, a predicate or none, the same parts in
+// order with their operator class, direction and NULLs placement, and the
+// same INCLUDE columns.
 func SameIndex(a, b *schema.Index) bool {
 	x, y := Index(a), Index(b)
-	return x.Unique == y.Unique && x.Partial() == y.Partial() && slices.Equal(x.Parts, y.Parts)
+	return x.Unique == y.Unique && x.NullsNotDistinct == y.NullsNotDistinct && x.Partial() == y.Partial() &&
+		slices.Equal(x.Parts, y.Parts) && slices.Equal(x.Include, y.Include)
 }
 
 // ColumnNames names idx's columns in order; nil when a part is an expression.

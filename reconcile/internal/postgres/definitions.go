@@ -105,20 +105,30 @@ func hasFKChange(changes []schema.Change, name string) bool {
 }
 
 // indexMatches is the condition that pg_index row i is idx as declared
-// (unique when unique): uniqueness, the key parts in order with their
-// direction (an expression part as "(expression)"), a predicate or none,
-// the access method.
+// (unique when unique): uniqueness and NULLS [NOT] DISTINCT, the key parts
+// in order with their direction and NULLs placement (an expression part as
+// "(expression)") and each one's operator class (the named one, else its
+// type's default), the INCLUDE columns in order, a predicate or none, the
+// access method. (Not compared: an operator class's parameters and a part's
+// collation, which Atlas's inspection does not read either.)
 func indexMatches(idx *schema.Index, unique bool) string {
 	parts := make([]string, len(idx.Parts))
+	opclasses := ""
 	for i, p := range idx.Parts {
 		s := "(expression)"
 		if p.C != nil {
 			s = p.C.Name
 		}
-		if p.Desc {
-			s += " DESC"
+		parts[i] = pgsql.Literal(s + describe.PartOrder(p))
+		opc := fmt.Sprintf("(SELECT opc.opcdefault FROM pg_opclass opc WHERE opc.oid = i.indclass[%d])", i)
+		if name := describe.PartOpClass(p); name != "" {
+			_, bare, _ := strings.Cut(name, ".")
+			if bare == "" {
+				bare = name
+			}
+			opc = fmt.Sprintf("(SELECT opc.opcname::text FROM pg_opclass opc WHERE opc.oid = i.indclass[%d]) = %s", i, pgsql.Literal(bare))
 		}
-		parts[i] = pgsql.Literal(s)
+		opclasses += " AND " + opc
 	}
 	method := "btree"
 	if t := indexMethod(idx); t != "" {
@@ -132,20 +142,33 @@ func indexMatches(idx *schema.Index, unique bool) string {
 		x = describe.BareExpr(x)
 		return fmt.Sprintf("(%s, %s)", pgsql.Literal(x), pgsql.Literal("("+x+")"))
 	}
-	if pred := describe.Index(idx).Predicate; pred != "" {
-		spelled += " AND pg_get_expr(i.indpred, i.indrelid) IN " + either(pred)
+	x := describe.Index(idx)
+	if x.Predicate != "" {
+		spelled += " AND pg_get_expr(i.indpred, i.indrelid) IN " + either(x.Predicate)
 	}
 	for k, part := range idx.Parts {
 		if x, ok := part.X.(*schema.RawExpr); ok && part.C == nil {
 			spelled += fmt.Sprintf(" AND pg_get_indexdef(i.indexrelid, %d, false) IN %s", k+1, either(x.X))
 		}
 	}
-	return fmt.Sprintf(`i.indisunique = %t AND i.indnkeyatts = %d AND (i.indpred IS NOT NULL) = %t%s
+	include := make([]string, len(x.Include))
+	for k, c := range x.Include {
+		include[k] = pgsql.Literal(c)
+	}
+	if len(include) > 0 {
+		spelled += fmt.Sprintf(` AND ARRAY(SELECT a.attname::text FROM unnest(i.indkey::int2[]) WITH ORDINALITY k(n, o) JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.n
+   WHERE k.o > i.indnkeyatts ORDER BY k.o) = ARRAY[%s]::text[]`, strings.Join(include, ", "))
+	}
+	// indnullsnotdistinct is PostgreSQL 15's; read through the row's JSON, so
+	// an older server (where every unique index's NULLs are distinct) has none.
+	return fmt.Sprintf(`i.indisunique = %t AND i.indnkeyatts = %d AND i.indnatts = %d AND (i.indpred IS NOT NULL) = %t
+ AND COALESCE((to_jsonb(i) ->> 'indnullsnotdistinct')::boolean, false) = %t%s%s
  AND ARRAY(SELECT COALESCE(a.attname::text, '(expression)') || CASE WHEN i.indoption[k.o - 1] & 1 = 1 THEN ' DESC' ELSE '' END
+     || CASE WHEN (i.indoption[k.o - 1] & 2 = 2) = (i.indoption[k.o - 1] & 1 = 1) THEN '' WHEN i.indoption[k.o - 1] & 2 = 2 THEN ' NULLS FIRST' ELSE ' NULLS LAST' END
    FROM unnest(i.indkey::int2[]) WITH ORDINALITY k(n, o) LEFT JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.n AND k.n <> 0
    WHERE k.o <= i.indnkeyatts ORDER BY k.o) = ARRAY[%s]::text[]
  AND (SELECT am.amname FROM pg_class ic JOIN pg_am am ON am.oid = ic.relam WHERE ic.oid = i.indexrelid) = %s`,
-		unique, len(idx.Parts), describe.IsPartial(idx), spelled, strings.Join(parts, ", "), pgsql.Literal(method))
+		unique, len(idx.Parts), len(idx.Parts)+len(include), describe.IsPartial(idx), x.NullsNotDistinct, spelled, opclasses, strings.Join(parts, ", "), pgsql.Literal(method))
 }
 
 // indexIs is the done-check that index qname is idx as declared and valid.
