@@ -35,13 +35,19 @@ func (e EndState) KeyBearing() bool { return endstate.Facts(e).KeyBearing() }
 // Missing names each AC-33 clause (1–3) the end state lacks, in clause order.
 func (e EndState) Missing() []string { return endstate.Facts(e).Missing() }
 
-// observeEndState inspects the owned tables and reads AC-33's end state off
-// the live task_session_subagents as the end state sees it
-// (driver.observable): what the execution_since step writes its key from
-// and what status reports. seen, when not nil, is given the inspection as
-// read: status takes its index sets there.
+// observeEndState inspects task_session_subagents and reads AC-33's end
+// state off it as the end state sees it (driver.observable): what the
+// execution_since step writes its key from and what status reports. seen,
+// when not nil, is given the inspection of every owned table: status takes
+// its index sets there. Without it no other table is inspected, since the
+// end state is that one table's (on SQLite a full-check boot's re-inspection
+// of the other owned table was a tenth of its fixed cost).
 func observeEndState(ctx context.Context, drv core.Driver, q core.Querier, decl *declare.Declaration, schemaName string, seen func(live *schema.Schema)) (EndState, error) {
-	_, live, err := inspectLive(ctx, drv, q, decl, schemaName)
+	var only []string
+	if seen == nil {
+		only = []string{subagentsTable}
+	}
+	_, live, err := inspectLive(ctx, drv, q, decl, schemaName, only...)
 	if err != nil {
 		return EndState{}, err
 	}

@@ -73,10 +73,13 @@ func (p *ShapePlan) Refused() []string {
 
 // inspect reads the live shape of the owned tables only. A table that does
 // not exist is simply absent from the result.
-func inspect(ctx context.Context, drv migrate.Driver, decl *declare.Declaration, schemaName string) (*schema.Schema, error) {
-	names := make([]string, len(decl.Owned))
-	for i, t := range decl.Owned {
-		names[i] = t.Name
+func inspect(ctx context.Context, drv migrate.Driver, decl *declare.Declaration, schemaName string, only ...string) (*schema.Schema, error) {
+	names := only
+	if len(names) == 0 {
+		names = make([]string, len(decl.Owned))
+		for i, t := range decl.Owned {
+			names[i] = t.Name
+		}
 	}
 	s, err := drv.InspectSchema(ctx, schemaName, &schema.InspectOptions{Tables: names})
 	if schema.IsNotExistError(err) {
@@ -88,13 +91,14 @@ func inspect(ctx context.Context, drv migrate.Driver, decl *declare.Declaration,
 	return s, nil
 }
 
-// inspectLive opens Atlas's driver over q and inspects the owned tables.
-func inspectLive(ctx context.Context, drv core.Driver, q core.Querier, decl *declare.Declaration, schemaName string) (migrate.Driver, *schema.Schema, error) {
+// inspectLive opens Atlas's driver over q and inspects the owned tables, or
+// only the ones named.
+func inspectLive(ctx context.Context, drv core.Driver, q core.Querier, decl *declare.Declaration, schemaName string, only ...string) (migrate.Driver, *schema.Schema, error) {
 	ad, err := drv.Atlas(q)
 	if err != nil {
 		return nil, nil, err
 	}
-	live, err := inspect(ctx, ad, decl, schemaName)
+	live, err := inspect(ctx, ad, decl, schemaName, only...)
 	return ad, live, err
 }
 
