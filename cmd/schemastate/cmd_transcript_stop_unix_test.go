@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -127,4 +128,88 @@ func TestCLI_TranscriptRefusesAFIFOAndADeviceInPlaceOfALog(t *testing.T) {
 			t.Fatalf("%s: show or ls did not return", c.what)
 		}
 	}
+}
+
+// Issue 12 §3: a record process stopped mid-stream by SIGTERM or SIGINT (how
+// a host cancels a child) ends the transcript AND its lifecycle row as
+// cancelled, with the same end time and error — not a failed document beside
+// a row still running with transcript_status 'ok'. The provider's stream is
+// still open when the signal comes: the stop must not wait for it.
+func TestCLI_Transcript_SignalEndsTranscriptAndRowAsCancelled(t *testing.T) {
+	for _, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGINT} {
+		t.Run(sig.String(), func(t *testing.T) {
+			dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
+				reconciled(t, db)
+				root := t.TempDir()
+				const ws, sess, agent = "/ws", "s", "cancelled-child"
+				r := startRecording(t, "--root", root, "--session", sess, "--agent", agent, "--provider", "claude",
+					"--db", db.CLIDSN, "--workspace", ws)
+				r.write(t, fixtureLinesCLI(t, "claude_success.jsonl")[:10]...)
+				logPath := filepath.Join(root, "background", sess, agent+".events.jsonl")
+				require.Eventually(t, func() bool {
+					tr, err := transcript.LoadPath(logPath)
+					return err == nil && len(tr.ToolCalls()) == 1 && tr.ToolCalls()[0].Result != nil
+				}, 20*time.Second, 5*time.Millisecond)
+				require.NoError(t, r.cmd.Process.Signal(sig))
+				code := r.wait(t)
+				require.Equal(t, exitOK, code, r.out.String())
+				require.Contains(t, r.out.String(), "cancelled "+filepath.Join(root, "background", sess, agent+".json"))
+
+				tr, err := transcript.LoadPath(filepath.Join(root, "background", sess, agent+".json"))
+				require.NoError(t, err)
+				require.Equal(t, transcript.Cancelled, tr.Status)
+				require.Contains(t, tr.Error, "cancelled")
+				require.Len(t, tr.ToolCalls(), 1, "what arrived before the signal is kept")
+				row := lifecycleRow(t, db, ws, sess, agent)
+				require.NotNil(t, row)
+				require.Equal(t, "cancelled", row.Status)
+				require.NotNil(t, row.CompletedAt)
+				require.WithinDuration(t, *tr.EndedAt, *row.CompletedAt, time.Millisecond)
+				require.Equal(t, tr.Error, row.Error)
+				require.Equal(t, "ok", row.TranscriptStatus)
+				require.NotContains(t, r.out.String(), "context canceled")
+			})
+		})
+	}
+}
+
+// Issue 12 §3: a cancel that arrives while record is finishing — the
+// document already published, the row's update waiting on a lock — must not
+// abort that update: the two end the same, exactly once.
+func TestCLI_Transcript_CancelWhileFinishingLeavesBothAgreeing(t *testing.T) {
+	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
+		reconciled(t, db)
+		root := t.TempDir()
+		const ws, sess, agent = "/ws", "s", "finishing-child"
+		r := startRecordingWith(t, []string{"SCHEMASTATE_LOG=info"}, "--root", root, "--session", sess, "--agent", agent, "--provider", "claude",
+			"--db", db.CLIDSN, "--workspace", ws)
+		require.Eventually(t, func() bool {
+			row := lifecycleRow(t, db, ws, sess, agent)
+			return row != nil && row.TranscriptStatus == "ok"
+		}, 20*time.Second, 5*time.Millisecond, "create recorded")
+		release := db.LockWrites(t, "background_agent_log")
+		r.write(t, fixtureLinesCLI(t, "claude_success.jsonl")...)
+		require.NoError(t, r.stdin.Close())
+		doc := filepath.Join(root, "background", sess, agent+".json")
+		require.Eventually(t, func() bool { _, err := os.Stat(doc); return err == nil }, 20*time.Second, 5*time.Millisecond)
+		// The document is published; the row's end waits on the lock.
+		require.NoError(t, r.cmd.Process.Signal(syscall.SIGTERM))
+		// The stop has reached the command (it logs it as it comes) while
+		// the row's end still waits on the lock.
+		require.Eventually(t, func() bool {
+			return strings.Contains(r.out.String(), "stop requested") && strings.Contains(r.out.String(), "terminated signal received")
+		}, 20*time.Second, 5*time.Millisecond)
+		release()
+		code := r.wait(t)
+		require.Equal(t, exitOK, code, r.out.String())
+
+		tr, err := transcript.LoadPath(doc)
+		require.NoError(t, err)
+		require.Equal(t, transcript.Completed, tr.Status, "the stream had ended completed before the signal")
+		row := lifecycleRow(t, db, ws, sess, agent)
+		require.Equal(t, "completed", row.Status, r.out.String())
+		require.NotNil(t, row.CompletedAt)
+		require.WithinDuration(t, *tr.EndedAt, *row.CompletedAt, time.Millisecond)
+		require.Equal(t, "ok", row.TranscriptStatus)
+	})
 }
