@@ -47,6 +47,8 @@ func TestIngest_SixtyMBLineBoundedMemory(t *testing.T) {
 		require.NoError(t, w.Flush())
 		require.NoError(t, f.Close())
 
+		_, err = proctest.ResetPeak()
+		require.NoError(t, err)
 		res, err := proctest.Run(bin, nil, "ingest", "--db", db.CLIDSN, path)
 		require.NoError(t, err)
 		require.Equal(t, exitIngestMalformed, res.Code, res.Stderr)

@@ -91,6 +91,9 @@ func runMeasured(t *testing.T, bin, stdin string, args ...string) (int, string, 
 	defer devnull.Close()
 	var stderr strings.Builder
 	cmd.Stdout, cmd.Stderr = devnull, &stderr
+	floor, err := proctest.ResetPeak()
+	require.NoError(t, err)
+	t.Logf("this process's RSS before the child: %.1f MiB", float64(floor)/(1<<20))
 	err = cmd.Run()
 	if _, ok := err.(*exec.ExitError); !ok {
 		require.NoError(t, err)
