@@ -155,6 +155,17 @@ var twins = []twin{
 		plant: []string{`CREATE INDEX schemastate_next_idx_subagents_task_id ON task_session_subagents (task_id, observed_at DESC NULLS LAST) INCLUDE (turn_id)`},
 		read:  q(pgIndexQ, "idx_subagents_task_id") + ` || ' ' || COALESCE(to_regclass('schemastate_next_idx_subagents_task_id')::text, 'none')`,
 		found: "index schemastate_next_idx_subagents_task_id built for"},
+	// A part of another collation than its column's, which Atlas's
+	// inspection does not read: under the declared name (the diff missed
+	// it) and built beside.
+	{name: "index_collation", dialect: dialect.Postgres, kinds: []ops.Kind{ops.KindConcurrent, ops.KindStatements},
+		plant: []string{`DROP INDEX idx_subagents_task_id`, `CREATE INDEX idx_subagents_task_id ON task_session_subagents (task_id COLLATE "C")`},
+		read:  q(pgIndexQ, "idx_subagents_task_id"), found: "index idx_subagents_task_id found as index (task_id COLLATE \"C\")"},
+	{name: "index_collation_built_beside", dialect: dialect.Postgres, kinds: []ops.Kind{ops.KindConcurrent, ops.KindStatements},
+		from: taskIndex, to: taskObservedIndex,
+		plant: []string{`CREATE INDEX schemastate_next_idx_subagents_task_id ON task_session_subagents (task_id COLLATE "C", observed_at)`},
+		read:  q(pgIndexQ, "idx_subagents_task_id") + ` || ' ' || COALESCE(to_regclass('schemastate_next_idx_subagents_task_id')::text, 'none')`,
+		found: "index schemastate_next_idx_subagents_task_id built for"},
 	{name: "key_nulls_not_distinct", dialect: dialect.Postgres, kinds: []ops.Kind{ops.KindConcurrent, ops.KindStatements},
 		// Under NULLS NOT DISTINCT two rows whose turn-less key parts are
 		// NULL collide: another uniqueness than the declared key's.
@@ -407,6 +418,18 @@ INSERT INTO task_session_subagents (id, task_session_id, task_id, tool_call_id, 
  VALUES ('x', 's1', 'k1', 'toolu_x', 'e1', 'live', now(), now())
  ON CONFLICT (task_session_id, agent_execution_id, tool_call_id) DO NOTHING`)
 	require.ErrorContains(t, err, "42P10", "the upsert cannot use an INVALID index")
+}
+
+// An index under a declared name whose part sorts by another collation than
+// its column's is not the declared index: status does not report the
+// indexes matching the declaration while it stands.
+func TestStatus_IndexOfAnotherCollationIsNotTheDeclaredOne(t *testing.T) {
+	db := openPostgres(t)
+	seedLegacyStore(t, db)
+	mustReconcile(t, db, quiet)
+	require.True(t, observe(t, db).EndState.IndexesMatchDeclaration)
+	db.Exec(t, `DROP INDEX idx_subagents_task_id; CREATE INDEX idx_subagents_task_id ON task_session_subagents (task_id COLLATE "C")`)
+	require.False(t, observe(t, db).EndState.IndexesMatchDeclaration, "an index of another collation is not the declared one")
 }
 
 // On a read-only connection (a standby, default_transaction_read_only) no

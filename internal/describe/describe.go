@@ -28,7 +28,8 @@ type IndexDescription struct {
 	// index).
 	Constraint bool `json:"constraint,omitempty"`
 	// Parts spells each part: a column's name or an expression's text, its
-	// operator class where not the default (PartOpClass), then its order
+	// collation where not the column's (Collation), its operator class where
+	// not the default (PartOpClass), then its order
 	// (PartOrder): " DESC" where descending, the NULLs' placement where not
 	// the direction's default.
 	Parts []string `json:"parts"`
@@ -64,6 +65,11 @@ func Index(idx *schema.Index) IndexDescription {
 		} else if x.Columns != nil {
 			x.Columns = append(x.Columns, p.C.Name)
 		}
+		for _, a := range p.Attrs {
+			if co, ok := a.(*Collation); ok {
+				c += " COLLATE " + co.Name
+			}
+		}
 		if op := PartOpClass(p); op != "" {
 			c += " " + op
 		}
@@ -86,6 +92,28 @@ func Index(idx *schema.Index) IndexDescription {
 		}
 	}
 	return x
+}
+
+// Collation marks an index part whose collation is not its column's, as
+// the catalog names it. Atlas's inspection reads no index collation and a
+// declaration names none, so a driver that reads them off the catalog marks
+// the inspected part (PostgreSQL: pg_index.indcollation), and the part is
+// then spelled, and compared, with it.
+type Collation struct {
+	schema.Attr
+	Name string
+}
+
+// HasCollation reports an index with a part marked Collation.
+func HasCollation(idx *schema.Index) bool {
+	for _, p := range idx.Parts {
+		for _, a := range p.Attrs {
+			if _, ok := a.(*Collation); ok {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // PartOrder is how part p orders its key, as CREATE INDEX spells it: ""

@@ -108,9 +108,9 @@ func hasFKChange(changes []schema.Change, name string) bool {
 // (unique when unique): uniqueness and NULLS [NOT] DISTINCT, the key parts
 // in order with their direction and NULLs placement (an expression part as
 // "(expression)") and each one's operator class (the named one, else its
-// type's default), the INCLUDE columns in order, a predicate or none, the
-// access method. (Not compared: an operator class's parameters and a part's
-// collation, which Atlas's inspection does not read either.)
+// type's default) and collation (its column's), the INCLUDE columns in
+// order, a predicate or none, the access method. (Not compared: an operator
+// class's parameters, which Atlas's inspection does not read either.)
 func indexMatches(idx *schema.Index, unique bool) string {
 	parts := make([]string, len(idx.Parts))
 	opclasses := ""
@@ -129,6 +129,9 @@ func indexMatches(idx *schema.Index, unique bool) string {
 			opc = fmt.Sprintf("(SELECT opc.opcname::text FROM pg_opclass opc WHERE opc.oid = i.indclass[%d]) = %s", i, pgsql.Literal(bare))
 		}
 		opclasses += " AND " + opc
+		if p.C != nil { // a declared part sorts by its column's collation
+			opclasses += fmt.Sprintf(" AND i.indcollation[%d] = (SELECT a.attcollation FROM pg_attribute a WHERE a.attrelid = i.indrelid AND a.attnum = i.indkey[%d])", i, i)
+		}
 	}
 	method := "btree"
 	if t := indexMethod(idx); t != "" {

@@ -156,6 +156,9 @@ func (Driver) readFacts(ctx context.Context, q core.Querier, schemaName string, 
 	if f.deferrableFKs, err = deferrableForeignKeys(ctx, q, schemaName, live.Name); err != nil {
 		return f, err
 	}
+	if f.collations, err = readCollations(ctx, q, live.Name); err != nil {
+		return f, err
+	}
 	if f.rebuild.NewExists {
 		if f.newTable, err = readRebuildTable(ctx, q, schemaName, live.Name); err != nil {
 			return f, err
@@ -165,7 +168,9 @@ func (Driver) readFacts(ctx context.Context, q core.Querier, schemaName string, 
 }
 
 // observable is live without what no statement can use (endstate.Usable):
-// its INVALID indexes, NOT VALID constraints and DEFERRABLE uniques.
+// its INVALID indexes, NOT VALID constraints and DEFERRABLE uniques; and
+// with its index parts of another collation than their column's marked
+// (collations), so that such an index is not taken for a declared one.
 func (Driver) Observable(ctx context.Context, q core.Querier, live *schema.Table) (*schema.Table, error) {
 	if live == nil {
 		return nil, nil
@@ -174,7 +179,11 @@ func (Driver) Observable(ctx context.Context, q core.Querier, live *schema.Table
 	if err != nil {
 		return nil, err
 	}
-	return endstate.Usable(live, names), nil
+	cs, err := readCollations(ctx, q, live.Name)
+	if err != nil {
+		return nil, err
+	}
+	return endstate.Usable(cs.Mark(live), names), nil
 }
 
 func (Driver) Explain(err error) error { return pgsql.WithDetail(err) }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/schemastate/schemastate/dialect"
+	"github.com/schemastate/schemastate/reconcile/internal/core"
 	"github.com/schemastate/schemastate/reconcile/internal/postgres/pgsql"
 	"github.com/schemastate/schemastate/reconcile/internal/postgres/rebuild"
 )
@@ -36,6 +37,9 @@ type tableFacts struct {
 	// deferrableFKs names the table's DEFERRABLE foreign keys,
 	// which Atlas does not tell from the declared ones.
 	deferrableFKs map[string]bool
+	// collations names the index parts whose collation is not their
+	// column's, which Atlas does not read.
+	collations core.Collations
 	// newTable is a shadow-table rebuild's new table, when one exists
 	//.
 	newTable *shadowTable

@@ -228,6 +228,7 @@ func (Driver) planTable(pc *core.PlanContext, tp *pgTablePlan, f tableFacts) err
 	// the catalog holds it. The declared indexes' predicates and
 	// expressions are compared as the server spells them.
 	tp.Want = withServerForms(tp.Want, f.checks.indexForms())
+	tp.Live = f.collations.Mark(tp.Live)
 	live, in := resumeInflight(tp, f)
 	var pre prelude
 	live, pre.replaced = replaceDeferrableKeys(pc.Schema, live, tp.Want, f.deferrable)
@@ -240,7 +241,7 @@ func (Driver) planTable(pc *core.PlanContext, tp *pgTablePlan, f tableFacts) err
 	tp.Live = live // what the diff and the phases plan from
 	tp.Twins = func(changes []schema.Change) []schema.Change {
 		changes = core.CheckTwins(tp.Live, tp.Want, func(l, w *schema.Check) bool { return f.checks.same(w.Name) }, changes)
-		return fkTwins(tp.Live, tp.Want, f.deferrableFKs, changes)
+		return core.CollationTwins(tp.Live, tp.Want, fkTwins(tp.Live, tp.Want, f.deferrableFKs, changes))
 	}
 	changes, _, err := pc.Diff(tp.TablePlan)
 	if err != nil {
