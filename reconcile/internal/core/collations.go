@@ -55,30 +55,10 @@ func (cs Collations) Mark(live *schema.Table) *schema.Table {
 func CollationTwins(live, want *schema.Table, changes []schema.Change) []schema.Change {
 	for _, w := range want.Indexes {
 		l, ok := live.Index(w.Name)
-		if !ok || !describe.HasCollation(l) || hasIndexChange(changes, w.Name) {
+		if !ok || !describe.HasCollation(l) || HasChange(changes, ObjectIndex, w.Name) {
 			continue
 		}
 		changes = append(changes, &schema.ModifyIndex{From: l, To: w, Change: schema.ChangeParts})
 	}
 	return changes
-}
-
-func hasIndexChange(changes []schema.Change, name string) bool {
-	for _, c := range changes {
-		switch c := c.(type) {
-		case *schema.ModifyIndex:
-			if c.To.Name == name {
-				return true
-			}
-		case *schema.AddIndex:
-			if c.I.Name == name {
-				return true
-			}
-		case *schema.DropIndex:
-			if c.I.Name == name {
-				return true
-			}
-		}
-	}
-	return false
 }

@@ -26,7 +26,7 @@ func CheckTwins(live, want *schema.Table, same func(l, w *schema.Check) bool, ch
 			continue
 		}
 		for _, la := range live.Attrs {
-			if l, ok := la.(*schema.Check); ok && l.Name == w.Name && !same(l, w) && !hasCheckChange(changes, w.Name) {
+			if l, ok := la.(*schema.Check); ok && l.Name == w.Name && !same(l, w) && !HasChange(changes, ObjectCheck, w.Name) {
 				changes = append(changes, &schema.ModifyCheck{From: l, To: w})
 			}
 		}
@@ -34,20 +34,45 @@ func CheckTwins(live, want *schema.Table, same func(l, w *schema.Check) bool, ch
 	return changes
 }
 
-func hasCheckChange(changes []schema.Change, name string) bool {
+// Kinds of object a change names (ChangeOf).
+const (
+	ObjectCheck      = "check"
+	ObjectForeignKey = "foreign key"
+	ObjectIndex      = "index"
+)
+
+// HasChange reports whether changes hold one that adds or modifies the
+// object of kind named name (or, an index, drops it): a twin already in the
+// diff is not added again.
+func HasChange(changes []schema.Change, kind, name string) bool {
 	for _, c := range changes {
-		switch c := c.(type) {
-		case *schema.ModifyCheck:
-			if c.To.Name == name {
-				return true
-			}
-		case *schema.AddCheck:
-			if c.C.Name == name {
-				return true
-			}
+		if k, n := ChangeOf(c); k == kind && n == name {
+			return true
 		}
 	}
 	return false
+}
+
+// ChangeOf names the kind and the name of the object c adds or modifies
+// (or, an index, drops); "" for any other change.
+func ChangeOf(c schema.Change) (kind, name string) {
+	switch c := c.(type) {
+	case *schema.ModifyCheck:
+		return ObjectCheck, c.To.Name
+	case *schema.AddCheck:
+		return ObjectCheck, c.C.Name
+	case *schema.ModifyForeignKey:
+		return ObjectForeignKey, c.To.Symbol
+	case *schema.AddForeignKey:
+		return ObjectForeignKey, c.F.Symbol
+	case *schema.ModifyIndex:
+		return ObjectIndex, c.To.Name
+	case *schema.AddIndex:
+		return ObjectIndex, c.I.Name
+	case *schema.DropIndex:
+		return ObjectIndex, c.I.Name
+	}
+	return "", ""
 }
 
 // SameCheckText compares two checks as SQLite stores them, in the table's

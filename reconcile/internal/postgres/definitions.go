@@ -80,28 +80,12 @@ func sameForeignKey(l, w *schema.ForeignKey, deferrable map[string]bool) bool {
 func fkTwins(live, want *schema.Table, deferrable map[string]bool, changes []schema.Change) []schema.Change {
 	for _, w := range want.ForeignKeys {
 		l, ok := live.ForeignKey(w.Symbol)
-		if !ok || !deferrable[l.Symbol] || hasFKChange(changes, w.Symbol) {
+		if !ok || !deferrable[l.Symbol] || core.HasChange(changes, core.ObjectForeignKey, w.Symbol) {
 			continue
 		}
 		changes = append(changes, &schema.ModifyForeignKey{From: l, To: w, Change: schema.ChangeAttr})
 	}
 	return changes
-}
-
-func hasFKChange(changes []schema.Change, name string) bool {
-	for _, c := range changes {
-		switch c := c.(type) {
-		case *schema.ModifyForeignKey:
-			if c.To.Symbol == name {
-				return true
-			}
-		case *schema.AddForeignKey:
-			if c.F.Symbol == name {
-				return true
-			}
-		}
-	}
-	return false
 }
 
 // indexMatches is the condition that pg_index row i is idx as declared
