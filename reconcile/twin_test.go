@@ -226,6 +226,10 @@ INSERT INTO task_session_subagents (id, task_session_id, task_id, tool_call_id, 
 		from: taskIndex, to: openTaskIndex, twinFrom: taskIndex, twinTo: strings.Replace(openTaskIndex, "IS NULL", "IS NOT NULL", 1),
 		read:  `SELECT sql FROM sqlite_master WHERE name = 'idx_subagents_task_id'`,
 		found: "index idx_subagents_task_id found as"},
+	{name: "index_collation", dialect: dialect.SQLite, kinds: []ops.Kind{ops.KindStatements},
+		plant: []string{`DROP INDEX idx_subagents_task_id`, `CREATE INDEX idx_subagents_task_id ON task_session_subagents (task_id COLLATE NOCASE)`},
+		read:  `SELECT sql FROM sqlite_master WHERE name = 'idx_subagents_task_id'`,
+		found: "index idx_subagents_task_id found as index (task_id COLLATE NOCASE)"},
 	{name: "index", dialect: dialect.SQLite, kinds: []ops.Kind{ops.KindStatements},
 		twinFrom: taskIndex, twinTo: "  index \"idx_subagents_task_id\" {\n    columns = [column.turn_id]\n  }",
 		read:  `SELECT group_concat(name, ',') FROM pragma_index_info('idx_subagents_task_id')`,
@@ -424,12 +428,17 @@ INSERT INTO task_session_subagents (id, task_session_id, task_id, tool_call_id, 
 // its column's is not the declared index: status does not report the
 // indexes matching the declaration while it stands.
 func TestStatus_IndexOfAnotherCollationIsNotTheDeclaredOne(t *testing.T) {
-	db := openPostgres(t)
-	seedLegacyStore(t, db)
-	mustReconcile(t, db, quiet)
-	require.True(t, observe(t, db).EndState.IndexesMatchDeclaration)
-	db.Exec(t, `DROP INDEX idx_subagents_task_id; CREATE INDEX idx_subagents_task_id ON task_session_subagents (task_id COLLATE "C")`)
-	require.False(t, observe(t, db).EndState.IndexesMatchDeclaration, "an index of another collation is not the declared one")
+	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
+		seedLegacyStore(t, db)
+		mustReconcile(t, db, quiet)
+		require.True(t, observe(t, db).EndState.IndexesMatchDeclaration)
+		collation := map[dialect.Dialect]string{dialect.Postgres: `"C"`, dialect.SQLite: "NOCASE"}[db.Dialect]
+		db.Exec(t, `DROP INDEX idx_subagents_task_id`)
+		db.Exec(t, `CREATE INDEX idx_subagents_task_id ON task_session_subagents (task_id COLLATE `+collation+`)`)
+		require.False(t, observe(t, db).EndState.IndexesMatchDeclaration, "an index of another collation is not the declared one")
+		mustReconcile(t, db, quiet)
+		require.True(t, observe(t, db).EndState.IndexesMatchDeclaration, "the boot replaced it")
+	})
 }
 
 // On a read-only connection (a standby, default_transaction_read_only) no

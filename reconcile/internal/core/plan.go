@@ -102,12 +102,14 @@ func (pc *PlanContext) Diff(tp *TablePlan) (changes, kept []schema.Change, err e
 	if err != nil {
 		return nil, nil, fmt.Errorf("diff %s: %w", tp.Table, err)
 	}
-	// Atlas pairs checks by name and compares nothing else of them: a
-	// declared name holding another expression is a change too.
+	// Atlas pairs checks by name and compares nothing else of them, and
+	// reads no index part's collation: a declared name holding another
+	// expression, or an index of another collation (marked by the driver),
+	// is a change too.
 	if tp.Twins != nil {
 		changes = tp.Twins(changes)
 	} else if tp.Live != nil {
-		changes = CheckTwins(tp.Live, tp.Want, SameCheckText, changes)
+		changes = CollationTwins(tp.Live, tp.Want, CheckTwins(tp.Live, tp.Want, SameCheckText, changes))
 	}
 	changes, tp.Drift, kept = SplitDrift(tp.Table, changes, tp.Want, pc.Prune)
 	tp.Changes = changes

@@ -114,6 +114,9 @@ type facts struct {
 	// indexSQL is each live index's CREATE INDEX as stored, by name; an
 	// inline UNIQUE has none.
 	indexSQL map[string]string
+	// collations names the index parts that sort by another collation
+	// than BINARY, which Atlas does not read.
+	collations core.Collations
 }
 
 // Facts reads what a rebuild needs beyond Atlas's inspection: the table's
@@ -141,11 +144,25 @@ func (Driver) Facts(ctx context.Context, q core.Querier, _ string, live, _ *sche
 		}
 		f.indexSQL[name] = stmt
 	}
-	return f, rows.Err()
+	if err := rows.Err(); err != nil {
+		return f, err
+	}
+	f.collations, err = readCollations(ctx, q, live.Name)
+	return f, err
 }
 
-func (Driver) Observable(_ context.Context, _ core.Querier, live *schema.Table) (*schema.Table, error) {
-	return live, nil
+// Observable is live with its index parts of another collation than
+// BINARY marked (readCollations), so that such an index is not taken for a
+// declared one.
+func (Driver) Observable(ctx context.Context, q core.Querier, live *schema.Table) (*schema.Table, error) {
+	if live == nil {
+		return nil, nil
+	}
+	cs, err := readCollations(ctx, q, live.Name)
+	if err != nil {
+		return nil, err
+	}
+	return cs.Mark(live), nil
 }
 
 func (Driver) Explain(err error) error { return err }

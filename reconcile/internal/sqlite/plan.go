@@ -32,7 +32,7 @@ func (Driver) PlanTable(pc *core.PlanContext, tp *core.TablePlan, cf core.Facts)
 		tp.Phases = []ops.Phase{phase(ops.PhaseCreate, tp.Table, stmts)}
 		return nil
 	}
-	tp.Live = normalizedLive(tp.Live, tp.Want) // the inspected table is left as read
+	tp.Live = normalizedLive(f.collations.Mark(tp.Live), tp.Want) // the inspected table is left as read
 	changes, kept, err := pc.Diff(tp)
 	stale := staleSelfReferences(tp.Live, tp.Want)
 	if err != nil || len(tp.Refused) > 0 || len(changes) == 0 && stale == "" {

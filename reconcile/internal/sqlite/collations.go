@@ -1,0 +1,38 @@
+package sqlite
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/schemastate/schemastate/reconcile/internal/core"
+)
+
+// readCollations reads the table's index key parts that sort by another
+// collation than BINARY (core.Collations). A declaration names no
+// collation, of a column or of an index part, so every declared part sorts
+// by BINARY; a part found with another (an index built `(task_id COLLATE
+// NOCASE)`, or one that follows a column an operator declared so) makes the
+// index another one than the declared: it is a change of the diff, and a
+// changed index rebuilds the table from the declared SQL (needsCopy), which
+// sorts it by BINARY whatever the live column said.
+func readCollations(ctx context.Context, q core.Querier, table string) (core.Collations, error) {
+	rows, err := q.QueryContext(ctx, `SELECT il.name, x.seqno + 1, x.coll FROM pragma_index_list(?) il, pragma_index_xinfo(il.name) x
+ WHERE x.key = 1 AND x.cid >= 0 AND upper(x.coll) <> 'BINARY'`, table)
+	if err != nil {
+		return nil, fmt.Errorf("read the index collations of %s: %w", table, err)
+	}
+	defer rows.Close()
+	out := core.Collations{}
+	for rows.Next() {
+		var index, name string
+		var part int
+		if err := rows.Scan(&index, &part, &name); err != nil {
+			return nil, fmt.Errorf("read the index collations of %s: %w", table, err)
+		}
+		out.Add(index, part, name)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("read the index collations of %s: %w", table, err)
+	}
+	return out, nil
+}
