@@ -1,6 +1,9 @@
 package core
 
 import (
+	"context"
+	"fmt"
+
 	"ariga.io/atlas/sql/schema"
 
 	"github.com/schemastate/schemastate/internal/describe"
@@ -22,12 +25,42 @@ import (
 // name as the catalog spells it.
 type Collations map[string]map[int]string
 
-// Add records that part (from 1) of index sorts by collation name.
-func (cs Collations) Add(index string, part int, name string) {
-	if cs[index] == nil {
-		cs[index] = map[int]string{}
+// ReadCollations runs query, a driver's read of table's index parts of
+// another collation than their column's, which returns each as the index's
+// name, the part's position (from 1) and the collation's name.
+func ReadCollations(ctx context.Context, q Querier, query, table string) (Collations, error) {
+	rows, err := q.QueryContext(ctx, query, table)
+	if err != nil {
+		return nil, fmt.Errorf("read the index collations of %s: %w", table, err)
 	}
-	cs[index][part] = name
+	defer rows.Close()
+	cs := Collations{}
+	for rows.Next() {
+		var index, name string
+		var part int
+		if err := rows.Scan(&index, &part, &name); err != nil {
+			return nil, fmt.Errorf("read the index collations of %s: %w", table, err)
+		}
+		if cs[index] == nil {
+			cs[index] = map[int]string{}
+		}
+		cs[index][part] = name
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("read the index collations of %s: %w", table, err)
+	}
+	return cs, nil
+}
+
+// MarkCollations is live with its index parts of another collation than
+// their column's marked, as query reads them (ReadCollations): live itself
+// when it is nil or none is found, else a copy.
+func MarkCollations(ctx context.Context, q Querier, query string, live *schema.Table) (*schema.Table, error) {
+	if live == nil {
+		return nil, nil
+	}
+	cs, err := ReadCollations(ctx, q, query, live.Name)
+	return cs.Mark(live), err
 }
 
 // Mark is live with each part cs names marked with its collation: live

@@ -2,7 +2,6 @@ package postgres
 
 import (
 	"context"
-	"fmt"
 
 	"github.com/schemastate/schemastate/reconcile/internal/core"
 )
@@ -10,28 +9,13 @@ import (
 // readCollations reads the index parts of the table (in the current
 // schema) whose collation is not their column's (core.Collations).
 func readCollations(ctx context.Context, q core.Querier, table string) (core.Collations, error) {
-	rows, err := q.QueryContext(ctx, `SELECT c.relname::text, k.o::int,
+	return core.ReadCollations(ctx, q, collationsQuery, table)
+}
+
+const collationsQuery = `SELECT c.relname::text, k.o::int,
   CASE WHEN n.nspname = 'pg_catalog' THEN quote_ident(co.collname) ELSE quote_ident(n.nspname) || '.' || quote_ident(co.collname) END
  FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
  CROSS JOIN LATERAL unnest(i.indkey::int2[], i.indcollation::oid[]) WITH ORDINALITY k(n, coll, o)
  JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.n
  JOIN pg_collation co ON co.oid = k.coll JOIN pg_namespace n ON n.oid = co.collnamespace
- WHERE i.indrelid = to_regclass(quote_ident(current_schema()) || '.' || quote_ident($1)) AND k.n <> 0 AND k.o <= i.indnkeyatts AND k.coll <> a.attcollation`, table)
-	if err != nil {
-		return nil, fmt.Errorf("read the index collations of %s: %w", table, err)
-	}
-	defer rows.Close()
-	out := core.Collations{}
-	for rows.Next() {
-		var index, name string
-		var part int
-		if err := rows.Scan(&index, &part, &name); err != nil {
-			return nil, fmt.Errorf("read the index collations of %s: %w", table, err)
-		}
-		out.Add(index, part, name)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("read the index collations of %s: %w", table, err)
-	}
-	return out, nil
-}
+ WHERE i.indrelid = to_regclass(quote_ident(current_schema()) || '.' || quote_ident($1)) AND k.n <> 0 AND k.o <= i.indnkeyatts AND k.coll <> a.attcollation`

@@ -179,11 +179,8 @@ func (Driver) Observable(ctx context.Context, q core.Querier, live *schema.Table
 	if err != nil {
 		return nil, err
 	}
-	cs, err := readCollations(ctx, q, live.Name)
-	if err != nil {
-		return nil, err
-	}
-	return endstate.Usable(cs.Mark(live), names), nil
+	live, err = core.MarkCollations(ctx, q, collationsQuery, live)
+	return endstate.Usable(live, names), err
 }
 
 func (Driver) Explain(err error) error { return pgsql.WithDetail(err) }

@@ -2,7 +2,6 @@ package sqlite
 
 import (
 	"context"
-	"fmt"
 
 	"github.com/schemastate/schemastate/reconcile/internal/core"
 )
@@ -16,23 +15,8 @@ import (
 // changed index rebuilds the table from the declared SQL (needsCopy), which
 // sorts it by BINARY whatever the live column said.
 func readCollations(ctx context.Context, q core.Querier, table string) (core.Collations, error) {
-	rows, err := q.QueryContext(ctx, `SELECT il.name, x.seqno + 1, x.coll FROM pragma_index_list(?) il, pragma_index_xinfo(il.name) x
- WHERE x.key = 1 AND x.cid >= 0 AND upper(x.coll) <> 'BINARY'`, table)
-	if err != nil {
-		return nil, fmt.Errorf("read the index collations of %s: %w", table, err)
-	}
-	defer rows.Close()
-	out := core.Collations{}
-	for rows.Next() {
-		var index, name string
-		var part int
-		if err := rows.Scan(&index, &part, &name); err != nil {
-			return nil, fmt.Errorf("read the index collations of %s: %w", table, err)
-		}
-		out.Add(index, part, name)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("read the index collations of %s: %w", table, err)
-	}
-	return out, nil
+	return core.ReadCollations(ctx, q, collationsQuery, table)
 }
+
+const collationsQuery = `SELECT il.name, x.seqno + 1, x.coll FROM pragma_index_list(?) il, pragma_index_xinfo(il.name) x
+ WHERE x.key = 1 AND x.cid >= 0 AND upper(x.coll) <> 'BINARY'`

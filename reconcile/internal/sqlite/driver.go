@@ -155,14 +155,7 @@ func (Driver) Facts(ctx context.Context, q core.Querier, _ string, live, _ *sche
 // BINARY marked (readCollations), so that such an index is not taken for a
 // declared one.
 func (Driver) Observable(ctx context.Context, q core.Querier, live *schema.Table) (*schema.Table, error) {
-	if live == nil {
-		return nil, nil
-	}
-	cs, err := readCollations(ctx, q, live.Name)
-	if err != nil {
-		return nil, err
-	}
-	return cs.Mark(live), nil
+	return core.MarkCollations(ctx, q, collationsQuery, live)
 }
 
 func (Driver) Explain(err error) error { return err }
