@@ -398,49 +398,6 @@ func observeWith(t *testing.T, db *dbtest.DB, opts ...reconcile.Option) *reconci
 	return obs
 }
 
-// TestStatus_InvalidKeyIndexIsNotTheEndState: while the key's unique index
-// is INVALID (a concurrent build that failed), no upsert can use it (42P10):
-// status must not report the end state, and the boot must not publish it.
-func TestStatus_InvalidKeyIndexIsNotTheEndState(t *testing.T) {
-	db := openPostgres(t)
-	seedLegacyStore(t, db)
-	mustReconcile(t, db, quiet)
-	db.Exec(t, `ALTER TABLE task_session_subagents DROP CONSTRAINT `+keyName+`;
-INSERT INTO task_session_subagents (id, task_session_id, task_id, tool_call_id, agent_execution_id, source, observed_at, updated_at)
- SELECT 'dup', task_session_id, task_id, tool_call_id, agent_execution_id, source, observed_at, updated_at FROM task_session_subagents WHERE id = 'r1'`)
-	_, err := db.DB.ExecContext(ctx, `CREATE UNIQUE INDEX CONCURRENTLY `+keyName+` ON task_session_subagents (task_session_id, agent_execution_id, tool_call_id)`)
-	require.Error(t, err, "the build fails on the duplicate")
-	db.Exec(t, `DELETE FROM task_session_subagents WHERE id = 'dup'`)
-	require.Equal(t, []string{"false"}, db.Strings(t, `SELECT indisvalid::text FROM pg_index WHERE indexrelid = to_regclass('`+keyName+`')`))
-
-	obs := observe(t, db)
-	require.False(t, obs.EndState.ThreeColumnUnique, "an INVALID index is no key")
-	require.False(t, obs.EndState.IndexesMatchDeclaration, "an INVALID index is not the declared one")
-	require.False(t, obs.EndState.KeyBearing())
-
-	_, err = db.DB.ExecContext(ctx, `INSERT INTO task_session_subagents (id, task_session_id, task_id, tool_call_id, agent_execution_id, source, observed_at, updated_at)
- VALUES ('x', 's1', 'k1', 'toolu_x', 'e1', 'live', now(), now())
- ON CONFLICT (task_session_id, agent_execution_id, tool_call_id) DO NOTHING`)
-	require.ErrorContains(t, err, "42P10", "the upsert cannot use an INVALID index")
-}
-
-// An index under a declared name whose part sorts by another collation than
-// its column's is not the declared index: status does not report the
-// indexes matching the declaration while it stands.
-func TestStatus_IndexOfAnotherCollationIsNotTheDeclaredOne(t *testing.T) {
-	dbtest.Each(t, func(t *testing.T, db *dbtest.DB) {
-		seedLegacyStore(t, db)
-		mustReconcile(t, db, quiet)
-		require.True(t, observe(t, db).EndState.IndexesMatchDeclaration)
-		collation := map[dialect.Dialect]string{dialect.Postgres: `"C"`, dialect.SQLite: "NOCASE"}[db.Dialect]
-		db.Exec(t, `DROP INDEX idx_subagents_task_id`)
-		db.Exec(t, `CREATE INDEX idx_subagents_task_id ON task_session_subagents (task_id COLLATE `+collation+`)`)
-		require.False(t, observe(t, db).EndState.IndexesMatchDeclaration, "an index of another collation is not the declared one")
-		mustReconcile(t, db, quiet)
-		require.True(t, observe(t, db).EndState.IndexesMatchDeclaration, "the boot replaced it")
-	})
-}
-
 // On a read-only connection (a standby, default_transaction_read_only) no
 // scratch table can be made: the plan still sees a check twin (both
 // expressions deparsed by the server) and takes the declared check, spelled

@@ -97,26 +97,14 @@ func fkTwins(live, want *schema.Table, deferrable map[string]bool, changes []sch
 // class's parameters, which Atlas's inspection does not read either.)
 func indexMatches(idx *schema.Index, unique bool) string {
 	parts := make([]string, len(idx.Parts))
-	opclasses := ""
 	for i, p := range idx.Parts {
 		s := "(expression)"
 		if p.C != nil {
 			s = p.C.Name
 		}
 		parts[i] = pgsql.Literal(s + describe.PartOrder(p))
-		opc := fmt.Sprintf("(SELECT opc.opcdefault FROM pg_opclass opc WHERE opc.oid = i.indclass[%d])", i)
-		if name := describe.PartOpClass(p); name != "" {
-			_, bare, _ := strings.Cut(name, ".")
-			if bare == "" {
-				bare = name
-			}
-			opc = fmt.Sprintf("(SELECT opc.opcname::text FROM pg_opclass opc WHERE opc.oid = i.indclass[%d]) = %s", i, pgsql.Literal(bare))
-		}
-		opclasses += " AND " + opc
-		if p.C != nil { // a declared part sorts by its column's collation
-			opclasses += fmt.Sprintf(" AND i.indcollation[%d] = (SELECT a.attcollation FROM pg_attribute a WHERE a.attrelid = i.indrelid AND a.attnum = i.indkey[%d])", i, i)
-		}
 	}
+	opclasses := partSorting(idx)
 	method := "btree"
 	if t := indexMethod(idx); t != "" {
 		method = strings.ToLower(t)
@@ -156,6 +144,28 @@ func indexMatches(idx *schema.Index, unique bool) string {
    WHERE k.o <= i.indnkeyatts ORDER BY k.o) = ARRAY[%s]::text[]
  AND (SELECT am.amname FROM pg_class ic JOIN pg_am am ON am.oid = ic.relam WHERE ic.oid = i.indexrelid) = %s`,
 		unique, len(idx.Parts), len(idx.Parts)+len(include), describe.IsPartial(idx), x.NullsNotDistinct, spelled, opclasses, strings.Join(parts, ", "), pgsql.Literal(method))
+}
+
+// partSorting is the condition that each key part of pg_index row i sorts
+// as idx's declares: by the operator class named (else its type's
+// default), and a column's part by the column's collation.
+func partSorting(idx *schema.Index) string {
+	cond := ""
+	for i, p := range idx.Parts {
+		opc := fmt.Sprintf("(SELECT opc.opcdefault FROM pg_opclass opc WHERE opc.oid = i.indclass[%d])", i)
+		if name := describe.PartOpClass(p); name != "" {
+			_, bare, _ := strings.Cut(name, ".")
+			if bare == "" {
+				bare = name
+			}
+			opc = fmt.Sprintf("(SELECT opc.opcname::text FROM pg_opclass opc WHERE opc.oid = i.indclass[%d]) = %s", i, pgsql.Literal(bare))
+		}
+		cond += " AND " + opc
+		if p.C != nil { // a declared part sorts by its column's collation
+			cond += fmt.Sprintf(" AND i.indcollation[%d] = (SELECT a.attcollation FROM pg_attribute a WHERE a.attrelid = i.indrelid AND a.attnum = i.indkey[%d])", i, i)
+		}
+	}
+	return cond
 }
 
 // indexIs is the done-check that index qname is idx as declared and valid.
