@@ -222,3 +222,25 @@ func TestOnline_ConcurrentWaitBoundedBehindPooler(t *testing.T) {
 	mustReconcile(t, &dbtest.DB{DB: pooled, Dialect: dialect.Postgres}, append(append([]reconcile.Option{}, online...), quiet)...)
 	requireAC33(t, direct, freshIndexSet(t, dialect.Postgres))
 }
+
+// A host pool of two (the lock's connection and the steps') lends the
+// watchers of a concurrent build — the wait's bound, the build's progress —
+// no connection while the build runs: each waits for one under the watch's
+// context, which the build's end cancels, so the boot goes on. (A watcher
+// whose wait ignored the cancel held the phase's end until the boot's
+// context ran out.)
+func TestOnline_PoolOfTwoCompletesWithTheWatchersRunning(t *testing.T) {
+	db := openPostgres(t)
+	seedLegacyStore(t, db)
+	pool := hostPool(t, db, 2)
+	bounded, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	// The build waits a second behind a SHARE lock: the watchers tick.
+	build := holdAfter(db, hooks.FailpointAfterPhase("task_session_subagents.alter"), "task_session_subagents", "SHARE", time.Second)
+	start := time.Now()
+	rep, err := reconcile.Reconcile(bounded, pool, append(append([]reconcile.Option{}, online...),
+		reconcile.WithFailpoint(build), reconcile.WithProgress(func(reconcile.Progress) {}))...)
+	require.NoError(t, err, describe(rep))
+	require.Less(t, time.Since(start), 20*time.Second, "the boot did not wait on its own watchers")
+	requireAC33(t, db, freshIndexSet(t, db.Dialect))
+}

@@ -235,10 +235,7 @@ func failShape(t *testing.T, db *dbtest.DB) (undo func()) {
 		db.Exec(t, `INSERT INTO task_session_subagents (id, task_session_id, task_id, tool_call_id, observed_at, updated_at) VALUES (NULL, 's1', 'k1', 'toolu_null', '2026-07-30 01:00:00+00:00', '2026-07-30 01:00:00+00:00')`)
 		return func() { db.Exec(t, `DELETE FROM task_session_subagents WHERE id IS NULL`) }
 	}
-	other, err := sql.Open("pgx", db.DSN)
-	require.NoError(t, err)
-	t.Cleanup(func() { other.Close() })
-	tx, err := other.Begin()
+	tx, err := hostPool(t, db, 0).Begin()
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = tx.Rollback() })
 	_, err = tx.Exec(`LOCK TABLE task_session_subagents IN ACCESS SHARE MODE`)
@@ -311,4 +308,15 @@ func declarationWith(t testing.TB, from, to, file string) reconcile.Option {
 	out := strings.Replace(src, from, to, 1)
 	require.NotEqual(t, src, out, "declaration %s applies", file)
 	return reconcile.WithDeclaration([]byte(out), file)
+}
+
+// hostPool is a pool of the host's own on db (PostgreSQL), closed when the
+// test ends, allowing maxOpen connections (0: no bound).
+func hostPool(t *testing.T, db *dbtest.DB, maxOpen int) *sql.DB {
+	t.Helper()
+	pool, err := sql.Open("pgx", db.DSN)
+	require.NoError(t, err)
+	t.Cleanup(func() { pool.Close() })
+	pool.SetMaxOpenConns(maxOpen)
+	return pool
 }

@@ -199,10 +199,7 @@ func (h logSignal) WithGroup(string) slog.Handler { return h }
 // second connection.
 func TestLock_PoolOfOneIsNamed(t *testing.T) {
 	db := openPostgres(t).Host(t).Legacy(t)
-	pool, err := sql.Open("pgx", db.DSN)
-	require.NoError(t, err)
-	defer pool.Close()
-	pool.SetMaxOpenConns(1)
+	pool := hostPool(t, db, 1)
 	cctx, cancel := context.WithTimeout(ctx, 20*time.Second)
 	defer cancel()
 	rep, err := reconcile.Reconcile(cctx, pool)

@@ -196,9 +196,7 @@ func TestReconcile_WithStatementTimeoutBoundsEveryTransaction(t *testing.T) {
 func TestReconcile_SessionStatementTimeoutIsGivenBackAsSet(t *testing.T) {
 	db := openPostgres(t)
 	seedLegacyStore(t, db)
-	pool, err := sql.Open("pgx", db.DSN)
-	require.NoError(t, err)
-	defer pool.Close()
+	pool := hostPool(t, db, 0)
 	pool.SetMaxIdleConns(16)
 	var conns []*sql.Conn
 	for range 4 {

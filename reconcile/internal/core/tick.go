@@ -6,18 +6,15 @@ import (
 	"time"
 )
 
-// OnEveryTick calls tick every interval on a goroutine of its own until tick
-// returns false, ctx ends or stop is called; stop returns once the goroutine
-// has ended, so nothing tick does outlives it.
-//
-// stop never cancels a tick in flight: it waits for it. The context tick is
-// given ends with ctx alone. A tick's query is a short catalog read on a
-// connection of the host's pool, and pgx closes a connection whose query's
-// context ends mid-flight, so cancelling it would take a connection (with
-// whatever the host SET on it) out of the host's pool at every stop that
-// met a tick.
+// OnEveryTick calls tick every interval on a goroutine of its own, with a
+// context that stop cancels, until tick returns false or stop is called;
+// stop returns once the goroutine has ended, so nothing tick does outlives
+// it. A tick that reads from the host's pool must not let that cancel reach
+// a statement in flight (pgx closes a connection whose statement's context
+// ends mid-flight): it waits for its connection under the context, and runs
+// its statement under one stop does not end (pgsession's pollRow).
 func OnEveryTick(ctx context.Context, interval time.Duration, tick func(ctx context.Context) (more bool)) (stop func()) {
-	quit := make(chan struct{})
+	ctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -27,21 +24,12 @@ func OnEveryTick(ctx context.Context, interval time.Duration, tick func(ctx cont
 			select {
 			case <-ctx.Done():
 				return
-			case <-quit:
-				return
 			case <-t.C:
 			}
-			select { // a tick met stop or ctx's end: they win, no tick starts
-			case <-quit:
-				return
-			case <-ctx.Done():
-				return
-			default:
-			}
-			if !tick(ctx) {
+			if ctx.Err() != nil || !tick(ctx) {
 				return
 			}
 		}
 	}()
-	return sync.OnceFunc(func() { close(quit); <-done })
+	return sync.OnceFunc(func() { cancel(); <-done })
 }
