@@ -97,7 +97,8 @@ func Index(idx *schema.Index) IndexDescription {
 // Collation marks an index part whose collation is not its column's, as
 // the catalog names it. Atlas's inspection reads no index collation and a
 // declaration names none, so a driver that reads them off the catalog marks
-// the inspected part (PostgreSQL: pg_index.indcollation), and the part is
+// the inspected part (PostgreSQL: pg_index.indcollation, where not the
+// column's; SQLite: pragma_index_xinfo, where not BINARY), and the part is
 // then spelled, and compared, with it.
 type Collation struct {
 	schema.Attr

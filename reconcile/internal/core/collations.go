@@ -21,12 +21,13 @@ import (
 // (CollationTwins).
 
 // Collations maps each index of a table with a key part whose collation is
-// not its column's to those parts (by position, from 1) and the collation's
-// name as the catalog spells it.
+// not the declared one (PostgreSQL: the column's; SQLite: BINARY) to those
+// parts (by position, from 1) and the collation's name as the catalog
+// spells it.
 type Collations map[string]map[int]string
 
 // ReadCollations runs query, a driver's read of table's index parts of
-// another collation than their column's, which returns each as the index's
+// another collation than the declared one, which returns each as the index's
 // name, the part's position (from 1) and the collation's name.
 func ReadCollations(ctx context.Context, q Querier, query, table string) (Collations, error) {
 	rows, err := q.QueryContext(ctx, query, table)

@@ -34,7 +34,7 @@ func CheckTwins(live, want *schema.Table, same func(l, w *schema.Check) bool, ch
 	return changes
 }
 
-// Kinds of object a change names (ChangeOf).
+// Kinds of object a change names (HasChange).
 const (
 	ObjectCheck      = "check"
 	ObjectForeignKey = "foreign key"
@@ -46,16 +46,16 @@ const (
 // diff is not added again.
 func HasChange(changes []schema.Change, kind, name string) bool {
 	for _, c := range changes {
-		if k, n := ChangeOf(c); k == kind && n == name {
+		if k, n := changeOf(c); k == kind && n == name {
 			return true
 		}
 	}
 	return false
 }
 
-// ChangeOf names the kind and the name of the object c adds or modifies
+// changeOf names the kind and the name of the object c adds or modifies
 // (or, an index, drops); "" for any other change.
-func ChangeOf(c schema.Change) (kind, name string) {
+func changeOf(c schema.Change) (kind, name string) {
 	switch c := c.(type) {
 	case *schema.ModifyCheck:
 		return ObjectCheck, c.To.Name

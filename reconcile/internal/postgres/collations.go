@@ -1,17 +1,7 @@
 package postgres
 
-import (
-	"context"
-
-	"github.com/schemastate/schemastate/reconcile/internal/core"
-)
-
-// readCollations reads the index parts of the table (in the current
-// schema) whose collation is not their column's (core.Collations).
-func readCollations(ctx context.Context, q core.Querier, table string) (core.Collations, error) {
-	return core.ReadCollations(ctx, q, collationsQuery, table)
-}
-
+// collationsQuery reads the index key parts of a table (in the current
+// schema) whose collation is not their column's (core.ReadCollations).
 const collationsQuery = `SELECT c.relname::text, k.o::int,
   CASE WHEN n.nspname = 'pg_catalog' THEN quote_ident(co.collname) ELSE quote_ident(n.nspname) || '.' || quote_ident(co.collname) END
  FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid

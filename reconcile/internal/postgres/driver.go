@@ -156,7 +156,7 @@ func (Driver) readFacts(ctx context.Context, q core.Querier, schemaName string, 
 	if f.deferrableFKs, err = deferrableForeignKeys(ctx, q, schemaName, live.Name); err != nil {
 		return f, err
 	}
-	if f.collations, err = readCollations(ctx, q, live.Name); err != nil {
+	if f.collations, err = core.ReadCollations(ctx, q, collationsQuery, live.Name); err != nil {
 		return f, err
 	}
 	if f.rebuild.NewExists {

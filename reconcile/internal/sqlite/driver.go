@@ -147,12 +147,12 @@ func (Driver) Facts(ctx context.Context, q core.Querier, _ string, live, _ *sche
 	if err := rows.Err(); err != nil {
 		return f, err
 	}
-	f.collations, err = readCollations(ctx, q, live.Name)
+	f.collations, err = core.ReadCollations(ctx, q, collationsQuery, live.Name)
 	return f, err
 }
 
 // Observable is live with its index parts of another collation than
-// BINARY marked (readCollations), so that such an index is not taken for a
+// BINARY marked (collationsQuery), so that such an index is not taken for a
 // declared one.
 func (Driver) Observable(ctx context.Context, q core.Querier, live *schema.Table) (*schema.Table, error) {
 	return core.MarkCollations(ctx, q, collationsQuery, live)
