@@ -4,12 +4,15 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
+	"database/sql"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"runtime/debug"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -54,7 +57,7 @@ const certificateKey = "schemastate_shape_certificate"
 // where build info cannot tell builds apart — a test binary reports
 // "(devel)", and a dirty tree keeps its commit's revision. Change it with
 // any such rule.
-const plannerVersion = "2026-12-03.5"
+const plannerVersion = "2026-12-05.1"
 
 // certificate is the kandev_meta value, stored as JSON.
 type certificate struct {
@@ -67,6 +70,9 @@ type certificate struct {
 	// tables, so a boot after one is dropped takes the full check.
 	Parents []string `json:"parents,omitempty"`
 	Catalog string   `json:"catalog"` // catalogHash
+	// Scope is what the catalog read is keyed on besides the names
+	// (core.Driver.CatalogScope: PostgreSQL's oids), read with Catalog.
+	Scope string `json:"scope,omitempty"`
 	// Drift is what the full check found undeclared and kept: a certified
 	// boot reports it (WARN, Report.Drift) without inspecting.
 	Drift []Drift `json:"drift,omitempty"`
@@ -163,20 +169,13 @@ var buildIdentity = sync.OnceValue(func() []byte {
 var errDanglingForeignKey = errors.New("a foreign key names a table that does not exist (every write to its table fails while foreign keys are on)")
 
 // catalogHash hashes the live catalog entries of the owned tables, and the
-// host tables (on SQLite their definitions, on PostgreSQL their presence), in
-// one query (driver.catalogQuery).
-func catalogHash(ctx context.Context, drv core.Driver, q core.Querier, owned, host []string) (string, error) {
-	d := drv.Dialect()
-	args := make([]any, 0, len(owned)+len(host))
-	for _, n := range append(append([]string{}, owned...), host...) {
-		args = append(args, n)
+// covered ones (on SQLite their definitions, on PostgreSQL their pg_class
+// rows), in one query (core.Driver.CatalogRead) keyed on scope.
+func catalogHash(ctx context.Context, drv core.Driver, q core.Querier, owned, covered []string, scope string) (string, error) {
+	query, args, ok := drv.CatalogRead(owned, covered, scope)
+	if !ok {
+		return "", errors.New("the certificate's catalog scope is not one this build writes")
 	}
-	ownedIn := core.Placeholders(d, 1, len(owned))
-	hostIn := "NULL"
-	if len(host) > 0 {
-		hostIn = core.Placeholders(d, len(owned)+1, len(host))
-	}
-	query := drv.CatalogQuery(ownedIn, hostIn)
 	rows, err := q.QueryContext(ctx, query, args...)
 	if err != nil {
 		return "", err
@@ -184,7 +183,7 @@ func catalogHash(ctx context.Context, drv core.Driver, q core.Querier, owned, ho
 	defer rows.Close()
 	h := sha256.New()
 	n := 0
-	var s []byte
+	var s sql.RawBytes
 	for rows.Next() {
 		if err := rows.Scan(&s); err != nil {
 			return "", err
@@ -196,7 +195,8 @@ func catalogHash(ctx context.Context, drv core.Driver, q core.Querier, owned, ho
 	if err := rows.Err(); err != nil {
 		return "", err
 	}
-	return fmt.Sprintf("%d-%s", n, hex.EncodeToString(h.Sum(nil))[:32]), nil
+	var sum [sha256.Size]byte
+	return strconv.Itoa(n) + "-" + hex.EncodeToString(h.Sum(sum[:0])[:16]), nil
 }
 
 // certified reports whether this boot can take the fast path: the stored
@@ -226,7 +226,7 @@ func (r *run) certified(ctx context.Context, sess core.Session) (keys.Set, bool)
 	if r.o.prune && len(c.Drift) > 0 {
 		return ks, false
 	}
-	live, err := catalogHash(ctx, r.drv, sess.Querier(), c.Owned, c.covered())
+	live, err := catalogHash(ctx, r.drv, sess.Querier(), c.Owned, c.covered(), c.Scope)
 	if err != nil || live != c.Catalog {
 		return ks, false
 	}
@@ -304,8 +304,17 @@ func (r *run) writeCertificate(ctx context.Context, q core.Querier, decl *declar
 			}
 		}
 	}
-	if c.Catalog, err = catalogHash(ctx, r.drv, q, c.Owned, c.covered()); err != nil {
+	if c.Scope, err = r.drv.CatalogScope(ctx, q, c.Owned, c.covered()); err != nil {
 		return err
+	}
+	if c.Catalog, err = catalogHash(ctx, r.drv, q, c.Owned, c.covered(), c.Scope); err != nil {
+		return err
+	}
+	// The scope read again: an object added to an owned table between the
+	// two reads would be in the hash but not in the scope, and so not
+	// covered by name or comment on the boots to come.
+	if again, err := r.drv.CatalogScope(ctx, q, c.Owned, c.covered()); err != nil || again != c.Scope {
+		return errors.Join(errors.New("the catalog changed while it was read"), err)
 	}
 	value := c.String()
 	stored, ok, err := keys.Get(ctx, q, r.o.dialect, certificateKey)
@@ -317,16 +326,23 @@ func (r *run) writeCertificate(ctx context.Context, q core.Querier, decl *declar
 }
 
 // fastPath records the steps of a certified boot — everything is as the last
-// full check left it — and ends the session.
-func (r *run) fastPath(ctx context.Context, sess core.Session, ks keys.Set) {
+// full check left it — and ends the session. The boot is one INFO line (its
+// lock step's outcome); each step's own line is at DEBUG.
+func (r *run) fastPath(ctx context.Context, sess core.Session, ks keys.Set, lock Step) {
 	r.rep.EndState = EndState{ExecutionColumnNotNull: true, ThreeColumnUnique: true, TwoColumnUniqueAbsent: true, IndexesMatchDeclaration: true}
 	r.rep.EndStateObserved = true
 	r.rep.Keys, r.rep.KeysRead = ks, true
 	r.rep.Certified = true
 	r.reportDrift()
+	r.o.logger.LogAttrs(ctx, slog.LevelInfo, "reconcile: the certificate holds; nothing to change",
+		slog.String("lock", lock.Detail), slog.Duration("duration", lock.Duration))
+	r.logStep(slog.LevelDebug, lock)
+	r.keep(lock)
 	for _, st := range bootSteps() {
 		if st.certified != "" {
-			r.record(Step{Name: st.name, Status: Unchanged, Detail: st.certified})
+			s := Step{Name: st.name, Status: Unchanged, Detail: st.certified}
+			r.logStep(slog.LevelDebug, s)
+			r.keep(s)
 		}
 	}
 	if err := sess.Close(ctx); err != nil {

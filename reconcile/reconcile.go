@@ -136,8 +136,7 @@ func (r *run) lock(ctx context.Context, db *sql.DB) (core.Session, bool) {
 		return nil, false
 	}
 	if ks, ok := r.certified(ctx, sess); ok {
-		r.record(Step{Name: StepLock, Status: Unchanged, Detail: "not taken: the certificate holds", Duration: time.Since(start)})
-		r.fastPath(ctx, sess, ks)
+		r.fastPath(ctx, sess, ks, Step{Name: StepLock, Status: Unchanged, Detail: "not taken: the certificate holds", Duration: time.Since(start)})
 		return nil, false
 	}
 	r.o.logger.Debug("reconcile: no certificate holds; taking the lock for a full check")
@@ -147,11 +146,12 @@ func (r *run) lock(ctx context.Context, db *sql.DB) (core.Session, bool) {
 		r.skipRest(StepHostTables, "lock not acquired")
 		return nil, false
 	}
-	r.record(Step{Name: StepLock, Status: Applied, Detail: fmt.Sprintf("acquired in %s", time.Since(start).Round(time.Millisecond)), Duration: time.Since(start)})
+	locked := Step{Name: StepLock, Status: Applied, Detail: fmt.Sprintf("acquired in %s", time.Since(start).Round(time.Millisecond)), Duration: time.Since(start)}
 	if ks, ok := r.certified(ctx, sess); ok {
-		r.fastPath(ctx, sess, ks)
+		r.fastPath(ctx, sess, ks, locked)
 		return nil, false
 	}
+	r.record(locked)
 	return sess, true
 }
 

@@ -1,7 +1,9 @@
 package reconcile
 
 import (
+	"context"
 	"errors"
+	"log/slog"
 	"time"
 
 	"github.com/schemastate/schemastate/dialect"
@@ -103,10 +105,25 @@ func (r *run) record(s Step) {
 	if s.Status == Failed {
 		r.warn(s.Name, s.Err)
 	} else {
-		r.o.logger.Info("reconcile step", "step", s.Name, "status", string(s.Status), "statements", s.Statements, "detail", s.Detail, "duration", s.Duration)
+		r.logStep(slog.LevelInfo, s)
 	}
+	r.keep(s)
+}
+
+// logStep logs s at level: each step at INFO, a certified boot's at DEBUG
+// (fastPath logs the boot in one INFO line).
+func (r *run) logStep(level slog.Level, s Step) {
+	r.o.logger.LogAttrs(context.Background(), level, "reconcile step", slog.String("step", s.Name), slog.String("status", string(s.Status)),
+		slog.Int("statements", s.Statements), slog.String("detail", s.Detail), slog.Duration("duration", s.Duration))
+}
+
+// keep adds s to the report, its span and its count.
+func (r *run) keep(s Step) {
 	r.traceStep(s)
 	r.meters.countStep(s)
+	if r.rep.Steps == nil {
+		r.rep.Steps = make([]Step, 0, len(bootSteps()))
+	}
 	r.rep.Steps = append(r.rep.Steps, s)
 }
 
@@ -122,10 +139,7 @@ func (r *run) skipRest(from, why string) {
 			on = true
 		}
 		if on && st.always && r.rep.Step(st.name) == nil {
-			s := Step{Name: st.name, Status: Skipped, Detail: why}
-			r.traceStep(s)
-			r.meters.countStep(s)
-			r.rep.Steps = append(r.rep.Steps, s)
+			r.keep(Step{Name: st.name, Status: Skipped, Detail: why})
 		}
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"context"
 	"database/sql"
 	"log/slog"
+	"sync"
 	"time"
 
 	"ariga.io/atlas/sql/migrate"
@@ -48,10 +49,17 @@ type Driver interface {
 	// TablesQuery selects, of n tables named by parameters 1…n, those that
 	// exist in the reconcile's schema.
 	TablesQuery(n int) string
-	// CatalogQuery is the certificate's read of the live catalog: one text
-	// row per entry, ownedIn and hostIn the parameter lists naming the
-	// tables it covers.
-	CatalogQuery(ownedIn, hostIn string) string
+	// CatalogScope is read when a certificate is written, in the full
+	// check's transaction: what the certified boot's catalog read is keyed
+	// on besides the names of the owned and covered tables, as text the
+	// certificate keeps ("" where the read goes by name: SQLite). It fails
+	// when one of those tables does not exist.
+	CatalogScope(ctx context.Context, q Querier, owned, covered []string) (string, error)
+	// CatalogRead is the certificate's read of the live catalog: a query
+	// and its arguments, whose text rows, in order, are what the
+	// certificate's hash covers; ok is false for a scope CatalogScope
+	// cannot have written.
+	CatalogRead(owned, covered []string, scope string) (query string, args []any, ok bool)
 
 	// Facts reads what planning needs of a live table beyond Atlas's
 	// inspection. It reads the catalog only.
@@ -157,8 +165,29 @@ type Config struct {
 // MetaQuery is the kandev_meta read of Meta for n names, on dialect d: the
 // key and value of each row present.
 func MetaQuery(d dialect.Dialect, n int) string {
+	if q := metaQueries(); n < len(q.sqlite) {
+		switch d {
+		case dialect.SQLite:
+			return q.sqlite[n]
+		case dialect.Postgres:
+			return q.postgres[n]
+		}
+	}
+	return metaQuery(d, n)
+}
+
+func metaQuery(d dialect.Dialect, n int) string {
 	return `SELECT key, value FROM kandev_meta WHERE key IN (` + Placeholders(d, 1, n) + `)`
 }
+
+// metaQueries are MetaQuery's texts for a few names, made once, on first
+// use (a certified boot reads four).
+var metaQueries = sync.OnceValue(func() (m struct{ sqlite, postgres [8]string }) {
+	for n := range m.sqlite {
+		m.sqlite[n], m.postgres[n] = metaQuery(dialect.SQLite, n), metaQuery(dialect.Postgres, n)
+	}
+	return m
+})
 
 // ScanMeta reads rows of (key, value) into a map.
 func ScanMeta(rows *sql.Rows) (map[string]string, error) {

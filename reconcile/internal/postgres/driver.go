@@ -10,6 +10,8 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"strconv"
+	"strings"
 
 	"ariga.io/atlas/sql/migrate"
 	atlaspg "ariga.io/atlas/sql/postgres"
@@ -67,50 +69,99 @@ func (Driver) TablesQuery(n int) string {
 	return `SELECT table_name FROM information_schema.tables WHERE table_schema = current_schema() AND table_name IN (` + core.Placeholders(dialect.Postgres, 1, n) + `)`
 }
 
-// CatalogQuery reads stored forms where a deparser would cost a lookup per
-// row (a column's type is its type's oid and modifier, its collation the
-// collation's oid, an index its whole pg_index row whatever columns this
-// server version has, a default its stored expression): a definition's
-// stored form changes whenever its rendering does, so the hash still covers
-// everything the full check compares. (A REINDEX or CLUSTER also changes an
-// index's row, and a recreated type or collation its oid: one full check.)
-// Constraints and triggers keep their deparsed form (a handful of rows; it
-// names the referenced table as it is called now).
+// The certificate's catalog read keys on oids, not names: the scope
+// (CatalogScope) holds the oids, as the full check that wrote the
+// certificate read them, of the owned tables, of the covered ones (host
+// tables, parents), of the owned tables' indexes and of their constraints.
+// The read (CatalogRead) is one row of seven arrays, each an uncorrelated
+// subquery that one index of one catalog answers: the pg_class rows of the
+// tables and indexes by oid (names, schema, kind, access method, options),
+// the owned tables' columns, indexes, constraints and triggers by their
+// table's oid, and the comments of the tables, their columns, indexes and
+// constraints by oid. Planning is most of what this read costs the server,
+// and a subquery on one catalog by oid is the cheapest to plan: by name it
+// took an outer scan and a join or a correlated subquery per catalog, by
+// table a UNION branch per host table (docs/benchmarks.md).
 //
-// It is one row per owned table, its columns, defaults, indexes,
-// constraints, triggers and comments (of the table, its columns, indexes
-// and constraints) each an ordered array from a subquery on that one
-// catalog keyed by the table's oid, and one row per host table present.
-// Planning is the larger half of this read, and the server plans each of
-// those subqueries alone, on one catalog and its index, where one row per
-// entry (a UNION ALL of a join per kind) had it search join orders for
-// every branch: measured on PostgreSQL 15, EXPLAIN's planning time fell
-// from 0.48–0.57 ms to 0.29–0.34 ms, execution from 0.31–0.42 ms to 0.25 ms,
-// and 51 rows to the client became 5 (docs/benchmarks.md). The comments
-// are read where their objects are: an index's and a constraint's by a
-// lookup of its own oid in those subqueries, the table's and its columns'
-// by one on the table's oid; and the schema is to_regnamespace of the
-// quoted current_schema(), no subquery (EXPLAIN, medians of 60 runs twice:
-// planning 0.44–0.48 → 0.44 ms, execution 0.33–0.35 → 0.31 ms).
-func (Driver) CatalogQuery(ownedIn, hostIn string) string {
-	return `SELECT c.relname || ':' || c.oid::text || ':' || c.relkind::text || ':' || c.relpersistence::text || ':' || COALESCE(array_to_string(c.reloptions, ','), '')
-  || E'\n' || ARRAY(SELECT a.attnum::text || ':' || a.attname || ':' || a.atttypid::text || ',' || a.atttypmod::text || ':' || a.attcollation::text || ':' || a.attnotnull::text || ':' || a.attidentity::text || ':' || a.attgenerated::text
-       FROM pg_attribute a WHERE a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped ORDER BY a.attnum)::text
-  || E'\n' || ARRAY(SELECT ad.adnum::text || ':' || ad.adbin::text FROM pg_attrdef ad WHERE ad.adrelid = c.oid ORDER BY ad.adnum)::text
-  || E'\n' || ARRAY(SELECT ic.relname || ':' || ic.relam::text || ':' || COALESCE(array_to_string(ic.reloptions, ','), '') || ':' || i::text
-         || ':' || COALESCE((SELECT d.description FROM pg_description d WHERE d.objoid = i.indexrelid AND d.classoid = 'pg_class'::regclass AND d.objsubid = 0), '')
-       FROM pg_index i JOIN pg_class ic ON ic.oid = i.indexrelid WHERE i.indrelid = c.oid ORDER BY i.indexrelid)::text
-  || E'\n' || ARRAY(SELECT con.conname || ':' || con.contype::text || ':' || pg_get_constraintdef(con.oid) || ':' || con.condeferrable::text || ':' || con.condeferred::text || ':' || con.convalidated::text
-         || ':' || COALESCE((SELECT d.description FROM pg_description d WHERE d.objoid = con.oid AND d.classoid = 'pg_constraint'::regclass AND d.objsubid = 0), '')
-       FROM pg_constraint con WHERE con.conrelid = c.oid ORDER BY con.oid)::text
-  || E'\n' || ARRAY(SELECT pg_get_triggerdef(t.oid) || ':' || t.tgenabled::text FROM pg_trigger t WHERE t.tgrelid = c.oid AND NOT t.tgisinternal ORDER BY t.oid)::text
-  || E'\n' || ARRAY(SELECT d.objsubid::text || ':' || d.description FROM pg_description d
-       WHERE d.objoid = c.oid AND d.classoid = 'pg_class'::regclass ORDER BY d.objsubid)::text
-  FROM pg_class c
-  WHERE c.relnamespace = to_regnamespace(quote_ident(current_schema())) AND c.relkind IN ('r', 'p') AND c.relname IN (` + ownedIn + `)
-UNION ALL SELECT 'host:' || c.relname FROM pg_class c
-  WHERE c.relnamespace = to_regnamespace(quote_ident(current_schema())) AND c.relkind IN ('r', 'p') AND c.relname IN (` + hostIn + `)
-ORDER BY 1`
+// Every change the full check acts on changes a row read here: a table or
+// index renamed, moved or dropped changes or loses its pg_class row; an
+// object added to a table adds a row to its catalog, found by the table's
+// oid; a comment is a pg_description row of an oid the scope holds; a
+// column's default, which lives in pg_attrdef, is set, changed and dropped
+// only by updating the column's pg_attribute row, so a default change gives
+// that row a new xmin (read here in place of pg_attrdef). Definitions are
+// read in their stored form (a column's type oid and modifier, an index's
+// whole pg_index row, a primary or unique key's constraint row beside its
+// index), which changes whenever their rendering does; a foreign key, check
+// or exclusion is deparsed as well (it names its parent as it is called
+// now, and its expression as the full check compares it), and so is a
+// trigger. The rows are hashed by the server (sha256 of the text in the
+// database's own encoding, so no character can fail a conversion).
+func (Driver) CatalogRead(owned, covered []string, scope string) (string, []any, bool) {
+	parts := strings.Split(scope, ";")
+	if len(parts) != 4 {
+		return "", nil, false
+	}
+	for _, p := range parts {
+		if !oidArray(p) {
+			return "", nil, false
+		}
+	}
+	return catalogRead, []any{parts[0], parts[1], parts[2], parts[3]}, true
+}
+
+// oidArray reports whether s is an array literal of oids as CatalogScope
+// writes one: {} or {n,n,…}, each n a decimal oid.
+func oidArray(s string) bool {
+	if len(s) < 2 || s[0] != '{' || s[len(s)-1] != '}' {
+		return false
+	}
+	inner := s[1 : len(s)-1]
+	if inner == "" {
+		return true
+	}
+	for _, n := range strings.Split(inner, ",") {
+		if v, err := strconv.ParseUint(n, 10, 32); err != nil || strconv.FormatUint(v, 10) != n {
+			return false
+		}
+	}
+	return true
+}
+
+// catalogRead is CatalogRead's query: $1 the owned tables' oids, $2 the
+// covered tables', $3 the owned tables' indexes', $4 their constraints'.
+const catalogRead = `SELECT sha256(convert_to(
+  ARRAY(SELECT c.oid::text || ':' || c.relname || ':' || c.relnamespace::text || ':' || c.relkind::text || ':' || c.relpersistence::text || ':' || c.relam::text || ':' || c.reltablespace::text || ':' || COALESCE(c.reloptions::text, '')
+    FROM pg_class c WHERE c.oid = ANY ($1::oid[] || $2::oid[] || $3::oid[]) ORDER BY c.oid)::text
+  || E'\n' || ARRAY(SELECT a.attrelid::text || ':' || a.attnum::text || ':' || a.attname || ':' || a.atttypid::text || ',' || a.atttypmod::text || ':' || a.attcollation::text || ':' || a.attnotnull::text || ':' || a.atthasdef::text || ':' || a.attidentity::text || ':' || a.attgenerated::text || ':' || a.xmin::text
+    FROM pg_attribute a WHERE a.attrelid = ANY ($1::oid[]) AND a.attnum > 0 AND NOT a.attisdropped ORDER BY a.attrelid, a.attnum)::text
+  || E'\n' || ARRAY(SELECT i::text FROM pg_index i WHERE i.indrelid = ANY ($1::oid[]) ORDER BY i.indexrelid)::text
+  || E'\n' || ARRAY(SELECT k::text || CASE WHEN k.contype IN ('p', 'u') THEN '' ELSE pg_get_constraintdef(k.oid) END
+    FROM pg_constraint k WHERE k.conrelid = ANY ($1::oid[]) ORDER BY k.oid)::text
+  || E'\n' || ARRAY(SELECT pg_get_triggerdef(t.oid) || ':' || t.tgenabled::text FROM pg_trigger t WHERE t.tgrelid = ANY ($1::oid[]) AND NOT t.tgisinternal ORDER BY t.oid)::text
+  || E'\n' || ARRAY(SELECT d.objoid::text || ':' || d.classoid::text || ':' || d.objsubid::text || ':' || d.description FROM pg_description d
+    WHERE d.objoid = ANY ($1::oid[] || $3::oid[] || $4::oid[]) ORDER BY d.objoid, d.classoid, d.objsubid)::text,
+  getdatabaseencoding()))`
+
+// CatalogScope reads the oids CatalogRead keys on, by the tables' names in
+// the reconcile's schema; it fails when one of them is not there.
+func (Driver) CatalogScope(ctx context.Context, q core.Querier, owned, covered []string) (string, error) {
+	var t, c, x, k string
+	var nt, nc int
+	err := q.QueryRowContext(ctx, `WITH o AS (SELECT oid FROM pg_class WHERE relnamespace = to_regnamespace(quote_ident(current_schema())) AND relkind IN ('r', 'p') AND relname = ANY ($1::text[])),
+ h AS (SELECT oid FROM pg_class WHERE relnamespace = to_regnamespace(quote_ident(current_schema())) AND relkind IN ('r', 'p') AND relname = ANY ($2::text[]))
+SELECT ARRAY(SELECT oid FROM o ORDER BY 1)::text, (SELECT count(*) FROM o),
+  ARRAY(SELECT oid FROM h ORDER BY 1)::text, (SELECT count(*) FROM h),
+  ARRAY(SELECT indexrelid FROM pg_index WHERE indrelid IN (SELECT oid FROM o) ORDER BY 1)::text,
+  ARRAY(SELECT oid FROM pg_constraint WHERE conrelid IN (SELECT oid FROM o) ORDER BY 1)::text`,
+		owned, covered).Scan(&t, &nt, &c, &nc, &x, &k)
+	switch {
+	case err != nil:
+		return "", fmt.Errorf("read the catalog's scope: %w", err)
+	case nt != len(owned) || nc != len(covered):
+		return "", fmt.Errorf("read the catalog's scope: %d of %d owned and %d of %d covered tables found in the schema", nt, len(owned), nc, len(covered))
+	}
+	return strings.Join([]string{t, c, x, k}, ";"), nil
 }
 
 // Facts reads the table's facts (readFacts); PlanTable takes them back.

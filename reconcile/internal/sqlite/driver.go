@@ -58,16 +58,27 @@ func (Driver) TablesQuery(n int) string {
 	return `SELECT name FROM sqlite_master WHERE type = 'table' AND name IN (` + core.Placeholders(dialect.SQLite, 1, n) + `)`
 }
 
-// catalogQuery is one pass over sqlite_master: every entry of the owned
+// CatalogRead is one pass over sqlite_master: every entry of the owned
 // tables (table, indexes, triggers, each with the SQL that made it, which
-// names its table) and the host tables with theirs. So on SQLite a host
-// migration that changes a host table sends the next boot to the full check
-// once, which certifies again. The entries are sorted by catalogHash, as an
-// ORDER BY would sort them (bytewise), which would cost SQLite a sorter for a
-// few dozen rows.
-func (Driver) CatalogQuery(ownedIn, hostIn string) string {
+// names its table) and the covered tables with theirs, in the table's rowid
+// order. So on SQLite a host migration that changes a host table sends the
+// next boot to the full check once, which certifies again.
+func (Driver) CatalogRead(owned, covered []string, scope string) (string, []any, bool) {
+	if scope != "" {
+		return "", nil, false
+	}
+	hostIn := "NULL"
+	if len(covered) > 0 {
+		hostIn = core.Placeholders(dialect.SQLite, len(owned)+1, len(covered))
+	}
 	return `SELECT type || ':' || name || ':' || COALESCE(sql, '') FROM sqlite_master
-WHERE tbl_name IN (` + ownedIn + `) OR (type = 'table' AND name IN (` + hostIn + `))`
+WHERE tbl_name IN (` + core.Placeholders(dialect.SQLite, 1, len(owned)) + `) OR (type = 'table' AND name IN (` + hostIn + `))`,
+		core.Args(slices.Concat(owned, covered)), true
+}
+
+// CatalogScope: SQLite's read goes by name.
+func (Driver) CatalogScope(context.Context, core.Querier, []string, []string) (string, error) {
+	return "", nil
 }
 
 // foreignKeyParents reads the parent table of every foreign key of the
