@@ -50,6 +50,12 @@ import (
 // certificateKey is the kandev_meta row holding the certificate.
 const certificateKey = "schemastate_shape_certificate"
 
+// certifiedRows is the certified boot's first read: the three keys and the
+// certificate.
+var certifiedRows = sync.OnceValue(func() *core.MetaRows {
+	return core.NewMetaRows(keys.CaptureSince, keys.BackfillThrough, keys.ExecutionSince, certificateKey)
+})
+
 // plannerVersion names the rules by which a full check decides what to
 // change: normalization, equivalent spellings, drift, refusals, widenings,
 // the catalog rendering below. It is part of every certificate's declaration
@@ -209,7 +215,7 @@ func (r *run) certified(ctx context.Context, sess core.Session) (keys.Set, bool)
 	}
 	// The three keys and the certificate in one round trip (with the
 	// session's identity, on PostgreSQL).
-	meta, err := sess.Meta(ctx, keys.CaptureSince, keys.BackfillThrough, keys.ExecutionSince, certificateKey)
+	meta, err := sess.Meta(ctx, certifiedRows())
 	if err != nil {
 		return keys.Set{}, false
 	}

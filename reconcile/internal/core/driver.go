@@ -10,7 +10,6 @@ import (
 	"context"
 	"database/sql"
 	"log/slog"
-	"sync"
 	"time"
 
 	"ariga.io/atlas/sql/migrate"
@@ -96,7 +95,7 @@ type Session interface {
 	// own identity yet (PostgreSQL: the database and schema that name the
 	// lock and every statement) reads it in that same statement when any
 	// row is there.
-	Meta(ctx context.Context, names ...string) (map[string]string, error)
+	Meta(ctx context.Context, rows *MetaRows) (map[string]string, error)
 	// SchemaName is the schema the reconcile works in: main on SQLite, the
 	// connection's current_schema() on PostgreSQL. Valid once Meta returned
 	// a row, or Lock returned, without an error.
@@ -162,32 +161,31 @@ type Config struct {
 	OverBudget func() error
 }
 
-// MetaQuery is the kandev_meta read of Meta for n names, on dialect d: the
-// key and value of each row present.
-func MetaQuery(d dialect.Dialect, n int) string {
-	if q := metaQueries(); n < len(q.sqlite) {
-		switch d {
-		case dialect.SQLite:
-			return q.sqlite[n]
-		case dialect.Postgres:
-			return q.postgres[n]
-		}
+// MetaRows names the kandev_meta rows a Meta reads, with that read's
+// arguments and, per dialect, its text, made once (NewMetaRows).
+type MetaRows struct {
+	Names            []string
+	Args             []any
+	sqlite, postgres string
+}
+
+// NewMetaRows is the read of the rows named.
+func NewMetaRows(names ...string) *MetaRows {
+	return &MetaRows{Names: names, Args: Args(names), sqlite: metaQuery(dialect.SQLite, len(names)), postgres: metaQuery(dialect.Postgres, len(names))}
+}
+
+// Query is the read's text on dialect d: the key and value of each row
+// present.
+func (m *MetaRows) Query(d dialect.Dialect) string {
+	if d == dialect.Postgres {
+		return m.postgres
 	}
-	return metaQuery(d, n)
+	return m.sqlite
 }
 
 func metaQuery(d dialect.Dialect, n int) string {
 	return `SELECT key, value FROM kandev_meta WHERE key IN (` + Placeholders(d, 1, n) + `)`
 }
-
-// metaQueries are MetaQuery's texts for a few names, made once, on first
-// use (a certified boot reads four).
-var metaQueries = sync.OnceValue(func() (m struct{ sqlite, postgres [8]string }) {
-	for n := range m.sqlite {
-		m.sqlite[n], m.postgres[n] = metaQuery(dialect.SQLite, n), metaQuery(dialect.Postgres, n)
-	}
-	return m
-})
 
 // ScanMeta reads rows of (key, value) into a map.
 func ScanMeta(rows *sql.Rows) (map[string]string, error) {

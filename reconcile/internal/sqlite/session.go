@@ -132,8 +132,8 @@ func (s *session) Querier() dialect.Querier { return s.conn }
 func (s *session) SchemaName() string { return "main" }
 
 // Meta reads the rows named; SQLite's session has nothing more to read.
-func (s *session) Meta(ctx context.Context, names ...string) (map[string]string, error) {
-	rows, err := s.conn.QueryContext(ctx, core.MetaQuery(dialect.SQLite, len(names)), core.Args(names)...)
+func (s *session) Meta(ctx context.Context, m *core.MetaRows) (map[string]string, error) {
+	rows, err := s.conn.QueryContext(ctx, m.Query(dialect.SQLite), m.Args...)
 	if err != nil {
 		return nil, err
 	}

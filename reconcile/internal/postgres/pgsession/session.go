@@ -125,15 +125,15 @@ func (s *Session) readIdentity(ctx context.Context) error {
 // Meta reads the rows named. Until the session knows its identity, each
 // row brings it too (a plain read of kandev_meta, as cheap to plan as one
 // without it); when no row is there, Lock reads it alone.
-func (s *Session) Meta(ctx context.Context, names ...string) (map[string]string, error) {
+func (s *Session) Meta(ctx context.Context, m *core.MetaRows) (map[string]string, error) {
 	if s.ident != "" {
-		rows, err := s.conn.QueryContext(ctx, core.MetaQuery(dialect.Postgres, len(names)), core.Args(names)...)
+		rows, err := s.conn.QueryContext(ctx, m.Query(dialect.Postgres), m.Args...)
 		if err != nil {
 			return nil, err
 		}
 		return core.ScanMeta(rows)
 	}
-	rows, err := s.conn.QueryContext(ctx, `SELECT key, value, current_database(), current_schema() FROM kandev_meta WHERE key IN (`+core.Placeholders(dialect.Postgres, 1, len(names))+`)`, core.Args(names)...)
+	rows, err := s.conn.QueryContext(ctx, `SELECT key, value, current_database(), current_schema() FROM kandev_meta WHERE key IN (`+core.Placeholders(dialect.Postgres, 1, len(m.Names))+`)`, m.Args...)
 	if err != nil {
 		return nil, err
 	}
