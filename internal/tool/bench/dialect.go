@@ -28,7 +28,10 @@ type dialectBench struct {
 	// target, what ours and the floor are), rebuildFloor the floor's
 	// hand-written statements, rebuildChecks the reads a rebuild makes
 	// besides (a fixed cost; none on a dialect that does not rebuild).
-	rebuild       render.Measurement
+	rebuild render.Measurement
+	// rebuildLarge is the rebuild's target from largeRebuild rows on (0:
+	// rebuild.Target at every size).
+	rebuildLarge  float64
 	rebuildFloor  func(legacy []string) ([]string, error)
 	rebuildChecks []string
 	// handMigration runs a hand-written migration's statements on conn the

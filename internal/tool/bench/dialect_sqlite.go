@@ -22,6 +22,9 @@ var sqliteBench = dialectBench{
 	rebuild: render.Measurement{Name: render.Rebuild, Target: 1.15,
 		OursIs:  "reconcile.Reconcile on the legacy store, in process, wall time (lock, certificate check, declaration, inspect, plan, the rebuild with its row count — its foreign_key_check before and after skipped, as the legacy table keeps its foreign keys and nothing references it — execution_since, COMMIT)",
 		FloorIs: "the same create / copy / drop / rename / four CREATE INDEX on one connection, foreign keys off, inside BEGIN IMMEDIATE, timed with its COMMIT"},
+	// Where the table's own copy and index builds outweigh the boot around
+	// them, the rebuild is held closer to its floor.
+	rebuildLarge:  1.05,
 	rebuildFloor:  handRebuildSQLite,
 	rebuildChecks: []string{"PRAGMA foreign_key_check(task_session_subagents)", "PRAGMA foreign_key_check(task_session_subagents)", "SELECT COUNT(*) FROM task_session_subagents"},
 	handMigration: handMigrationSQLite,

@@ -71,6 +71,9 @@ func (b *bench) rowsFamily(ctx context.Context, rep *render.Report) error {
 func (b *bench) rebuild(ctx context.Context, rep *render.Report, n int) error {
 	m := b.on.rebuild
 	m.Family, m.N, m.Rows = render.FamilyRows, n, n
+	if b.on.rebuildLarge > 0 && n >= largeRebuild {
+		m.Target = b.on.rebuildLarge
+	}
 	floor, err := b.on.rebuildFloor(b.legacyColumns)
 	if err != nil {
 		return err
@@ -107,6 +110,10 @@ func (b *bench) rebuild(ctx context.Context, rep *render.Report, n int) error {
 	rep.Measurements = append(rep.Measurements, m)
 	return nil
 }
+
+// largeRebuild is the size from which a rebuild has its own target
+// (dialectBench.rebuildLarge).
+const largeRebuild = 100_000
 
 // rebuildRuns is ours: a reconcile of the legacy store, timed whole, with
 // the shape (and widen) steps' time and the planned statements' time inside
