@@ -225,7 +225,7 @@ func printBench(e *env, r *render.Report) {
 			m.Family, m.N, mib(m.HeapPeak), mib(m.RSSBefore), mib(m.RSSPeak))
 	}
 	for _, l := range r.Locks {
-		fmt.Fprintf(e.stdout, "postgres ACCESS EXCLUSIVE at %d rows: seen %s; concurrent reader worst %s (baseline %s)\n",
+		fmt.Fprintf(e.stdout, "postgres ACCESS EXCLUSIVE at %d rows: sighted over %s (first to last poll); concurrent reader worst %s (baseline %s)\n",
 			l.Rows, render.Dur(l.Held), render.Dur(l.ReaderWorst), render.Dur(l.ReaderBaseline))
 	}
 	for _, s := range r.Skipped {

@@ -312,7 +312,10 @@ func writeLocks(b *bytes.Buffer, rep *Report) {
 	if len(rep.Locks) == 0 {
 		return
 	}
-	b.WriteString("#### PostgreSQL: the swap seen from outside (one extra untimed reconcile per size)\n\n| rows | ACCESS EXCLUSIVE seen | reader worst | reader worst, nothing running | poll interval |\n|---:|---:|---:|---:|---:|\n")
+	b.WriteString("#### PostgreSQL: the swap seen from outside (one extra untimed reconcile per size)\n\n" +
+		"ACCESS EXCLUSIVE sighted: from the first to the last poll of `pg_locks` that saw one granted on the table, plus a poll interval — " +
+		"a span over every exclusive lock of the swap and the old table's drop, not one hold; what a host feels is the reader's worst statement.\n\n" +
+		"| rows | ACCESS EXCLUSIVE sighted | reader worst | reader worst, nothing running | poll interval |\n|---:|---:|---:|---:|---:|\n")
 	for _, l := range rep.Locks {
 		if l.Err != "" {
 			fmt.Fprintf(b, "| %s | failed: `%s` | %s | — | %s |\n", FormatCount(float64(l.Rows)), l.Err, Dur(l.ReaderWorst), Dur(l.PollInterval))
