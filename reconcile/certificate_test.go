@@ -332,3 +332,32 @@ func replicaHoldingTheLock(t *testing.T, db *dbtest.DB, opts ...reconcile.Option
 	t.Helper()
 	return replicatest.HoldingTheLock(t, db.DB, hooks.FailpointShapeApplied, opts...)
 }
+
+// Host DDL committed between the full check's inspection and the
+// certificate's catalog read is never certified: on PostgreSQL each step
+// commits on its own, so the host can change an owned table after the shape
+// step compared it and before the certificate hashes the catalog. The
+// certificate is written only when the catalog it hashes is the one the
+// shape step compared (read before its inspection), so the next boot takes
+// the full check again and puts the declared default back.
+func TestReconcile_PostgresHostDDLAfterTheCheckIsNotCertified(t *testing.T) {
+	db := openPostgres(t).Host(t)
+	settle(t, db)
+	db.Exec(t, `DELETE FROM kandev_meta WHERE key = 'schemastate_shape_certificate'`)
+	var ddl error
+	rep, err := reconcile.Reconcile(ctx, db.DB, reconcile.WithFailpoint(func(p string) error {
+		if p == hooks.FailpointExecutionSinceObserve {
+			_, ddl = db.DB.Exec(`ALTER TABLE task_session_subagents ALTER COLUMN source SET DEFAULT 'other'`)
+		}
+		return nil
+	}))
+	require.NoError(t, err)
+	require.NoError(t, ddl)
+	require.Equal(t, reconcile.Unchanged, rep.Step(reconcile.StepShape).Status, describe(rep))
+	require.False(t, rep.Certified, "a catalog the shape step never compared was certified: %s", describe(rep))
+
+	next := mustReconcile(t, db)
+	require.NotContains(t, next.Step(reconcile.StepShape).Detail, certifiedDetail, describe(next))
+	require.Equal(t, []string{"'live'::text"}, db.Strings(t, `SELECT column_default FROM information_schema.columns
+ WHERE table_schema = current_schema() AND table_name = 'task_session_subagents' AND column_name = 'source'`))
+}

@@ -292,36 +292,24 @@ func (r *run) writeCertificate(ctx context.Context, q core.Querier, decl *declar
 	if err != nil {
 		return err
 	}
-	c := certificate{Declaration: declarationHash(r.o.dialect, src, schemaName), Host: decl.HostTables(), Drift: r.rep.Drift}
-	for _, t := range decl.Owned {
-		c.Owned = append(c.Owned, t.Name)
-	}
-	if pr, ok := r.drv.(parentReader); ok {
-		parents, dangling, err := pr.ForeignKeyParents(ctx, q, c.Owned)
-		if err != nil {
-			return err
-		}
-		if len(dangling) > 0 {
-			return fmt.Errorf("%w: %s", errDanglingForeignKey, strings.Join(dangling, "; "))
-		}
-		for _, p := range parents {
-			if !slices.Contains(c.Owned, p) && !slices.Contains(c.Host, p) {
-				c.Parents = append(c.Parents, p)
-			}
-		}
-	}
-	if c.Scope, err = r.drv.CatalogScope(ctx, q, c.Owned, c.covered()); err != nil {
+	c := certificate{Declaration: declarationHash(r.o.dialect, src, schemaName), Drift: r.rep.Drift}
+	live, err := r.catalogState(ctx, q, decl, true)
+	if err != nil {
 		return err
 	}
-	if c.Catalog, err = catalogHash(ctx, r.drv, q, c.Owned, c.covered(), c.Scope); err != nil {
-		return err
+	if r.compared != nil {
+		// The shape step compared the catalog as it stood when it began;
+		// host DDL committed since (each step commits on its own) was never
+		// compared, and a certificate over it would hide it from every boot
+		// to come.
+		if r.compared.err != nil {
+			return fmt.Errorf("the catalog was not read before the full check: %w", r.compared.err)
+		}
+		if r.compared.state.Scope != live.Scope || r.compared.state.Catalog != live.Catalog {
+			return errors.New("the catalog changed after the full check compared it")
+		}
 	}
-	// The scope read again: an object added to an owned table between the
-	// two reads would be in the hash but not in the scope, and so not
-	// covered by name or comment on the boots to come.
-	if again, err := r.drv.CatalogScope(ctx, q, c.Owned, c.covered()); err != nil || again != c.Scope {
-		return errors.Join(errors.New("the catalog changed while it was read"), err)
-	}
+	c.Owned, c.Host, c.Parents, c.Scope, c.Catalog = live.Owned, live.Host, live.Parents, live.Scope, live.Catalog
 	value := c.String()
 	stored, ok, err := keys.Get(ctx, q, r.o.dialect, certificateKey)
 	if err != nil || (ok && stored == value) {
@@ -329,6 +317,58 @@ func (r *run) writeCertificate(ctx context.Context, q core.Querier, decl *declar
 	}
 	_, err = q.ExecContext(ctx, r.o.dialect.Rebind(`INSERT INTO kandev_meta (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value`), certificateKey, value)
 	return err
+}
+
+// catalogState is what a certificate records of the live catalog: the
+// tables it covers, the driver's scope and the catalog's hash over them.
+// recheck reads the scope again after the hash, as a certificate written
+// from it needs; a state only compared with the certificate's own (the
+// shape step's, compared) needs no second read: an object added between
+// its two reads is in the certificate's scope and not in its own, and the
+// two differ.
+func (r *run) catalogState(ctx context.Context, q core.Querier, decl *declare.Declaration, recheck bool) (certificate, error) {
+	c := certificate{Host: decl.HostTables()}
+	for _, t := range decl.Owned {
+		c.Owned = append(c.Owned, t.Name)
+	}
+	if pr, ok := r.drv.(parentReader); ok {
+		parents, dangling, err := pr.ForeignKeyParents(ctx, q, c.Owned)
+		if err != nil {
+			return c, err
+		}
+		if len(dangling) > 0 {
+			return c, fmt.Errorf("%w: %s", errDanglingForeignKey, strings.Join(dangling, "; "))
+		}
+		for _, p := range parents {
+			if !slices.Contains(c.Owned, p) && !slices.Contains(c.Host, p) {
+				c.Parents = append(c.Parents, p)
+			}
+		}
+	}
+	var err error
+	if c.Scope, err = r.drv.CatalogScope(ctx, q, c.Owned, c.covered()); err != nil {
+		return c, err
+	}
+	if c.Catalog, err = catalogHash(ctx, r.drv, q, c.Owned, c.covered(), c.Scope); err != nil {
+		return c, err
+	}
+	// The scope read again: an object added to an owned table between the
+	// two reads would be in the hash but not in the scope, and so not
+	// covered by name or comment on the boots to come.
+	if !recheck {
+		return c, nil
+	}
+	if again, err := r.drv.CatalogScope(ctx, q, c.Owned, c.covered()); err != nil || again != c.Scope {
+		return c, errors.Join(errors.New("the catalog changed while it was read"), err)
+	}
+	return c, nil
+}
+
+// comparedCatalog is the catalog as the full check's shape step found it
+// before inspecting (catalogState), or why it could not be read.
+type comparedCatalog struct {
+	state certificate
+	err   error
 }
 
 // fastPath records the steps of a certified boot — everything is as the last
