@@ -292,11 +292,11 @@ func (r *run) writeCertificate(ctx context.Context, q core.Querier, decl *declar
 	if err != nil {
 		return err
 	}
-	c := certificate{Declaration: declarationHash(r.o.dialect, src, schemaName), Drift: r.rep.Drift}
-	live, err := r.catalogState(ctx, q, decl, true)
+	c, err := r.catalogState(ctx, q, decl, true)
 	if err != nil {
 		return err
 	}
+	c.Declaration, c.Drift = declarationHash(r.o.dialect, src, schemaName), r.rep.Drift
 	if r.compared != nil {
 		// The shape step compared the catalog as it stood when it began;
 		// host DDL committed since (each step commits on its own) was never
@@ -305,11 +305,10 @@ func (r *run) writeCertificate(ctx context.Context, q core.Querier, decl *declar
 		if r.compared.err != nil {
 			return fmt.Errorf("the catalog was not read before the full check: %w", r.compared.err)
 		}
-		if r.compared.state.Scope != live.Scope || r.compared.state.Catalog != live.Catalog {
+		if r.compared.state.Scope != c.Scope || r.compared.state.Catalog != c.Catalog {
 			return errors.New("the catalog changed after the full check compared it")
 		}
 	}
-	c.Owned, c.Host, c.Parents, c.Scope, c.Catalog = live.Owned, live.Host, live.Parents, live.Scope, live.Catalog
 	value := c.String()
 	stored, ok, err := keys.Get(ctx, q, r.o.dialect, certificateKey)
 	if err != nil || (ok && stored == value) {
@@ -369,6 +368,19 @@ func (r *run) catalogState(ctx context.Context, q core.Querier, decl *declare.De
 type comparedCatalog struct {
 	state certificate
 	err   error
+}
+
+// readCompared reads the catalog the shape step is about to compare, where
+// steps commit one by one (PostgreSQL): host DDL can land between the
+// step's inspection and the certificate a step later, and a certificate is
+// written only over the catalog read here. (SQLite's boot is one write
+// transaction from the lock on: no other connection can commit DDL in it.)
+func (r *run) readCompared(ctx context.Context, q core.Querier, decl *declare.Declaration) {
+	if r.o.dialect == dialect.SQLite {
+		return
+	}
+	c, err := r.catalogState(ctx, q, decl, false)
+	r.compared = &comparedCatalog{state: c, err: err}
 }
 
 // fastPath records the steps of a certified boot — everything is as the last

@@ -46,7 +46,6 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/schemastate/schemastate/backfill"
-	"github.com/schemastate/schemastate/dialect"
 	"github.com/schemastate/schemastate/internal/declare"
 	"github.com/schemastate/schemastate/internal/hooks"
 	"github.com/schemastate/schemastate/internal/instant"
@@ -87,10 +86,7 @@ type run struct {
 	meters   *meters
 	open     trace.Span
 	openName string
-	// compared is the catalog the shape step read before its inspection,
-	// where steps commit one by one (PostgreSQL): a certificate is written
-	// only over that catalog.
-	compared *comparedCatalog
+	compared *comparedCatalog // readCompared
 }
 
 // Reconcile brings the declared tables to their declared shape, writes
@@ -191,13 +187,7 @@ func (r *run) hostTables(ctx context.Context, sess core.Session) (*declare.Decla
 // failed.
 func (r *run) shape(ctx context.Context, sess core.Session, decl *declare.Declaration) (plan *ShapePlan, clean bool) {
 	r.stepOwnTx(ctx, StepShape, func(ctx context.Context) Step {
-		if r.o.dialect != dialect.SQLite {
-			// PostgreSQL commits each step on its own, so host DDL can land
-			// between this step's inspection and the certificate. (SQLite's
-			// boot is one write transaction from the lock on: nothing can.)
-			c, err := r.catalogState(ctx, sess.Querier(), decl, false)
-			r.compared = &comparedCatalog{state: c, err: err}
-		}
+		r.readCompared(ctx, sess.Querier(), decl)
 		var err error
 		if plan, err = planShape(ctx, r.drv, sess.Querier(), decl, sess.SchemaName(), r.o.options); err != nil {
 			return failed(err)
